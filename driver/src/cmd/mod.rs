@@ -1,0 +1,1 @@
+//! Pure command builders.
