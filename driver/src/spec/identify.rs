@@ -1,0 +1,1978 @@
+//! Identify data structures (NVMe Base 2.0 "Identify command"; NVM Command
+//! Set 1.0 and ZNS Command Set 1.1 for the I/O Command Set specific ones).
+//!
+//! Parsers take the raw page as `&[u8]`, check its length, and decode into
+//! plain structs. Parsing itself accepts any field values (a device may
+//! report anything); accessors that turn fields into sizes validate them and
+//! return [`ParseError::InvalidField`].
+
+use super::le::{bytes, u128_at, u16_at, u32_at, u64_at, u8_at};
+use super::registers::Vs;
+use super::{check_len, ParseError};
+
+/// Bytes the controller returns for every Identify command.
+pub const IDENTIFY_DATA_SIZE: usize = 4096;
+
+/// CNS 00h: Identify Namespace data structure (NVM Command Set).
+pub const CNS_NAMESPACE: u8 = 0x00;
+/// CNS 01h: Identify Controller data structure.
+pub const CNS_CONTROLLER: u8 = 0x01;
+/// CNS 02h: Active Namespace ID list.
+pub const CNS_ACTIVE_NAMESPACES: u8 = 0x02;
+/// CNS 03h: Namespace Identification Descriptor list.
+pub const CNS_NS_ID_DESCRIPTORS: u8 = 0x03;
+/// CNS 05h: I/O Command Set specific Identify Namespace data structure.
+pub const CNS_CSI_NAMESPACE: u8 = 0x05;
+/// CNS 06h: I/O Command Set specific Identify Controller data structure.
+pub const CNS_CSI_CONTROLLER: u8 = 0x06;
+
+/// Command Set Identifier: NVM Command Set.
+pub const CSI_NVM: u8 = 0x00;
+/// Command Set Identifier: Key Value Command Set.
+pub const CSI_KEY_VALUE: u8 = 0x01;
+/// Command Set Identifier: Zoned Namespace Command Set.
+pub const CSI_ZONED: u8 = 0x02;
+
+/// Decodes an ASCII field: surrounding spaces and NULs are trimmed, and any
+/// byte that is not printable ASCII becomes U+FFFD.
+///
+/// The spec pads ASCII fields with spaces on the right; some devices pad
+/// on the left too, so both ends are trimmed.
+fn ascii_field(raw: &[u8]) -> String {
+    let is_pad = |b: &u8| *b == b' ' || *b == 0;
+    let start = raw.iter().position(|b| !is_pad(b)).unwrap_or(raw.len());
+    let end = raw
+        .iter()
+        .rposition(|b| !is_pad(b))
+        .map_or(start, |i| i + 1);
+    raw[start..end]
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b)
+            } else {
+                char::REPLACEMENT_CHARACTER
+            }
+        })
+        .collect()
+}
+
+/// Bytes in `unit_bytes << exponent`, saturating at `u64::MAX` for absurd
+/// exponents instead of overflowing.
+fn power_of_two_units(unit_bytes: usize, exponent: u8) -> u64 {
+    let units = 1u64.checked_shl(u32::from(exponent)).unwrap_or(u64::MAX);
+    (unit_bytes as u64).saturating_mul(units)
+}
+
+/// Byte offsets in the Identify Controller data structure (CNS 01h).
+pub mod controller_offsets {
+    /// PCI Vendor ID.
+    pub const VID: usize = 0;
+    /// PCI Subsystem Vendor ID.
+    pub const SSVID: usize = 2;
+    /// Serial Number (20 ASCII bytes).
+    pub const SN: usize = 4;
+    /// Model Number (40 ASCII bytes).
+    pub const MN: usize = 24;
+    /// Firmware Revision (8 ASCII bytes).
+    pub const FR: usize = 64;
+    /// Recommended Arbitration Burst.
+    pub const RAB: usize = 72;
+    /// IEEE OUI Identifier (3 bytes).
+    pub const IEEE: usize = 73;
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities.
+    pub const CMIC: usize = 76;
+    /// Maximum Data Transfer Size.
+    pub const MDTS: usize = 77;
+    /// Controller ID.
+    pub const CNTLID: usize = 78;
+    /// Version.
+    pub const VER: usize = 80;
+    /// RTD3 Resume Latency.
+    pub const RTD3R: usize = 84;
+    /// RTD3 Entry Latency.
+    pub const RTD3E: usize = 88;
+    /// Optional Asynchronous Events Supported.
+    pub const OAES: usize = 92;
+    /// Controller Attributes.
+    pub const CTRATT: usize = 96;
+    /// Controller Type.
+    pub const CNTRLTYPE: usize = 111;
+    /// Command Retry Delay Time 1 (CRDT2 and CRDT3 follow).
+    pub const CRDT1: usize = 128;
+    /// Optional Admin Command Support.
+    pub const OACS: usize = 256;
+    /// Abort Command Limit.
+    pub const ACL: usize = 258;
+    /// Asynchronous Event Request Limit.
+    pub const AERL: usize = 259;
+    /// Firmware Updates.
+    pub const FRMW: usize = 260;
+    /// Log Page Attributes.
+    pub const LPA: usize = 261;
+    /// Error Log Page Entries.
+    pub const ELPE: usize = 262;
+    /// Number of Power States Support.
+    pub const NPSS: usize = 263;
+    /// Warning Composite Temperature Threshold.
+    pub const WCTEMP: usize = 266;
+    /// Critical Composite Temperature Threshold.
+    pub const CCTEMP: usize = 268;
+    /// Total NVM Capacity (16 bytes).
+    pub const TNVMCAP: usize = 280;
+    /// Unallocated NVM Capacity (16 bytes).
+    pub const UNVMCAP: usize = 296;
+    /// Submission Queue Entry Size.
+    pub const SQES: usize = 512;
+    /// Completion Queue Entry Size.
+    pub const CQES: usize = 513;
+    /// Maximum Outstanding Commands.
+    pub const MAXCMD: usize = 514;
+    /// Number of Namespaces.
+    pub const NN: usize = 516;
+    /// Optional NVM Command Support.
+    pub const ONCS: usize = 520;
+    /// Fused Operation Support.
+    pub const FUSES: usize = 522;
+    /// Format NVM Attributes.
+    pub const FNA: usize = 524;
+    /// Volatile Write Cache.
+    pub const VWC: usize = 525;
+    /// Atomic Write Unit Normal.
+    pub const AWUN: usize = 526;
+    /// Atomic Write Unit Power Fail.
+    pub const AWUPF: usize = 528;
+    /// Atomic Compare & Write Unit.
+    pub const ACWU: usize = 532;
+    /// Optional Copy Formats Supported.
+    pub const OCFS: usize = 534;
+    /// SGL Support.
+    pub const SGLS: usize = 536;
+    /// Maximum Number of Allowed Namespaces.
+    pub const MNAN: usize = 540;
+    /// NVM Subsystem NVMe Qualified Name (256 bytes).
+    pub const SUBNQN: usize = 768;
+}
+
+bitflags::bitflags! {
+    /// OACS – Optional Admin Command Support.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+    pub struct Oacs: u16 {
+        /// Security Send and Security Receive.
+        const SECURITY = 1 << 0;
+        /// Format NVM.
+        const FORMAT = 1 << 1;
+        /// Firmware Commit and Firmware Image Download.
+        const FIRMWARE = 1 << 2;
+        /// Namespace Management.
+        const NS_MANAGEMENT = 1 << 3;
+        /// Device Self-test.
+        const SELF_TEST = 1 << 4;
+        /// Directives.
+        const DIRECTIVES = 1 << 5;
+        /// NVMe-MI Send and NVMe-MI Receive.
+        const NVME_MI = 1 << 6;
+        /// Virtualization Management.
+        const VIRTUALIZATION = 1 << 7;
+        /// Doorbell Buffer Config.
+        const DOORBELL_BUFFER_CONFIG = 1 << 8;
+        /// Get LBA Status.
+        const GET_LBA_STATUS = 1 << 9;
+        /// Command and Feature Lockdown.
+        const LOCKDOWN = 1 << 10;
+    }
+}
+
+bitflags::bitflags! {
+    /// ONCS – Optional NVM Command Support.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+    pub struct Oncs: u16 {
+        /// Compare.
+        const COMPARE = 1 << 0;
+        /// Write Uncorrectable.
+        const WRITE_UNCORRECTABLE = 1 << 1;
+        /// Dataset Management.
+        const DATASET_MANAGEMENT = 1 << 2;
+        /// Write Zeroes.
+        const WRITE_ZEROES = 1 << 3;
+        /// The Save field in Set Features and the Select field in Get Features.
+        const SAVE_SELECT = 1 << 4;
+        /// Reservations.
+        const RESERVATIONS = 1 << 5;
+        /// Timestamp feature.
+        const TIMESTAMP = 1 << 6;
+        /// Verify.
+        const VERIFY = 1 << 7;
+        /// Copy.
+        const COPY = 1 << 8;
+    }
+}
+
+/// VWC bit 0: a volatile write cache is present.
+pub const VWC_PRESENT: u8 = 1 << 0;
+/// SGLS bits 1:0: SGL support (00b: none).
+pub const SGLS_SUPPORT_MASK: u32 = 0b11;
+
+/// Identify Controller data structure (CNS 01h), the fields this driver uses.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentifyController {
+    /// PCI Vendor ID.
+    pub vid: u16,
+    /// PCI Subsystem Vendor ID.
+    pub ssvid: u16,
+    /// Serial Number.
+    pub sn: String,
+    /// Model Number.
+    pub mn: String,
+    /// Firmware Revision.
+    pub fr: String,
+    /// Recommended Arbitration Burst.
+    pub rab: u8,
+    /// IEEE OUI Identifier, as stored (least significant byte first).
+    pub ieee: [u8; 3],
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities.
+    pub cmic: u8,
+    /// Maximum Data Transfer Size: `2^MDTS` units of CAP.MPSMIN; 0 is no limit.
+    pub mdts: u8,
+    /// Controller ID.
+    pub cntlid: u16,
+    /// Version, encoded like the VS register (0 before NVMe 1.2).
+    pub ver: u32,
+    /// RTD3 Resume Latency, microseconds.
+    pub rtd3r: u32,
+    /// RTD3 Entry Latency, microseconds.
+    pub rtd3e: u32,
+    /// Optional Asynchronous Events Supported.
+    pub oaes: u32,
+    /// Controller Attributes.
+    pub ctratt: u32,
+    /// Controller Type (1: I/O, 2: discovery, 3: administrative; 0: not reported).
+    pub cntrltype: u8,
+    /// Command Retry Delay Times 1–3, in 100 ms units.
+    pub crdt: [u16; 3],
+    /// Optional Admin Command Support.
+    pub oacs: Oacs,
+    /// Abort Command Limit, 0-based.
+    pub acl: u8,
+    /// Asynchronous Event Request Limit, 0-based.
+    pub aerl: u8,
+    /// Firmware Updates.
+    pub frmw: u8,
+    /// Log Page Attributes.
+    pub lpa: u8,
+    /// Error Log Page Entries, 0-based.
+    pub elpe: u8,
+    /// Number of Power States Support, 0-based.
+    pub npss: u8,
+    /// Warning Composite Temperature Threshold, kelvin.
+    pub wctemp: u16,
+    /// Critical Composite Temperature Threshold, kelvin.
+    pub cctemp: u16,
+    /// Total NVM Capacity, bytes.
+    pub tnvmcap: u128,
+    /// Unallocated NVM Capacity, bytes.
+    pub unvmcap: u128,
+    /// Submission Queue Entry Size: required (bits 3:0) and maximum
+    /// (bits 7:4), as `log2(bytes)`.
+    pub sqes: u8,
+    /// Completion Queue Entry Size, encoded like `sqes`.
+    pub cqes: u8,
+    /// Maximum Outstanding Commands (fabrics only; 0 on PCIe).
+    pub maxcmd: u16,
+    /// Number of Namespaces: the largest valid NSID.
+    pub nn: u32,
+    /// Optional NVM Command Support.
+    pub oncs: Oncs,
+    /// Fused Operation Support.
+    pub fuses: u16,
+    /// Format NVM Attributes.
+    pub fna: u8,
+    /// Volatile Write Cache.
+    pub vwc: u8,
+    /// Atomic Write Unit Normal, logical blocks, 0-based.
+    pub awun: u16,
+    /// Atomic Write Unit Power Fail, logical blocks, 0-based.
+    pub awupf: u16,
+    /// Atomic Compare & Write Unit, logical blocks, 0-based.
+    pub acwu: u16,
+    /// Optional Copy Formats Supported.
+    pub ocfs: u16,
+    /// SGL Support.
+    pub sgls: u32,
+    /// Maximum Number of Allowed Namespaces.
+    pub mnan: u32,
+    /// NVM Subsystem NVMe Qualified Name.
+    pub subnqn: String,
+}
+
+impl IdentifyController {
+    /// Bytes required: up to the end of SUBNQN.
+    pub const MIN_LEN: usize = controller_offsets::SUBNQN + 256;
+    const WHAT: &'static str = "Identify Controller";
+
+    /// Decodes the data structure.
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        use controller_offsets as off;
+        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
+        Ok(Self {
+            vid: u16_at(buf, off::VID),
+            ssvid: u16_at(buf, off::SSVID),
+            sn: ascii_field(&bytes::<20>(buf, off::SN)),
+            mn: ascii_field(&bytes::<40>(buf, off::MN)),
+            fr: ascii_field(&bytes::<8>(buf, off::FR)),
+            rab: u8_at(buf, off::RAB),
+            ieee: bytes(buf, off::IEEE),
+            cmic: u8_at(buf, off::CMIC),
+            mdts: u8_at(buf, off::MDTS),
+            cntlid: u16_at(buf, off::CNTLID),
+            ver: u32_at(buf, off::VER),
+            rtd3r: u32_at(buf, off::RTD3R),
+            rtd3e: u32_at(buf, off::RTD3E),
+            oaes: u32_at(buf, off::OAES),
+            ctratt: u32_at(buf, off::CTRATT),
+            cntrltype: u8_at(buf, off::CNTRLTYPE),
+            crdt: [
+                u16_at(buf, off::CRDT1),
+                u16_at(buf, off::CRDT1 + 2),
+                u16_at(buf, off::CRDT1 + 4),
+            ],
+            oacs: Oacs::from_bits_retain(u16_at(buf, off::OACS)),
+            acl: u8_at(buf, off::ACL),
+            aerl: u8_at(buf, off::AERL),
+            frmw: u8_at(buf, off::FRMW),
+            lpa: u8_at(buf, off::LPA),
+            elpe: u8_at(buf, off::ELPE),
+            npss: u8_at(buf, off::NPSS),
+            wctemp: u16_at(buf, off::WCTEMP),
+            cctemp: u16_at(buf, off::CCTEMP),
+            tnvmcap: u128_at(buf, off::TNVMCAP),
+            unvmcap: u128_at(buf, off::UNVMCAP),
+            sqes: u8_at(buf, off::SQES),
+            cqes: u8_at(buf, off::CQES),
+            maxcmd: u16_at(buf, off::MAXCMD),
+            nn: u32_at(buf, off::NN),
+            oncs: Oncs::from_bits_retain(u16_at(buf, off::ONCS)),
+            fuses: u16_at(buf, off::FUSES),
+            fna: u8_at(buf, off::FNA),
+            vwc: u8_at(buf, off::VWC),
+            awun: u16_at(buf, off::AWUN),
+            awupf: u16_at(buf, off::AWUPF),
+            acwu: u16_at(buf, off::ACWU),
+            ocfs: u16_at(buf, off::OCFS),
+            sgls: u32_at(buf, off::SGLS),
+            mnan: u32_at(buf, off::MNAN),
+            subnqn: ascii_field(&bytes::<256>(buf, off::SUBNQN)),
+        })
+    }
+
+    /// VER as a [`Vs`].
+    pub fn version(&self) -> Vs {
+        Vs(self.ver)
+    }
+
+    /// The largest data transfer in bytes, or `None` when MDTS is 0 (no
+    /// limit). `min_page_size` is CAP.MPSMIN in bytes. An MDTS too large to
+    /// represent saturates at `u64::MAX`.
+    pub fn max_transfer_bytes(&self, min_page_size: usize) -> Option<u64> {
+        if self.mdts == 0 {
+            None
+        } else {
+            Some(power_of_two_units(min_page_size, self.mdts))
+        }
+    }
+
+    /// VWC bit 0: a volatile write cache is present, so data needs Flush
+    /// to be durable.
+    pub fn volatile_write_cache_present(&self) -> bool {
+        self.vwc & VWC_PRESENT != 0
+    }
+
+    /// SGLS bits 1:0 non-zero: the NVM command set accepts SGLs.
+    pub fn sgl_supported(&self) -> bool {
+        self.sgls & SGLS_SUPPORT_MASK != 0
+    }
+
+    /// SQES bits 3:0: the required submission queue entry size, `log2(bytes)`.
+    pub fn sqes_required(&self) -> u8 {
+        self.sqes & 0xF
+    }
+
+    /// SQES bits 7:4: the maximum submission queue entry size, `log2(bytes)`.
+    pub fn sqes_maximum(&self) -> u8 {
+        self.sqes >> 4
+    }
+
+    /// CQES bits 3:0: the required completion queue entry size, `log2(bytes)`.
+    pub fn cqes_required(&self) -> u8 {
+        self.cqes & 0xF
+    }
+
+    /// CQES bits 7:4: the maximum completion queue entry size, `log2(bytes)`.
+    pub fn cqes_maximum(&self) -> u8 {
+        self.cqes >> 4
+    }
+}
+
+/// Byte offsets in the Identify Namespace data structure (CNS 00h, NVM
+/// Command Set 1.0).
+pub mod namespace_offsets {
+    /// Namespace Size, logical blocks.
+    pub const NSZE: usize = 0;
+    /// Namespace Capacity, logical blocks.
+    pub const NCAP: usize = 8;
+    /// Namespace Utilization, logical blocks.
+    pub const NUSE: usize = 16;
+    /// Namespace Features.
+    pub const NSFEAT: usize = 24;
+    /// Number of LBA Formats, 0-based.
+    pub const NLBAF: usize = 25;
+    /// Formatted LBA Size.
+    pub const FLBAS: usize = 26;
+    /// Metadata Capabilities.
+    pub const MC: usize = 27;
+    /// End-to-end Data Protection Capabilities.
+    pub const DPC: usize = 28;
+    /// End-to-end Data Protection Type Settings.
+    pub const DPS: usize = 29;
+    /// Namespace Multi-path I/O and Namespace Sharing Capabilities.
+    pub const NMIC: usize = 30;
+    /// Reservation Capabilities.
+    pub const RESCAP: usize = 31;
+    /// Format Progress Indicator.
+    pub const FPI: usize = 32;
+    /// Deallocate Logical Block Features.
+    pub const DLFEAT: usize = 33;
+    /// Namespace Atomic Write Unit Normal.
+    pub const NAWUN: usize = 34;
+    /// Namespace Atomic Write Unit Power Fail.
+    pub const NAWUPF: usize = 36;
+    /// Namespace Atomic Compare & Write Unit.
+    pub const NACWU: usize = 38;
+    /// Namespace Atomic Boundary Size Normal.
+    pub const NABSN: usize = 40;
+    /// Namespace Atomic Boundary Offset.
+    pub const NABO: usize = 42;
+    /// Namespace Atomic Boundary Size Power Fail.
+    pub const NABSPF: usize = 44;
+    /// Namespace Optimal I/O Boundary.
+    pub const NOIOB: usize = 46;
+    /// NVM Capacity (16 bytes).
+    pub const NVMCAP: usize = 48;
+    /// Namespace Preferred Write Granularity.
+    pub const NPWG: usize = 64;
+    /// Namespace Preferred Write Alignment.
+    pub const NPWA: usize = 66;
+    /// Namespace Preferred Deallocate Granularity.
+    pub const NPDG: usize = 68;
+    /// Namespace Preferred Deallocate Alignment.
+    pub const NPDA: usize = 70;
+    /// Namespace Optimal Write Size.
+    pub const NOWS: usize = 72;
+    /// Maximum Single Source Range Length.
+    pub const MSSRL: usize = 74;
+    /// Maximum Copy Length.
+    pub const MCL: usize = 76;
+    /// Maximum Source Range Count.
+    pub const MSRC: usize = 80;
+    /// ANA Group Identifier.
+    pub const ANAGRPID: usize = 92;
+    /// Namespace Attributes.
+    pub const NSATTR: usize = 99;
+    /// NVM Set Identifier.
+    pub const NVMSETID: usize = 100;
+    /// Endurance Group Identifier.
+    pub const ENDGID: usize = 102;
+    /// Namespace Globally Unique Identifier (16 bytes).
+    pub const NGUID: usize = 104;
+    /// IEEE Extended Unique Identifier (8 bytes).
+    pub const EUI64: usize = 120;
+    /// LBA Format 0 Support; 64 formats of 4 bytes each follow.
+    pub const LBAF: usize = 128;
+}
+
+/// Bytes per LBA Format entry.
+pub const LBA_FORMAT_SIZE: usize = 4;
+/// LBA Format entries in the Identify Namespace data structure.
+pub const LBA_FORMATS_MAX: usize = 64;
+/// Smallest supported LBA data size exponent: the spec does not support
+/// logical blocks under 512 bytes.
+pub const LBADS_MIN: u8 = 9;
+/// Largest LBA data size exponent this driver accepts (64 KiB).
+///
+/// The spec sets no upper bound; devices ship 512 B and 4 KiB blocks (some
+/// 8–16 KiB). Anything beyond 64 KiB is far more likely a corrupt page
+/// (an all-ones page reads as LBADS 255) than a real format, and the bound
+/// keeps later `blocks * block_size` arithmetic comfortably inside `u64`.
+pub const LBADS_MAX: u8 = 16;
+
+/// FLBAS bits 3:0: low bits of the format index.
+const FLBAS_INDEX_LOW_MASK: u8 = 0x0F;
+/// FLBAS bit 4: metadata transferred at the end of the data LBA.
+const FLBAS_METADATA_AT_END: u8 = 1 << 4;
+/// FLBAS bits 6:5: high bits of the format index (when NLBAF >= 16).
+const FLBAS_INDEX_HIGH_SHIFT: u32 = 5;
+/// NLBAF (0-based) from which FLBAS bits 6:5 are meaningful: more than 16
+/// formats.
+const NLBAF_HIGH_INDEX_MIN: u8 = 16;
+
+/// An LBA Format (LBAF) entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LbaFormat {
+    /// Metadata Size, bytes per logical block.
+    pub ms: u16,
+    /// LBA Data Size, as `log2(bytes)`.
+    pub lbads: u8,
+    /// Relative Performance (0: best, 3: degraded).
+    pub rp: u8,
+}
+
+impl LbaFormat {
+    /// Decodes an LBAF dword: MS bits 15:0, LBADS bits 23:16, RP bits 25:24.
+    pub const fn from_dword(dword: u32) -> Self {
+        Self {
+            ms: dword as u16,
+            lbads: (dword >> 16) as u8,
+            rp: ((dword >> 24) & 0b11) as u8,
+        }
+    }
+
+    /// Logical block data size in bytes; errors unless LBADS is within
+    /// [`LBADS_MIN`]..=[`LBADS_MAX`].
+    pub fn block_size(&self) -> Result<u32, ParseError> {
+        if (LBADS_MIN..=LBADS_MAX).contains(&self.lbads) {
+            Ok(1 << self.lbads)
+        } else {
+            Err(ParseError::InvalidField {
+                what: "LBA Format",
+                field: "LBADS",
+                value: u64::from(self.lbads),
+            })
+        }
+    }
+}
+
+/// DLFEAT bits 2:0 – what reading a deallocated logical block returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum DeallocateReadBehavior {
+    /// 000b: not reported.
+    NotReported,
+    /// 001b: all bytes 00h.
+    Zeroes,
+    /// 010b: all bytes FFh.
+    Ones,
+    /// A reserved value.
+    Reserved(u8),
+}
+
+/// DLFEAT – Deallocate Logical Block Features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DlFeat(pub u8);
+
+impl DlFeat {
+    /// Bits 2:0.
+    pub const fn read_behavior(self) -> DeallocateReadBehavior {
+        match self.0 & 0b111 {
+            0b000 => DeallocateReadBehavior::NotReported,
+            0b001 => DeallocateReadBehavior::Zeroes,
+            0b010 => DeallocateReadBehavior::Ones,
+            other => DeallocateReadBehavior::Reserved(other),
+        }
+    }
+
+    /// Bit 3: Write Zeroes supports the Deallocate bit.
+    pub const fn write_zeroes_deac_supported(self) -> bool {
+        self.0 & (1 << 3) != 0
+    }
+
+    /// Bit 4: the Guard field of deallocated blocks holds the CRC of their
+    /// data.
+    pub const fn guard_crc_valid(self) -> bool {
+        self.0 & (1 << 4) != 0
+    }
+}
+
+/// Identify Namespace data structure (CNS 00h, NVM Command Set 1.0).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentifyNamespace {
+    /// Namespace Size, logical blocks.
+    pub nsze: u64,
+    /// Namespace Capacity, logical blocks.
+    pub ncap: u64,
+    /// Namespace Utilization, logical blocks.
+    pub nuse: u64,
+    /// Namespace Features.
+    pub nsfeat: u8,
+    /// Number of LBA Formats, 0-based.
+    pub nlbaf: u8,
+    /// Formatted LBA Size.
+    pub flbas: u8,
+    /// Metadata Capabilities.
+    pub mc: u8,
+    /// End-to-end Data Protection Capabilities.
+    pub dpc: u8,
+    /// End-to-end Data Protection Type Settings.
+    pub dps: u8,
+    /// Namespace Multi-path I/O and Namespace Sharing Capabilities.
+    pub nmic: u8,
+    /// Reservation Capabilities.
+    pub rescap: u8,
+    /// Format Progress Indicator.
+    pub fpi: u8,
+    /// Deallocate Logical Block Features; see [`Self::deallocate_features`].
+    pub dlfeat: u8,
+    /// Namespace Atomic Write Unit Normal, 0-based blocks.
+    pub nawun: u16,
+    /// Namespace Atomic Write Unit Power Fail, 0-based blocks.
+    pub nawupf: u16,
+    /// Namespace Atomic Compare & Write Unit, 0-based blocks.
+    pub nacwu: u16,
+    /// Namespace Atomic Boundary Size Normal.
+    pub nabsn: u16,
+    /// Namespace Atomic Boundary Offset.
+    pub nabo: u16,
+    /// Namespace Atomic Boundary Size Power Fail.
+    pub nabspf: u16,
+    /// Namespace Optimal I/O Boundary, blocks.
+    pub noiob: u16,
+    /// NVM Capacity, bytes.
+    pub nvmcap: u128,
+    /// Namespace Preferred Write Granularity, 0-based blocks.
+    pub npwg: u16,
+    /// Namespace Preferred Write Alignment, 0-based blocks.
+    pub npwa: u16,
+    /// Namespace Preferred Deallocate Granularity, 0-based blocks.
+    pub npdg: u16,
+    /// Namespace Preferred Deallocate Alignment, 0-based blocks.
+    pub npda: u16,
+    /// Namespace Optimal Write Size, 0-based blocks.
+    pub nows: u16,
+    /// Maximum Single Source Range Length (Copy), blocks.
+    pub mssrl: u16,
+    /// Maximum Copy Length, blocks.
+    pub mcl: u32,
+    /// Maximum Source Range Count (Copy), 0-based.
+    pub msrc: u8,
+    /// ANA Group Identifier.
+    pub anagrpid: u32,
+    /// Namespace Attributes (bit 0: write protected).
+    pub nsattr: u8,
+    /// NVM Set Identifier.
+    pub nvmsetid: u16,
+    /// Endurance Group Identifier.
+    pub endgid: u16,
+    /// Namespace Globally Unique Identifier.
+    pub nguid: [u8; 16],
+    /// IEEE Extended Unique Identifier.
+    pub eui64: [u8; 8],
+    /// LBA Formats 0..=NLBAF (at most 64).
+    pub lbaf: Vec<LbaFormat>,
+}
+
+impl IdentifyNamespace {
+    /// Bytes required: up to the end of the 64 LBA Format entries.
+    pub const MIN_LEN: usize = namespace_offsets::LBAF + LBA_FORMATS_MAX * LBA_FORMAT_SIZE;
+    const WHAT: &'static str = "Identify Namespace";
+
+    /// Decodes the data structure. Accepts any field values; see
+    /// [`Self::current_lba_format`] and [`Self::block_size`] for validation.
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        use namespace_offsets as off;
+        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
+        let nlbaf = u8_at(buf, off::NLBAF);
+        let lbaf_count = (usize::from(nlbaf) + 1).min(LBA_FORMATS_MAX);
+        let lbaf = (0..lbaf_count)
+            .map(|i| LbaFormat::from_dword(u32_at(buf, off::LBAF + i * LBA_FORMAT_SIZE)))
+            .collect();
+        Ok(Self {
+            nsze: u64_at(buf, off::NSZE),
+            ncap: u64_at(buf, off::NCAP),
+            nuse: u64_at(buf, off::NUSE),
+            nsfeat: u8_at(buf, off::NSFEAT),
+            nlbaf,
+            flbas: u8_at(buf, off::FLBAS),
+            mc: u8_at(buf, off::MC),
+            dpc: u8_at(buf, off::DPC),
+            dps: u8_at(buf, off::DPS),
+            nmic: u8_at(buf, off::NMIC),
+            rescap: u8_at(buf, off::RESCAP),
+            fpi: u8_at(buf, off::FPI),
+            dlfeat: u8_at(buf, off::DLFEAT),
+            nawun: u16_at(buf, off::NAWUN),
+            nawupf: u16_at(buf, off::NAWUPF),
+            nacwu: u16_at(buf, off::NACWU),
+            nabsn: u16_at(buf, off::NABSN),
+            nabo: u16_at(buf, off::NABO),
+            nabspf: u16_at(buf, off::NABSPF),
+            noiob: u16_at(buf, off::NOIOB),
+            nvmcap: u128_at(buf, off::NVMCAP),
+            npwg: u16_at(buf, off::NPWG),
+            npwa: u16_at(buf, off::NPWA),
+            npdg: u16_at(buf, off::NPDG),
+            npda: u16_at(buf, off::NPDA),
+            nows: u16_at(buf, off::NOWS),
+            mssrl: u16_at(buf, off::MSSRL),
+            mcl: u32_at(buf, off::MCL),
+            msrc: u8_at(buf, off::MSRC),
+            anagrpid: u32_at(buf, off::ANAGRPID),
+            nsattr: u8_at(buf, off::NSATTR),
+            nvmsetid: u16_at(buf, off::NVMSETID),
+            endgid: u16_at(buf, off::ENDGID),
+            nguid: bytes(buf, off::NGUID),
+            eui64: bytes(buf, off::EUI64),
+            lbaf,
+        })
+    }
+
+    /// DLFEAT decoded.
+    pub fn deallocate_features(&self) -> DlFeat {
+        DlFeat(self.dlfeat)
+    }
+
+    /// The format index FLBAS selects: bits 3:0, with bits 6:5 as bits 5:4
+    /// of the index when there are more than 16 formats (NLBAF >= 16).
+    pub fn current_lba_format_index(&self) -> usize {
+        let low = usize::from(self.flbas & FLBAS_INDEX_LOW_MASK);
+        if self.nlbaf >= NLBAF_HIGH_INDEX_MIN {
+            let high = usize::from((self.flbas >> FLBAS_INDEX_HIGH_SHIFT) & 0b11);
+            high << 4 | low
+        } else {
+            low
+        }
+    }
+
+    /// FLBAS bit 4: metadata is transferred at the end of each data block
+    /// (clear: in a separate buffer).
+    pub fn metadata_at_end(&self) -> bool {
+        self.flbas & FLBAS_METADATA_AT_END != 0
+    }
+
+    /// The LBA format in use; errors when FLBAS selects a format beyond NLBAF.
+    pub fn current_lba_format(&self) -> Result<LbaFormat, ParseError> {
+        let index = self.current_lba_format_index();
+        let invalid = ParseError::InvalidField {
+            what: Self::WHAT,
+            field: "FLBAS",
+            value: u64::from(self.flbas),
+        };
+        if index > usize::from(self.nlbaf) {
+            return Err(invalid);
+        }
+        self.lbaf.get(index).copied().ok_or(invalid)
+    }
+
+    /// Logical block data size in bytes of the format in use.
+    pub fn block_size(&self) -> Result<u32, ParseError> {
+        self.current_lba_format()?.block_size()
+    }
+}
+
+/// Bytes per entry in the Active Namespace ID list.
+const NSID_SIZE: usize = 4;
+/// Entries in one Active Namespace ID list page.
+pub const ACTIVE_NAMESPACES_MAX: usize = IDENTIFY_DATA_SIZE / NSID_SIZE;
+/// The broadcast NSID; never a real namespace.
+pub const NSID_BROADCAST: u32 = 0xFFFF_FFFF;
+
+/// Decodes an Active Namespace ID list (CNS 02h): NSIDs in increasing order
+/// until the first 0, at most 1024. A full page means more may follow: ask
+/// again starting from the last NSID.
+///
+/// Errors when the page is short, an NSID does not increase, or the
+/// broadcast NSID appears.
+pub fn parse_active_namespace_list(buf: &[u8]) -> Result<Vec<u32>, ParseError> {
+    const WHAT: &str = "Active Namespace ID list";
+    check_len(buf, IDENTIFY_DATA_SIZE, WHAT)?;
+    let mut ids = Vec::new();
+    let mut previous = 0u32;
+    for i in 0..ACTIVE_NAMESPACES_MAX {
+        let nsid = u32_at(buf, i * NSID_SIZE);
+        if nsid == 0 {
+            break;
+        }
+        if nsid <= previous || nsid == NSID_BROADCAST {
+            return Err(ParseError::InvalidField {
+                what: WHAT,
+                field: "NSID",
+                value: u64::from(nsid),
+            });
+        }
+        ids.push(nsid);
+        previous = nsid;
+    }
+    Ok(ids)
+}
+
+/// NIDT: IEEE Extended Unique Identifier.
+pub const NIDT_EUI64: u8 = 0x1;
+/// NIDT: Namespace Globally Unique Identifier.
+pub const NIDT_NGUID: u8 = 0x2;
+/// NIDT: Namespace UUID.
+pub const NIDT_UUID: u8 = 0x3;
+/// NIDT: Command Set Identifier.
+pub const NIDT_CSI: u8 = 0x4;
+/// NIDL for EUI64.
+pub const NIDL_EUI64: u8 = 8;
+/// NIDL for NGUID.
+pub const NIDL_NGUID: u8 = 16;
+/// NIDL for UUID.
+pub const NIDL_UUID: u8 = 16;
+/// NIDL for CSI.
+pub const NIDL_CSI: u8 = 1;
+/// Bytes before the NID in each descriptor: NIDT, NIDL, 2 reserved.
+const NS_ID_DESCRIPTOR_HEADER: usize = 4;
+
+/// A Namespace Identification Descriptor (CNS 03h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum NsIdDescriptor {
+    /// IEEE Extended Unique Identifier.
+    Eui64([u8; 8]),
+    /// Namespace Globally Unique Identifier.
+    Nguid([u8; 16]),
+    /// Namespace UUID.
+    Uuid([u8; 16]),
+    /// Command Set Identifier (`CSI_*`).
+    Csi(u8),
+    /// A type this driver does not know, skipped.
+    Unknown {
+        /// Namespace Identifier Type.
+        nidt: u8,
+        /// Namespace Identifier Length.
+        len: u8,
+    },
+}
+
+/// Decodes a Namespace Identification Descriptor list (CNS 03h), stopping at
+/// NIDT 0 or the end of the buffer.
+///
+/// Errors when a descriptor runs past the buffer or a known type has the
+/// wrong NIDL.
+pub fn parse_ns_id_descriptors(buf: &[u8]) -> Result<Vec<NsIdDescriptor>, ParseError> {
+    const WHAT: &str = "Namespace Identification Descriptor";
+    let mut descriptors = Vec::new();
+    let mut offset = 0;
+    while offset < buf.len() {
+        let nidt = u8_at(buf, offset);
+        if nidt == 0 {
+            break;
+        }
+        let header_end = offset + NS_ID_DESCRIPTOR_HEADER;
+        check_len(buf, header_end, WHAT)?;
+        let nidl = u8_at(buf, offset + 1);
+        let end = header_end + usize::from(nidl);
+        check_len(buf, end, WHAT)?;
+        let expected_nidl = match nidt {
+            NIDT_EUI64 => Some(NIDL_EUI64),
+            NIDT_NGUID => Some(NIDL_NGUID),
+            NIDT_UUID => Some(NIDL_UUID),
+            NIDT_CSI => Some(NIDL_CSI),
+            _ => None,
+        };
+        if expected_nidl.is_some_and(|expected| expected != nidl) {
+            return Err(ParseError::InvalidField {
+                what: WHAT,
+                field: "NIDL",
+                value: u64::from(nidl),
+            });
+        }
+        descriptors.push(match nidt {
+            NIDT_EUI64 => NsIdDescriptor::Eui64(bytes(buf, header_end)),
+            NIDT_NGUID => NsIdDescriptor::Nguid(bytes(buf, header_end)),
+            NIDT_UUID => NsIdDescriptor::Uuid(bytes(buf, header_end)),
+            NIDT_CSI => NsIdDescriptor::Csi(u8_at(buf, header_end)),
+            _ => NsIdDescriptor::Unknown { nidt, len: nidl },
+        });
+        offset = end;
+    }
+    Ok(descriptors)
+}
+
+/// The Command Set Identifier among the descriptors, if one is reported.
+pub fn command_set(descriptors: &[NsIdDescriptor]) -> Option<u8> {
+    descriptors.iter().find_map(|d| match d {
+        NsIdDescriptor::Csi(csi) => Some(*csi),
+        _ => None,
+    })
+}
+
+/// Byte offsets in the I/O Command Set specific Identify Controller data
+/// structure for the NVM Command Set (CNS 06h, CSI 00h; NVM Command Set 1.0).
+pub mod nvm_controller_offsets {
+    /// Verify Size Limit.
+    pub const VSL: usize = 0;
+    /// Write Zeroes Size Limit.
+    pub const WZSL: usize = 1;
+    /// Write Uncorrectable Size Limit.
+    pub const WUSL: usize = 2;
+    /// Dataset Management Ranges Limit.
+    pub const DMRL: usize = 3;
+    /// Dataset Management Range Size Limit.
+    pub const DMRSL: usize = 4;
+    /// Dataset Management Size Limit.
+    pub const DMSL: usize = 8;
+}
+
+/// I/O Command Set specific Identify Controller, NVM Command Set (CNS 06h,
+/// CSI 00h). Zero in any field means no limit.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentifyControllerNvm {
+    /// Verify Size Limit: `2^VSL` units of CAP.MPSMIN.
+    pub vsl: u8,
+    /// Write Zeroes Size Limit: `2^WZSL` units of CAP.MPSMIN.
+    pub wzsl: u8,
+    /// Write Uncorrectable Size Limit: `2^WUSL` units of CAP.MPSMIN.
+    pub wusl: u8,
+    /// Dataset Management Ranges Limit: ranges per command.
+    pub dmrl: u8,
+    /// Dataset Management Range Size Limit: logical blocks per range.
+    pub dmrsl: u32,
+    /// Dataset Management Size Limit: logical blocks per command.
+    pub dmsl: u64,
+}
+
+impl IdentifyControllerNvm {
+    /// Bytes required: up to the end of DMSL.
+    pub const MIN_LEN: usize = nvm_controller_offsets::DMSL + 8;
+    const WHAT: &'static str = "Identify Controller (NVM Command Set)";
+
+    /// Decodes the data structure.
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        use nvm_controller_offsets as off;
+        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
+        Ok(Self {
+            vsl: u8_at(buf, off::VSL),
+            wzsl: u8_at(buf, off::WZSL),
+            wusl: u8_at(buf, off::WUSL),
+            dmrl: u8_at(buf, off::DMRL),
+            dmrsl: u32_at(buf, off::DMRSL),
+            dmsl: u64_at(buf, off::DMSL),
+        })
+    }
+
+    /// Largest Write Zeroes in bytes, `None` if unlimited. Saturates.
+    pub fn write_zeroes_size_limit_bytes(&self, min_page_size: usize) -> Option<u64> {
+        (self.wzsl != 0).then(|| power_of_two_units(min_page_size, self.wzsl))
+    }
+
+    /// Largest Verify in bytes, `None` if unlimited. Saturates.
+    pub fn verify_size_limit_bytes(&self, min_page_size: usize) -> Option<u64> {
+        (self.vsl != 0).then(|| power_of_two_units(min_page_size, self.vsl))
+    }
+
+    /// Largest Write Uncorrectable in bytes, `None` if unlimited. Saturates.
+    pub fn write_uncorrectable_size_limit_bytes(&self, min_page_size: usize) -> Option<u64> {
+        (self.wusl != 0).then(|| power_of_two_units(min_page_size, self.wusl))
+    }
+}
+
+/// Byte offset of ZASL in the ZNS Identify Controller data structure.
+pub const ZNS_CONTROLLER_ZASL_OFFSET: usize = 0;
+
+/// I/O Command Set specific Identify Controller, Zoned Namespace Command Set
+/// (CNS 06h, CSI 02h; ZNS 1.1).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentifyControllerZns {
+    /// Zone Append Size Limit: `2^ZASL` units of CAP.MPSMIN; 0 means MDTS.
+    pub zasl: u8,
+}
+
+impl IdentifyControllerZns {
+    /// Bytes required.
+    pub const MIN_LEN: usize = ZNS_CONTROLLER_ZASL_OFFSET + 1;
+    const WHAT: &'static str = "Identify Controller (Zoned Namespace Command Set)";
+
+    /// Decodes the data structure.
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
+        Ok(Self {
+            zasl: u8_at(buf, ZNS_CONTROLLER_ZASL_OFFSET),
+        })
+    }
+
+    /// Largest Zone Append in bytes. ZASL 0 defers to MDTS (`mdts_bytes`,
+    /// `None` = unlimited). Otherwise `min_page_size << ZASL`, capped at MDTS
+    /// since MDTS bounds every data transfer. Saturates.
+    pub fn zone_append_size_limit_bytes(
+        &self,
+        min_page_size: usize,
+        mdts_bytes: Option<u64>,
+    ) -> Option<u64> {
+        if self.zasl == 0 {
+            return mdts_bytes;
+        }
+        let zasl_bytes = power_of_two_units(min_page_size, self.zasl);
+        Some(mdts_bytes.map_or(zasl_bytes, |mdts| zasl_bytes.min(mdts)))
+    }
+}
+
+/// Byte offsets in the I/O Command Set specific Identify Namespace data
+/// structure for the Zoned Namespace Command Set (CNS 05h, CSI 02h; ZNS 1.1).
+pub mod zns_namespace_offsets {
+    /// Zone Operation Characteristics.
+    pub const ZOC: usize = 0;
+    /// Optional Zoned Command Support.
+    pub const OZCS: usize = 2;
+    /// Maximum Active Resources, 0-based.
+    pub const MAR: usize = 4;
+    /// Maximum Open Resources, 0-based.
+    pub const MOR: usize = 8;
+    /// Reset Recommended Limit, seconds.
+    pub const RRL: usize = 12;
+    /// Finish Recommended Limit, seconds.
+    pub const FRL: usize = 16;
+    /// LBA Format Extension 0; 64 entries of 16 bytes follow.
+    pub const LBAFE: usize = 2816;
+}
+
+/// Bytes per LBA Format Extension entry.
+pub const ZNS_LBAFE_SIZE: usize = 16;
+/// MAR/MOR value meaning no limit.
+pub const ZNS_RESOURCES_UNLIMITED: u32 = 0xFFFF_FFFF;
+
+/// ZOC bit 0: Variable Zone Capacity.
+const ZOC_VARIABLE_ZONE_CAPACITY: u16 = 1 << 0;
+/// ZOC bit 1: Zone Active Excursions.
+const ZOC_ZONE_ACTIVE_EXCURSIONS: u16 = 1 << 1;
+/// OZCS bit 0: Read Across Zone Boundaries.
+const OZCS_READ_ACROSS_ZONE_BOUNDARIES: u16 = 1 << 0;
+
+/// A ZNS LBA Format Extension: zone geometry for the LBA format of the same
+/// index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ZnsLbaFormatExtension {
+    /// Zone Size, logical blocks.
+    pub zsze: u64,
+    /// Zone Descriptor Extension Size, in 64-byte units.
+    pub zdes: u8,
+}
+
+/// I/O Command Set specific Identify Namespace, Zoned Namespace Command Set
+/// (CNS 05h, CSI 02h).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentifyNamespaceZns {
+    /// Zone Operation Characteristics.
+    pub zoc: u16,
+    /// Optional Zoned Command Support.
+    pub ozcs: u16,
+    /// Maximum Active Resources, 0-based; FFFFFFFFh: no limit.
+    pub mar: u32,
+    /// Maximum Open Resources, 0-based; FFFFFFFFh: no limit.
+    pub mor: u32,
+    /// Reset Recommended Limit, seconds (0: not reported).
+    pub rrl: u32,
+    /// Finish Recommended Limit, seconds (0: not reported).
+    pub frl: u32,
+    /// LBA Format Extensions, indexed like the NVM namespace's LBA formats.
+    pub lbafe: Vec<ZnsLbaFormatExtension>,
+}
+
+impl IdentifyNamespaceZns {
+    /// Bytes required: everything before the LBA Format Extensions. As many
+    /// whole extensions as the buffer holds are decoded (all 64 from a full
+    /// 4096-byte page).
+    pub const MIN_LEN: usize = zns_namespace_offsets::LBAFE;
+    const WHAT: &'static str = "Identify Namespace (Zoned Namespace Command Set)";
+
+    /// Decodes the data structure.
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        use zns_namespace_offsets as off;
+        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
+        let lbafe_count = ((buf.len() - off::LBAFE) / ZNS_LBAFE_SIZE).min(LBA_FORMATS_MAX);
+        let lbafe = (0..lbafe_count)
+            .map(|i| {
+                let at = off::LBAFE + i * ZNS_LBAFE_SIZE;
+                ZnsLbaFormatExtension {
+                    zsze: u64_at(buf, at),
+                    zdes: u8_at(buf, at + 8),
+                }
+            })
+            .collect();
+        Ok(Self {
+            zoc: u16_at(buf, off::ZOC),
+            ozcs: u16_at(buf, off::OZCS),
+            mar: u32_at(buf, off::MAR),
+            mor: u32_at(buf, off::MOR),
+            rrl: u32_at(buf, off::RRL),
+            frl: u32_at(buf, off::FRL),
+            lbafe,
+        })
+    }
+
+    /// Zones that may be active at once, or `None` for no limit.
+    pub fn max_active_resources(&self) -> Option<u32> {
+        (self.mar != ZNS_RESOURCES_UNLIMITED).then(|| self.mar + 1)
+    }
+
+    /// Zones that may be open at once, or `None` for no limit.
+    pub fn max_open_resources(&self) -> Option<u32> {
+        (self.mor != ZNS_RESOURCES_UNLIMITED).then(|| self.mor + 1)
+    }
+
+    /// ZOC bit 0: zone capacity may change on Zone Reset.
+    pub fn variable_zone_capacity(&self) -> bool {
+        self.zoc & ZOC_VARIABLE_ZONE_CAPACITY != 0
+    }
+
+    /// ZOC bit 1: the controller may finish active zones on its own.
+    pub fn zone_active_excursions(&self) -> bool {
+        self.zoc & ZOC_ZONE_ACTIVE_EXCURSIONS != 0
+    }
+
+    /// OZCS bit 0: reads may cross zone boundaries.
+    pub fn read_across_zone_boundaries(&self) -> bool {
+        self.ozcs & OZCS_READ_ACROSS_ZONE_BOUNDARIES != 0
+    }
+
+    /// Zone size in logical blocks for LBA format `lba_format_index` (use
+    /// [`IdentifyNamespace::current_lba_format_index`]). Errors when the
+    /// extension is missing or ZSZE is 0.
+    pub fn zone_size_blocks(&self, lba_format_index: usize) -> Result<u64, ParseError> {
+        match self.lbafe.get(lba_format_index) {
+            Some(ext) if ext.zsze != 0 => Ok(ext.zsze),
+            Some(ext) => Err(ParseError::InvalidField {
+                what: Self::WHAT,
+                field: "ZSZE",
+                value: ext.zsze,
+            }),
+            None => Err(ParseError::InvalidField {
+                what: Self::WHAT,
+                field: "LBAFE index",
+                value: lba_format_index as u64,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page() -> Vec<u8> {
+        vec![0u8; IDENTIFY_DATA_SIZE]
+    }
+
+    fn put(buf: &mut [u8], offset: usize, data: &[u8]) {
+        buf[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    fn put_ascii(buf: &mut [u8], offset: usize, len: usize, text: &str) {
+        let mut field = vec![b' '; len];
+        field[..text.len()].copy_from_slice(text.as_bytes());
+        put(buf, offset, &field);
+    }
+
+    /// An Identify Controller page like QEMU 7.2's emulated controller
+    /// returns (hw/nvme/ctrl.c, nvme_init_ctrl).
+    fn qemu_controller_page() -> Vec<u8> {
+        let mut buf = page();
+        put(&mut buf, 0, &0x1B36u16.to_le_bytes());
+        put(&mut buf, 2, &0x1AF4u16.to_le_bytes());
+        put_ascii(&mut buf, 4, 20, "deadbeef");
+        put_ascii(&mut buf, 24, 40, "QEMU NVMe Ctrl");
+        put_ascii(&mut buf, 64, 8, "7.2.0");
+        buf[72] = 6; // RAB
+        put(&mut buf, 73, &[0x00, 0x54, 0x52]); // IEEE OUI 525400h
+        buf[77] = 7; // MDTS
+        put(&mut buf, 80, &0x0001_0400u32.to_le_bytes()); // VER 1.4.0
+        put(&mut buf, 96, &0x0000_0010u32.to_le_bytes()); // CTRATT
+        buf[111] = 1; // CNTRLTYPE: I/O controller
+        put(&mut buf, 256, &0x010Au16.to_le_bytes()); // OACS
+        buf[258] = 3; // ACL
+        buf[259] = 3; // AERL
+        buf[260] = 0x03; // FRMW
+        buf[261] = 0x0E; // LPA
+        buf[262] = 0x03; // ELPE
+        put(&mut buf, 266, &343u16.to_le_bytes()); // WCTEMP
+        put(&mut buf, 268, &373u16.to_le_bytes()); // CCTEMP
+        buf[512] = 0x66; // SQES
+        buf[513] = 0x44; // CQES
+        put(&mut buf, 516, &256u32.to_le_bytes()); // NN
+        put(&mut buf, 520, &0x015Du16.to_le_bytes()); // ONCS
+        buf[525] = 0x07; // VWC: present, broadcast flush supported
+        put(&mut buf, 534, &0x0001u16.to_le_bytes()); // OCFS
+        put(&mut buf, 536, &0x0000_0001u32.to_le_bytes()); // SGLS
+        let subnqn = b"nqn.2019-08.org.qemu:deadbeef";
+        put(&mut buf, 768, subnqn); // NUL-padded
+        buf
+    }
+
+    #[test]
+    fn controller_offsets_match_spec() {
+        use controller_offsets::*;
+        let pinned = [
+            (VID, 0),
+            (SSVID, 2),
+            (SN, 4),
+            (MN, 24),
+            (FR, 64),
+            (RAB, 72),
+            (IEEE, 73),
+            (CMIC, 76),
+            (MDTS, 77),
+            (CNTLID, 78),
+            (VER, 80),
+            (RTD3R, 84),
+            (RTD3E, 88),
+            (OAES, 92),
+            (CTRATT, 96),
+            (CNTRLTYPE, 111),
+            (CRDT1, 128),
+            (OACS, 256),
+            (ACL, 258),
+            (AERL, 259),
+            (FRMW, 260),
+            (LPA, 261),
+            (ELPE, 262),
+            (NPSS, 263),
+            (WCTEMP, 266),
+            (CCTEMP, 268),
+            (TNVMCAP, 280),
+            (UNVMCAP, 296),
+            (SQES, 512),
+            (CQES, 513),
+            (MAXCMD, 514),
+            (NN, 516),
+            (ONCS, 520),
+            (FUSES, 522),
+            (FNA, 524),
+            (VWC, 525),
+            (AWUN, 526),
+            (AWUPF, 528),
+            (ACWU, 532),
+            (OCFS, 534),
+            (SGLS, 536),
+            (MNAN, 540),
+            (SUBNQN, 768),
+        ];
+        for (offset, spec) in pinned {
+            assert_eq!(offset, spec);
+        }
+        assert_eq!(IdentifyController::MIN_LEN, 1024);
+    }
+
+    #[test]
+    fn controller_qemu_7_2() {
+        let id = IdentifyController::parse(&qemu_controller_page()).unwrap();
+        assert_eq!(id.vid, 0x1B36);
+        assert_eq!(id.ssvid, 0x1AF4);
+        assert_eq!(id.sn, "deadbeef");
+        assert_eq!(id.mn, "QEMU NVMe Ctrl");
+        assert_eq!(id.fr, "7.2.0");
+        assert_eq!(id.rab, 6);
+        assert_eq!(id.ieee, [0x00, 0x54, 0x52]);
+        assert_eq!(id.mdts, 7);
+        assert_eq!(id.max_transfer_bytes(4096), Some(512 * 1024));
+        assert_eq!(id.version(), Vs::V1_4);
+        assert_eq!(id.ctratt, 0x10);
+        assert_eq!(id.cntrltype, 1);
+        assert_eq!(
+            id.oacs,
+            Oacs::FORMAT | Oacs::NS_MANAGEMENT | Oacs::DOORBELL_BUFFER_CONFIG
+        );
+        assert_eq!(
+            (id.acl, id.aerl, id.frmw, id.lpa, id.elpe),
+            (3, 3, 3, 0x0E, 3)
+        );
+        assert_eq!((id.wctemp, id.cctemp), (343, 373));
+        assert_eq!((id.sqes_required(), id.sqes_maximum()), (6, 6));
+        assert_eq!((id.cqes_required(), id.cqes_maximum()), (4, 4));
+        assert_eq!(id.nn, 256);
+        assert_eq!(
+            id.oncs,
+            Oncs::COMPARE
+                | Oncs::DATASET_MANAGEMENT
+                | Oncs::WRITE_ZEROES
+                | Oncs::SAVE_SELECT
+                | Oncs::TIMESTAMP
+                | Oncs::COPY
+        );
+        assert_eq!(id.oncs.bits(), 0x15D);
+        assert!(!id.oncs.contains(Oncs::VERIFY));
+        assert_eq!(id.vwc, 0x07);
+        assert!(id.volatile_write_cache_present());
+        assert_eq!(id.ocfs, 1);
+        assert!(id.sgl_supported());
+        assert_eq!(id.subnqn, "nqn.2019-08.org.qemu:deadbeef");
+    }
+
+    #[test]
+    fn controller_unknown_bits_are_kept() {
+        let mut buf = qemu_controller_page();
+        put(&mut buf, 256, &0xF000u16.to_le_bytes());
+        put(&mut buf, 520, &0x8000u16.to_le_bytes());
+        let id = IdentifyController::parse(&buf).unwrap();
+        assert_eq!(id.oacs.bits(), 0xF000);
+        assert_eq!(id.oncs.bits(), 0x8000);
+    }
+
+    #[test]
+    fn controller_short_buffer() {
+        let buf = qemu_controller_page();
+        assert_eq!(
+            IdentifyController::parse(&buf[..1023]),
+            Err(ParseError::TooShort {
+                what: "Identify Controller",
+                expected: 1024,
+                got: 1023
+            })
+        );
+        assert!(IdentifyController::parse(&buf[..1024]).is_ok());
+        assert!(IdentifyController::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn ascii_fields() {
+        assert_eq!(ascii_field(b"abc   "), "abc");
+        assert_eq!(ascii_field(b"  abc\0\0"), "abc");
+        assert_eq!(ascii_field(b"a b c "), "a b c");
+        assert_eq!(ascii_field(b"\0\0\0"), "");
+        assert_eq!(ascii_field(b""), "");
+        assert_eq!(ascii_field(b"x\xFFy\x01z"), "x\u{FFFD}y\u{FFFD}z");
+        assert_eq!(ascii_field(b"a\0b"), "a\u{FFFD}b");
+    }
+
+    #[test]
+    fn max_transfer_bytes() {
+        let mut id = IdentifyController::parse(&qemu_controller_page()).unwrap();
+        id.mdts = 0;
+        assert_eq!(id.max_transfer_bytes(4096), None);
+        id.mdts = 5;
+        assert_eq!(id.max_transfer_bytes(4096), Some(128 * 1024));
+        assert_eq!(id.max_transfer_bytes(16384), Some(512 * 1024));
+        id.mdts = 52;
+        // 4096 << 52 is 2^64: saturates.
+        assert_eq!(id.max_transfer_bytes(4096), Some(u64::MAX));
+        id.mdts = 63;
+        assert_eq!(id.max_transfer_bytes(4096), Some(u64::MAX));
+        id.mdts = 255;
+        assert_eq!(id.max_transfer_bytes(4096), Some(u64::MAX));
+        id.mdts = 51;
+        assert_eq!(id.max_transfer_bytes(4096), Some(1 << 63));
+    }
+
+    /// An Identify Namespace page like QEMU 7.2 returns for a 1 GiB
+    /// namespace: 8 LBA formats, format 0 (512 B, no metadata) in use.
+    fn qemu_namespace_page() -> Vec<u8> {
+        let mut buf = page();
+        let blocks: u64 = (1 << 30) / 512;
+        put(&mut buf, 0, &blocks.to_le_bytes());
+        put(&mut buf, 8, &blocks.to_le_bytes());
+        put(&mut buf, 16, &blocks.to_le_bytes());
+        buf[24] = 0x14; // NSFEAT
+        buf[25] = 7; // NLBAF
+        buf[26] = 0; // FLBAS
+        buf[27] = 0x03; // MC
+        buf[28] = 0x1F; // DPC
+        buf[33] = 0x09; // DLFEAT: zeroes, Write Zeroes DEAC
+        put(&mut buf, 48, &(1u128 << 30).to_le_bytes()); // NVMCAP
+        put(&mut buf, 64, &7u16.to_le_bytes()); // NPWG
+        put(&mut buf, 72, &7u16.to_le_bytes()); // NOWS
+        put(&mut buf, 74, &128u16.to_le_bytes()); // MSSRL
+        put(&mut buf, 76, &128u32.to_le_bytes()); // MCL
+        buf[80] = 127; // MSRC
+        put(&mut buf, 104, &[0x11; 16]); // NGUID
+        put(&mut buf, 120, &[0x22; 8]); // EUI64
+
+        // (MS, LBADS) per format, as QEMU lists them.
+        let formats: [(u16, u8); 8] = [
+            (0, 9),
+            (8, 9),
+            (16, 9),
+            (64, 9),
+            (0, 12),
+            (8, 12),
+            (16, 12),
+            (64, 12),
+        ];
+        for (i, (ms, lbads)) in formats.iter().enumerate() {
+            let dword = u32::from(*ms) | u32::from(*lbads) << 16;
+            put(&mut buf, 128 + 4 * i, &dword.to_le_bytes());
+        }
+        buf
+    }
+
+    #[test]
+    fn namespace_offsets_match_spec() {
+        use namespace_offsets::*;
+        let pinned = [
+            (NSZE, 0),
+            (NCAP, 8),
+            (NUSE, 16),
+            (NSFEAT, 24),
+            (NLBAF, 25),
+            (FLBAS, 26),
+            (MC, 27),
+            (DPC, 28),
+            (DPS, 29),
+            (NMIC, 30),
+            (RESCAP, 31),
+            (FPI, 32),
+            (DLFEAT, 33),
+            (NAWUN, 34),
+            (NAWUPF, 36),
+            (NACWU, 38),
+            (NABSN, 40),
+            (NABO, 42),
+            (NABSPF, 44),
+            (NOIOB, 46),
+            (NVMCAP, 48),
+            (NPWG, 64),
+            (NPWA, 66),
+            (NPDG, 68),
+            (NPDA, 70),
+            (NOWS, 72),
+            (MSSRL, 74),
+            (MCL, 76),
+            (MSRC, 80),
+            (ANAGRPID, 92),
+            (NSATTR, 99),
+            (NVMSETID, 100),
+            (ENDGID, 102),
+            (NGUID, 104),
+            (EUI64, 120),
+            (LBAF, 128),
+        ];
+        for (offset, spec) in pinned {
+            assert_eq!(offset, spec);
+        }
+        // LBAF63 ends at byte 383.
+        assert_eq!(IdentifyNamespace::MIN_LEN, 384);
+    }
+
+    #[test]
+    fn namespace_qemu_7_2() {
+        let ns = IdentifyNamespace::parse(&qemu_namespace_page()).unwrap();
+        assert_eq!(ns.nsze, 2 * 1024 * 1024);
+        assert_eq!(ns.ncap, ns.nsze);
+        assert_eq!(ns.nuse, ns.nsze);
+        assert_eq!(ns.nsfeat, 0x14);
+        assert_eq!(ns.nlbaf, 7);
+        assert_eq!(ns.lbaf.len(), 8);
+        assert_eq!(ns.mc, 0x03);
+        assert_eq!(ns.dpc, 0x1F);
+        assert_eq!(ns.nvmcap, 1 << 30);
+        assert_eq!(
+            (ns.npwg, ns.nows, ns.mssrl, ns.mcl, ns.msrc),
+            (7, 7, 128, 128, 127)
+        );
+        assert_eq!(ns.nguid, [0x11; 16]);
+        assert_eq!(ns.eui64, [0x22; 8]);
+        assert_eq!(ns.current_lba_format_index(), 0);
+        assert_eq!(
+            ns.current_lba_format().unwrap(),
+            LbaFormat {
+                ms: 0,
+                lbads: 9,
+                rp: 0
+            }
+        );
+        assert_eq!(ns.block_size(), Ok(512));
+        assert!(!ns.metadata_at_end());
+        assert_eq!(
+            ns.lbaf[7],
+            LbaFormat {
+                ms: 64,
+                lbads: 12,
+                rp: 0
+            }
+        );
+        let dlfeat = ns.deallocate_features();
+        assert_eq!(dlfeat.read_behavior(), DeallocateReadBehavior::Zeroes);
+        assert!(dlfeat.write_zeroes_deac_supported());
+        assert!(!dlfeat.guard_crc_valid());
+    }
+
+    #[test]
+    fn namespace_format_selection() {
+        let mut buf = qemu_namespace_page();
+        buf[26] = 0x14; // FLBAS: format 4, metadata at end
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert_eq!(ns.current_lba_format_index(), 4);
+        assert_eq!(ns.block_size(), Ok(4096));
+        assert!(ns.metadata_at_end());
+
+        // FLBAS bits 6:5 are reserved with 16 or fewer formats...
+        buf[26] = 0x61;
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert_eq!(ns.current_lba_format_index(), 1);
+        // ...and the high index bits with more.
+        buf[25] = 39; // NLBAF: 40 formats
+        put(&mut buf, 128 + 4 * 49, &(12u32 << 16).to_le_bytes());
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert_eq!(ns.lbaf.len(), 40);
+        assert_eq!(ns.current_lba_format_index(), 0x31);
+        // Index 49 exceeds NLBAF 39.
+        assert_eq!(
+            ns.current_lba_format(),
+            Err(ParseError::InvalidField {
+                what: "Identify Namespace",
+                field: "FLBAS",
+                value: 0x61
+            })
+        );
+        buf[25] = 63;
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert_eq!(ns.block_size(), Ok(4096));
+    }
+
+    #[test]
+    fn namespace_flbas_beyond_nlbaf() {
+        let mut buf = qemu_namespace_page();
+        buf[26] = 9; // index 9 > NLBAF 7
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert!(matches!(
+            ns.current_lba_format(),
+            Err(ParseError::InvalidField { field: "FLBAS", .. })
+        ));
+        assert!(ns.block_size().is_err());
+    }
+
+    #[test]
+    fn namespace_lbads_zero_and_huge() {
+        let mut buf = qemu_namespace_page();
+        put(&mut buf, 128, &0u32.to_le_bytes()); // LBAF0: LBA data size 0
+        let ns = IdentifyNamespace::parse(&buf).unwrap();
+        assert_eq!(
+            ns.block_size(),
+            Err(ParseError::InvalidField {
+                what: "LBA Format",
+                field: "LBADS",
+                value: 0
+            })
+        );
+        for (lbads, ok) in [
+            (8, false),
+            (9, true),
+            (12, true),
+            (16, true),
+            (17, false),
+            (255, false),
+        ] {
+            let format = LbaFormat {
+                ms: 0,
+                lbads,
+                rp: 0,
+            };
+            assert_eq!(format.block_size().is_ok(), ok, "LBADS {lbads}");
+        }
+    }
+
+    #[test]
+    fn lba_format_dword() {
+        let format = LbaFormat::from_dword(0xFF0C_0040);
+        assert_eq!(
+            format,
+            LbaFormat {
+                ms: 64,
+                lbads: 12,
+                rp: 3
+            }
+        );
+    }
+
+    #[test]
+    fn deallocate_read_behavior() {
+        assert_eq!(
+            DlFeat(0).read_behavior(),
+            DeallocateReadBehavior::NotReported
+        );
+        assert_eq!(DlFeat(2).read_behavior(), DeallocateReadBehavior::Ones);
+        assert_eq!(
+            DlFeat(5).read_behavior(),
+            DeallocateReadBehavior::Reserved(5)
+        );
+        assert!(DlFeat(1 << 4).guard_crc_valid());
+    }
+
+    #[test]
+    fn namespace_short_and_all_ones() {
+        assert!(matches!(
+            IdentifyNamespace::parse(&[0u8; 383]),
+            Err(ParseError::TooShort {
+                expected: 384,
+                got: 383,
+                ..
+            })
+        ));
+        let ns = IdentifyNamespace::parse(&[0xFF; IDENTIFY_DATA_SIZE]).unwrap();
+        assert_eq!(ns.nlbaf, 255);
+        assert_eq!(ns.lbaf.len(), 64);
+        assert_eq!(ns.current_lba_format_index(), 0x3F);
+        // Index 63 exists, but LBADS 255 does not pass.
+        assert!(matches!(
+            ns.block_size(),
+            Err(ParseError::InvalidField {
+                field: "LBADS",
+                value: 255,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn active_namespace_list() {
+        let mut buf = page();
+        for (i, nsid) in [1u32, 2, 5, 300].iter().enumerate() {
+            put(&mut buf, 4 * i, &nsid.to_le_bytes());
+        }
+        assert_eq!(parse_active_namespace_list(&buf), Ok(vec![1, 2, 5, 300]));
+        assert_eq!(parse_active_namespace_list(&page()), Ok(vec![]));
+        assert!(matches!(
+            parse_active_namespace_list(&buf[..4095]),
+            Err(ParseError::TooShort { .. })
+        ));
+    }
+
+    #[test]
+    fn active_namespace_list_full_page_never_terminates() {
+        let mut buf = page();
+        for i in 0..1024u32 {
+            put(&mut buf, 4 * i as usize, &(i + 1).to_le_bytes());
+        }
+        let ids = parse_active_namespace_list(&buf).unwrap();
+        assert_eq!(ids.len(), 1024);
+        assert_eq!(ids[1023], 1024);
+    }
+
+    #[test]
+    fn active_namespace_list_rejects_disorder_and_broadcast() {
+        let mut buf = page();
+        put(&mut buf, 0, &5u32.to_le_bytes());
+        put(&mut buf, 4, &5u32.to_le_bytes());
+        assert_eq!(
+            parse_active_namespace_list(&buf),
+            Err(ParseError::InvalidField {
+                what: "Active Namespace ID list",
+                field: "NSID",
+                value: 5
+            })
+        );
+        assert!(parse_active_namespace_list(&[0xFF; IDENTIFY_DATA_SIZE]).is_err());
+    }
+
+    fn descriptor(nidt: u8, nid: &[u8]) -> Vec<u8> {
+        let mut out = vec![nidt, nid.len() as u8, 0, 0];
+        out.extend_from_slice(nid);
+        out
+    }
+
+    #[test]
+    fn ns_id_descriptors() {
+        let mut buf = page();
+        let mut list = descriptor(NIDT_EUI64, &[1; 8]);
+        list.extend(descriptor(NIDT_NGUID, &[2; 16]));
+        list.extend(descriptor(NIDT_UUID, &[3; 16]));
+        list.extend(descriptor(0x7, &[9; 5]));
+        list.extend(descriptor(NIDT_CSI, &[CSI_ZONED]));
+        put(&mut buf, 0, &list);
+        let descriptors = parse_ns_id_descriptors(&buf).unwrap();
+        assert_eq!(
+            descriptors,
+            vec![
+                NsIdDescriptor::Eui64([1; 8]),
+                NsIdDescriptor::Nguid([2; 16]),
+                NsIdDescriptor::Uuid([3; 16]),
+                NsIdDescriptor::Unknown { nidt: 7, len: 5 },
+                NsIdDescriptor::Csi(CSI_ZONED),
+            ]
+        );
+        assert_eq!(command_set(&descriptors), Some(CSI_ZONED));
+        assert_eq!(command_set(&descriptors[..3]), None);
+        assert_eq!(parse_ns_id_descriptors(&page()), Ok(vec![]));
+        assert_eq!(parse_ns_id_descriptors(&[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn ns_id_descriptor_bad_length() {
+        let mut buf = page();
+        put(&mut buf, 0, &descriptor(NIDT_CSI, &[0, 0]));
+        assert_eq!(
+            parse_ns_id_descriptors(&buf),
+            Err(ParseError::InvalidField {
+                what: "Namespace Identification Descriptor",
+                field: "NIDL",
+                value: 2
+            })
+        );
+        let mut buf = page();
+        put(&mut buf, 0, &descriptor(NIDT_EUI64, &[0; 16]));
+        assert!(parse_ns_id_descriptors(&buf).is_err());
+    }
+
+    #[test]
+    fn ns_id_descriptor_past_end() {
+        // NGUID needs 20 bytes; give 12.
+        let mut buf = descriptor(NIDT_NGUID, &[2; 16]);
+        buf.truncate(12);
+        assert_eq!(
+            parse_ns_id_descriptors(&buf),
+            Err(ParseError::TooShort {
+                what: "Namespace Identification Descriptor",
+                expected: 20,
+                got: 12
+            })
+        );
+        // A header cut short.
+        assert!(matches!(
+            parse_ns_id_descriptors(&[NIDT_CSI, 1]),
+            Err(ParseError::TooShort {
+                expected: 4,
+                got: 2,
+                ..
+            })
+        ));
+        // Unknown types with NIDL running past the page.
+        let all_ones = [0xFF; IDENTIFY_DATA_SIZE];
+        let mut ones_then_end = all_ones.to_vec();
+        ones_then_end.truncate(200);
+        assert!(parse_ns_id_descriptors(&ones_then_end).is_err());
+        // All 0xFF: 15 unknown descriptors of 259 bytes, then one runs past.
+        assert!(matches!(
+            parse_ns_id_descriptors(&all_ones),
+            Err(ParseError::TooShort { got: 4096, .. })
+        ));
+    }
+
+    #[test]
+    fn nvm_controller() {
+        use nvm_controller_offsets::*;
+        assert_eq!([VSL, WZSL, WUSL, DMRL, DMRSL, DMSL], [0, 1, 2, 3, 4, 8]);
+        let mut buf = page();
+        buf[0] = 7;
+        buf[1] = 8;
+        buf[2] = 9;
+        buf[3] = 128;
+        put(&mut buf, 4, &0x0001_0000u32.to_le_bytes());
+        put(&mut buf, 8, &0x0000_0001_0000_0000u64.to_le_bytes());
+        let nvm = IdentifyControllerNvm::parse(&buf).unwrap();
+        assert_eq!(
+            nvm,
+            IdentifyControllerNvm {
+                vsl: 7,
+                wzsl: 8,
+                wusl: 9,
+                dmrl: 128,
+                dmrsl: 0x1_0000,
+                dmsl: 0x1_0000_0000,
+            }
+        );
+        assert_eq!(nvm.verify_size_limit_bytes(4096), Some(512 * 1024));
+        assert_eq!(nvm.write_zeroes_size_limit_bytes(4096), Some(1024 * 1024));
+        assert_eq!(
+            nvm.write_uncorrectable_size_limit_bytes(4096),
+            Some(2048 * 1024)
+        );
+        let unlimited = IdentifyControllerNvm::parse(&page()).unwrap();
+        assert_eq!(unlimited.write_zeroes_size_limit_bytes(4096), None);
+        assert!(matches!(
+            IdentifyControllerNvm::parse(&[0; 15]),
+            Err(ParseError::TooShort { expected: 16, .. })
+        ));
+    }
+
+    #[test]
+    fn zns_controller() {
+        let mut buf = page();
+        let zns = IdentifyControllerZns::parse(&buf).unwrap();
+        assert_eq!(zns.zasl, 0);
+        assert_eq!(
+            zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)),
+            Some(512 * 1024)
+        );
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), None);
+        buf[0] = 5;
+        let zns = IdentifyControllerZns::parse(&buf).unwrap();
+        assert_eq!(
+            zns.zone_append_size_limit_bytes(4096, None),
+            Some(128 * 1024)
+        );
+        assert_eq!(
+            zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)),
+            Some(128 * 1024)
+        );
+        assert_eq!(
+            zns.zone_append_size_limit_bytes(4096, Some(64 * 1024)),
+            Some(64 * 1024)
+        );
+        buf[0] = 0xFF;
+        let zns = IdentifyControllerZns::parse(&buf).unwrap();
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), Some(u64::MAX));
+        assert!(IdentifyControllerZns::parse(&[]).is_err());
+    }
+
+    /// A ZNS Identify Namespace page like QEMU 7.2 returns for
+    /// `zoned.zone_size=64M`, `zoned.max_active=8`, `zoned.max_open=8` on
+    /// 4 KiB blocks.
+    fn qemu_zns_namespace_page() -> Vec<u8> {
+        let mut buf = page();
+        put(&mut buf, 4, &7u32.to_le_bytes()); // MAR
+        put(&mut buf, 8, &7u32.to_le_bytes()); // MOR
+        let zone_blocks: u64 = (64 << 20) / 4096;
+        for i in 0..8 {
+            put(&mut buf, 2816 + 16 * i, &zone_blocks.to_le_bytes());
+        }
+        buf
+    }
+
+    #[test]
+    fn zns_namespace_offsets_match_spec() {
+        use zns_namespace_offsets::*;
+        assert_eq!(
+            [ZOC, OZCS, MAR, MOR, RRL, FRL, LBAFE],
+            [0, 2, 4, 8, 12, 16, 2816]
+        );
+        // 64 extensions end where the vendor specific area starts.
+        assert_eq!(LBAFE + LBA_FORMATS_MAX * ZNS_LBAFE_SIZE, 3840);
+    }
+
+    #[test]
+    fn zns_namespace_qemu_7_2() {
+        let zns = IdentifyNamespaceZns::parse(&qemu_zns_namespace_page()).unwrap();
+        assert_eq!(zns.max_active_resources(), Some(8));
+        assert_eq!(zns.max_open_resources(), Some(8));
+        assert_eq!(zns.lbafe.len(), 64);
+        assert_eq!(
+            zns.lbafe[0],
+            ZnsLbaFormatExtension {
+                zsze: 16384,
+                zdes: 0
+            }
+        );
+        assert_eq!(zns.zone_size_blocks(0), Ok(16384));
+        assert!(!zns.variable_zone_capacity());
+        assert!(!zns.zone_active_excursions());
+        assert!(!zns.read_across_zone_boundaries());
+        // Format 8 has no zone size.
+        assert!(matches!(
+            zns.zone_size_blocks(8),
+            Err(ParseError::InvalidField {
+                field: "ZSZE",
+                value: 0,
+                ..
+            })
+        ));
+        assert!(matches!(
+            zns.zone_size_blocks(64),
+            Err(ParseError::InvalidField {
+                field: "LBAFE index",
+                value: 64,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn zns_namespace_limits_and_partial_buffers() {
+        let mut buf = qemu_zns_namespace_page();
+        put(&mut buf, 0, &0x0003u16.to_le_bytes()); // ZOC
+        put(&mut buf, 2, &0x0001u16.to_le_bytes()); // OZCS
+        put(&mut buf, 4, &u32::MAX.to_le_bytes()); // MAR: no limit
+        put(&mut buf, 8, &(u32::MAX - 1).to_le_bytes()); // MOR: the largest limit
+        put(&mut buf, 12, &10u32.to_le_bytes()); // RRL
+        put(&mut buf, 16, &20u32.to_le_bytes()); // FRL
+        buf[2816 + 8] = 2; // ZDES of format 0
+        let zns = IdentifyNamespaceZns::parse(&buf).unwrap();
+        assert_eq!(zns.max_active_resources(), None);
+        assert_eq!(zns.max_open_resources(), Some(u32::MAX));
+        assert!(zns.variable_zone_capacity());
+        assert!(zns.zone_active_excursions());
+        assert!(zns.read_across_zone_boundaries());
+        assert_eq!((zns.rrl, zns.frl), (10, 20));
+        assert_eq!(zns.lbafe[0].zdes, 2);
+
+        // Only the whole extensions that fit are decoded.
+        let partial = IdentifyNamespaceZns::parse(&buf[..2816 + 16 * 3 + 5]).unwrap();
+        assert_eq!(partial.lbafe.len(), 3);
+        assert_eq!(
+            IdentifyNamespaceZns::parse(&buf[..2816])
+                .unwrap()
+                .lbafe
+                .len(),
+            0
+        );
+        assert!(matches!(
+            IdentifyNamespaceZns::parse(&buf[..2815]),
+            Err(ParseError::TooShort {
+                expected: 2816,
+                got: 2815,
+                ..
+            })
+        ));
+        // A buffer longer than a page still yields at most 64.
+        let mut long = buf.clone();
+        long.resize(8192, 0);
+        assert_eq!(IdentifyNamespaceZns::parse(&long).unwrap().lbafe.len(), 64);
+    }
+
+    #[test]
+    fn all_ones_pages_never_panic() {
+        let ones = [0xFF; IDENTIFY_DATA_SIZE];
+        let ctrl = IdentifyController::parse(&ones).unwrap();
+        assert_eq!(ctrl.sn, "\u{FFFD}".repeat(20));
+        assert_eq!(ctrl.max_transfer_bytes(4096), Some(u64::MAX));
+        let zns = IdentifyNamespaceZns::parse(&ones).unwrap();
+        assert_eq!(zns.max_active_resources(), None);
+        assert_eq!(zns.zone_size_blocks(0), Ok(u64::MAX));
+        let nvm = IdentifyControllerNvm::parse(&ones).unwrap();
+        assert_eq!(nvm.verify_size_limit_bytes(1 << 27), Some(u64::MAX));
+    }
+
+    /// xorshift64: a tiny deterministic PRNG for the property test below.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+    }
+
+    #[test]
+    fn random_buffers_never_panic() {
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        let mut buf = vec![0u8; IDENTIFY_DATA_SIZE + 64];
+        for round in 0..2000 {
+            // Mostly full pages; some short or long ones.
+            let len = match round % 4 {
+                0 => (rng.next() as usize) % buf.len(),
+                _ => IDENTIFY_DATA_SIZE,
+            };
+            // Sparse pages reach more interesting paths (list terminators,
+            // small NIDLs) than uniformly random ones.
+            let density = rng.next() % 4;
+            for byte in buf.iter_mut() {
+                let r = rng.next();
+                *byte = if r % 4 <= density { r as u8 } else { 0 };
+            }
+            let page = &buf[..len];
+            if let Ok(ctrl) = IdentifyController::parse(page) {
+                let _ = ctrl.max_transfer_bytes(4096);
+                let _ = ctrl.max_transfer_bytes(1 << 27);
+            }
+            if let Ok(ns) = IdentifyNamespace::parse(page) {
+                let _ = ns.current_lba_format_index();
+                let _ = ns.current_lba_format();
+                let _ = ns.block_size();
+                let _ = ns.deallocate_features().read_behavior();
+            }
+            let _ = parse_active_namespace_list(page);
+            if let Ok(descriptors) = parse_ns_id_descriptors(page) {
+                let _ = command_set(&descriptors);
+            }
+            if let Ok(nvm) = IdentifyControllerNvm::parse(page) {
+                let _ = nvm.write_zeroes_size_limit_bytes(4096);
+            }
+            if let Ok(zns) = IdentifyControllerZns::parse(page) {
+                let _ = zns.zone_append_size_limit_bytes(4096, Some(1 << 20));
+            }
+            if let Ok(zns) = IdentifyNamespaceZns::parse(page) {
+                let _ = zns.max_active_resources();
+                let _ = zns.max_open_resources();
+                let _ = zns.zone_size_blocks(rng.next() as usize % 80);
+            }
+        }
+    }
+}
