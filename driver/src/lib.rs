@@ -2,11 +2,24 @@
 //!
 //! Layers, from the wire up:
 //! - [`spec`]: wire formats as data (registers, SQE, CQE, status, identify
-//!   pages, log pages). Pure, no I/O.
+//!   pages, log pages, zone reports). Pure, no I/O.
 //! - [`cmd`]: pure command builders.
-//! - [`vfio`], [`mmio`], [`dma`]: the platform layer. All `unsafe` that touches
-//!   the device lives here.
-//! - [`controller`]: bring-up, the admin queue and the identify results.
+//! - [`transport`]: the hardware seam (registers and DMA mapping), with
+//!   [`vfio`] as the real implementation.
+//! - [`mmio`], [`dma`]: register access and DMA memory; with [`vfio`] the
+//!   only places that touch device-visible memory.
+//! - [`controller`]: bring-up, the admin queue, identify, log pages.
 
 pub mod cmd;
+pub mod controller;
+pub mod dma;
+mod error;
+pub mod mmio;
+mod queue;
 pub mod spec;
+pub mod transport;
+pub mod vfio;
+
+pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo};
+pub use error::{Error, Result};
+pub use transport::{PciId, Transport};

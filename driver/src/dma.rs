@@ -1,0 +1,293 @@
+//! DMA memory: pinned regions mapped for the device, and a lock-free pool of
+//! fixed-size buffers carved from one region.
+//!
+//! Device-visible memory is only touched through raw pointers with volatile
+//! accesses ([`DmaMemory`]); no `&`/`&mut` ever points into it, because the
+//! device may write it at any moment (see `vfio_ioctls::VfioContainer::vfio_dma_map`).
+
+use crate::error::{Error, Result};
+use crate::spec::command::Command;
+use crate::spec::completion::Completion;
+use crate::transport::Transport;
+use crossbeam_queue::ArrayQueue;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+pub const PAGE_SIZE: usize = 4096;
+pub const HUGE_PAGE_SIZE: usize = 2 << 20;
+
+/// Plain data that any bit pattern makes valid, so it can be read from
+/// device-written memory.
+pub trait Pod: Copy + sealed::Sealed {}
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! pod {
+    ($($t:ty),*) => { $(impl sealed::Sealed for $t {} impl Pod for $t {})* };
+}
+pod!(u8, u16, u32, u64, Command, Completion);
+
+/// Access to device-visible memory through volatile operations only.
+pub trait DmaMemory {
+    /// Start, length and I/O virtual address.
+    fn raw_parts(&self) -> (NonNull<u8>, usize, u64);
+
+    fn iova(&self) -> u64 {
+        self.raw_parts().2
+    }
+
+    fn len(&self) -> usize {
+        self.raw_parts().1
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A raw pointer to `offset`, bounds- and alignment-checked for a `T`.
+    fn pointer<T: Pod>(&self, offset: usize) -> *mut T {
+        let (base, len, _) = self.raw_parts();
+        let size = std::mem::size_of::<T>();
+        assert!(
+            offset.checked_add(size).is_some_and(|end| end <= len),
+            "DMA access {offset}+{size} outside {len}"
+        );
+        // SAFETY: offset + size <= len, inside the allocation.
+        let pointer = unsafe { base.as_ptr().add(offset) }.cast::<T>();
+        assert!(pointer.is_aligned(), "unaligned DMA access at {offset}");
+        pointer
+    }
+
+    /// A volatile read of a `T` at `offset`.
+    fn read<T: Pod>(&self, offset: usize) -> T {
+        // SAFETY: `pointer` checks bounds and alignment; `T: Pod` is valid
+        // for any bits; volatile, so no reference is formed.
+        unsafe { self.pointer::<T>(offset).read_volatile() }
+    }
+
+    /// A volatile write of a `T` at `offset`.
+    fn write<T: Pod>(&self, offset: usize, value: T) {
+        // SAFETY: as in `read`.
+        unsafe { self.pointer::<T>(offset).write_volatile(value) }
+    }
+
+    /// Copies out of device memory with volatile loads.
+    fn copy_out(&self, offset: usize, out: &mut [u8]) {
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = self.read::<u8>(offset + i);
+        }
+    }
+
+    /// Copies into device memory with volatile stores.
+    fn copy_in(&self, offset: usize, data: &[u8]) {
+        for (i, byte) in data.iter().enumerate() {
+            self.write::<u8>(offset + i, *byte);
+        }
+    }
+
+    /// Fills `[offset, offset + len)` with `byte`.
+    fn fill(&self, offset: usize, len: usize, byte: u8) {
+        for i in 0..len {
+            self.write::<u8>(offset + i, byte);
+        }
+    }
+}
+
+/// Pinned, device-mapped memory: one IOMMU mapping. Backed by 2 MiB
+/// hugepages when the size is a multiple of 2 MiB and hugepages are
+/// available, else by 4 KiB pages. Keeps its transport (and so the VFIO
+/// device and container) alive while mapped.
+#[derive(Debug)]
+pub struct DmaRegion {
+    pointer: NonNull<u8>,
+    len: usize,
+    iova: u64,
+    hugepages: bool,
+    transport: Arc<dyn Transport>,
+}
+
+// SAFETY: the region is plain memory reachable only through volatile
+// accesses via `DmaMemory`; moving it between threads is sound.
+unsafe impl Send for DmaRegion {}
+// SAFETY: shared access is volatile raw-pointer access only.
+unsafe impl Sync for DmaRegion {}
+
+impl DmaRegion {
+    /// Allocates and maps at least `len` bytes, zeroed.
+    pub fn allocate(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("DMA region of 0 bytes".into()));
+        }
+        let huge_len = len.next_multiple_of(HUGE_PAGE_SIZE);
+        let huge = if len >= HUGE_PAGE_SIZE {
+            map_anonymous(huge_len, true)
+        } else {
+            None
+        };
+        let (pointer, len, hugepages) = match huge {
+            Some(pointer) => (pointer, huge_len, true),
+            None => {
+                let rounded = len.next_multiple_of(PAGE_SIZE);
+                let pointer = map_anonymous(rounded, false).ok_or_else(|| {
+                    Error::Dma(format!(
+                        "mmap of {rounded} bytes failed: {}",
+                        std::io::Error::last_os_error()
+                    ))
+                })?;
+                (pointer, rounded, false)
+            }
+        };
+        // SAFETY: the memory was just mapped by us, is not referenced by any
+        // Rust reference, and is unmapped only in Drop after unmap_dma.
+        match unsafe { transport.map_dma(pointer, len) } {
+            Ok(iova) => Ok(DmaRegion {
+                pointer,
+                len,
+                iova,
+                hugepages,
+                transport: Arc::clone(transport),
+            }),
+            Err(error) => {
+                unmap_anonymous(pointer, len);
+                Err(error)
+            }
+        }
+    }
+
+    pub fn is_hugepage_backed(&self) -> bool {
+        self.hugepages
+    }
+}
+
+impl DmaMemory for DmaRegion {
+    fn raw_parts(&self) -> (NonNull<u8>, usize, u64) {
+        (self.pointer, self.len, self.iova)
+    }
+}
+
+impl Drop for DmaRegion {
+    fn drop(&mut self) {
+        // The device must lose access before the memory is reused. If the
+        // unmap fails the memory is leaked rather than freed under DMA.
+        if self.transport.unmap_dma(self.iova, self.len).is_ok() {
+            unmap_anonymous(self.pointer, self.len);
+        }
+    }
+}
+
+fn map_anonymous(len: usize, hugepages: bool) -> Option<NonNull<u8>> {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+    if hugepages {
+        flags |= libc::MAP_HUGETLB;
+    }
+    // SAFETY: an anonymous mapping at a kernel-chosen address touches no
+    // existing memory.
+    let pointer = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if pointer == libc::MAP_FAILED {
+        None
+    } else {
+        NonNull::new(pointer.cast())
+    }
+}
+
+fn unmap_anonymous(pointer: NonNull<u8>, len: usize) {
+    // SAFETY: `pointer`/`len` describe a mapping made by `map_anonymous`
+    // that nothing uses any more.
+    unsafe { libc::munmap(pointer.as_ptr().cast(), len) };
+}
+
+/// A lock-free pool of equal, page-aligned buffers carved from one region
+/// (one IOMMU mapping, however many buffers).
+#[derive(Debug, Clone)]
+pub struct DmaPool {
+    inner: Arc<PoolInner>,
+}
+
+#[derive(Debug)]
+struct PoolInner {
+    region: DmaRegion,
+    buffer_len: usize,
+    free: ArrayQueue<u32>,
+}
+
+impl DmaPool {
+    /// `count` buffers of `buffer_len` bytes (rounded up to 4 KiB).
+    pub fn new(transport: &Arc<dyn Transport>, buffer_len: usize, count: u32) -> Result<Self> {
+        if buffer_len == 0 || count == 0 {
+            return Err(Error::InvalidArgument(
+                "DMA pool needs a non-zero buffer size and count".into(),
+            ));
+        }
+        let buffer_len = buffer_len.next_multiple_of(PAGE_SIZE);
+        let total = buffer_len
+            .checked_mul(count as usize)
+            .ok_or_else(|| Error::InvalidArgument("DMA pool size overflows".into()))?;
+        let region = DmaRegion::allocate(transport, total)?;
+        let free = ArrayQueue::new(count as usize);
+        for index in 0..count {
+            free.push(index).expect("queue sized for every index");
+        }
+        Ok(DmaPool {
+            inner: Arc::new(PoolInner {
+                region,
+                buffer_len,
+                free,
+            }),
+        })
+    }
+
+    /// A free buffer, or `None` when all are in use. Never blocks.
+    pub fn get(&self) -> Option<DmaBuffer> {
+        let index = self.inner.free.pop()?;
+        Some(DmaBuffer {
+            pool: Arc::clone(&self.inner),
+            index,
+        })
+    }
+
+    pub fn buffer_len(&self) -> usize {
+        self.inner.buffer_len
+    }
+
+    pub fn available(&self) -> usize {
+        self.inner.free.len()
+    }
+
+    pub fn is_hugepage_backed(&self) -> bool {
+        self.inner.region.is_hugepage_backed()
+    }
+}
+
+/// One buffer of a [`DmaPool`]; returns itself to the pool on drop.
+#[derive(Debug)]
+pub struct DmaBuffer {
+    pool: Arc<PoolInner>,
+    index: u32,
+}
+
+impl DmaMemory for DmaBuffer {
+    fn raw_parts(&self) -> (NonNull<u8>, usize, u64) {
+        let (base, _, iova) = self.pool.region.raw_parts();
+        let offset = self.index as usize * self.pool.buffer_len;
+        // SAFETY: index < count, so the buffer lies inside the region.
+        let start = unsafe { base.as_ptr().add(offset) };
+        let pointer = NonNull::new(start).expect("inside a non-null region");
+        (pointer, self.pool.buffer_len, iova + offset as u64)
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        // Cannot fail: the queue holds every index and this one is out.
+        let _ = self.pool.free.push(self.index);
+    }
+}

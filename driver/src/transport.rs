@@ -1,0 +1,64 @@
+//! The hardware seam: what controller, queue and command code need from a
+//! device. VFIO implements it for real hardware (and QEMU's emulated
+//! controllers); a simulator can implement it on the host.
+
+use crate::error::Result;
+use serde::Serialize;
+use std::fmt;
+use std::ptr::NonNull;
+
+/// PCI identity, as the quirk table keys it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PciId {
+    pub vendor: u16,
+    pub device: u16,
+    pub subsystem_vendor: u16,
+    pub subsystem_device: u16,
+    pub class: u32,
+}
+
+impl fmt::Display for PciId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}:{:04x}", self.vendor, self.device)
+    }
+}
+
+/// A device's registers and DMA address space.
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// A 32-bit register read at a BAR0 offset.
+    fn read32(&self, offset: usize) -> u32;
+
+    /// A 32-bit register write at a BAR0 offset.
+    fn write32(&self, offset: usize, value: u32);
+
+    /// A 64-bit register read as two 32-bit reads, low half first.
+    fn read64(&self, offset: usize) -> u64 {
+        let low = u64::from(self.read32(offset));
+        let high = u64::from(self.read32(offset + 4));
+        high << 32 | low
+    }
+
+    /// A 64-bit register write as two 32-bit writes, low half first.
+    fn write64(&self, offset: usize, value: u64) {
+        self.write32(offset, value as u32);
+        self.write32(offset + 4, (value >> 32) as u32);
+    }
+
+    /// Makes `[vaddr, vaddr + len)` reachable by the device and returns its
+    /// I/O virtual address.
+    ///
+    /// # Safety
+    /// The memory must stay allocated until [`Transport::unmap_dma`] returns
+    /// for it, and until then may be accessed only through raw pointers with
+    /// volatile or atomic operations: the device writes it at any time, so a
+    /// Rust reference into it is undefined behaviour.
+    unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64>;
+
+    /// Undoes [`Transport::map_dma`].
+    fn unmap_dma(&self, iova: u64, len: usize) -> Result<()>;
+
+    /// The device's address, e.g. a PCI BDF.
+    fn name(&self) -> &str;
+
+    fn pci_id(&self) -> PciId;
+}
