@@ -1,0 +1,342 @@
+//! Emulated NVMe controllers, one namespace each, as QEMU 7.2's `nvme` and
+//! `nvme-ns` devices describe them (QEMU `hw/nvme/ctrl.c`, `hw/nvme/ns.c`).
+
+use crate::size::{format_size, parse_size};
+use crate::Error;
+
+/// What the backing drive does with a deallocate (DSM) request. With
+/// `Ignore` (QEMU's default) deallocated blocks keep their old data although
+/// the controller reports DLFEAT "reads zeroes".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Discard {
+    #[default]
+    Ignore,
+    Unmap,
+}
+
+/// Zoned namespace geometry and limits (`nvme-ns` `zoned.*` properties).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zoned {
+    pub zone_size_bytes: u64,
+    /// Zone capacity; `None` means equal to the zone size.
+    pub zone_capacity_bytes: Option<u64>,
+    /// Max open zones; `None` means no limit (QEMU's 0).
+    pub max_open: Option<u32>,
+    /// Max active zones; `None` means no limit.
+    pub max_active: Option<u32>,
+    /// Zone Append Size Limit as a power of two of the minimum page size;
+    /// `None` means MDTS applies. A property of the controller, not the
+    /// namespace.
+    pub zasl: Option<u8>,
+}
+
+/// One emulated controller with one namespace on its own backing image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Controller {
+    pub size_bytes: u64,
+    /// Logical block size: 512 or 4096.
+    pub lba_bytes: u32,
+    /// Maximum Data Transfer Size as a power of two of the minimum page size;
+    /// `None` keeps QEMU's default (7, 512 KiB).
+    pub mdts: Option<u8>,
+    pub discard: Discard,
+    /// Report Intel's PCI IDs (8086:5845) instead of Red Hat's (1b36:0010).
+    pub intel_id: bool,
+    /// Leave the controller to the guest kernel's nvme driver.
+    pub kernel: bool,
+    pub zoned: Option<Zoned>,
+}
+
+impl Controller {
+    /// A conventional namespace of `size_bytes` with 512-byte blocks.
+    pub fn nvme(size_bytes: u64) -> Self {
+        Controller {
+            size_bytes,
+            lba_bytes: 512,
+            mdts: None,
+            discard: Discard::Ignore,
+            intel_id: false,
+            kernel: false,
+            zoned: None,
+        }
+    }
+
+    /// A zoned namespace of `size_bytes` with zones of `zone_size_bytes`.
+    pub fn zns(size_bytes: u64, zone_size_bytes: u64) -> Self {
+        Controller {
+            zoned: Some(Zoned {
+                zone_size_bytes,
+                zone_capacity_bytes: None,
+                max_open: None,
+                max_active: None,
+                zasl: None,
+            }),
+            ..Controller::nvme(size_bytes)
+        }
+    }
+
+    pub fn lba(mut self, lba_bytes: u32) -> Self {
+        self.lba_bytes = lba_bytes;
+        self
+    }
+    pub fn mdts(mut self, mdts: u8) -> Self {
+        self.mdts = Some(mdts);
+        self
+    }
+    pub fn discard(mut self, discard: Discard) -> Self {
+        self.discard = discard;
+        self
+    }
+    pub fn intel_id(mut self) -> Self {
+        self.intel_id = true;
+        self
+    }
+    pub fn kernel(mut self) -> Self {
+        self.kernel = true;
+        self
+    }
+    fn zoned_mut(&mut self) -> &mut Zoned {
+        self.zoned
+            .as_mut()
+            .expect("zone options need a ZNS controller (Controller::zns)")
+    }
+    pub fn zone_capacity(mut self, bytes: u64) -> Self {
+        self.zoned_mut().zone_capacity_bytes = Some(bytes);
+        self
+    }
+    pub fn max_open(mut self, zones: u32) -> Self {
+        self.zoned_mut().max_open = Some(zones);
+        self
+    }
+    pub fn max_active(mut self, zones: u32) -> Self {
+        self.zoned_mut().max_active = Some(zones);
+        self
+    }
+    pub fn zasl(mut self, zasl: u8) -> Self {
+        self.zoned_mut().zasl = Some(zasl);
+        self
+    }
+
+    /// Parses the `hack/vm` forms `SIZE[,lba=N][,mdts=N][,discard=unmap|ignore][,intel-id][,kernel]`
+    /// (`zoned == false`) and `SIZE,zone=SIZE[,cap=SIZE][,max-open=N][,max-active=N][,zasl=N][,kernel]`.
+    pub fn parse(text: &str, zoned: bool) -> Result<Self, Error> {
+        let mut parts = text.split(',');
+        let size_bytes = parse_size(parts.next().unwrap_or_default())?;
+        let mut controller = Controller::nvme(size_bytes);
+        let mut zone = Zoned {
+            zone_size_bytes: 0,
+            zone_capacity_bytes: None,
+            max_open: None,
+            max_active: None,
+            zasl: None,
+        };
+        for part in parts {
+            let (key, value) = match part.split_once('=') {
+                Some((key, value)) => (key, Some(value)),
+                None => (part, None),
+            };
+            fn need<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, Error> {
+                value.ok_or_else(|| Error::Spec(format!("option {key:?} needs a value")))
+            }
+            let number = |value: Option<&str>| -> Result<u32, Error> {
+                let v = need(key, value)?;
+                v.parse()
+                    .map_err(|_| Error::Spec(format!("option {key}={v}: not a number")))
+            };
+            match (key, zoned) {
+                ("lba", _) => controller.lba_bytes = number(value)?,
+                ("mdts", _) => controller.mdts = Some(small(key, number(value)?)?),
+                ("discard", false) => {
+                    controller.discard = match need(key, value)? {
+                        "unmap" => Discard::Unmap,
+                        "ignore" => Discard::Ignore,
+                        other => {
+                            return Err(Error::Spec(format!(
+                                "discard={other}: expected unmap or ignore"
+                            )))
+                        }
+                    }
+                }
+                ("intel-id", false) if value.is_none() => controller.intel_id = true,
+                ("kernel", _) if value.is_none() => controller.kernel = true,
+                ("zone", true) => zone.zone_size_bytes = parse_size(need(key, value)?)?,
+                ("cap", true) => zone.zone_capacity_bytes = Some(parse_size(need(key, value)?)?),
+                ("max-open", true) => zone.max_open = Some(number(value)?),
+                ("max-active", true) => zone.max_active = Some(number(value)?),
+                ("zasl", true) => zone.zasl = Some(small(key, number(value)?)?),
+                _ => {
+                    let kind = if zoned { "--zns" } else { "--nvme" };
+                    return Err(Error::Spec(format!(
+                        "unknown {kind} option {part:?} in {text:?}"
+                    )));
+                }
+            }
+        }
+        if zoned {
+            controller.zoned = Some(zone);
+        }
+        controller.validate()?;
+        Ok(controller)
+    }
+
+    /// Checks what QEMU would otherwise reject with a less helpful message.
+    pub fn validate(&self) -> Result<(), Error> {
+        let fail = |msg: String| Err(Error::Spec(msg));
+        if self.lba_bytes != 512 && self.lba_bytes != 4096 {
+            return fail(format!("lba={}: expected 512 or 4096", self.lba_bytes));
+        }
+        if self.size_bytes == 0 || !self.size_bytes.is_multiple_of(u64::from(self.lba_bytes)) {
+            return fail(format!(
+                "size {} is not a non-zero multiple of the block size",
+                self.size_bytes
+            ));
+        }
+        if let Some(zoned) = &self.zoned {
+            if zoned.zone_size_bytes == 0 {
+                return fail("a ZNS controller needs zone=SIZE".into());
+            }
+            if zoned.zone_size_bytes % u64::from(self.lba_bytes) != 0
+                || zoned.zone_size_bytes > self.size_bytes
+            {
+                return fail(format!(
+                    "zone={} must be a multiple of the block size and at most the namespace size",
+                    format_size(zoned.zone_size_bytes)
+                ));
+            }
+            if let Some(cap) = zoned.zone_capacity_bytes {
+                if cap == 0 || cap > zoned.zone_size_bytes || cap % u64::from(self.lba_bytes) != 0 {
+                    return fail(format!(
+                        "cap={} must be a block multiple no larger than the zone",
+                        format_size(cap)
+                    ));
+                }
+            }
+            if let (Some(open), Some(active)) = (zoned.max_open, zoned.max_active) {
+                if open > active {
+                    return fail(format!("max-open={open} exceeds max-active={active}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The QEMU arguments for controller number `index`, with its backing
+    /// image at `image` and its function at PCI slot `slot` of the root bus.
+    pub(crate) fn qemu_args(&self, index: usize, image: &str, slot: u8) -> Vec<String> {
+        let discard = match self.discard {
+            Discard::Unmap => "unmap",
+            Discard::Ignore => "ignore",
+        };
+        let mut ctrl = format!("nvme,id=nvme{index},serial=rig{index},bus=pcie.0,addr={slot:#x}");
+        if let Some(mdts) = self.mdts {
+            ctrl += &format!(",mdts={mdts}");
+        }
+        if self.intel_id {
+            ctrl += ",use-intel-id=on";
+        }
+        let lba = self.lba_bytes;
+        let mut ns = format!(
+            "nvme-ns,drive=drive{index},bus=nvme{index},nsid=1,logical_block_size={lba},physical_block_size={lba}"
+        );
+        if let Some(zoned) = &self.zoned {
+            if let Some(zasl) = zoned.zasl {
+                ctrl += &format!(",zoned.zasl={zasl}");
+            }
+            ns += &format!(",zoned=on,zoned.zone_size={}", zoned.zone_size_bytes);
+            if let Some(cap) = zoned.zone_capacity_bytes {
+                ns += &format!(",zoned.zone_capacity={cap}");
+            }
+            ns += &format!(
+                ",zoned.max_open={},zoned.max_active={}",
+                zoned.max_open.unwrap_or(0),
+                zoned.max_active.unwrap_or(0)
+            );
+        }
+        vec![
+            "-drive".into(),
+            format!("file={image},if=none,id=drive{index},format=raw,discard={discard}"),
+            "-device".into(),
+            ctrl,
+            "-device".into(),
+            ns,
+        ]
+    }
+}
+
+fn small(key: &str, value: u32) -> Result<u8, Error> {
+    u8::try_from(value)
+        .ok()
+        .filter(|v| *v <= 31)
+        .ok_or_else(|| Error::Spec(format!("{key}={value}: expected 0..=31")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nvme_options() {
+        let c =
+            Controller::parse("1G,lba=4096,mdts=5,discard=unmap,intel-id,kernel", false).unwrap();
+        assert_eq!(
+            c,
+            Controller::nvme(1 << 30)
+                .lba(4096)
+                .mdts(5)
+                .discard(Discard::Unmap)
+                .intel_id()
+                .kernel()
+        );
+    }
+
+    #[test]
+    fn parses_zns_options() {
+        let c =
+            Controller::parse("2G,zone=64M,cap=48M,max-open=8,max-active=12,zasl=5", true).unwrap();
+        let want = Controller::zns(2 << 30, 64 << 20)
+            .zone_capacity(48 << 20)
+            .max_open(8)
+            .max_active(12)
+            .zasl(5);
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        for (text, zoned) in [
+            ("1G,lba=1024", false),
+            ("1G,zone=64M", false),
+            ("2G", true),
+            ("2G,zone=64M,cap=128M", true),
+            ("2G,zone=4G", true),
+            ("2G,zone=64M,max-open=9,max-active=8", true),
+            ("1G,discard=maybe", false),
+            ("1G,mdts=40", false),
+            ("1G,intel-id=1", false),
+            ("1G,bogus", false),
+            ("x", false),
+        ] {
+            assert!(Controller::parse(text, zoned).is_err(), "{text} accepted");
+        }
+    }
+
+    #[test]
+    fn qemu_args_name_the_configured_geometry() {
+        let c = Controller::zns(2 << 30, 64 << 20)
+            .max_open(8)
+            .max_active(8)
+            .zasl(5)
+            .lba(4096);
+        let args = c.qemu_args(1, "/tmp/x.img", 0x11).join(" ");
+        assert!(
+            args.contains("nvme,id=nvme1,serial=rig1,bus=pcie.0,addr=0x11,zoned.zasl=5"),
+            "{args}"
+        );
+        assert!(args.contains("zoned=on,zoned.zone_size=67108864"), "{args}");
+        assert!(
+            args.contains("zoned.max_open=8,zoned.max_active=8"),
+            "{args}"
+        );
+        assert!(args.contains("logical_block_size=4096"), "{args}");
+    }
+}

@@ -1,0 +1,820 @@
+//! The VM rig: boots QEMU with emulated NVMe and ZNS controllers under TCG,
+//! runs one command in the guest and returns its output and exit status.
+//!
+//! The guest is a busybox initramfs. Its `/init` loads the kernel's vfio
+//! modules, binds every NVMe function (class 0x010802) to vfio-pci except
+//! those left to the kernel, runs the command with its output on the second
+//! serial port, and reports the exit status through QEMU's isa-debug-exit
+//! device (`rig-exit`). A hard timeout kills QEMU; nothing here waits
+//! without a bound.
+//!
+//! ```no_run
+//! use vm_rig::{Controller, Vm};
+//! let outcome = Vm::new()
+//!     .controller(Controller::nvme(1 << 30).lba(4096))
+//!     .controller(Controller::zns(2 << 30, 64 << 20).max_open(8).max_active(8))
+//!     .run(&["identify", "--json"])
+//!     .unwrap();
+//! assert_eq!(outcome.status, 0, "{}", outcome.output);
+//! ```
+
+mod devices;
+mod initramfs;
+mod size;
+
+pub use devices::{Controller, Discard, Zoned};
+pub use size::{format_size, parse_size};
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The vfio modules the guest loads, in dependency order.
+const VFIO_MODULES: [&str; 6] = [
+    "irqbypass",
+    "vfio",
+    "vfio_iommu_type1",
+    "vfio_virqfd",
+    "vfio-pci-core",
+    "vfio-pci",
+];
+
+/// First PCI slot on the root bus for our controllers; controller N sits at
+/// `00:(FIRST_SLOT+N).0`, so controllers appear in the guest in the order given.
+pub const FIRST_SLOT: u8 = 0x10;
+
+/// At most this many controllers (slots 0x10..=0x1e; 0x1f is the LPC bridge).
+pub const MAX_CONTROLLERS: usize = 15;
+
+/// The console line `/init` prints with the command's exact exit status.
+const STATUS_MARKER: &str = "rig: exit status ";
+
+/// Everything that can go wrong in the rig, each with enough context to act on.
+#[derive(Debug)]
+pub enum Error {
+    /// A device or option description that cannot work.
+    Spec(String),
+    /// A host tool or file the rig needs is missing.
+    Missing(String),
+    /// A file operation failed.
+    Io { context: String, source: io::Error },
+    /// Building the static guest binaries failed.
+    Build(String),
+    /// QEMU did not finish within the timeout and was killed.
+    Timeout { seconds: u64, console_tail: String },
+    /// QEMU ended without the guest reporting a status.
+    Guest {
+        reason: String,
+        console_tail: String,
+        qemu_stderr: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Spec(msg) => write!(f, "{msg}"),
+            Error::Missing(msg) => write!(f, "{msg} (hack/deps installs what the rig needs)"),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::Build(msg) => write!(f, "building guest binaries failed:\n{msg}"),
+            Error::Timeout {
+                seconds,
+                console_tail,
+            } => {
+                write!(f, "VM timed out after {seconds} s and was killed; guest console ends with:\n{console_tail}")
+            }
+            Error::Guest {
+                reason,
+                console_tail,
+                qemu_stderr,
+            } => {
+                write!(f, "{reason}")?;
+                if !qemu_stderr.trim().is_empty() {
+                    write!(f, "\nqemu: {}", qemu_stderr.trim())?;
+                }
+                write!(f, "\nguest console ends with:\n{console_tail}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}
+
+/// What a guest command did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The command's exit status (a shell's 128+N for a signal N).
+    pub status: i32,
+    /// The command's stdout and stderr, interleaved as the guest wrote them.
+    pub output: String,
+    /// The kernel console, for diagnosis.
+    pub console: String,
+    /// Wall time from QEMU's start to its exit.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// The output's lines that are not log noise, for parsing JSON output.
+    pub fn output_json(&self) -> Option<&str> {
+        let start = self.output.find(['{', '['])?;
+        Some(self.output[start..].trim_end())
+    }
+}
+
+/// One VM run's configuration. See the crate docs for an example.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    controllers: Vec<Controller>,
+    images_dir: Option<PathBuf>,
+    mem_bytes: u64,
+    smp: u32,
+    hugepages: u32,
+    timeout: Duration,
+    stream: bool,
+    extra_binaries: Vec<PathBuf>,
+}
+
+impl Default for Vm {
+    fn default() -> Self {
+        Vm::new()
+    }
+}
+
+impl Vm {
+    pub fn new() -> Self {
+        Vm {
+            controllers: Vec::new(),
+            images_dir: None,
+            mem_bytes: 2 << 30,
+            smp: 2,
+            hugepages: 128,
+            timeout: Duration::from_secs(300),
+            stream: false,
+            extra_binaries: Vec::new(),
+        }
+    }
+
+    /// Adds a controller; controllers appear in the guest in this order.
+    pub fn controller(mut self, controller: Controller) -> Self {
+        self.controllers.push(controller);
+        self
+    }
+
+    /// Keeps backing images in `dir` across runs (`nvme0.img`, ...) instead
+    /// of fresh ones.
+    pub fn images(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.images_dir = Some(dir.into());
+        self
+    }
+
+    pub fn mem(mut self, bytes: u64) -> Self {
+        self.mem_bytes = bytes;
+        self
+    }
+
+    pub fn smp(mut self, cpus: u32) -> Self {
+        self.smp = cpus;
+        self
+    }
+
+    /// 2 MiB hugepages the guest reserves before running the command.
+    pub fn hugepages(mut self, pages: u32) -> Self {
+        self.hugepages = pages;
+        self
+    }
+
+    /// The hard limit on the whole run, boot included.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Echo the guest command's output to stdout as it arrives.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Adds a host binary (static) to the guest's /bin.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.extra_binaries.push(path.into());
+        self
+    }
+
+    /// Boots the VM, runs `command` in the guest and returns what it did.
+    /// `command[0]` is a guest binary (our tools, busybox applets) or `sh`.
+    pub fn run<S: AsRef<str>>(&self, command: &[S]) -> Result<Outcome, Error> {
+        if command.is_empty() {
+            return Err(Error::Spec("no guest command given".into()));
+        }
+        if self.controllers.len() > MAX_CONTROLLERS {
+            return Err(Error::Spec(format!(
+                "at most {MAX_CONTROLLERS} controllers per VM"
+            )));
+        }
+        for controller in &self.controllers {
+            controller.validate()?;
+        }
+        let kernel = find_kernel()?;
+        let busybox = find_busybox()?;
+        let qemu = which("qemu-system-x86_64")
+            .ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into()))?;
+        let mut binaries = guest_binaries()?.to_vec();
+        binaries.extend(self.extra_binaries.iter().cloned());
+
+        let work = WorkDir::new()?;
+        let initrd = work.path.join("initrd.cpio");
+        self.write_initramfs(&initrd, &kernel, &busybox, &binaries, command)?;
+        let images = self.prepare_images(&work.path)?;
+
+        let _slot = VmSlot::acquire()?;
+        let console_path = work.path.join("console.log");
+        let mut args: Vec<String> = vec![
+            "-accel".into(),
+            "tcg".into(),
+            "-cpu".into(),
+            "max".into(),
+            "-M".into(),
+            "q35".into(),
+            "-m".into(),
+            format!("{}M", self.mem_bytes >> 20),
+            "-smp".into(),
+            self.smp.to_string(),
+            "-nodefaults".into(),
+            "-display".into(),
+            "none".into(),
+            "-no-reboot".into(),
+            // The IOMMU must come before the devices it translates for.
+            "-device".into(),
+            "intel-iommu,aw-bits=48".into(),
+            "-kernel".into(),
+            kernel.image.display().to_string(),
+            "-initrd".into(),
+            initrd.display().to_string(),
+            "-append".into(),
+            self.kernel_cmdline(),
+            "-serial".into(),
+            format!("file:{}", console_path.display()),
+            "-chardev".into(),
+            "stdio,id=out,signal=off".into(),
+            "-serial".into(),
+            "chardev:out".into(),
+            "-device".into(),
+            "isa-debug-exit,iobase=0xf4,iosize=4".into(),
+        ];
+        for (index, (controller, image)) in self.controllers.iter().zip(&images).enumerate() {
+            let slot = FIRST_SLOT + u8::try_from(index).expect("bounded by MAX_CONTROLLERS");
+            args.extend(controller.qemu_args(index, &image.display().to_string(), slot));
+        }
+
+        let started = Instant::now();
+        let mut child = Command::new(qemu)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io_error("starting qemu-system-x86_64"))?;
+        let stream = self.stream;
+        let stdout = child.stdout.take().expect("piped");
+        let reader = thread::spawn(move || collect_output(stdout, stream));
+        let mut stderr_pipe = child.stderr.take().expect("piped");
+        let stderr_reader = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr_pipe.read_to_string(&mut text);
+            text
+        });
+
+        let exit = wait_bounded(&mut child, self.timeout)?;
+        let elapsed = started.elapsed();
+        let output = reader.join().unwrap_or_default();
+        let qemu_stderr = stderr_reader.join().unwrap_or_default();
+        let console = fs::read(&console_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+
+        let Some(exit) = exit else {
+            return Err(Error::Timeout {
+                seconds: self.timeout.as_secs(),
+                console_tail: tail(&console, 40),
+            });
+        };
+        let reported = console.lines().rev().find_map(|line| {
+            line.trim()
+                .strip_prefix(STATUS_MARKER)?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        });
+        // isa-debug-exit makes QEMU exit with (code << 1) | 1; only the low
+        // seven bits of the code survive an 8-bit process status.
+        match (exit.code(), reported) {
+            (Some(qemu_code), Some(status))
+                if qemu_code & 1 == 1 && (qemu_code >> 1) == (status & 0x7f) =>
+            {
+                Ok(Outcome {
+                    status,
+                    output,
+                    console,
+                    elapsed,
+                })
+            }
+            (code, _) => Err(Error::Guest {
+                reason: format!("the guest ended without reporting a status (qemu exit {code:?})"),
+                console_tail: tail(&console, 40),
+                qemu_stderr,
+            }),
+        }
+    }
+
+    fn kernel_cmdline(&self) -> String {
+        let mut cmdline = String::from("console=ttyS0 quiet panic=-1 intel_iommu=on");
+        let kernel_owned: Vec<String> = self
+            .controllers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kernel)
+            .map(|(index, _)| format!("0000:00:{:02x}.0", usize::from(FIRST_SLOT) + index))
+            .collect();
+        if kernel_owned.is_empty() {
+            // Keep the kernel's nvme driver off every controller.
+            cmdline += " initcall_blacklist=nvme_init";
+        } else {
+            cmdline += &format!(" rig.kernel={}", kernel_owned.join(","));
+        }
+        cmdline += &format!(" rig.hugepages={}", self.hugepages);
+        cmdline
+    }
+
+    fn prepare_images(&self, work: &Path) -> Result<Vec<PathBuf>, Error> {
+        let dir = match &self.images_dir {
+            Some(dir) => {
+                fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+                dir.clone()
+            }
+            None => work.to_path_buf(),
+        };
+        let mut images = Vec::new();
+        for (index, controller) in self.controllers.iter().enumerate() {
+            let path = dir.join(format!("nvme{index}.img"));
+            match fs::metadata(&path) {
+                Ok(meta) if self.images_dir.is_some() => {
+                    if meta.len() != controller.size_bytes {
+                        return Err(Error::Spec(format!(
+                            "{} holds {} bytes but controller {index} is configured with {}; remove it or match the size",
+                            path.display(),
+                            meta.len(),
+                            controller.size_bytes
+                        )));
+                    }
+                }
+                _ => {
+                    // Sparse, like `truncate -s`.
+                    let file = File::create(&path)
+                        .map_err(io_error(format!("creating {}", path.display())))?;
+                    file.set_len(controller.size_bytes)
+                        .map_err(io_error(format!("sizing {}", path.display())))?;
+                }
+            }
+            images.push(path);
+        }
+        Ok(images)
+    }
+
+    fn write_initramfs<S: AsRef<str>>(
+        &self,
+        path: &Path,
+        kernel: &Kernel,
+        busybox: &Path,
+        binaries: &[PathBuf],
+        command: &[S],
+    ) -> Result<(), Error> {
+        let file = File::create(path).map_err(io_error(format!("creating {}", path.display())))?;
+        let mut archive = initramfs::Archive::new(io::BufWriter::new(file));
+        let read = |p: &Path| fs::read(p).map_err(io_error(format!("reading {}", p.display())));
+        let pack = |archive: &mut initramfs::Archive<io::BufWriter<File>>| -> Result<(), Error> {
+            for dir in ["bin", "dev", "proc", "sys", "tmp", "rig", "rig/modules"] {
+                archive.dir(dir)?;
+            }
+            archive.file("bin/busybox", 0o755, &read(busybox)?)?;
+            archive.symlink("bin/sh", "busybox")?;
+            for binary in binaries {
+                let name = binary.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                    Error::Spec(format!(
+                        "guest binary {} has no usable file name",
+                        binary.display()
+                    ))
+                })?;
+                archive.file(&format!("bin/{name}"), 0o755, &read(binary)?)?;
+            }
+            for (name, module) in &kernel.modules {
+                archive.file(&format!("rig/modules/{name}.ko"), 0o644, &read(module)?)?;
+            }
+            archive.file("rig/command.sh", 0o644, shell_command(command).as_bytes())?;
+            archive.file("init", 0o755, INIT_SCRIPT.as_bytes())?;
+            Ok(())
+        };
+        pack(&mut archive)?;
+        archive
+            .finish()
+            .and_then(|mut w| w.flush())
+            .map_err(io_error(format!("writing {}", path.display())))
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(source: io::Error) -> Self {
+        Error::Io {
+            context: "writing the initramfs".into(),
+            source,
+        }
+    }
+}
+
+/// The guest's `/init`. Kernel-owned controllers come from `rig.kernel=` on
+/// the command line; everything else of class 0x010802 goes to vfio-pci.
+const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+fail() { echo "rig: $*"; echo "rig: exit status 125"; /bin/rig-exit 125; poweroff -f; }
+for m in irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci; do
+    insmod /rig/modules/$m.ko || fail "insmod $m failed"
+done
+kernel_owned= ; hugepages=0
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        rig.kernel=*) kernel_owned=",${arg#rig.kernel=}," ;;
+        rig.hugepages=*) hugepages=${arg#rig.hugepages=} ;;
+    esac
+done
+echo "$hugepages" > /proc/sys/vm/nr_hugepages
+for dev in /sys/bus/pci/devices/*; do
+    [ "$(cat $dev/class)" = 0x010802 ] || continue
+    bdf=${dev##*/}
+    case "$kernel_owned" in *",$bdf,"*) continue ;; esac
+    [ -e $dev/driver ] && echo "$bdf" > $dev/driver/unbind
+    echo vfio-pci > $dev/driver_override
+    echo "$bdf" > /sys/bus/pci/drivers_probe
+    [ "$(basename "$(readlink $dev/driver)")" = vfio-pci ] || fail "$bdf did not bind to vfio-pci"
+done
+# Kernel-owned controllers probe asynchronously: wait (bounded) for their
+# block devices.
+for bdf in $(echo "$kernel_owned" | tr , ' '); do
+    tries=0
+    until ls /sys/bus/pci/devices/$bdf/nvme/nvme*/nvme*n1 >/dev/null 2>&1; do
+        tries=$((tries + 1)); [ $tries -gt 300 ] && fail "kernel nvme driver did not bring up $bdf"
+        sleep 0.1
+    done
+done
+echo "rig: ready"
+cd /tmp
+sh /rig/command.sh > /dev/ttyS1 2>&1 < /dev/null
+status=$?
+echo "rig: exit status $status"
+/bin/rig-exit $status
+poweroff -f
+"#;
+
+/// The guest command as a shell script line, each word single-quoted.
+fn shell_command<S: AsRef<str>>(command: &[S]) -> String {
+    let words: Vec<String> = command
+        .iter()
+        .map(|w| format!("'{}'", w.as_ref().replace('\'', r"'\''")))
+        .collect();
+    format!("exec {}\n", words.join(" "))
+}
+
+fn collect_output(stdout: impl Read, stream: bool) -> String {
+    let mut reader = BufReader::new(stdout);
+    let mut all = String::new();
+    let mut line = Vec::new();
+    let mut out = io::stdout();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                line.retain(|&b| b != b'\r');
+                let text = String::from_utf8_lossy(&line);
+                if stream {
+                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.flush();
+                }
+                all.push_str(&text);
+            }
+        }
+    }
+    all
+}
+
+/// Waits for `child` at most `timeout`; kills it and returns `None` past that.
+fn wait_bounded(
+    child: &mut Child,
+    timeout: Duration,
+) -> Result<Option<std::process::ExitStatus>, Error> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().map_err(io_error("waiting for qemu"))? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A scratch directory removed on drop.
+struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn new() -> Result<Self, Error> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "vm-rig-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&path).map_err(io_error(format!("creating {}", path.display())))?;
+        Ok(WorkDir { path })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// One of a machine-wide set of VM slots (a file lock), so parallel tests
+/// don't run more TCG guests than the host has cores for. `RIG_JOBS` sets
+/// the number of slots (default: host cores / 2, at least 1).
+struct VmSlot {
+    _file: File,
+}
+
+impl VmSlot {
+    const WAIT_LIMIT: Duration = Duration::from_secs(3600);
+
+    fn acquire() -> Result<Self, Error> {
+        let slots = std::env::var("RIG_JOBS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or_else(|| {
+                thread::available_parallelism()
+                    .map(|n| n.get() / 2)
+                    .unwrap_or(1)
+            });
+        let slots = slots.max(1);
+        let dir = workspace_root().join("target").join("vm-rig");
+        fs::create_dir_all(&dir).map_err(io_error(format!("creating {}", dir.display())))?;
+        let started = Instant::now();
+        loop {
+            for slot in 0..slots {
+                let path = dir.join(format!("slot{slot}.lock"));
+                let file = File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_error(format!("opening {}", path.display())))?;
+                // SAFETY: flock on a file descriptor we own; no memory is involved.
+                let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                if rc == 0 {
+                    return Ok(VmSlot { _file: file });
+                }
+            }
+            if started.elapsed() > Self::WAIT_LIMIT {
+                return Err(Error::Spec(format!(
+                    "no free VM slot in {} s",
+                    Self::WAIT_LIMIT.as_secs()
+                )));
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The workspace root (this crate lives in `hack/rig`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|path| path.is_file())
+}
+
+/// The guest kernel image and the vfio modules to load, by name.
+#[derive(Debug, Clone)]
+struct Kernel {
+    image: PathBuf,
+    modules: Vec<(String, PathBuf)>,
+}
+
+/// Finds the newest `/boot/vmlinuz-*cloud-amd64` and its vfio modules.
+fn find_kernel() -> Result<Kernel, Error> {
+    let mut versions: Vec<String> = fs::read_dir("/boot")
+        .map_err(io_error("reading /boot"))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_prefix("vmlinuz-").map(str::to_owned))
+        .filter(|version| version.ends_with("cloud-amd64"))
+        .collect();
+    versions.sort_by_key(|v| version_key(v));
+    let version = versions.pop().ok_or_else(|| {
+        Error::Missing("no /boot/vmlinuz-*cloud-amd64 (package linux-image-cloud-amd64)".into())
+    })?;
+    let module_root = PathBuf::from(format!("/lib/modules/{version}/kernel"));
+    let mut found = Vec::new();
+    find_files(&module_root, &mut found);
+    let modules = VFIO_MODULES
+        .iter()
+        .map(|name| {
+            found
+                .iter()
+                .find(|path| {
+                    path.file_name().and_then(|n| n.to_str()) == Some(&format!("{name}.ko"))
+                })
+                .map(|path| (name.to_string(), path.clone()))
+                .ok_or_else(|| {
+                    Error::Missing(format!(
+                        "uncompressed module {name}.ko not found under {}",
+                        module_root.display()
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Kernel {
+        image: PathBuf::from(format!("/boot/vmlinuz-{version}")),
+        modules,
+    })
+}
+
+fn version_key(version: &str) -> Vec<u64> {
+    version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+fn find_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            find_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn find_busybox() -> Result<PathBuf, Error> {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+        .ok_or_else(|| Error::Missing("busybox not found (package busybox-static)".into()))
+}
+
+/// Builds the static guest binaries once per process: every tool of
+/// `nvme-examples` and `rig-exit`.
+pub fn guest_binaries() -> Result<&'static [PathBuf], Error> {
+    static BUILT: OnceLock<Result<Vec<PathBuf>, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_guest_binaries().map_err(|e| match e {
+                Error::Build(message) => message,
+                other => other.to_string(),
+            })
+        })
+        .as_ref()
+        .map(Vec::as_slice)
+        .map_err(|e| Error::Build(e.clone()))
+}
+
+/// The host target triple; static glibc binaries need an explicit target so
+/// `crt-static` does not reach build scripts and proc macros.
+const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
+    let root = workspace_root();
+    // A separate target directory: RUSTFLAGS differ from host builds, and a
+    // `cargo test` that calls this must not wait on its own build lock.
+    let target_dir = root.join("target").join("guest");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(&root)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .args([
+            "build",
+            "--quiet",
+            "--profile",
+            "guest",
+            "--target",
+            GUEST_TARGET,
+        ])
+        .args(["-p", "nvme-examples", "-p", "rig-guest", "--bins"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_error("running cargo build for the guest"))?;
+    if !output.status.success() {
+        return Err(Error::Build(
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ));
+    }
+    let bin_dir = target_dir.join(GUEST_TARGET).join("guest");
+    let mut binaries = Vec::new();
+    for entry in fs::read_dir(&bin_dir)
+        .map_err(io_error(format!("reading {}", bin_dir.display())))?
+        .flatten()
+    {
+        let path = entry.path();
+        let is_exe = entry
+            .metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        let plain_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.contains('.'));
+        if is_exe && plain_name {
+            binaries.push(path);
+        }
+    }
+    if !binaries.iter().any(|p| p.ends_with("rig-exit")) {
+        return Err(Error::Build(format!(
+            "rig-exit missing from {}",
+            bin_dir.display()
+        )));
+    }
+    Ok(binaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_command_quotes_every_word() {
+        assert_eq!(
+            shell_command(&["sh", "-c", "echo 'hi' $X"]),
+            "exec 'sh' '-c' 'echo '\\''hi'\\'' $X'\n"
+        );
+    }
+
+    #[test]
+    fn kernel_cmdline_blacklists_nvme_only_without_kernel_controllers() {
+        let vm = Vm::new().controller(Controller::nvme(1 << 30));
+        assert!(vm.kernel_cmdline().contains("initcall_blacklist=nvme_init"));
+        let vm = vm.controller(Controller::nvme(1 << 30).kernel());
+        let cmdline = vm.kernel_cmdline();
+        assert!(!cmdline.contains("initcall_blacklist"));
+        assert!(cmdline.contains("rig.kernel=0000:00:11.0"), "{cmdline}");
+    }
+
+    #[test]
+    fn version_key_orders_numerically() {
+        let mut versions = [
+            "6.1.0-9-cloud-amd64",
+            "6.1.0-57-cloud-amd64",
+            "6.1.0-10-cloud-amd64",
+        ];
+        versions.sort_by_key(|v| version_key(v));
+        assert_eq!(versions.last(), Some(&"6.1.0-57-cloud-amd64"));
+    }
+}
