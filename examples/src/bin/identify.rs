@@ -14,17 +14,14 @@ use std::sync::Arc;
 #[command(
     version,
     about,
-    after_help = "Without --pci or --all, the first NVMe function bound to vfio-pci is used.\n\
+    after_help = "Without --pci, every NVMe function bound to vfio-pci is reported, like `nvme list`.\n\
                   Bind devices with hack/setup-vfio bind."
 )]
 struct Args {
     /// PCI address of a controller (DDDD:BB:DD.F or BB:DD.F); repeatable.
-    /// All are opened in one VFIO container.
+    /// All controllers are opened in one VFIO container.
     #[arg(long = "pci", value_name = "BDF")]
     pci: Vec<String>,
-    /// Every NVMe function bound to vfio-pci, in one VFIO container.
-    #[arg(long, conflicts_with = "pci")]
-    all: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -45,18 +42,14 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let bdfs = if !args.pci.is_empty() {
-        args.pci.clone()
-    } else {
+    let bdfs = if args.pci.is_empty() {
         let bound = vfio::vfio_nvme_functions();
         if bound.is_empty() {
             return Err(nvme_driver::Error::NoVfioDevice.to_string());
         }
-        if args.all {
-            bound
-        } else {
-            bound[..1].to_vec()
-        }
+        bound
+    } else {
+        args.pci.clone()
     };
     let container = Vfio::new().map_err(|e| e.to_string())?;
     let mut reports = Vec::new();

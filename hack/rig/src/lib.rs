@@ -48,7 +48,8 @@ const VFIO_MODULES: [&str; 6] = [
 ];
 
 /// First PCI slot on the root bus for our controllers; controller N sits at
-/// `00:(FIRST_SLOT+N).0`, so controllers appear in the guest in the order given.
+/// `00:(FIRST_SLOT+N).0`, so controllers appear in the guest in the order
+/// given. A kernel-owned controller N's first namespace is `/dev/ctrlNn1`.
 pub const FIRST_SLOT: u8 = 0x10;
 
 /// At most this many controllers (slots 0x10..=0x1e; 0x1f is the LPC bridge).
@@ -474,18 +475,23 @@ for dev in /sys/bus/pci/devices/*; do
     [ "$(basename "$(readlink $dev/driver)")" = vfio-pci ] || fail "$bdf did not bind to vfio-pci"
 done
 # Kernel-owned controllers probe asynchronously: wait (bounded) for their
-# block devices.
+# block devices, then link /dev/ctrlNn1 to controller N's first namespace
+# (the kernel's own nvmeX numbering follows probe order, not slot order).
 for bdf in $(echo "$kernel_owned" | tr , ' '); do
     tries=0
-    until ls /sys/bus/pci/devices/$bdf/nvme/nvme*/nvme*n1 >/dev/null 2>&1; do
+    until ls -d /sys/bus/pci/devices/$bdf/nvme/nvme*/nvme*n1 >/dev/null 2>&1; do
         tries=$((tries + 1)); [ $tries -gt 300 ] && fail "kernel nvme driver did not bring up $bdf"
         sleep 0.1
     done
+    slot=${bdf#0000:00:}; slot=${slot%.0}
+    ns=$(basename $(ls -d /sys/bus/pci/devices/$bdf/nvme/nvme*/nvme*n1 | head -n 1))
+    ln -s /dev/$ns /dev/ctrl$(( 0x$slot - 0x10 ))n1
 done
 echo "rig: ready"
 cd /tmp
 sh /rig/command.sh > /dev/ttyS1 2>&1 < /dev/null
 status=$?
+sync
 echo "rig: exit status $status"
 /bin/rig-exit $status
 poweroff -f
