@@ -265,6 +265,12 @@ impl Controller {
         Ok(page)
     }
 
+    /// Runs Identify with any CNS/NSID/CNTID/CSI and returns the raw 4 KiB
+    /// page, for tools that dump or capture identify data.
+    pub fn identify_raw(&mut self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
+        self.identify_page(admin::identify(cns, nsid, cntid, csi, 0))
+    }
+
     /// An Identify that a controller may reject as unsupported (Invalid
     /// Field in Command): `None` then.
     fn optional_identify(&mut self, command: Command) -> Result<Option<Vec<u8>>> {

@@ -28,6 +28,10 @@ struct Args {
     /// Also read the SMART / health log and the error log.
     #[arg(long)]
     logs: bool,
+    /// Print every raw Identify page as `page BDF NAME HEX` lines instead
+    /// of the report (for bug reports and test fixtures).
+    #[arg(long, conflicts_with_all = ["json", "logs"])]
+    dump_pages: bool,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,10 @@ fn run(args: &Args) -> Result<(), String> {
         let transport: Arc<dyn Transport> = device;
         let mut controller = Controller::init(transport, ControllerOptions::default())
             .map_err(|e| format!("{bdf}: {e}"))?;
+        if args.dump_pages {
+            dump_pages(&mut controller).map_err(|e| format!("{bdf}: {e}"))?;
+            continue;
+        }
         reports.push(describe(&mut controller, args.logs).map_err(|e| format!("{bdf}: {e}"))?);
     }
     let iommu = container.iommu_info().map(|info| {
@@ -67,6 +75,9 @@ fn run(args: &Args) -> Result<(), String> {
             "dma_mappings_available": info.dma_mappings_available,
         })
     });
+    if args.dump_pages {
+        return Ok(());
+    }
     if args.json {
         let out = json!({ "controllers": reports, "iommu": iommu });
         println!(
@@ -142,6 +153,53 @@ fn describe(controller: &mut Controller, logs: bool) -> nvme_driver::Result<Valu
         report["error_log"] = serde_json::to_value(&errors).expect("serializable");
     }
     Ok(report)
+}
+
+fn dump_pages(controller: &mut Controller) -> nvme_driver::Result<()> {
+    use nvme_driver::spec::identify::{
+        CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE,
+        CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS, CSI_NVM, CSI_ZONED,
+    };
+    let bdf = controller.transport().name().to_string();
+    let mut pages = vec![
+        ("controller".to_string(), CNS_CONTROLLER, 0, CSI_NVM),
+        (
+            "active-namespaces".to_string(),
+            CNS_ACTIVE_NAMESPACES,
+            0,
+            CSI_NVM,
+        ),
+        ("controller-nvm".to_string(), CNS_CSI_CONTROLLER, 0, CSI_NVM),
+        (
+            "controller-zns".to_string(),
+            CNS_CSI_CONTROLLER,
+            0,
+            CSI_ZONED,
+        ),
+    ];
+    for ns in controller.namespaces() {
+        pages.push((format!("ns{}", ns.nsid), CNS_NAMESPACE, ns.nsid, CSI_NVM));
+        pages.push((
+            format!("ns{}-descriptors", ns.nsid),
+            CNS_NS_ID_DESCRIPTORS,
+            ns.nsid,
+            CSI_NVM,
+        ));
+        if ns.zoned.is_some() {
+            pages.push((
+                format!("ns{}-zns", ns.nsid),
+                CNS_CSI_NAMESPACE,
+                ns.nsid,
+                CSI_ZONED,
+            ));
+        }
+    }
+    for (name, cns, nsid, csi) in pages {
+        let page = controller.identify_raw(cns, nsid, 0, csi)?;
+        let hex: String = page.iter().map(|b| format!("{b:02x}")).collect();
+        println!("page {bdf} {name} {hex}");
+    }
+    Ok(())
 }
 
 fn describe_namespace(
