@@ -291,3 +291,118 @@ impl Drop for DmaBuffer {
         let _ = self.pool.free.push(self.index);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::PciId;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A transport with no device: IOVA = virtual address, counting maps.
+    #[derive(Debug, Default)]
+    struct HostMemory {
+        mapped: AtomicUsize,
+    }
+
+    impl Transport for HostMemory {
+        fn read32(&self, _offset: usize) -> u32 {
+            0
+        }
+        fn write32(&self, _offset: usize, _value: u32) {}
+        unsafe fn map_dma(&self, vaddr: NonNull<u8>, _len: usize) -> Result<u64> {
+            self.mapped.fetch_add(1, Ordering::Relaxed);
+            Ok(vaddr.as_ptr() as u64)
+        }
+        fn unmap_dma(&self, _iova: u64, _len: usize) -> Result<()> {
+            self.mapped.fetch_sub(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            "host"
+        }
+        fn pci_id(&self) -> PciId {
+            PciId {
+                vendor: 0,
+                device: 0,
+                subsystem_vendor: 0,
+                subsystem_device: 0,
+                class: 0,
+            }
+        }
+    }
+
+    fn host() -> (Arc<HostMemory>, Arc<dyn Transport>) {
+        let memory = Arc::new(HostMemory::default());
+        let transport: Arc<dyn Transport> = memory.clone();
+        (memory, transport)
+    }
+
+    #[test]
+    fn regions_round_up_zero_and_unmap_on_drop() {
+        let (memory, transport) = host();
+        let region = DmaRegion::allocate(&transport, 100).unwrap();
+        assert_eq!(region.len(), PAGE_SIZE);
+        assert!(!region.is_hugepage_backed());
+        assert_eq!(region.read::<u64>(8), 0);
+        region.write::<u32>(12, 0xdead_beef);
+        assert_eq!(region.read::<u32>(12), 0xdead_beef);
+        let mut out = [0u8; 4];
+        region.copy_out(12, &mut out);
+        assert_eq!(out, 0xdead_beefu32.to_ne_bytes());
+        assert_eq!(memory.mapped.load(Ordering::Relaxed), 1);
+        drop(region);
+        assert_eq!(memory.mapped.load(Ordering::Relaxed), 0);
+        assert!(DmaRegion::allocate(&transport, 0).is_err());
+    }
+
+    #[test]
+    fn large_regions_use_hugepages_or_fall_back() {
+        let (_, transport) = host();
+        let region = DmaRegion::allocate(&transport, HUGE_PAGE_SIZE + 1).unwrap();
+        // Whether hugepages are reserved on this host decides the backing;
+        // either way the whole request is usable.
+        assert!(region.len() > HUGE_PAGE_SIZE);
+        region.write::<u8>(HUGE_PAGE_SIZE, 7);
+        assert_eq!(region.read::<u8>(HUGE_PAGE_SIZE), 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_bounds_access_panics_instead_of_corrupting() {
+        let (_, transport) = host();
+        let region = DmaRegion::allocate(&transport, PAGE_SIZE).unwrap();
+        region.read::<u64>(PAGE_SIZE - 4);
+    }
+
+    #[test]
+    fn pool_hands_out_distinct_buffers_and_takes_them_back() {
+        let (memory, transport) = host();
+        let pool = DmaPool::new(&transport, 5000, 3).unwrap();
+        assert_eq!(pool.buffer_len(), 2 * PAGE_SIZE);
+        let buffers: Vec<DmaBuffer> = (0..3).map(|_| pool.get().unwrap()).collect();
+        assert!(
+            pool.get().is_none(),
+            "exhausted pool returns None, never blocks"
+        );
+        let mut iovas: Vec<u64> = buffers.iter().map(|b| b.iova()).collect();
+        iovas.sort_unstable();
+        iovas.dedup();
+        assert_eq!(iovas.len(), 3);
+        assert!(iovas
+            .windows(2)
+            .all(|w| w[1] - w[0] >= 2 * PAGE_SIZE as u64));
+        buffers[1].fill(0, 2 * PAGE_SIZE, 0xab);
+        assert_eq!(
+            buffers[0].read::<u8>(2 * PAGE_SIZE - 1),
+            0,
+            "buffers do not overlap"
+        );
+        drop(buffers);
+        assert_eq!(pool.available(), 3);
+        assert_eq!(
+            memory.mapped.load(Ordering::Relaxed),
+            1,
+            "one IOMMU mapping for the whole pool"
+        );
+    }
+}

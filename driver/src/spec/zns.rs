@@ -1,6 +1,7 @@
 //! Zoned Namespace wire formats (NVMe ZNS Command Set 1.1 §3.4.2).
 
-use super::ParseError;
+use super::le::u64_at;
+use super::{check_len, ParseError};
 use serde::Serialize;
 
 /// Zone Management Receive: Zone Receive Action (CDW13 bits 7:0).
@@ -65,10 +66,6 @@ pub struct ZoneDescriptor {
 }
 
 pub const ZONE_TYPE_SEQUENTIAL_WRITE_REQUIRED: u8 = 0x2;
-
-fn u64_at(data: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"))
-}
 
 impl ZoneDescriptor {
     pub fn parse(data: &[u8]) -> Result<Self, ParseError> {
