@@ -69,13 +69,7 @@ pub const ZONE_TYPE_SEQUENTIAL_WRITE_REQUIRED: u8 = 0x2;
 
 impl ZoneDescriptor {
     pub fn parse(data: &[u8]) -> Result<Self, ParseError> {
-        if data.len() < ZONE_DESCRIPTOR_SIZE {
-            return Err(ParseError::TooShort {
-                what: "zone descriptor",
-                expected: ZONE_DESCRIPTOR_SIZE,
-                got: data.len(),
-            });
-        }
+        check_len(data, ZONE_DESCRIPTOR_SIZE, "zone descriptor")?;
         Ok(ZoneDescriptor {
             zt: data[offset::ZT] & 0x0f,
             state: ZoneState::from_raw(data[offset::ZS] >> 4),
@@ -90,13 +84,7 @@ impl ZoneDescriptor {
 /// Parses a Report Zones buffer: the header's zone count, bounded by what
 /// the buffer holds.
 pub fn parse_report_zones(data: &[u8]) -> Result<(u64, Vec<ZoneDescriptor>), ParseError> {
-    if data.len() < REPORT_HEADER_SIZE {
-        return Err(ParseError::TooShort {
-            what: "report zones header",
-            expected: REPORT_HEADER_SIZE,
-            got: data.len(),
-        });
-    }
+    check_len(data, REPORT_HEADER_SIZE, "report zones header")?;
     let reported = u64_at(data, 0);
     let room = ((data.len() - REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE) as u64;
     let count = reported.min(room) as usize;
