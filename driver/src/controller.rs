@@ -10,7 +10,7 @@ use crate::spec::command::Command;
 use crate::spec::completion::Completion;
 use crate::spec::identify::{
     self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace,
-    IdentifyNamespaceZns, NsIdDescriptor, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
+    IdentifyNamespaceZns, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
 };
 use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
@@ -162,6 +162,8 @@ impl Controller {
             css,
             admin,
             scratch,
+            // Placeholders until identify_all fills them; init returns only
+            // after it has.
             identify: IdentifyController::parse(&[0u8; IDENTIFY_DATA_SIZE])?,
             identify_nvm: None,
             identify_zns: None,
@@ -223,7 +225,6 @@ impl Controller {
                 None => Vec::new(),
             };
         let csi = identify::command_set(&descriptors).unwrap_or(CSI_NVM);
-        let _: &[NsIdDescriptor] = &descriptors;
         let zoned = if csi == CSI_ZONED {
             let page = self.identify_page(admin::identify_csi_namespace(nsid, CSI_ZONED, 0))?;
             let zns = IdentifyNamespaceZns::parse(&page)?;
@@ -429,7 +430,7 @@ impl Controller {
             .write32(registers::CC, cc.with_shn(Shn::Normal).0);
         let timeout = self.options.shutdown_timeout;
         wait_for(&*self.transport, "shutdown (CSTS.SHST)", timeout, |csts| {
-            csts.shst() == ShutdownStatus::Complete
+            Ok(csts.shst() == ShutdownStatus::Complete)
         })
     }
 }
@@ -450,30 +451,37 @@ fn disable(transport: &dyn Transport, timeout: Duration) -> Result<()> {
 }
 
 fn wait_ready(transport: &dyn Transport, ready: bool, timeout: Duration) -> Result<()> {
-    let what = if ready {
-        "controller ready (CSTS.RDY=1)"
-    } else {
-        "controller disabled (CSTS.RDY=0)"
-    };
-    wait_for(transport, what, timeout, |csts| {
+    if ready {
         // A fatal status while enabling will never turn into ready.
-        csts.rdy() == ready
-    })
-    .and_then(|()| {
-        if ready && Csts(transport.read32(registers::CSTS)).cfs() {
-            Err(Error::ControllerFatal)
-        } else {
-            Ok(())
-        }
-    })
+        wait_for(
+            transport,
+            "controller ready (CSTS.RDY=1)",
+            timeout,
+            |csts| {
+                if csts.cfs() {
+                    Err(Error::ControllerFatal)
+                } else {
+                    Ok(csts.rdy())
+                }
+            },
+        )
+    } else {
+        wait_for(
+            transport,
+            "controller disabled (CSTS.RDY=0)",
+            timeout,
+            |csts| Ok(!csts.rdy()),
+        )
+    }
 }
 
-/// Polls CSTS until `done` or `timeout`; all ones means the device is gone.
+/// Polls CSTS until `done` says so (or fails) or `timeout` passes; all
+/// ones means the device is gone.
 fn wait_for(
     transport: &dyn Transport,
     what: &'static str,
     timeout: Duration,
-    done: impl Fn(Csts) -> bool,
+    done: impl Fn(Csts) -> Result<bool>,
 ) -> Result<()> {
     let started = Instant::now();
     loop {
@@ -481,12 +489,8 @@ fn wait_for(
         if raw == u32::MAX {
             return Err(Error::DeviceGone);
         }
-        let csts = Csts(raw);
-        if done(csts) {
+        if done(Csts(raw))? {
             return Ok(());
-        }
-        if csts.cfs() && what.contains("RDY=1") {
-            return Err(Error::ControllerFatal);
         }
         if started.elapsed() >= timeout {
             return Err(Error::Timeout {
