@@ -5,12 +5,13 @@ use crate::cmd::admin;
 use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
-use crate::queue::SyncQueue;
+use crate::namespace::Namespace;
+use crate::queue::{DoorbellConfig, QueuePair, ShadowPages, SyncQueue};
 use crate::spec::command::Command;
 use crate::spec::completion::Completion;
 use crate::spec::identify::{
     self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace,
-    IdentifyNamespaceZns, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
+    IdentifyNamespaceZns, Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
 };
 use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
@@ -19,7 +20,7 @@ use crate::spec::zns::{
 };
 use crate::transport::Transport;
 use serde::Serialize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Knobs for bring-up, with defaults like Linux's.
@@ -33,6 +34,8 @@ pub struct ControllerOptions {
     pub io_queue_pairs: u16,
     /// Bound for the shutdown notification on drop (CSTS.SHST).
     pub shutdown_timeout: Duration,
+    /// Use shadow doorbells (Doorbell Buffer Config) when offered.
+    pub shadow_doorbells: bool,
 }
 
 impl Default for ControllerOptions {
@@ -42,6 +45,7 @@ impl Default for ControllerOptions {
             admin_timeout: Duration::from_secs(60),
             io_queue_pairs: 64,
             shutdown_timeout: Duration::from_secs(10),
+            shadow_doorbells: true,
         }
     }
 }
@@ -76,35 +80,172 @@ impl NamespaceInfo {
     }
 }
 
-/// An NVMe controller brought up and identified.
+/// What the admin lock guards: the admin queue and everything that issues
+/// admin commands or hands out queue ids.
 #[derive(Debug)]
-pub struct Controller {
+struct Admin {
+    queue: SyncQueue,
+    /// One page-aligned buffer for identify data and log pages.
+    scratch: DmaRegion,
+    /// A one-command I/O queue for bring-up-time I/O (zone reports).
+    sync_io: Option<SyncQueue>,
+    /// `qid_in_use[q]` for q in 1..=granted I/O queues.
+    qid_in_use: Vec<bool>,
+}
+
+/// The shadow doorbell and EventIdx pages, kept alive with the controller.
+#[derive(Debug)]
+struct ShadowBuffers {
+    _values: DmaRegion,
+    _event_idx: DmaRegion,
+    pages: ShadowPages,
+}
+
+// SAFETY: the pages are DMA memory owned by this struct and touched only
+// through volatile accesses by the one queue that owns each slot.
+unsafe impl Send for ShadowBuffers {}
+// SAFETY: as above; shared access hands out slot pointers only.
+unsafe impl Sync for ShadowBuffers {}
+
+/// State shared by the controller handle and its queue pairs: dropping the
+/// last of them shuts the controller down.
+#[derive(Debug)]
+struct Shared {
     transport: Arc<dyn Transport>,
     options: ControllerOptions,
     cap: Cap,
+    admin: Mutex<Admin>,
+    shadow: Option<ShadowBuffers>,
+}
+
+impl Shared {
+    fn admin(&self) -> MutexGuard<'_, Admin> {
+        // A panic while holding the lock leaves the queue usable: each
+        // command is self-contained.
+        self.admin
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn command(&self, command: Command) -> Result<Completion> {
+        self.admin()
+            .queue
+            .execute(command, self.options.admin_timeout)
+    }
+
+    /// Runs an Identify into the scratch page and copies the page out.
+    fn identify_page(&self, mut command: Command) -> Result<Vec<u8>> {
+        let mut admin = self.admin();
+        admin.scratch.fill(0, IDENTIFY_DATA_SIZE, 0);
+        command.prp1 = admin.scratch.iova();
+        admin.queue.execute(command, self.options.admin_timeout)?;
+        let mut page = vec![0u8; IDENTIFY_DATA_SIZE];
+        admin.scratch.copy_out(0, &mut page);
+        Ok(page)
+    }
+
+    /// An Identify that a controller may reject as unsupported: `None` then.
+    fn optional_identify(&self, command: Command) -> Result<Option<Vec<u8>>> {
+        match self.identify_page(command) {
+            Ok(page) => Ok(Some(page)),
+            Err(Error::Command { status, .. }) if status.dnr => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn shadow_pages(&self) -> Option<ShadowPages> {
+        self.shadow.as_ref().map(|s| s.pages)
+    }
+
+    fn allocate_qid(admin: &mut Admin) -> Result<u16> {
+        let free = admin
+            .qid_in_use
+            .iter()
+            .skip(1)
+            .position(|used| !used)
+            .map(|i| i + 1);
+        let qid = free.ok_or_else(|| {
+            Error::Unsupported(format!(
+                "all {} I/O queue pairs are in use",
+                admin.qid_in_use.len().saturating_sub(1)
+            ))
+        })?;
+        admin.qid_in_use[qid] = true;
+        Ok(u16::try_from(qid).expect("qids fit the granted count"))
+    }
+
+    /// Deletes an I/O queue pair's queues (SQ first, NVMe Base 2.0 §3.5.?
+    /// "Delete I/O Submission Queue" before its CQ) and frees the qid.
+    fn delete_queues(&self, qid: u16) -> bool {
+        let mut admin = self.admin();
+        let timeout = self.options.admin_timeout;
+        let deleted = admin
+            .queue
+            .execute(admin::delete_io_sq(qid), timeout)
+            .is_ok()
+            && admin
+                .queue
+                .execute(admin::delete_io_cq(qid), timeout)
+                .is_ok();
+        if let Some(used) = admin.qid_in_use.get_mut(usize::from(qid)) {
+            *used = !deleted;
+        }
+        deleted
+    }
+
+    /// Deletes I/O queues, then a normal shutdown: CC.SHN, and a bounded
+    /// wait for CSTS.SHST "complete" (NVMe Base 2.0 §3.6.1).
+    fn shutdown(&self) -> Result<()> {
+        let sync_qid = {
+            let mut admin = self.admin();
+            admin.sync_io.take().map(|queue| queue.qid())
+        };
+        if let Some(qid) = sync_qid {
+            self.delete_queues(qid);
+        }
+        let cc = Cc(self.transport.read32(registers::CC));
+        if !cc.enable() {
+            return Ok(());
+        }
+        self.transport
+            .write32(registers::CC, cc.with_shn(Shn::Normal).0);
+        wait_for(
+            &*self.transport,
+            "shutdown (CSTS.SHST)",
+            self.options.shutdown_timeout,
+            |csts| Ok(csts.shst() == ShutdownStatus::Complete),
+        )
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// An NVMe controller brought up and identified. Cheap to share: admin
+/// commands take an internal lock; queue pairs are created through `&self`
+/// and keep the controller alive while they live.
+#[derive(Debug)]
+pub struct Controller {
+    shared: Arc<Shared>,
     vs: Vs,
     css: u8,
-    admin: SyncQueue,
-    /// One page-aligned buffer for identify data and log pages.
-    scratch: DmaRegion,
     identify: IdentifyController,
     identify_nvm: Option<IdentifyControllerNvm>,
     identify_zns: Option<IdentifyControllerZns>,
     namespaces: Vec<NamespaceInfo>,
     io_queue_pairs: u16,
-    /// A one-command I/O queue for bring-up-time I/O (zone reports).
-    sync_io: Option<SyncQueue>,
 }
 
 /// Scratch size: two pages, so a 4 KiB transfer at any offset fits PRP1+PRP2.
 const SCRATCH_LEN: usize = 2 * PAGE_SIZE;
 
-/// The queue id of the bring-up I/O queue.
-const SYNC_IO_QID: u16 = 1;
-
 impl Controller {
-    /// Resets and enables the controller, then identifies it and its active
-    /// namespaces.
+    /// Resets and enables the controller, identifies it and its active
+    /// namespaces, asks for I/O queues and turns on shadow doorbells where
+    /// offered.
     pub fn init(transport: Arc<dyn Transport>, options: ControllerOptions) -> Result<Self> {
         let cap = Cap(transport.read64(registers::CAP));
         if cap.0 == u64::MAX {
@@ -139,10 +280,10 @@ impl Controller {
             .clamp(2, registers::ADMIN_QUEUE_ENTRIES_MAX);
         let entries =
             u16::try_from(u32::from(entries).min(cap.max_queue_entries())).unwrap_or(entries);
-        let admin = SyncQueue::new(&transport, 0, entries, cap.dstrd())?;
+        let queue = SyncQueue::new(&transport, 0, entries, cap.dstrd())?;
         transport.write32(registers::AQA, Aqa::new(entries, entries).0);
-        transport.write64(registers::ASQ, admin.sq_iova());
-        transport.write64(registers::ACQ, admin.cq_iova());
+        transport.write64(registers::ASQ, queue.sq_iova());
+        transport.write64(registers::ACQ, queue.cq_iova());
         let cc = Cc::new()
             .with_css(css)
             .with_mps(0)
@@ -154,31 +295,23 @@ impl Controller {
         wait_ready(&*transport, true, ready_timeout)?;
 
         let scratch = DmaRegion::allocate(&transport, SCRATCH_LEN)?;
-        let mut controller = Controller {
+        let admin = Admin {
+            queue,
+            scratch,
+            sync_io: None,
+            qid_in_use: vec![true],
+        };
+        let mut shared = Shared {
             transport,
             options,
             cap,
-            vs,
-            css,
-            admin,
-            scratch,
-            // Placeholders until identify_all fills them; init returns only
-            // after it has.
-            identify: IdentifyController::parse(&[0u8; IDENTIFY_DATA_SIZE])?,
-            identify_nvm: None,
-            identify_zns: None,
-            namespaces: Vec::new(),
-            io_queue_pairs: 0,
-            sync_io: None,
+            admin: Mutex::new(admin),
+            shadow: None,
         };
-        controller.identify_all()?;
-        Ok(controller)
-    }
 
-    fn identify_all(&mut self) -> Result<()> {
-        self.identify =
-            IdentifyController::parse(&self.identify_page(admin::identify_controller(0))?)?;
-        if self.identify.nn == 0 {
+        let identify =
+            IdentifyController::parse(&shared.identify_page(admin::identify_controller(0))?)?;
+        if identify.nn == 0 {
             // NN 0 is outside the spec: there is nothing to talk to.
             return Err(Error::Parse(crate::spec::ParseError::InvalidField {
                 what: "Identify Controller",
@@ -188,194 +321,220 @@ impl Controller {
         }
         // The I/O-command-set-specific controller structures are optional:
         // a controller that rejects the CNS simply has none.
-        self.identify_nvm = self
+        let identify_nvm = shared
             .optional_identify(admin::identify_csi_controller(CSI_NVM, 0))?
             .map(|page| IdentifyControllerNvm::parse(&page))
             .transpose()?;
-        if self.css == registers::CC_CSS_ALL_IO {
-            self.identify_zns = self
+        let identify_zns = if css == registers::CC_CSS_ALL_IO {
+            shared
                 .optional_identify(admin::identify_csi_controller(CSI_ZONED, 0))?
                 .map(|page| IdentifyControllerZns::parse(&page))
-                .transpose()?;
-        }
-
-        let active = identify::parse_active_namespace_list(
-            &self.identify_page(admin::identify_active_namespaces(0, 0))?,
-        )?;
-        let mut namespaces = Vec::with_capacity(active.len());
-        for nsid in active {
-            namespaces.push(self.identify_namespace(nsid)?);
-        }
-        self.namespaces = namespaces;
-
-        let requested = self.options.io_queue_pairs.max(1);
-        let completion = self.admin_command(admin::set_number_of_queues(requested, requested))?;
-        let (sq_count, cq_count) = admin::NumberOfQueues::from_dw0(completion.dw0);
-        self.io_queue_pairs = sq_count.min(cq_count);
-        Ok(())
-    }
-
-    fn identify_namespace(&mut self, nsid: u32) -> Result<NamespaceInfo> {
-        let identify =
-            IdentifyNamespace::parse(&self.identify_page(admin::identify_namespace(nsid, 0))?)?;
-        let block_size = identify.block_size()?;
-        let descriptors =
-            match self.optional_identify(admin::identify_ns_id_descriptors(nsid, 0))? {
-                Some(page) => identify::parse_ns_id_descriptors(&page)?,
-                None => Vec::new(),
-            };
-        let csi = identify::command_set(&descriptors).unwrap_or(CSI_NVM);
-        let zoned = if csi == CSI_ZONED {
-            let page = self.identify_page(admin::identify_csi_namespace(nsid, CSI_ZONED, 0))?;
-            let zns = IdentifyNamespaceZns::parse(&page)?;
-            let format = identify.current_lba_format_index();
-            let zone_size_blocks = zns.lbafe.get(format).map(|e| e.zsze).unwrap_or(0);
-            if zone_size_blocks == 0 || zone_size_blocks > identify.nsze {
-                return Err(Error::Parse(crate::spec::ParseError::InvalidField {
-                    what: "Identify Namespace (ZNS)",
-                    field: "ZSZE",
-                    value: zone_size_blocks,
-                }));
-            }
-            Some(ZonedInfo {
-                zone_size_blocks,
-                max_open_zones: zns.max_open_resources(),
-                max_active_zones: zns.max_active_resources(),
-                identify: zns,
-            })
+                .transpose()?
         } else {
             None
         };
-        Ok(NamespaceInfo {
-            nsid,
-            csi,
-            block_size,
-            capacity_blocks: identify.nsze,
+        let active = identify::parse_active_namespace_list(
+            &shared.identify_page(admin::identify_active_namespaces(0, 0))?,
+        )?;
+        let namespaces = active
+            .into_iter()
+            .map(|nsid| identify_namespace(&shared, nsid))
+            .collect::<Result<Vec<_>>>()?;
+
+        let requested = shared.options.io_queue_pairs.max(1);
+        let completion = shared.command(admin::set_number_of_queues(requested, requested))?;
+        let (sq_count, cq_count) = admin::NumberOfQueues::from_dw0(completion.dw0);
+        let io_queue_pairs = sq_count.min(cq_count);
+        shared.admin().qid_in_use = vec![false; usize::from(io_queue_pairs) + 1];
+        shared.admin().qid_in_use[0] = true;
+
+        if shared.options.shadow_doorbells && identify.oacs.contains(Oacs::DOORBELL_BUFFER_CONFIG) {
+            shared.shadow = enable_shadow_doorbells(&shared, io_queue_pairs)?;
+        }
+        if let Some(pages) = shared.shadow_pages() {
+            shared.admin().queue.use_shadow(pages);
+        }
+
+        Ok(Controller {
+            shared: Arc::new(shared),
+            vs,
+            css,
             identify,
-            zoned,
+            identify_nvm,
+            identify_zns,
+            namespaces,
+            io_queue_pairs,
         })
     }
 
-    /// Runs an Identify into the scratch page and copies the page out.
-    fn identify_page(&mut self, mut command: Command) -> Result<Vec<u8>> {
-        self.scratch.fill(0, IDENTIFY_DATA_SIZE, 0);
-        command.prp1 = self.scratch.iova();
-        self.admin_command(command)?;
-        let mut page = vec![0u8; IDENTIFY_DATA_SIZE];
-        self.scratch.copy_out(0, &mut page);
-        Ok(page)
+    /// Runs one admin command and waits (bounded) for its completion.
+    pub fn admin_command(&self, command: Command) -> Result<Completion> {
+        self.shared.command(command)
     }
 
     /// Runs Identify with any CNS/NSID/CNTID/CSI and returns the raw 4 KiB
     /// page, for tools that dump or capture identify data.
-    pub fn identify_raw(&mut self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
-        self.identify_page(admin::identify(cns, nsid, cntid, csi, 0))
-    }
-
-    /// An Identify that a controller may reject as unsupported (Invalid
-    /// Field in Command): `None` then.
-    fn optional_identify(&mut self, command: Command) -> Result<Option<Vec<u8>>> {
-        match self.identify_page(command) {
-            Ok(page) => Ok(Some(page)),
-            Err(Error::Command { status, .. }) if !status.is_success() && status.dnr => Ok(None),
-            Err(other) => Err(other),
-        }
-    }
-
-    /// Runs one admin command and waits (bounded) for its completion.
-    pub fn admin_command(&mut self, command: Command) -> Result<Completion> {
-        self.admin.execute(command, self.options.admin_timeout)
+    pub fn identify_raw(&self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
+        self.shared
+            .identify_page(admin::identify(cns, nsid, cntid, csi, 0))
     }
 
     /// Get Log Page into the scratch buffer; `len` at most 4 KiB.
-    fn log_page(&mut self, lid: u8, nsid: u32, len: usize) -> Result<Vec<u8>> {
+    fn log_page(&self, lid: u8, nsid: u32, len: usize) -> Result<Vec<u8>> {
         assert!(len <= PAGE_SIZE && len.is_multiple_of(4));
-        self.scratch.fill(0, len, 0);
-        let command = admin::get_log_page(lid, nsid, len as u32, 0, self.scratch.iova(), 0);
-        self.admin_command(command)?;
+        let mut admin = self.shared.admin();
+        admin.scratch.fill(0, len, 0);
+        let command = admin::get_log_page(lid, nsid, len as u32, 0, admin.scratch.iova(), 0);
+        admin
+            .queue
+            .execute(command, self.shared.options.admin_timeout)?;
         let mut data = vec![0u8; len];
-        self.scratch.copy_out(0, &mut data);
+        admin.scratch.copy_out(0, &mut data);
         Ok(data)
     }
 
     /// The SMART / Health Information log (controller-wide).
-    pub fn smart_log(&mut self) -> Result<SmartHealthLog> {
+    pub fn smart_log(&self) -> Result<SmartHealthLog> {
         let data = self.log_page(log::LOG_SMART_HEALTH, 0xFFFF_FFFF, 512)?;
         Ok(SmartHealthLog::parse(&data)?)
     }
 
     /// The Error Information log: up to ELPE+1 entries of 64 bytes, at most
     /// one page here.
-    pub fn error_log(&mut self) -> Result<Vec<ErrorLogEntry>> {
+    pub fn error_log(&self) -> Result<Vec<ErrorLogEntry>> {
         let entries = (usize::from(self.identify.elpe) + 1).min(PAGE_SIZE / 64);
         let data = self.log_page(log::LOG_ERROR_INFORMATION, 0, entries * 64)?;
         Ok(log::parse_error_log(&data)?)
     }
 
     /// Reports up to `max_zones` zones of a zoned namespace from `slba`,
-    /// through a one-command I/O queue created on first use.
+    /// through a one-command I/O queue created on first use. For tools;
+    /// the I/O path uses [`QueuePair`]s.
     pub fn report_zones(
-        &mut self,
+        &self,
         nsid: u32,
         slba: u64,
         max_zones: usize,
     ) -> Result<Vec<ZoneDescriptor>> {
         let room = (PAGE_SIZE - REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE;
         let len = REPORT_HEADER_SIZE + max_zones.clamp(1, room) * ZONE_DESCRIPTOR_SIZE;
-        self.scratch.fill(0, len, 0);
+        let timeout = self.shared.options.admin_timeout;
+        let mut guard = self.shared.admin();
+        let admin = &mut *guard;
+        if admin.sync_io.is_none() {
+            let qid = Shared::allocate_qid(admin)?;
+            let mut queue =
+                SyncQueue::new(&self.shared.transport, qid, 16, self.shared.cap.dstrd())?;
+            admin.queue.execute(
+                admin::create_io_cq(qid, queue.entries(), queue.cq_iova(), true, false, 0),
+                timeout,
+            )?;
+            let created = admin.queue.execute(
+                admin::create_io_sq(qid, queue.entries(), queue.sq_iova(), qid, 0),
+                timeout,
+            );
+            if let Err(error) = created {
+                let _ = admin.queue.execute(admin::delete_io_cq(qid), timeout);
+                admin.qid_in_use[usize::from(qid)] = false;
+                return Err(error);
+            }
+            if let Some(pages) = self.shared.shadow_pages() {
+                queue.use_shadow(pages);
+            }
+            admin.sync_io = Some(queue);
+        }
+        admin.scratch.fill(0, len, 0);
         let command = zns_cmd::report_zones(
             nsid,
             slba,
             len as u32,
             ReportFilter::All,
             true,
-            self.scratch.iova(),
+            admin.scratch.iova(),
             0,
         );
-        let timeout = self.options.admin_timeout;
-        self.sync_io_queue()?.execute(command, timeout)?;
+        admin
+            .sync_io
+            .as_mut()
+            .expect("created above")
+            .execute(command, timeout)?;
         let mut data = vec![0u8; len];
-        self.scratch.copy_out(0, &mut data);
+        admin.scratch.copy_out(0, &mut data);
         Ok(parse_report_zones(&data)?.1)
     }
 
-    fn sync_io_queue(&mut self) -> Result<&mut SyncQueue> {
-        if self.sync_io.is_none() {
-            if self.io_queue_pairs == 0 {
-                return Err(Error::Unsupported(
-                    "the controller granted no I/O queues".into(),
-                ));
-            }
-            let queue = SyncQueue::new(&self.transport, SYNC_IO_QID, 16, self.cap.dstrd())?;
-            self.admin_command(admin::create_io_cq(
-                SYNC_IO_QID,
-                queue.entries(),
-                queue.cq_iova(),
-                true,
-                false,
-                0,
-            ))?;
-            if let Err(error) = self.admin_command(admin::create_io_sq(
-                SYNC_IO_QID,
-                queue.entries(),
-                queue.sq_iova(),
-                SYNC_IO_QID,
-                0,
-            )) {
-                let _ = self.admin_command(admin::delete_io_cq(SYNC_IO_QID));
+    /// Creates an I/O queue pair with `depth` entries per ring (at most
+    /// CAP.MQES+1). The pair is `Send`: hand it to the thread that will
+    /// own it. Dropping it deletes its queues on the controller.
+    pub fn create_queue_pair(&self, depth: u16) -> Result<QueuePair> {
+        let max = self.shared.cap.max_queue_entries();
+        if depth < 2 || u32::from(depth) > max {
+            return Err(Error::InvalidArgument(format!(
+                "queue depth {depth}: expected 2..={max} (CAP.MQES+1)"
+            )));
+        }
+        let shared = &self.shared;
+        let timeout = shared.options.admin_timeout;
+        let mut admin = shared.admin();
+        let qid = Shared::allocate_qid(&mut admin)?;
+        let doorbells = DoorbellConfig {
+            dstrd: shared.cap.dstrd(),
+            shadow: shared.shadow_pages(),
+        };
+        let release = |admin: &mut Admin| admin.qid_in_use[usize::from(qid)] = false;
+        let mut pair = match QueuePair::new(&shared.transport, qid, depth, doorbells) {
+            Ok(pair) => pair,
+            Err(error) => {
+                release(&mut admin);
                 return Err(error);
             }
-            self.sync_io = Some(queue);
+        };
+        // Completion queue first: the submission queue names it.
+        if let Err(error) = admin.queue.execute(
+            admin::create_io_cq(qid, depth, pair.cq_iova(), true, false, 0),
+            timeout,
+        ) {
+            release(&mut admin);
+            return Err(error);
         }
-        Ok(self.sync_io.as_mut().expect("created above"))
+        if let Err(error) = admin.queue.execute(
+            admin::create_io_sq(qid, depth, pair.sq_iova(), qid, 0),
+            timeout,
+        ) {
+            let _ = admin.queue.execute(admin::delete_io_cq(qid), timeout);
+            release(&mut admin);
+            return Err(error);
+        }
+        drop(admin);
+        let owner = Arc::clone(shared);
+        pair.set_on_drop(Box::new(move |qid| owner.delete_queues(qid)));
+        Ok(pair)
+    }
+
+    /// A handle for I/O on namespace `nsid`: geometry, limits and request
+    /// validation.
+    pub fn namespace(&self, nsid: u32) -> Result<Namespace> {
+        let info = self
+            .namespaces
+            .iter()
+            .find(|ns| ns.nsid == nsid)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("namespace {nsid} is not active on this controller"))
+            })?;
+        Ok(Namespace::new(self, info))
+    }
+
+    /// Whether queue pairs use shadow doorbells.
+    pub fn shadow_doorbells(&self) -> bool {
+        self.shared.shadow.is_some()
     }
 
     pub fn transport(&self) -> &Arc<dyn Transport> {
-        &self.transport
+        &self.shared.transport
     }
 
     pub fn cap(&self) -> Cap {
-        self.cap
+        self.shared.cap
     }
 
     pub fn version(&self) -> Vs {
@@ -412,33 +571,79 @@ impl Controller {
 
     /// MDTS in bytes, `None` if unlimited.
     pub fn max_transfer_bytes(&self) -> Option<u64> {
-        self.identify.max_transfer_bytes(self.cap.min_page_size())
-    }
-
-    /// Deletes I/O queues, then a normal shutdown: CC.SHN, and a bounded
-    /// wait for CSTS.SHST "complete" (NVMe Base 2.0 §3.6.1).
-    pub fn shutdown(&mut self) -> Result<()> {
-        if self.sync_io.take().is_some() {
-            let _ = self.admin_command(admin::delete_io_sq(SYNC_IO_QID));
-            let _ = self.admin_command(admin::delete_io_cq(SYNC_IO_QID));
-        }
-        let cc = Cc(self.transport.read32(registers::CC));
-        if !cc.enable() {
-            return Ok(());
-        }
-        self.transport
-            .write32(registers::CC, cc.with_shn(Shn::Normal).0);
-        let timeout = self.options.shutdown_timeout;
-        wait_for(&*self.transport, "shutdown (CSTS.SHST)", timeout, |csts| {
-            Ok(csts.shst() == ShutdownStatus::Complete)
-        })
+        self.identify
+            .max_transfer_bytes(self.shared.cap.min_page_size())
     }
 }
 
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.shutdown();
+/// Doorbell Buffer Config (NVMe Base 2.0 §5.8): one page of shadow
+/// doorbells and one of EventIdx, when every queue's slots fit one page.
+/// A controller that rejects the command just keeps MMIO doorbells.
+fn enable_shadow_doorbells(shared: &Shared, io_queue_pairs: u16) -> Result<Option<ShadowBuffers>> {
+    let stride = registers::doorbell_stride_bytes(shared.cap.dstrd());
+    if (usize::from(io_queue_pairs) + 1) * 2 * stride > PAGE_SIZE {
+        return Ok(None);
     }
+    let values = DmaRegion::allocate(&shared.transport, PAGE_SIZE)?;
+    let event_idx = DmaRegion::allocate(&shared.transport, PAGE_SIZE)?;
+    match shared.command(admin::doorbell_buffer_config(
+        values.iova(),
+        event_idx.iova(),
+    )) {
+        Ok(_) => {
+            let pages = ShadowPages {
+                values: values.raw_parts().0,
+                event_idx: event_idx.raw_parts().0,
+            };
+            Ok(Some(ShadowBuffers {
+                _values: values,
+                _event_idx: event_idx,
+                pages,
+            }))
+        }
+        Err(Error::Command { .. }) => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+fn identify_namespace(shared: &Shared, nsid: u32) -> Result<NamespaceInfo> {
+    let identify =
+        IdentifyNamespace::parse(&shared.identify_page(admin::identify_namespace(nsid, 0))?)?;
+    let block_size = identify.block_size()?;
+    let descriptors = match shared.optional_identify(admin::identify_ns_id_descriptors(nsid, 0))? {
+        Some(page) => identify::parse_ns_id_descriptors(&page)?,
+        None => Vec::new(),
+    };
+    let csi = identify::command_set(&descriptors).unwrap_or(CSI_NVM);
+    let zoned = if csi == CSI_ZONED {
+        let page = shared.identify_page(admin::identify_csi_namespace(nsid, CSI_ZONED, 0))?;
+        let zns = IdentifyNamespaceZns::parse(&page)?;
+        let format = identify.current_lba_format_index();
+        let zone_size_blocks = zns.lbafe.get(format).map(|e| e.zsze).unwrap_or(0);
+        if zone_size_blocks == 0 || zone_size_blocks > identify.nsze {
+            return Err(Error::Parse(crate::spec::ParseError::InvalidField {
+                what: "Identify Namespace (ZNS)",
+                field: "ZSZE",
+                value: zone_size_blocks,
+            }));
+        }
+        Some(ZonedInfo {
+            zone_size_blocks,
+            max_open_zones: zns.max_open_resources(),
+            max_active_zones: zns.max_active_resources(),
+            identify: zns,
+        })
+    } else {
+        None
+    };
+    Ok(NamespaceInfo {
+        nsid,
+        csi,
+        block_size,
+        capacity_blocks: identify.nsze,
+        identify,
+        zoned,
+    })
 }
 
 /// Clears CC.EN and waits for CSTS.RDY = 0 within CAP.TO.

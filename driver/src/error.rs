@@ -47,6 +47,94 @@ pub enum Error {
     QueueFull,
     /// A caller-provided argument is out of range.
     InvalidArgument(String),
+    /// An I/O request failed validation; the device was not touched.
+    InvalidRequest(RequestError),
+}
+
+/// Why a request was refused before submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// The blocks lie (partly) past the namespace's end.
+    LbaOutOfRange {
+        slba: u64,
+        blocks: u64,
+        capacity_blocks: u64,
+    },
+    /// More bytes than one command may move (MDTS, ZASL or the PRP limit).
+    TooLarge { bytes: u64, max_bytes: u64 },
+    /// A transfer of zero blocks.
+    Empty,
+    /// The buffer length is not a whole number of blocks.
+    NotBlockMultiple { bytes: u64, block_size: u32 },
+    /// The buffer is not dword aligned, as PRP entries require.
+    Misaligned { iova: u64 },
+    /// The buffer is smaller than the transfer.
+    BufferTooSmall { needed: u64, got: u64 },
+    /// A zone command on a namespace without zones.
+    NotZoned { nsid: u32 },
+    /// A zone operation on an LBA that does not start a zone.
+    NotZoneStart { slba: u64, zone_size_blocks: u64 },
+    /// The blocks cross a zone boundary.
+    CrossesZone { slba: u64, blocks: u64 },
+    /// The controller does not offer the command (ONCS).
+    Unsupported { command: &'static str },
+    /// Too many ranges for one command.
+    TooManyRanges { count: usize, max: usize },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::LbaOutOfRange {
+                slba,
+                blocks,
+                capacity_blocks,
+            } => {
+                write!(
+                    f,
+                    "blocks {slba}+{blocks} lie past the namespace end ({capacity_blocks} blocks)"
+                )
+            }
+            RequestError::TooLarge { bytes, max_bytes } => {
+                write!(
+                    f,
+                    "{bytes} bytes exceed the {max_bytes}-byte limit of one command"
+                )
+            }
+            RequestError::Empty => write!(f, "a transfer of zero blocks"),
+            RequestError::NotBlockMultiple { bytes, block_size } => {
+                write!(
+                    f,
+                    "{bytes} bytes is not a multiple of the {block_size}-byte block"
+                )
+            }
+            RequestError::Misaligned { iova } => {
+                write!(f, "buffer at {iova:#x} is not 4-byte aligned")
+            }
+            RequestError::BufferTooSmall { needed, got } => {
+                write!(f, "buffer of {got} bytes, {needed} needed")
+            }
+            RequestError::NotZoned { nsid } => write!(f, "namespace {nsid} has no zones"),
+            RequestError::NotZoneStart {
+                slba,
+                zone_size_blocks,
+            } => {
+                write!(
+                    f,
+                    "LBA {slba} does not start a zone ({zone_size_blocks} blocks each)"
+                )
+            }
+            RequestError::CrossesZone { slba, blocks } => {
+                write!(f, "blocks {slba}+{blocks} cross a zone boundary")
+            }
+            RequestError::Unsupported { command } => {
+                write!(f, "the controller does not support {command}")
+            }
+            RequestError::TooManyRanges { count, max } => {
+                write!(f, "{count} ranges, at most {max} per command")
+            }
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -107,6 +195,7 @@ impl fmt::Display for Error {
             Error::Parse(error) => write!(f, "{error}"),
             Error::QueueFull => write!(f, "submission queue full"),
             Error::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
+            Error::InvalidRequest(error) => write!(f, "invalid request: {error}"),
         }
     }
 }
@@ -119,6 +208,12 @@ impl std::error::Error for Error {
             Error::Parse(source) => Some(source),
             _ => None,
         }
+    }
+}
+
+impl From<RequestError> for Error {
+    fn from(error: RequestError) -> Self {
+        Error::InvalidRequest(error)
     }
 }
 

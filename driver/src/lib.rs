@@ -15,11 +15,14 @@ pub mod controller;
 pub mod dma;
 mod error;
 pub mod mmio;
-mod queue;
+pub mod namespace;
+pub mod queue;
 pub mod spec;
 pub mod transport;
 pub mod vfio;
 
 pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo};
-pub use error::{Error, Result};
+pub use error::{Error, RequestError, Result};
+pub use namespace::{Namespace, ZoneGeometry};
+pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};
 pub use transport::{PciId, Transport};

@@ -44,6 +44,14 @@ pub trait Transport: Send + Sync + fmt::Debug {
         self.write32(offset + 4, (value >> 32) as u32);
     }
 
+    /// A pointer for direct volatile stores to a doorbell register, when the
+    /// registers are memory-mapped. `None` sends doorbell writes through
+    /// [`Transport::write32`] instead (simulators, loopback sinks). The
+    /// pointer stays valid while the transport lives.
+    fn doorbell_pointer(&self, _offset: usize) -> Option<NonNull<u32>> {
+        None
+    }
+
     /// Makes `[vaddr, vaddr + len)` reachable by the device and returns its
     /// I/O virtual address.
     ///

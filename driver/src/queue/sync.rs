@@ -2,6 +2,7 @@
 //! polls for its completion with a deadline. Used for admin commands, where
 //! simplicity beats throughput.
 
+use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
 use crate::dma::{DmaMemory, DmaRegion};
 use crate::error::{Error, Result};
 use crate::spec::command::Command;
@@ -29,8 +30,10 @@ pub(crate) struct SyncQueue {
     sq_tail: u16,
     cq_head: u16,
     phase: bool,
-    sq_doorbell: usize,
-    cq_doorbell: usize,
+    qid: u16,
+    dstrd: u8,
+    sq_doorbell: Doorbell,
+    cq_doorbell: Doorbell,
     next_cid: u16,
 }
 
@@ -55,10 +58,42 @@ impl SyncQueue {
             sq_tail: 0,
             cq_head: 0,
             phase: true,
-            sq_doorbell: sq_tail_doorbell(qid, dstrd),
-            cq_doorbell: cq_head_doorbell(qid, dstrd),
+            qid,
+            dstrd,
+            sq_doorbell: Doorbell::new(
+                transport,
+                sq_tail_doorbell(qid, dstrd),
+                None,
+                ShadowPolicy::Off,
+            ),
+            cq_doorbell: Doorbell::new(
+                transport,
+                cq_head_doorbell(qid, dstrd),
+                None,
+                ShadowPolicy::Off,
+            ),
             next_cid: 0,
         })
+    }
+
+    /// Mirrors both doorbells into the shadow doorbell page as well as
+    /// the registers, once Doorbell Buffer Config is in effect. Every
+    /// update still writes the register (see [`ShadowPolicy::Always`]).
+    pub(crate) fn use_shadow(&mut self, pages: ShadowPages) {
+        let sq = sq_tail_doorbell(self.qid, self.dstrd);
+        let cq = cq_head_doorbell(self.qid, self.dstrd);
+        self.sq_doorbell = Doorbell::new(
+            &self.transport,
+            sq,
+            Some(pages.slot(sq)),
+            ShadowPolicy::Always,
+        );
+        self.cq_doorbell = Doorbell::new(
+            &self.transport,
+            cq,
+            Some(pages.slot(cq)),
+            ShadowPolicy::Always,
+        );
     }
 
     pub(crate) fn sq_iova(&self) -> u64 {
@@ -67,6 +102,10 @@ impl SyncQueue {
 
     pub(crate) fn cq_iova(&self) -> u64 {
         self.cq.iova()
+    }
+
+    pub(crate) fn qid(&self) -> u16 {
+        self.qid
     }
 
     pub(crate) fn entries(&self) -> u16 {
@@ -92,8 +131,12 @@ impl SyncQueue {
         // The entry must be in memory before the doorbell tells the
         // controller to fetch it.
         fence(Ordering::Release);
-        self.transport
-            .write32(self.sq_doorbell, u32::from(self.sq_tail));
+        let old_tail = if self.sq_tail == 0 {
+            self.entries - 1
+        } else {
+            self.sq_tail - 1
+        };
+        self.sq_doorbell.update(old_tail, self.sq_tail);
 
         let started = Instant::now();
         let mut polls = 0u32;
@@ -110,8 +153,12 @@ impl SyncQueue {
                     self.cq_head = 0;
                     self.phase = !self.phase;
                 }
-                self.transport
-                    .write32(self.cq_doorbell, u32::from(self.cq_head));
+                let old_head = if self.cq_head == 0 {
+                    self.entries - 1
+                } else {
+                    self.cq_head - 1
+                };
+                self.cq_doorbell.update(old_head, self.cq_head);
                 if completion.cid != cid {
                     // A late completion of an earlier, timed-out command.
                     continue;

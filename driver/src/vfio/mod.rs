@@ -388,6 +388,10 @@ impl Transport for VfioPci {
         self.mmio.write32(offset, value)
     }
 
+    fn doorbell_pointer(&self, offset: usize) -> Option<NonNull<u32>> {
+        Some(self.mmio.doorbell(offset))
+    }
+
     unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
         let iova = self.vfio.allocate_iova(len)?;
         // SAFETY: the caller guarantees the memory stays allocated until

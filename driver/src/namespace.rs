@@ -1,0 +1,459 @@
+//! A namespace handle: geometry, limits and validated requests.
+//!
+//! Every request is checked before it reaches a queue: LBA range, transfer
+//! size (MDTS, ZASL, the PRP limit), buffer size and alignment, zone
+//! commands on zoned namespaces only, and commands the controller offers
+//! (ONCS). A refused request is a typed [`RequestError`] and the device is
+//! never touched.
+
+use crate::cmd::nvm::{
+    self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_RANGES, DSM_MAX_RANGES,
+};
+use crate::cmd::zns::{self as zns_cmd, ReportFilter, ZoneSendAction};
+use crate::controller::{Controller, NamespaceInfo};
+use crate::dma::{DmaMemory, PAGE_SIZE};
+use crate::error::RequestError;
+use crate::queue::{prp, IoBuffer, Request};
+use crate::spec::identify::Oncs;
+use serde::Serialize;
+
+/// Zone geometry and limits of a zoned namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ZoneGeometry {
+    pub zone_size_blocks: u64,
+    pub zone_count: u64,
+    /// `None`: no limit.
+    pub max_open_zones: Option<u32>,
+    pub max_active_zones: Option<u32>,
+    /// Largest Zone Append, in bytes (ZASL, capped by the transfer limit).
+    pub zone_append_max_bytes: u64,
+}
+
+/// An active namespace of a controller, for building I/O requests.
+#[derive(Clone, Debug, Serialize)]
+pub struct Namespace {
+    nsid: u32,
+    block_size: u32,
+    capacity_blocks: u64,
+    max_transfer_bytes: u64,
+    #[serde(skip)]
+    oncs: Oncs,
+    zones: Option<ZoneGeometry>,
+}
+
+type Checked<T> = Result<T, RequestError>;
+
+impl Namespace {
+    pub(crate) fn new(controller: &Controller, info: &NamespaceInfo) -> Self {
+        // One PRP list page per command bounds a transfer too; keep a page
+        // of slack so an unaligned buffer start still fits.
+        let prp_limit = (prp::MAX_TRANSFER_BYTES - PAGE_SIZE) as u64;
+        let max_transfer_bytes = controller
+            .max_transfer_bytes()
+            .unwrap_or(u64::MAX)
+            .min(prp_limit);
+        let zones = info.zoned.as_ref().map(|zoned| {
+            let min_page = controller.cap().min_page_size();
+            let zasl = controller
+                .identify_zns()
+                .and_then(|z| z.zone_append_size_limit_bytes(min_page, Some(max_transfer_bytes)))
+                .unwrap_or(max_transfer_bytes);
+            ZoneGeometry {
+                zone_size_blocks: zoned.zone_size_blocks,
+                zone_count: info.capacity_blocks / zoned.zone_size_blocks,
+                max_open_zones: zoned.max_open_zones,
+                max_active_zones: zoned.max_active_zones,
+                zone_append_max_bytes: zasl.min(max_transfer_bytes),
+            }
+        });
+        Namespace {
+            nsid: info.nsid,
+            block_size: info.block_size,
+            capacity_blocks: info.capacity_blocks,
+            max_transfer_bytes,
+            oncs: controller.identify().oncs,
+            zones,
+        }
+    }
+
+    /// A namespace described directly, for tests and simulators.
+    pub fn from_parts(
+        nsid: u32,
+        block_size: u32,
+        capacity_blocks: u64,
+        max_transfer_bytes: u64,
+        oncs: Oncs,
+        zones: Option<ZoneGeometry>,
+    ) -> Self {
+        Namespace {
+            nsid,
+            block_size,
+            capacity_blocks,
+            max_transfer_bytes,
+            oncs,
+            zones,
+        }
+    }
+
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn capacity_blocks(&self) -> u64 {
+        self.capacity_blocks
+    }
+
+    /// The largest data transfer of one command, in bytes.
+    pub fn max_transfer_bytes(&self) -> u64 {
+        self.max_transfer_bytes
+    }
+
+    pub fn zones(&self) -> Option<&ZoneGeometry> {
+        self.zones.as_ref()
+    }
+
+    pub fn supports(&self, commands: Oncs) -> bool {
+        self.oncs.contains(commands)
+    }
+
+    // ---- validation ----
+
+    fn check_range(&self, slba: u64, blocks: u64) -> Checked<()> {
+        if blocks == 0 {
+            return Err(RequestError::Empty);
+        }
+        if slba
+            .checked_add(blocks)
+            .is_none_or(|end| end > self.capacity_blocks)
+        {
+            return Err(RequestError::LbaOutOfRange {
+                slba,
+                blocks,
+                capacity_blocks: self.capacity_blocks,
+            });
+        }
+        if blocks > u64::from(nvm::MAX_BLOCKS) {
+            return Err(RequestError::TooLarge {
+                bytes: blocks * u64::from(self.block_size),
+                max_bytes: u64::from(nvm::MAX_BLOCKS) * u64::from(self.block_size),
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocks a data buffer covers, after checking its shape and the limit.
+    fn data_blocks(&self, buffer: &IoBuffer, max_bytes: u64) -> Checked<u64> {
+        let bytes = buffer.len() as u64;
+        if bytes == 0 {
+            return Err(RequestError::Empty);
+        }
+        if !bytes.is_multiple_of(u64::from(self.block_size)) {
+            return Err(RequestError::NotBlockMultiple {
+                bytes,
+                block_size: self.block_size,
+            });
+        }
+        if bytes > max_bytes {
+            return Err(RequestError::TooLarge { bytes, max_bytes });
+        }
+        if buffer.iova() & 0b11 != 0 {
+            return Err(RequestError::Misaligned {
+                iova: buffer.iova(),
+            });
+        }
+        Ok(bytes / u64::from(self.block_size))
+    }
+
+    fn zones_or_err(&self) -> Checked<&ZoneGeometry> {
+        self.zones
+            .as_ref()
+            .ok_or(RequestError::NotZoned { nsid: self.nsid })
+    }
+
+    fn check_zone_start(&self, slba: u64) -> Checked<&ZoneGeometry> {
+        let zones = self.zones_or_err()?;
+        if !slba.is_multiple_of(zones.zone_size_blocks) || slba >= self.capacity_blocks {
+            return Err(RequestError::NotZoneStart {
+                slba,
+                zone_size_blocks: zones.zone_size_blocks,
+            });
+        }
+        Ok(zones)
+    }
+
+    fn require(&self, command: Oncs, name: &'static str) -> Checked<()> {
+        if self.oncs.contains(command) {
+            Ok(())
+        } else {
+            Err(RequestError::Unsupported { command: name })
+        }
+    }
+
+    // ---- requests ----
+
+    /// Read `buffer.len()` bytes from `slba`.
+    pub fn read(&self, slba: u64, buffer: IoBuffer, token: u64) -> Checked<Request> {
+        let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
+        self.check_range(slba, blocks)?;
+        Ok(Request {
+            command: nvm::read(self.nsid, slba, blocks as u32),
+            buffer: Some(buffer),
+            token,
+        })
+    }
+
+    /// Write `buffer` at `slba`; with `fua` the data is durable at completion.
+    pub fn write(&self, slba: u64, buffer: IoBuffer, fua: bool, token: u64) -> Checked<Request> {
+        let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
+        self.check_range(slba, blocks)?;
+        Ok(Request {
+            command: nvm::write(self.nsid, slba, blocks as u32, fua),
+            buffer: Some(buffer),
+            token,
+        })
+    }
+
+    /// Compare `buffer` with the blocks at `slba` (Compare Failure if they differ).
+    pub fn compare(&self, slba: u64, buffer: IoBuffer, token: u64) -> Checked<Request> {
+        self.require(Oncs::COMPARE, "Compare")?;
+        let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
+        self.check_range(slba, blocks)?;
+        Ok(Request {
+            command: nvm::compare(self.nsid, slba, blocks as u32),
+            buffer: Some(buffer),
+            token,
+        })
+    }
+
+    /// Verify `blocks` at `slba` on the device, without transferring data.
+    pub fn verify(&self, slba: u64, blocks: u32, token: u64) -> Checked<Request> {
+        self.require(Oncs::VERIFY, "Verify")?;
+        self.check_range(slba, u64::from(blocks))?;
+        Ok(Request {
+            command: nvm::verify(self.nsid, slba, blocks),
+            buffer: None,
+            token,
+        })
+    }
+
+    /// Flush the volatile write cache.
+    pub fn flush(&self, token: u64) -> Request {
+        Request {
+            command: nvm::flush(self.nsid),
+            buffer: None,
+            token,
+        }
+    }
+
+    /// Write Zeroes; `deallocate` sets DEAC (the controller may unmap).
+    pub fn write_zeroes(
+        &self,
+        slba: u64,
+        blocks: u32,
+        deallocate: bool,
+        token: u64,
+    ) -> Checked<Request> {
+        self.require(Oncs::WRITE_ZEROES, "Write Zeroes")?;
+        self.check_range(slba, u64::from(blocks))?;
+        Ok(Request {
+            command: nvm::write_zeroes(self.nsid, slba, blocks, deallocate, false),
+            buffer: None,
+            token,
+        })
+    }
+
+    /// Dataset Management, deallocate: `ranges` of `(slba, blocks)`, whose
+    /// descriptors are written into `buffer` (16 bytes each).
+    pub fn deallocate(
+        &self,
+        ranges: &[(u64, u32)],
+        buffer: IoBuffer,
+        token: u64,
+    ) -> Checked<Request> {
+        self.require(Oncs::DATASET_MANAGEMENT, "Dataset Management")?;
+        if ranges.is_empty() {
+            return Err(RequestError::Empty);
+        }
+        if ranges.len() > DSM_MAX_RANGES {
+            return Err(RequestError::TooManyRanges {
+                count: ranges.len(),
+                max: DSM_MAX_RANGES,
+            });
+        }
+        let needed = ranges.len() * std::mem::size_of::<DsmRange>();
+        self.check_descriptor_buffer(&buffer, needed)?;
+        for (index, &(slba, blocks)) in ranges.iter().enumerate() {
+            // DSM lengths are 32-bit, not limited to MAX_BLOCKS.
+            if blocks == 0 {
+                return Err(RequestError::Empty);
+            }
+            if slba
+                .checked_add(u64::from(blocks))
+                .is_none_or(|end| end > self.capacity_blocks)
+            {
+                return Err(RequestError::LbaOutOfRange {
+                    slba,
+                    blocks: u64::from(blocks),
+                    capacity_blocks: self.capacity_blocks,
+                });
+            }
+            buffer.buffer().copy_in(
+                buffer.offset() + index * 16,
+                &DsmRange::new(slba, blocks).to_bytes(),
+            );
+        }
+        let command =
+            nvm::dataset_management(self.nsid, ranges.len() as u16, DsmAttributes::DEALLOCATE);
+        Ok(Request {
+            command,
+            buffer: Some(buffer.truncate(needed)),
+            token,
+        })
+    }
+
+    /// Simple Copy of `sources` (`(slba, blocks)` each) to `sdlba`; the
+    /// source range descriptors are written into `buffer` (32 bytes each).
+    pub fn copy(
+        &self,
+        sdlba: u64,
+        sources: &[(u64, u32)],
+        buffer: IoBuffer,
+        token: u64,
+    ) -> Checked<Request> {
+        self.require(Oncs::COPY, "Copy")?;
+        if sources.is_empty() {
+            return Err(RequestError::Empty);
+        }
+        if sources.len() > COPY_MAX_RANGES {
+            return Err(RequestError::TooManyRanges {
+                count: sources.len(),
+                max: COPY_MAX_RANGES,
+            });
+        }
+        let needed = sources.len() * std::mem::size_of::<CopySourceRange>();
+        self.check_descriptor_buffer(&buffer, needed)?;
+        let mut total: u64 = 0;
+        for (index, &(slba, blocks)) in sources.iter().enumerate() {
+            self.check_range(slba, u64::from(blocks))?;
+            total += u64::from(blocks);
+            buffer.buffer().copy_in(
+                buffer.offset() + index * 32,
+                &CopySourceRange::new(slba, blocks).to_bytes(),
+            );
+        }
+        // The destination is bounded by the namespace, not by one range's
+        // 16-bit NLB (the controller's MCL/MSSRL/MSRC limits apply there).
+        if sdlba
+            .checked_add(total)
+            .is_none_or(|end| end > self.capacity_blocks)
+        {
+            return Err(RequestError::LbaOutOfRange {
+                slba: sdlba,
+                blocks: total,
+                capacity_blocks: self.capacity_blocks,
+            });
+        }
+        let command = nvm::copy(self.nsid, sdlba, sources.len() as u16, false);
+        Ok(Request {
+            command,
+            buffer: Some(buffer.truncate(needed)),
+            token,
+        })
+    }
+
+    /// Zone Append `buffer` to the zone starting at `zslba`. The completion's
+    /// [`crate::queue::IoCompletion::result_u64`] is the LBA written.
+    pub fn zone_append(
+        &self,
+        zslba: u64,
+        buffer: IoBuffer,
+        fua: bool,
+        token: u64,
+    ) -> Checked<Request> {
+        let zones = *self.check_zone_start(zslba)?;
+        let blocks = self.data_blocks(&buffer, zones.zone_append_max_bytes)?;
+        if blocks > zones.zone_size_blocks {
+            return Err(RequestError::CrossesZone {
+                slba: zslba,
+                blocks,
+            });
+        }
+        self.check_range(zslba, blocks)?;
+        Ok(Request {
+            command: zns_cmd::zone_append(self.nsid, zslba, blocks as u32, fua),
+            buffer: Some(buffer),
+            token,
+        })
+    }
+
+    /// Zone Management Send: open, close, finish, reset or offline the zone
+    /// at `zslba`, or every zone with `select_all`.
+    pub fn zone_send(
+        &self,
+        zslba: u64,
+        action: ZoneSendAction,
+        select_all: bool,
+        token: u64,
+    ) -> Checked<Request> {
+        if select_all {
+            self.zones_or_err()?;
+        } else {
+            self.check_zone_start(zslba)?;
+        }
+        let slba = if select_all { 0 } else { zslba };
+        Ok(Request {
+            command: zns_cmd::zone_management_send(self.nsid, slba, action, select_all),
+            buffer: None,
+            token,
+        })
+    }
+
+    /// Zone Management Receive, Report Zones from `slba` into `buffer`
+    /// (a 64-byte header, then 64 bytes per zone). With `partial`, the
+    /// header counts only the zones that fit.
+    pub fn report_zones(
+        &self,
+        slba: u64,
+        filter: ReportFilter,
+        partial: bool,
+        buffer: IoBuffer,
+        token: u64,
+    ) -> Checked<Request> {
+        self.zones_or_err()?;
+        if slba >= self.capacity_blocks {
+            return Err(RequestError::LbaOutOfRange {
+                slba,
+                blocks: 1,
+                capacity_blocks: self.capacity_blocks,
+            });
+        }
+        let header = crate::spec::zns::REPORT_HEADER_SIZE;
+        self.check_descriptor_buffer(&buffer, header)?;
+        let len = (buffer.len() as u64).min(self.max_transfer_bytes) as usize / 4 * 4;
+        let command = zns_cmd::report_zones(self.nsid, slba, len as u32, filter, partial, 0, 0);
+        Ok(Request {
+            command,
+            buffer: Some(buffer.truncate(len)),
+            token,
+        })
+    }
+
+    fn check_descriptor_buffer(&self, buffer: &IoBuffer, needed: usize) -> Checked<()> {
+        if buffer.len() < needed {
+            return Err(RequestError::BufferTooSmall {
+                needed: needed as u64,
+                got: buffer.len() as u64,
+            });
+        }
+        if buffer.iova() & 0b11 != 0 {
+            return Err(RequestError::Misaligned {
+                iova: buffer.iova(),
+            });
+        }
+        Ok(())
+    }
+}

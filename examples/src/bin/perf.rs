@@ -1,0 +1,369 @@
+//! `perf`: the job of `spdk_nvme_perf`. Drives one namespace through polled
+//! queue pairs (one thread each) at a fixed queue depth and reports IOPS,
+//! bandwidth and latency percentiles.
+
+use clap::{Parser, ValueEnum};
+use nvme_driver::dma::{DmaMemory, DmaPool, HUGE_PAGE_SIZE};
+use nvme_driver::queue::QueueStats;
+use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request};
+use nvme_examples::device::open_controller;
+use nvme_examples::histogram::Histogram;
+use nvme_examples::size::parse_size;
+use serde_json::json;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Rw {
+    Read,
+    Write,
+    Randread,
+    Randwrite,
+    Randrw,
+}
+
+/// Measure a namespace's IOPS, bandwidth and latency through polled queue pairs.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// I/O pattern.
+    #[arg(long, value_enum, default_value = "randread")]
+    rw: Rw,
+    /// Block size of each I/O (e.g. 4k, 256k).
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    bs: u64,
+    /// I/Os in flight per queue pair.
+    #[arg(long, default_value_t = 1)]
+    qd: u16,
+    /// Run time in seconds.
+    #[arg(long, default_value_t = 10)]
+    time: u64,
+    /// Queue pairs, one thread each.
+    #[arg(long, default_value_t = 1)]
+    qpairs: u16,
+    /// Namespace ID.
+    #[arg(long, default_value_t = 1)]
+    ns: u32,
+    /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
+    #[arg(long, value_name = "BDF")]
+    pci: Option<String>,
+    /// Percentage of reads for randrw.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    rwmixread: u8,
+    /// Bytes of the namespace to use, from LBA 0 (default: all of it).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Use MMIO doorbells only, even when shadow doorbells are offered.
+    #[arg(long)]
+    no_shadow_doorbells: bool,
+    /// Seed for the random offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one queue pair's thread measured.
+#[derive(Debug, Default)]
+struct WorkerResult {
+    reads: Histogram,
+    writes: Histogram,
+    bytes: u64,
+    errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+    stats: QueueStats,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("perf: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.qd == 0 || args.qpairs == 0 || args.time == 0 {
+        return Err("--qd, --qpairs and --time must be at least 1".into());
+    }
+    let options = ControllerOptions {
+        shadow_doorbells: !args.no_shadow_doorbells,
+        ..ControllerOptions::default()
+    };
+    let controller = open_controller(args.pci.as_deref(), options)?;
+    let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
+    let block = u64::from(ns.block_size());
+    if args.bs == 0 || !args.bs.is_multiple_of(block) || args.bs > ns.max_transfer_bytes() {
+        return Err(format!(
+            "--bs {} must be a multiple of the {block}-byte block and at most {} bytes (MDTS)",
+            args.bs,
+            ns.max_transfer_bytes()
+        ));
+    }
+    let region_blocks = match args.size {
+        Some(bytes) => (bytes / block).min(ns.capacity_blocks()),
+        None => ns.capacity_blocks(),
+    };
+    let io_blocks = args.bs / block;
+    if region_blocks < io_blocks * u64::from(args.qpairs) {
+        return Err("--size leaves less than one I/O per queue pair".into());
+    }
+    if ns.zones().is_some() && matches!(args.rw, Rw::Write | Rw::Randwrite | Rw::Randrw) {
+        return Err(
+            "writes to a zoned namespace must follow its write pointers; use seqwrite".into(),
+        );
+    }
+
+    let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.qpairs)
+            .map(|index| {
+                let (controller, ns) = (&controller, &ns);
+                scope.spawn(move || worker(controller, ns, args, index, region_blocks, io_blocks))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
+            .collect()
+    });
+    let mut total = WorkerResult::default();
+    for result in results {
+        let result = result?;
+        total.reads.merge(&result.reads);
+        total.writes.merge(&result.writes);
+        total.bytes += result.bytes;
+        total.errors += result.errors;
+        total.first_error = total.first_error.or(result.first_error);
+        total.elapsed = total.elapsed.max(result.elapsed);
+        let s = &mut total.stats;
+        s.submitted += result.stats.submitted;
+        s.completed += result.stats.completed;
+        s.sq_doorbell_mmio_writes += result.stats.sq_doorbell_mmio_writes;
+        s.cq_doorbell_mmio_writes += result.stats.cq_doorbell_mmio_writes;
+        s.sq_doorbell_updates += result.stats.sq_doorbell_updates;
+        s.cq_doorbell_updates += result.stats.cq_doorbell_updates;
+        s.spurious_completions += result.stats.spurious_completions;
+    }
+    report(args, &controller, &ns, &total);
+    if total.errors > 0 {
+        return Err(format!(
+            "{} I/Os failed; first: {}",
+            total.errors,
+            total.first_error.unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
+/// A small, fast PRNG (xorshift64*), seeded per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn worker(
+    controller: &Controller,
+    ns: &Namespace,
+    args: &Args,
+    index: u16,
+    region_blocks: u64,
+    io_blocks: u64,
+) -> Result<WorkerResult, String> {
+    let qd = usize::from(args.qd);
+    let mut qpair = controller
+        .create_queue_pair(args.qd + 1)
+        .map_err(|e| e.to_string())?;
+    // At least 2 MiB of buffers, so the pool sits in one hugepage: the
+    // IOMMU then translates one large page instead of many small ones.
+    let bs = args.bs as usize;
+    let count = qd.max(HUGE_PAGE_SIZE.div_ceil(bs));
+    let pool = DmaPool::new(controller.transport(), bs, count as u32).map_err(|e| e.to_string())?;
+
+    // Each thread works in its own slice for sequential jobs; random jobs
+    // use the whole region.
+    let slice_blocks = (region_blocks / u64::from(args.qpairs)) / io_blocks * io_blocks;
+    let slice_start = slice_blocks * u64::from(index);
+    let random = matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw);
+    let slots = region_blocks / io_blocks;
+    let mut rng = Rng(args
+        .seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(index) + 1)
+        | 1);
+    let mut next_sequential = 0u64;
+    let mut next_request = |token: u64, buffer: IoBuffer| -> Result<(Request, bool), String> {
+        let lba = if random {
+            (rng.next() % slots) * io_blocks
+        } else {
+            let lba = slice_start + next_sequential;
+            next_sequential = (next_sequential + io_blocks) % slice_blocks.max(io_blocks);
+            lba
+        };
+        let is_read = match args.rw {
+            Rw::Read | Rw::Randread => true,
+            Rw::Write | Rw::Randwrite => false,
+            Rw::Randrw => rng.next() % 100 < u64::from(args.rwmixread),
+        };
+        let request = if is_read {
+            ns.read(lba, buffer, token)
+        } else {
+            ns.write(lba, buffer, false, token)
+        };
+        request.map(|r| (r, is_read)).map_err(|e| e.to_string())
+    };
+
+    let mut result = WorkerResult::default();
+    let mut submitted_at = vec![Instant::now(); qd];
+    let mut is_read = vec![true; qd];
+    let mut completions: Vec<IoCompletion> = Vec::with_capacity(qd);
+    for token in 0..qd {
+        let buffer = pool.get().ok_or("DMA pool exhausted")?;
+        if !matches!(args.rw, Rw::Read | Rw::Randread) {
+            buffer.fill(0, bs, 0xA5 ^ token as u8);
+        }
+        let (request, read) = next_request(token as u64, IoBuffer::range(buffer, 0, bs))?;
+        is_read[token] = read;
+        submitted_at[token] = Instant::now();
+        qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+    }
+
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.time);
+    let mut stopping = false;
+    let mut in_flight = qd;
+    let mut polls: u32 = 0;
+    while in_flight > 0 {
+        qpair.poll(|completion| completions.push(completion));
+        polls = polls.wrapping_add(1);
+        if completions.is_empty() {
+            if !stopping && polls.is_multiple_of(64) && Instant::now() >= deadline {
+                stopping = true;
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            stopping = true;
+        }
+        for completion in completions.drain(..) {
+            let token = completion.token as usize;
+            let latency_ns = now.duration_since(submitted_at[token]).as_nanos() as u64;
+            if is_read[token] {
+                result.reads.record(latency_ns);
+            } else {
+                result.writes.record(latency_ns);
+            }
+            if let Err(status) = completion.status {
+                result.errors += 1;
+                result.first_error.get_or_insert_with(|| status.to_string());
+            } else {
+                result.bytes += args.bs;
+            }
+            let buffer = completion
+                .buffer
+                .ok_or("a data command came back without its buffer")?;
+            if stopping {
+                in_flight -= 1;
+                continue;
+            }
+            let (request, read) = next_request(token as u64, buffer)?;
+            is_read[token] = read;
+            submitted_at[token] = now;
+            qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+        }
+    }
+    result.elapsed = started.elapsed();
+    result.stats = qpair.stats();
+    Ok(result)
+}
+
+fn report(args: &Args, controller: &Controller, ns: &Namespace, total: &WorkerResult) {
+    let seconds = total.elapsed.as_secs_f64().max(1e-9);
+    let ios = total.reads.count() + total.writes.count();
+    let iops = ios as f64 / seconds;
+    let mib_s = total.bytes as f64 / seconds / (1024.0 * 1024.0);
+    let mut all = total.reads.clone();
+    all.merge(&total.writes);
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let lat = |h: &Histogram| {
+        json!({
+            "mean": h.mean() / 1000.0,
+            "p50": us(h.quantile(0.50)),
+            "p99": us(h.quantile(0.99)),
+            "p999": us(h.quantile(0.999)),
+            "min": us(h.min()),
+            "max": us(h.max()),
+        })
+    };
+    let per_io = |n: u64| if ios == 0 { 0.0 } else { n as f64 / ios as f64 };
+    let rw = format!("{:?}", args.rw).to_lowercase();
+    if args.json {
+        let out = json!({
+            "iops": iops,
+            "mib_s": mib_s,
+            "lat_us": lat(&all),
+            "read": { "ios": total.reads.count(), "lat_us": lat(&total.reads) },
+            "write": { "ios": total.writes.count(), "lat_us": lat(&total.writes) },
+            "ios": ios,
+            "errors": total.errors,
+            "seconds": seconds,
+            "rw": rw,
+            "bs": args.bs,
+            "qd": args.qd,
+            "qpairs": args.qpairs,
+            "pci": controller.transport().name(),
+            "nsid": ns.nsid(),
+            "shadow_doorbells": controller.shadow_doorbells(),
+            "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
+            "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
+        });
+        println!("{out}");
+        return;
+    }
+    println!(
+        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s (shadow doorbells {})",
+        args.bs,
+        args.qd,
+        args.qpairs,
+        controller.transport().name(),
+        ns.nsid(),
+        seconds,
+        if controller.shadow_doorbells() {
+            "on"
+        } else {
+            "off"
+        }
+    );
+    println!(
+        "  {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "IOPS", "MiB/s", "mean us", "p50 us", "p99 us", "p99.9 us", "max us"
+    );
+    println!(
+        "  {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+        iops,
+        mib_s,
+        all.mean() / 1000.0,
+        us(all.quantile(0.5)),
+        us(all.quantile(0.99)),
+        us(all.quantile(0.999)),
+        us(all.max())
+    );
+    println!(
+        "  doorbell MMIO writes per I/O: SQ {:.3}, CQ {:.3}; errors: {}",
+        per_io(total.stats.sq_doorbell_mmio_writes),
+        per_io(total.stats.cq_doorbell_mmio_writes),
+        total.errors
+    );
+}

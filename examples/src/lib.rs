@@ -1,0 +1,5 @@
+//! Shared pieces of the tools: a latency histogram and size parsing.
+
+pub mod device;
+pub mod histogram;
+pub mod size;
