@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod controller;
 pub mod dma;
 mod error;
+pub mod loopback;
 pub mod mmio;
 pub mod namespace;
 pub mod queue;

@@ -1,0 +1,370 @@
+//! A loopback device: the queue-pair logic over plain host memory and a
+//! doorbell sink, with a device side that completes whatever was submitted.
+//! For micro-benchmarks and tests of the I/O path without hardware.
+//!
+//! DMA addresses are host virtual addresses; doorbell writes land in
+//! atomics the device side reads. Completions carry success, or a status
+//! the test chose, and echo the command's CDW10 in DW0.
+
+use crate::dma::PAGE_SIZE;
+use crate::error::{Error, Result};
+use crate::queue::{DoorbellConfig, QueuePair};
+use crate::spec::command::Command;
+use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
+use crate::spec::registers::{self, sq_tail_doorbell};
+use crate::spec::status::Status;
+use crate::transport::{PciId, Transport};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Doorbell registers the sink records: queues 0..32.
+const DOORBELL_SLOTS: usize = 64;
+
+/// Host memory as DMA memory, and a register file that records doorbells.
+#[derive(Debug)]
+pub struct LoopbackTransport {
+    doorbells: [AtomicU32; DOORBELL_SLOTS],
+    doorbell_writes: AtomicU64,
+    mappings: AtomicU64,
+}
+
+impl LoopbackTransport {
+    pub fn new() -> Arc<Self> {
+        Arc::new(LoopbackTransport {
+            doorbells: std::array::from_fn(|_| AtomicU32::new(0)),
+            doorbell_writes: AtomicU64::new(0),
+            mappings: AtomicU64::new(0),
+        })
+    }
+
+    /// Doorbell register writes so far.
+    pub fn doorbell_writes(&self) -> u64 {
+        self.doorbell_writes.load(Ordering::Relaxed)
+    }
+
+    /// DMA mappings currently made.
+    pub fn mappings(&self) -> u64 {
+        self.mappings.load(Ordering::Relaxed)
+    }
+
+    fn doorbell_slot(offset: usize) -> Option<usize> {
+        let index = offset.checked_sub(registers::DOORBELL_BASE)? / 4;
+        (index < DOORBELL_SLOTS).then_some(index)
+    }
+}
+
+impl Transport for LoopbackTransport {
+    fn read32(&self, offset: usize) -> u32 {
+        match Self::doorbell_slot(offset) {
+            Some(slot) => self.doorbells[slot].load(Ordering::Acquire),
+            None => 0,
+        }
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        if let Some(slot) = Self::doorbell_slot(offset) {
+            self.doorbell_writes.fetch_add(1, Ordering::Relaxed);
+            // Release: the queue entries written before the doorbell are
+            // visible to whoever reads it with Acquire.
+            self.doorbells[slot].store(value, Ordering::Release);
+        }
+    }
+
+    unsafe fn map_dma(&self, vaddr: NonNull<u8>, _len: usize) -> Result<u64> {
+        self.mappings.fetch_add(1, Ordering::Relaxed);
+        Ok(vaddr.as_ptr() as u64)
+    }
+
+    fn unmap_dma(&self, _iova: u64, _len: usize) -> Result<()> {
+        self.mappings.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "loopback"
+    }
+
+    fn pci_id(&self) -> PciId {
+        PciId {
+            vendor: 0,
+            device: 0,
+            subsystem_vendor: 0,
+            subsystem_device: 0,
+            class: 0,
+        }
+    }
+}
+
+/// `LoopbackDevice` state shared with the queue pair's drop hook: the
+/// device may touch the rings only while it holds `BUSY`.
+const IDLE: u8 = 0;
+const BUSY: u8 = 1;
+const DETACHED: u8 = 2;
+
+/// The device side of one loopback queue pair.
+#[derive(Debug)]
+pub struct LoopbackDevice {
+    transport: Arc<LoopbackTransport>,
+    state: Arc<AtomicU8>,
+    sq: NonNull<Command>,
+    cq: NonNull<Completion>,
+    depth: u16,
+    sq_tail_offset: usize,
+    sq_head: u16,
+    cq_tail: u16,
+    phase: bool,
+    /// The status the next completions carry.
+    pub status: Status,
+}
+
+// SAFETY: the ring pointers are only dereferenced while `state` is BUSY,
+// which the queue pair's drop waits out before freeing the rings.
+unsafe impl Send for LoopbackDevice {}
+
+impl LoopbackDevice {
+    /// Completes every command the queue pair has published with the SQ
+    /// doorbell, in order. Returns how many; 0 once the pair is gone.
+    pub fn complete_all(&mut self) -> usize {
+        if self
+            .state
+            .compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return 0;
+        }
+        let tail = (self.transport.read32(self.sq_tail_offset) as u16) % self.depth;
+        let mut done = 0;
+        while self.sq_head != tail {
+            let sqe = self.sq.as_ptr().wrapping_add(usize::from(self.sq_head));
+            // SAFETY: BUSY holds the rings alive; sq_head < depth.
+            let command = unsafe { sqe.read_volatile() };
+            self.sq_head = (self.sq_head + 1) % self.depth;
+            let status = Completion::status_word(self.status, self.phase);
+            let entry = Completion {
+                dw0: command.cdw10,
+                dw1: 0,
+                sq_head: self.sq_head,
+                sq_id: 1,
+                cid: command.cid,
+                status,
+            };
+            let slot = self
+                .cq
+                .as_ptr()
+                .wrapping_add(usize::from(self.cq_tail))
+                .cast::<u8>();
+            // Everything but the phase-carrying status word first, then the
+            // status word, so the host never sees a half-written entry.
+            let bytes = entry.to_bytes();
+            for (i, byte) in bytes[..STATUS_WORD_OFFSET].iter().enumerate() {
+                // SAFETY: inside the 16-byte entry at cq_tail < depth, which
+                // BUSY keeps alive.
+                unsafe { slot.wrapping_add(i).write_volatile(*byte) };
+            }
+            fence(Ordering::Release);
+            let status_word = slot.wrapping_add(STATUS_WORD_OFFSET).cast::<u16>();
+            // SAFETY: the status word lies inside the entry, 2-byte aligned.
+            unsafe { status_word.write_volatile(entry.status) };
+            self.cq_tail += 1;
+            if self.cq_tail == self.depth {
+                self.cq_tail = 0;
+                self.phase = !self.phase;
+            }
+            done += 1;
+        }
+        self.state.store(IDLE, Ordering::Release);
+        done
+    }
+}
+
+/// A queue pair on a loopback transport, and its device side.
+pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<LoopbackTransport>)> {
+    if usize::from(depth) * std::mem::size_of::<Command>() > 16 * PAGE_SIZE * 64 {
+        return Err(Error::InvalidArgument(format!(
+            "loopback depth {depth} too large"
+        )));
+    }
+    let transport = LoopbackTransport::new();
+    let dyn_transport: Arc<dyn Transport> = transport.clone();
+    let qid = 1;
+    let mut pair = QueuePair::new(
+        &dyn_transport,
+        qid,
+        depth,
+        DoorbellConfig {
+            dstrd: 0,
+            shadow: None,
+        },
+    )?;
+    let sq = NonNull::new(pair.sq_iova() as *mut Command).expect("mapped at a host address");
+    let cq = NonNull::new(pair.cq_iova() as *mut Completion).expect("mapped at a host address");
+    let state = Arc::new(AtomicU8::new(IDLE));
+    let hook_state = Arc::clone(&state);
+    pair.set_on_drop(Box::new(move |_| {
+        // Wait out a completion pass in progress, then detach for good.
+        while hook_state
+            .compare_exchange(IDLE, DETACHED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        true
+    }));
+    let device = LoopbackDevice {
+        transport: Arc::clone(&transport),
+        state,
+        sq,
+        cq,
+        depth,
+        sq_tail_offset: sq_tail_doorbell(qid, 0),
+        sq_head: 0,
+        cq_tail: 0,
+        phase: true,
+        status: Status::SUCCESS,
+    };
+    Ok((pair, device, transport))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::nvm;
+    use crate::dma::{DmaMemory, DmaPool};
+    use crate::queue::{IoBuffer, Request, SubmitError};
+    use crate::spec::status::{GenericStatus, StatusCode};
+
+    fn flush(token: u64) -> Request {
+        Request {
+            command: nvm::flush(1),
+            buffer: None,
+            token,
+        }
+    }
+
+    #[test]
+    fn completions_carry_tokens_in_order_and_doorbells_batch() {
+        let (mut pair, mut device, transport) = queue_pair(8).unwrap();
+        assert_eq!(pair.capacity(), 7);
+        for token in 0..5 {
+            pair.submit(flush(100 + token)).unwrap();
+        }
+        assert_eq!(transport.doorbell_writes(), 0, "submit only queues");
+        pair.ring();
+        assert_eq!(
+            transport.doorbell_writes(),
+            1,
+            "one SQ doorbell for the batch"
+        );
+        assert_eq!(device.complete_all(), 5);
+        let mut tokens = Vec::new();
+        assert_eq!(pair.poll(|c| tokens.push((c.token, c.status))), 5);
+        assert_eq!(
+            tokens.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![100, 101, 102, 103, 104]
+        );
+        assert!(tokens.iter().all(|t| t.1.is_ok()));
+        assert_eq!(
+            transport.doorbell_writes(),
+            2,
+            "one CQ doorbell for the pass"
+        );
+        assert_eq!(pair.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_hands_the_request_back() {
+        let (mut pair, mut device, _) = queue_pair(4).unwrap();
+        for token in 0..3 {
+            pair.submit(flush(token)).unwrap();
+        }
+        let (error, request) = pair.submit(flush(99)).unwrap_err();
+        assert_eq!(error, SubmitError::QueueFull);
+        assert_eq!(request.token, 99);
+        pair.ring();
+        device.complete_all();
+        assert_eq!(pair.poll(|_| {}), 3);
+        pair.submit(request).unwrap();
+    }
+
+    #[test]
+    fn wraps_the_rings_many_times_and_flips_phase() {
+        let (mut pair, mut device, _) = queue_pair(4).unwrap();
+        let mut seen = 0u64;
+        for round in 0..1000u64 {
+            let n = 1 + round % 3;
+            for i in 0..n {
+                pair.submit(flush(round * 10 + i)).unwrap();
+            }
+            pair.ring();
+            assert_eq!(device.complete_all() as u64, n);
+            pair.poll(|c| {
+                assert_eq!(c.token / 10, round);
+                seen += 1;
+            });
+        }
+        assert_eq!(seen, (0..1000u64).map(|r| 1 + r % 3).sum::<u64>());
+    }
+
+    #[test]
+    fn error_status_and_buffers_come_back() {
+        let (mut pair, mut device, transport) = queue_pair(8).unwrap();
+        let transport: Arc<dyn Transport> = transport;
+        let pool = DmaPool::new(&transport, 4096, 2).unwrap();
+        let buffer = pool.get().unwrap();
+        buffer.write::<u64>(0, 0xfeed);
+        let request = Request {
+            command: nvm::read(1, 7, 8),
+            buffer: Some(IoBuffer::new(buffer)),
+            token: 1,
+        };
+        pair.submit(request).unwrap();
+        device.status = Status::from(GenericStatus::LbaOutOfRange).with_dnr();
+        pair.ring();
+        device.complete_all();
+        let mut got = None;
+        pair.poll(|c| got = Some(c));
+        let completion = got.unwrap();
+        let status = completion.status.unwrap_err();
+        assert_eq!(
+            status.code(),
+            StatusCode::Generic(GenericStatus::LbaOutOfRange)
+        );
+        assert!(status.dnr);
+        assert_eq!(completion.dw0, 7, "echoes SLBA (CDW10)");
+        let buffer = completion.buffer.unwrap();
+        assert_eq!(buffer.buffer().read::<u64>(0), 0xfeed);
+        assert_eq!(pool.available(), 1);
+    }
+
+    #[test]
+    fn unrepresentable_buffers_are_refused_without_touching_the_queue() {
+        let (mut pair, _device, transport) = queue_pair(8).unwrap();
+        let dyn_transport: Arc<dyn Transport> = transport.clone();
+        let pool = DmaPool::new(&dyn_transport, 4096, 1).unwrap();
+        let misaligned = IoBuffer::range(pool.get().unwrap(), 2, 512);
+        let request = Request {
+            command: nvm::read(1, 0, 1),
+            buffer: Some(misaligned),
+            token: 5,
+        };
+        let (error, request) = pair.submit(request).unwrap_err();
+        assert!(matches!(error, SubmitError::Buffer(_)));
+        assert!(
+            request.buffer.is_some(),
+            "the buffer comes back with the request"
+        );
+        pair.ring();
+        assert_eq!(transport.doorbell_writes(), 0);
+        assert_eq!(pair.in_flight(), 0);
+    }
+
+    #[test]
+    fn dropping_the_pair_detaches_the_device_and_frees_memory() {
+        let (pair, mut device, transport) = queue_pair(8).unwrap();
+        assert_eq!(transport.mappings(), 3, "SQ, CQ and PRP lists");
+        drop(pair);
+        assert_eq!(transport.mappings(), 0);
+        assert_eq!(device.complete_all(), 0);
+    }
+}
