@@ -1,0 +1,215 @@
+//! Request validation on the host, without a device: each bad request gets
+//! its typed error and nothing reaches a queue.
+
+use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
+use nvme_driver::dma::DmaPool;
+use nvme_driver::loopback::LoopbackTransport;
+use nvme_driver::spec::identify::Oncs;
+use nvme_driver::{IoBuffer, Namespace, RequestError, Transport, ZoneGeometry};
+use std::sync::Arc;
+
+const BLOCK: u32 = 512;
+const CAPACITY: u64 = 1 << 20; // blocks
+const MAX_TRANSFER: u64 = 128 * 1024;
+
+fn conventional(oncs: Oncs) -> Namespace {
+    Namespace::from_parts(1, BLOCK, CAPACITY, MAX_TRANSFER, oncs, None)
+}
+
+fn zoned() -> Namespace {
+    let zones = ZoneGeometry {
+        zone_size_blocks: 4096,
+        zone_count: CAPACITY / 4096,
+        max_open_zones: Some(8),
+        max_active_zones: Some(8),
+        zone_append_max_bytes: 64 * 1024,
+    };
+    Namespace::from_parts(2, BLOCK, CAPACITY, MAX_TRANSFER, Oncs::all(), Some(zones))
+}
+
+fn pool(buffer_len: usize) -> DmaPool {
+    let transport: Arc<dyn Transport> = LoopbackTransport::new();
+    DmaPool::new(&transport, buffer_len, 4).unwrap()
+}
+
+fn buffer(pool: &DmaPool, offset: usize, len: usize) -> IoBuffer {
+    IoBuffer::range(pool.get().unwrap(), offset, len)
+}
+
+#[test]
+fn good_requests_pass() {
+    let ns = conventional(Oncs::all());
+    let pool = pool(MAX_TRANSFER as usize);
+    let read = ns.read(CAPACITY - 8, buffer(&pool, 0, 4096), 1).unwrap();
+    assert_eq!(read.command.cdw12 & 0xffff, 7, "0-based NLB");
+    ns.write(0, buffer(&pool, 0, MAX_TRANSFER as usize), true, 2)
+        .unwrap();
+    // A dword-aligned start inside a page is allowed (PRP1 offset).
+    ns.read(0, buffer(&pool, 4, 512), 3).unwrap();
+    ns.write_zeroes(0, 65536, true, 4).unwrap();
+    ns.verify(0, 8, 5).unwrap();
+}
+
+#[test]
+fn lba_out_of_range() {
+    let ns = conventional(Oncs::all());
+    let pool = pool(8192);
+    let error = ns
+        .read(CAPACITY - 1, buffer(&pool, 0, 1024), 0)
+        .unwrap_err();
+    assert_eq!(
+        error,
+        RequestError::LbaOutOfRange {
+            slba: CAPACITY - 1,
+            blocks: 2,
+            capacity_blocks: CAPACITY
+        }
+    );
+    assert!(matches!(
+        ns.write_zeroes(u64::MAX - 1, 4, false, 0),
+        Err(RequestError::LbaOutOfRange { .. })
+    ));
+    assert!(matches!(
+        ns.verify(CAPACITY, 1, 0),
+        Err(RequestError::LbaOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn transfer_over_the_max() {
+    let ns = conventional(Oncs::all());
+    let pool = pool(2 * MAX_TRANSFER as usize);
+    let error = ns
+        .write(0, buffer(&pool, 0, MAX_TRANSFER as usize + 512), false, 0)
+        .unwrap_err();
+    assert_eq!(
+        error,
+        RequestError::TooLarge {
+            bytes: MAX_TRANSFER + 512,
+            max_bytes: MAX_TRANSFER
+        }
+    );
+    assert!(matches!(
+        ns.write_zeroes(0, 65537, false, 0),
+        Err(RequestError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn buffers_misaligned_too_small_or_not_whole_blocks() {
+    let ns = conventional(Oncs::all());
+    let pool = pool(8192);
+    let misaligned = buffer(&pool, 2, 512);
+    let iova = misaligned.iova();
+    assert_eq!(
+        ns.read(0, misaligned, 0).unwrap_err(),
+        RequestError::Misaligned { iova }
+    );
+    assert_eq!(
+        ns.read(0, buffer(&pool, 0, 700), 0).unwrap_err(),
+        RequestError::NotBlockMultiple {
+            bytes: 700,
+            block_size: BLOCK
+        }
+    );
+    assert_eq!(
+        ns.read(0, buffer(&pool, 0, 0), 0).unwrap_err(),
+        RequestError::Empty
+    );
+    let small = buffer(&pool, 0, 16);
+    assert_eq!(
+        ns.deallocate(&[(0, 8), (100, 8)], small, 0).unwrap_err(),
+        RequestError::BufferTooSmall {
+            needed: 32,
+            got: 16
+        }
+    );
+    let ranges = vec![(0u64, 1u32); 257];
+    assert_eq!(
+        ns.deallocate(&ranges, buffer(&pool, 0, 8192), 0)
+            .unwrap_err(),
+        RequestError::TooManyRanges {
+            count: 257,
+            max: 256
+        }
+    );
+}
+
+#[test]
+fn zone_commands_on_a_conventional_namespace() {
+    let ns = conventional(Oncs::all());
+    let pool = pool(8192);
+    assert_eq!(
+        ns.zone_append(0, buffer(&pool, 0, 512), false, 0)
+            .unwrap_err(),
+        RequestError::NotZoned { nsid: 1 }
+    );
+    assert_eq!(
+        ns.zone_send(0, ZoneSendAction::Reset, true, 0).unwrap_err(),
+        RequestError::NotZoned { nsid: 1 }
+    );
+    assert_eq!(
+        ns.report_zones(0, ReportFilter::All, false, buffer(&pool, 0, 4096), 0)
+            .unwrap_err(),
+        RequestError::NotZoned { nsid: 1 }
+    );
+}
+
+#[test]
+fn zone_rules() {
+    let ns = zoned();
+    let pool = pool(128 * 1024);
+    ns.zone_append(4096, buffer(&pool, 0, 4096), false, 0)
+        .unwrap();
+    assert_eq!(
+        ns.zone_append(100, buffer(&pool, 0, 512), false, 0)
+            .unwrap_err(),
+        RequestError::NotZoneStart {
+            slba: 100,
+            zone_size_blocks: 4096
+        }
+    );
+    assert_eq!(
+        ns.zone_append(0, buffer(&pool, 0, 128 * 1024), false, 0)
+            .unwrap_err(),
+        RequestError::TooLarge {
+            bytes: 128 * 1024,
+            max_bytes: 64 * 1024
+        },
+        "ZASL bounds appends below MDTS"
+    );
+    assert!(matches!(
+        ns.zone_send(CAPACITY, ZoneSendAction::Open, false, 0),
+        Err(RequestError::NotZoneStart { .. })
+    ));
+    ns.zone_send(0, ZoneSendAction::Reset, true, 0).unwrap();
+    let report = ns
+        .report_zones(0, ReportFilter::Full, true, buffer(&pool, 0, 4096), 0)
+        .unwrap();
+    assert_eq!(report.command.cdw13 >> 16 & 1, 1, "partial report bit");
+}
+
+#[test]
+fn commands_the_controller_lacks() {
+    let ns = conventional(Oncs::DATASET_MANAGEMENT);
+    let pool = pool(8192);
+    assert_eq!(
+        ns.write_zeroes(0, 8, false, 0).unwrap_err(),
+        RequestError::Unsupported {
+            command: "Write Zeroes"
+        }
+    );
+    assert_eq!(
+        ns.verify(0, 8, 0).unwrap_err(),
+        RequestError::Unsupported { command: "Verify" }
+    );
+    assert_eq!(
+        ns.compare(0, buffer(&pool, 0, 512), 0).unwrap_err(),
+        RequestError::Unsupported { command: "Compare" }
+    );
+    assert_eq!(
+        ns.copy(0, &[(8, 8)], buffer(&pool, 0, 64), 0).unwrap_err(),
+        RequestError::Unsupported { command: "Copy" }
+    );
+    ns.deallocate(&[(0, 8)], buffer(&pool, 0, 4096), 0).unwrap();
+}
