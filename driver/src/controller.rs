@@ -6,9 +6,8 @@ use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
-use crate::queue::{DoorbellConfig, QueuePair, ShadowPages, SyncQueue};
+use crate::queue::{DoorbellConfig, IoCompletion, QueuePair, ShadowPages, ShadowPolicy};
 use crate::spec::command::Command;
-use crate::spec::completion::Completion;
 use crate::spec::identify::{
     self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace,
     IdentifyNamespaceZns, Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
@@ -84,13 +83,39 @@ impl NamespaceInfo {
 /// admin commands or hands out queue ids.
 #[derive(Debug)]
 struct Admin {
-    queue: SyncQueue,
+    /// Queue 0, driven through the queue pair's blocking helpers.
+    queue: QueuePair,
     /// One page-aligned buffer for identify data and log pages.
     scratch: DmaRegion,
-    /// A one-command I/O queue for bring-up-time I/O (zone reports).
-    sync_io: Option<SyncQueue>,
     /// `qid_in_use[q]` for q in 1..=granted I/O queues.
     qid_in_use: Vec<bool>,
+}
+
+impl Admin {
+    /// Runs an admin command without data.
+    fn run(&mut self, command: Command, timeout: Duration) -> Result<IoCompletion> {
+        // SAFETY: no data pointer.
+        unsafe { self.queue.run(command, 0, 0, timeout) }
+    }
+
+    /// Runs an admin command that transfers `len` bytes through the scratch
+    /// buffer, zeroed first, and copies them out.
+    fn run_with_scratch(
+        &mut self,
+        command: Command,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<(IoCompletion, Vec<u8>)> {
+        assert!(len <= SCRATCH_LEN);
+        self.scratch.fill(0, len, 0);
+        // SAFETY: the scratch region is mapped for this controller, owned by
+        // this struct (behind the admin lock) and not touched by the host
+        // until the completion has been reaped.
+        let completion = unsafe { self.queue.run(command, self.scratch.iova(), len, timeout) }?;
+        let mut data = vec![0u8; len];
+        self.scratch.copy_out(0, &mut data);
+        Ok((completion, data))
+    }
 }
 
 /// The shadow doorbell and EventIdx pages, kept alive with the controller.
@@ -127,21 +152,16 @@ impl Shared {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    fn command(&self, command: Command) -> Result<Completion> {
-        self.admin()
-            .queue
-            .execute(command, self.options.admin_timeout)
+    fn command(&self, command: Command) -> Result<IoCompletion> {
+        self.admin().run(command, self.options.admin_timeout)
     }
 
     /// Runs an Identify into the scratch page and copies the page out.
-    fn identify_page(&self, mut command: Command) -> Result<Vec<u8>> {
-        let mut admin = self.admin();
-        admin.scratch.fill(0, IDENTIFY_DATA_SIZE, 0);
-        command.prp1 = admin.scratch.iova();
-        admin.queue.execute(command, self.options.admin_timeout)?;
-        let mut page = vec![0u8; IDENTIFY_DATA_SIZE];
-        admin.scratch.copy_out(0, &mut page);
-        Ok(page)
+    fn identify_page(&self, command: Command) -> Result<Vec<u8>> {
+        Ok(self
+            .admin()
+            .run_with_scratch(command, IDENTIFY_DATA_SIZE, self.options.admin_timeout)?
+            .1)
     }
 
     /// An Identify that a controller may reject as unsupported: `None` then.
@@ -179,42 +199,34 @@ impl Shared {
     fn delete_queues(&self, qid: u16) -> bool {
         let mut admin = self.admin();
         let timeout = self.options.admin_timeout;
-        let deleted = admin
-            .queue
-            .execute(admin::delete_io_sq(qid), timeout)
-            .is_ok()
-            && admin
-                .queue
-                .execute(admin::delete_io_cq(qid), timeout)
-                .is_ok();
+        let deleted = admin.run(admin::delete_io_sq(qid), timeout).is_ok()
+            && admin.run(admin::delete_io_cq(qid), timeout).is_ok();
         if let Some(used) = admin.qid_in_use.get_mut(usize::from(qid)) {
             *used = !deleted;
         }
         deleted
     }
 
-    /// Deletes I/O queues, then a normal shutdown: CC.SHN, and a bounded
-    /// wait for CSTS.SHST "complete" (NVMe Base 2.0 §3.6.1).
+    /// A normal shutdown (CC.SHN, then a bounded wait for CSTS.SHST
+    /// "complete", NVMe Base 2.0 §3.6.1), then CC.EN = 0 so the controller
+    /// touches no host memory after this returns. Queue pairs are gone by
+    /// now: each holds this state alive and deletes its queues on drop.
     fn shutdown(&self) -> Result<()> {
-        let sync_qid = {
-            let mut admin = self.admin();
-            admin.sync_io.take().map(|queue| queue.qid())
-        };
-        if let Some(qid) = sync_qid {
-            self.delete_queues(qid);
-        }
         let cc = Cc(self.transport.read32(registers::CC));
         if !cc.enable() {
             return Ok(());
         }
         self.transport
             .write32(registers::CC, cc.with_shn(Shn::Normal).0);
-        wait_for(
+        let shut = wait_for(
             &*self.transport,
             "shutdown (CSTS.SHST)",
             self.options.shutdown_timeout,
             |csts| Ok(csts.shst() == ShutdownStatus::Complete),
-        )
+        );
+        let ready_timeout = Duration::from_millis(u64::from(self.cap.timeout_ms()).max(500));
+        let disabled = disable(&*self.transport, ready_timeout);
+        shut.and(disabled)
     }
 }
 
@@ -280,7 +292,12 @@ impl Controller {
             .clamp(2, registers::ADMIN_QUEUE_ENTRIES_MAX);
         let entries =
             u16::try_from(u32::from(entries).min(cap.max_queue_entries())).unwrap_or(entries);
-        let queue = SyncQueue::new(&transport, 0, entries, cap.dstrd())?;
+        let doorbells = DoorbellConfig {
+            dstrd: cap.dstrd(),
+            shadow: None,
+            policy: ShadowPolicy::Off,
+        };
+        let queue = QueuePair::new(&transport, 0, entries, doorbells)?;
         transport.write32(registers::AQA, Aqa::new(entries, entries).0);
         transport.write64(registers::ASQ, queue.sq_iova());
         transport.write64(registers::ACQ, queue.cq_iova());
@@ -298,7 +315,6 @@ impl Controller {
         let admin = Admin {
             queue,
             scratch,
-            sync_io: None,
             qid_in_use: vec![true],
         };
         let mut shared = Shared {
@@ -352,7 +368,9 @@ impl Controller {
             shared.shadow = enable_shadow_doorbells(&shared, io_queue_pairs)?;
         }
         if let Some(pages) = shared.shadow_pages() {
-            shared.admin().queue.use_shadow(pages);
+            // Controllers differ in whether they read queue 0's shadow:
+            // write both the shadow and the register for the admin queue.
+            shared.admin().queue.use_shadow(pages, ShadowPolicy::Always);
         }
 
         Ok(Controller {
@@ -368,7 +386,7 @@ impl Controller {
     }
 
     /// Runs one admin command and waits (bounded) for its completion.
-    pub fn admin_command(&self, command: Command) -> Result<Completion> {
+    pub fn admin_command(&self, command: Command) -> Result<IoCompletion> {
         self.shared.command(command)
     }
 
@@ -382,15 +400,12 @@ impl Controller {
     /// Get Log Page into the scratch buffer; `len` at most 4 KiB.
     fn log_page(&self, lid: u8, nsid: u32, len: usize) -> Result<Vec<u8>> {
         assert!(len <= PAGE_SIZE && len.is_multiple_of(4));
-        let mut admin = self.shared.admin();
-        admin.scratch.fill(0, len, 0);
-        let command = admin::get_log_page(lid, nsid, len as u32, 0, admin.scratch.iova(), 0);
-        admin
-            .queue
-            .execute(command, self.shared.options.admin_timeout)?;
-        let mut data = vec![0u8; len];
-        admin.scratch.copy_out(0, &mut data);
-        Ok(data)
+        let command = admin::get_log_page(lid, nsid, len as u32, 0, 0, 0);
+        Ok(self
+            .shared
+            .admin()
+            .run_with_scratch(command, len, self.shared.options.admin_timeout)?
+            .1)
     }
 
     /// The SMART / Health Information log (controller-wide).
@@ -408,8 +423,8 @@ impl Controller {
     }
 
     /// Reports up to `max_zones` zones of a zoned namespace from `slba`,
-    /// through a one-command I/O queue created on first use. For tools;
-    /// the I/O path uses [`QueuePair`]s.
+    /// through a short-lived queue pair. For tools; the I/O path builds
+    /// report requests with [`Namespace::report_zones`].
     pub fn report_zones(
         &self,
         nsid: u32,
@@ -418,48 +433,22 @@ impl Controller {
     ) -> Result<Vec<ZoneDescriptor>> {
         let room = (PAGE_SIZE - REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE;
         let len = REPORT_HEADER_SIZE + max_zones.clamp(1, room) * ZONE_DESCRIPTOR_SIZE;
-        let timeout = self.shared.options.admin_timeout;
-        let mut guard = self.shared.admin();
-        let admin = &mut *guard;
-        if admin.sync_io.is_none() {
-            let qid = Shared::allocate_qid(admin)?;
-            let mut queue =
-                SyncQueue::new(&self.shared.transport, qid, 16, self.shared.cap.dstrd())?;
-            admin.queue.execute(
-                admin::create_io_cq(qid, queue.entries(), queue.cq_iova(), true, false, 0),
-                timeout,
-            )?;
-            let created = admin.queue.execute(
-                admin::create_io_sq(qid, queue.entries(), queue.sq_iova(), qid, 0),
-                timeout,
-            );
-            if let Err(error) = created {
-                let _ = admin.queue.execute(admin::delete_io_cq(qid), timeout);
-                admin.qid_in_use[usize::from(qid)] = false;
-                return Err(error);
-            }
-            if let Some(pages) = self.shared.shadow_pages() {
-                queue.use_shadow(pages);
-            }
-            admin.sync_io = Some(queue);
-        }
-        admin.scratch.fill(0, len, 0);
-        let command = zns_cmd::report_zones(
-            nsid,
-            slba,
-            len as u32,
-            ReportFilter::All,
-            true,
-            admin.scratch.iova(),
-            0,
-        );
-        admin
-            .sync_io
-            .as_mut()
-            .expect("created above")
-            .execute(command, timeout)?;
+        let mut pair = self.create_queue_pair(2)?;
+        let buffer = DmaRegion::allocate(&self.shared.transport, len)?;
+        let command = zns_cmd::report_zones(nsid, slba, len as u32, ReportFilter::All, true, 0, 0);
+        // SAFETY: `buffer` is mapped for this controller, lives past the
+        // wait and is read only after the completion; on a timeout the
+        // pair's drop leaks rather than frees memory still in flight.
+        unsafe {
+            pair.run(
+                command,
+                buffer.iova(),
+                len,
+                self.shared.options.admin_timeout,
+            )
+        }?;
         let mut data = vec![0u8; len];
-        admin.scratch.copy_out(0, &mut data);
+        buffer.copy_out(0, &mut data);
         Ok(parse_report_zones(&data)?.1)
     }
 
@@ -480,6 +469,7 @@ impl Controller {
         let doorbells = DoorbellConfig {
             dstrd: shared.cap.dstrd(),
             shadow: shared.shadow_pages(),
+            policy: ShadowPolicy::EventIdx,
         };
         let release = |admin: &mut Admin| admin.qid_in_use[usize::from(qid)] = false;
         let mut pair = match QueuePair::new(&shared.transport, qid, depth, doorbells) {
@@ -490,18 +480,18 @@ impl Controller {
             }
         };
         // Completion queue first: the submission queue names it.
-        if let Err(error) = admin.queue.execute(
+        if let Err(error) = admin.run(
             admin::create_io_cq(qid, depth, pair.cq_iova(), true, false, 0),
             timeout,
         ) {
             release(&mut admin);
             return Err(error);
         }
-        if let Err(error) = admin.queue.execute(
+        if let Err(error) = admin.run(
             admin::create_io_sq(qid, depth, pair.sq_iova(), qid, 0),
             timeout,
         ) {
-            let _ = admin.queue.execute(admin::delete_io_cq(qid), timeout);
+            let _ = admin.run(admin::delete_io_cq(qid), timeout);
             release(&mut admin);
             return Err(error);
         }

@@ -8,7 +8,7 @@
 
 use crate::dma::PAGE_SIZE;
 use crate::error::{Error, Result};
-use crate::queue::{DoorbellConfig, QueuePair};
+use crate::queue::{DoorbellConfig, QueuePair, ShadowPolicy};
 use crate::spec::command::Command;
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
 use crate::spec::registers::{self, sq_tail_doorbell};
@@ -195,6 +195,7 @@ pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<Loopback
         DoorbellConfig {
             dstrd: 0,
             shadow: None,
+            policy: ShadowPolicy::Off,
         },
     )?;
     let sq = NonNull::new(pair.sq_iova() as *mut Command).expect("mapped at a host address");

@@ -13,7 +13,7 @@ use crate::dma::{DmaBuffer, DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::spec::command::Command;
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
-use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell};
+use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell, Csts, CSTS};
 use crate::spec::status::Status;
 use crate::transport::Transport;
 use std::cell::Cell;
@@ -21,6 +21,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const SQE_SIZE: usize = std::mem::size_of::<Command>();
 const CQE_SIZE: usize = std::mem::size_of::<Completion>();
@@ -106,6 +107,8 @@ pub struct Request {
 #[derive(Debug)]
 pub struct IoCompletion {
     pub token: u64,
+    /// The command identifier the queue pair gave the command.
+    pub cid: u16,
     /// `Err` holds the controller's status.
     pub status: std::result::Result<(), Status>,
     /// Command specific result (e.g. the LBA a Zone Append wrote).
@@ -175,6 +178,8 @@ pub(crate) struct DoorbellConfig {
     pub(crate) dstrd: u8,
     /// Shadow doorbell and EventIdx pages, if Doorbell Buffer Config ran.
     pub(crate) shadow: Option<ShadowPages>,
+    /// How the shadow is used (ignored without one).
+    pub(crate) policy: ShadowPolicy,
 }
 
 /// One I/O submission/completion queue pair. Created by
@@ -183,6 +188,7 @@ pub(crate) struct DoorbellConfig {
 pub struct QueuePair {
     qid: u16,
     depth: u16,
+    dstrd: u8,
     // ManuallyDrop: leaked, not freed, if the controller could not delete
     // the queues (it may still write them).
     sq: ManuallyDrop<DmaRegion>,
@@ -197,6 +203,7 @@ pub struct QueuePair {
     trackers: Box<[Tracker]>,
     free: Vec<u16>,
     stats: QueueStats,
+    transport: Arc<dyn Transport>,
     /// Deletes the queues on the controller; `false` if that failed.
     on_drop: Option<Box<dyn FnOnce(u16) -> bool + Send>>,
     /// One owner at a time: `Send`, never `Sync`.
@@ -242,6 +249,7 @@ impl QueuePair {
         Ok(QueuePair {
             qid,
             depth,
+            dstrd: doorbells.dstrd,
             sq: ManuallyDrop::new(sq),
             cq: ManuallyDrop::new(cq),
             prp_lists: ManuallyDrop::new(prp_lists),
@@ -249,21 +257,12 @@ impl QueuePair {
             sq_published: 0,
             cq_head: 0,
             phase: true,
-            sq_doorbell: Doorbell::new(
-                transport,
-                sq_offset,
-                shadow(sq_offset),
-                ShadowPolicy::EventIdx,
-            ),
-            cq_doorbell: Doorbell::new(
-                transport,
-                cq_offset,
-                shadow(cq_offset),
-                ShadowPolicy::EventIdx,
-            ),
+            sq_doorbell: Doorbell::new(transport, sq_offset, shadow(sq_offset), doorbells.policy),
+            cq_doorbell: Doorbell::new(transport, cq_offset, shadow(cq_offset), doorbells.policy),
             trackers: (0..slots).map(|_| Tracker::default()).collect(),
             free,
             stats: QueueStats::default(),
+            transport: Arc::clone(transport),
             on_drop: None,
             _not_sync: PhantomData,
         })
@@ -275,6 +274,21 @@ impl QueuePair {
 
     pub(crate) fn cq_iova(&self) -> u64 {
         self.cq.iova()
+    }
+
+    /// Switches to shadow doorbells after Doorbell Buffer Config, keeping
+    /// the published values.
+    pub(crate) fn use_shadow(&mut self, pages: ShadowPages, policy: ShadowPolicy) {
+        let sq = sq_tail_doorbell(self.qid, self.dstrd);
+        let cq = cq_head_doorbell(self.qid, self.dstrd);
+        let (sq_stats, cq_stats) = (
+            (self.sq_doorbell.updates, self.sq_doorbell.mmio_writes),
+            (self.cq_doorbell.updates, self.cq_doorbell.mmio_writes),
+        );
+        self.sq_doorbell = Doorbell::new(&self.transport, sq, Some(pages.slot(sq)), policy);
+        self.cq_doorbell = Doorbell::new(&self.transport, cq, Some(pages.slot(cq)), policy);
+        (self.sq_doorbell.updates, self.sq_doorbell.mmio_writes) = sq_stats;
+        (self.cq_doorbell.updates, self.cq_doorbell.mmio_writes) = cq_stats;
     }
 
     pub(crate) fn set_on_drop(&mut self, on_drop: Box<dyn FnOnce(u16) -> bool + Send>) {
@@ -434,6 +448,7 @@ impl QueuePair {
                     tracker.busy = false;
                     let completion = IoCompletion {
                         token: tracker.token,
+                        cid: entry.cid,
                         status: if entry.is_success() {
                             Ok(())
                         } else {
@@ -457,37 +472,102 @@ impl QueuePair {
         reaped
     }
 
-    /// Submits `request` and polls until it completes or `timeout` passes.
-    /// For simple callers: the queue pair must have nothing else in flight.
-    pub fn execute(
-        &mut self,
-        request: Request,
-        timeout: std::time::Duration,
-    ) -> Result<IoCompletion> {
-        if self.in_flight() != 0 {
-            return Err(Error::InvalidArgument(
-                "execute needs a queue pair with nothing in flight".into(),
-            ));
-        }
+    /// Submits `request` and polls until it completes or `timeout` passes:
+    /// the blocking helper for simple callers and for the admin queue.
+    /// Completions of other commands that arrive meanwhile (say, late ones
+    /// of an earlier timed-out command) are discarded, so don't mix it with
+    /// asynchronous submissions on the same pair. Every few hundred polls
+    /// it checks CSTS: all ones is [`Error::DeviceGone`], CFS is
+    /// [`Error::ControllerFatal`].
+    pub fn execute(&mut self, request: Request, timeout: Duration) -> Result<IoCompletion> {
+        let cid = self.free.last().copied().ok_or(Error::QueueFull)?;
         self.submit(request)
             .map_err(|(error, _)| Error::from(error))?;
-        let started = std::time::Instant::now();
+        self.wait_for(cid, timeout)
+    }
+
+    /// [`QueuePair::execute`] for a command whose data lies at `iova`.
+    ///
+    /// # Safety
+    /// As [`QueuePair::submit_raw`]; on a timeout the command is still in
+    /// flight and the memory must stay mapped and untouched until the
+    /// controller is reset.
+    pub unsafe fn execute_raw(
+        &mut self,
+        command: Command,
+        iova: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<IoCompletion> {
+        let cid = self.free.last().copied().ok_or(Error::QueueFull)?;
+        // SAFETY: the caller upholds submit_raw's contract.
+        unsafe { self.submit_raw(command, iova, len, 0) }?;
+        self.wait_for(cid, timeout)
+    }
+
+    /// Runs `command` (data at `iova`/`len`, or none) to completion and
+    /// turns an error status into [`Error::Command`].
+    ///
+    /// # Safety
+    /// As [`QueuePair::execute_raw`].
+    pub(crate) unsafe fn run(
+        &mut self,
+        command: Command,
+        iova: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<IoCompletion> {
+        let opcode = command.opcode;
+        // SAFETY: forwarded contract.
+        let completion = unsafe { self.execute_raw(command, iova, len, timeout) }?;
+        match completion.status {
+            Ok(()) => Ok(completion),
+            Err(status) => Err(Error::Command {
+                opcode,
+                admin: self.qid == 0,
+                status,
+            }),
+        }
+    }
+
+    fn wait_for(&mut self, cid: u16, timeout: Duration) -> Result<IoCompletion> {
+        let started = Instant::now();
         let mut done = None;
         let mut polls = 0u32;
-        while done.is_none() {
-            self.poll(|completion| done = Some(completion));
+        loop {
+            self.poll(|completion| {
+                if completion.cid == cid {
+                    done = Some(completion);
+                }
+            });
+            if let Some(completion) = done {
+                return Ok(completion);
+            }
             polls = polls.wrapping_add(1);
-            if done.is_none() && polls.is_multiple_of(1024) && started.elapsed() > timeout {
-                // The command stays in flight; the pair cannot be reused
-                // for `execute` until it completes.
-                return Err(Error::Timeout {
-                    what: "an I/O command",
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
+            if polls.is_multiple_of(256) {
+                let csts = self.transport.read32(CSTS);
+                if csts == u32::MAX {
+                    return Err(Error::DeviceGone);
+                }
+                if Csts(csts).cfs() {
+                    return Err(Error::ControllerFatal);
+                }
+                if started.elapsed() > timeout {
+                    // The command stays in flight: its slot is not reused
+                    // until its completion arrives.
+                    let what = if self.qid == 0 {
+                        "an admin command"
+                    } else {
+                        "an I/O command"
+                    };
+                    return Err(Error::Timeout {
+                        what,
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
             }
             std::hint::spin_loop();
         }
-        Ok(done.expect("loop ends with a completion"))
     }
 }
 
