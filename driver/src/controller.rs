@@ -251,6 +251,10 @@ pub struct Controller {
     io_queue_pairs: u16,
 }
 
+/// A queue depth that suits most callers (Linux's io_queue_depth default is
+/// 1024; SPDK's io_queue_size default is 256).
+pub const DEFAULT_QUEUE_DEPTH: u16 = 256;
+
 /// Scratch size: two pages, so a 4 KiB transfer at any offset fits PRP1+PRP2.
 const SCRATCH_LEN: usize = 2 * PAGE_SIZE;
 
@@ -453,7 +457,8 @@ impl Controller {
     }
 
     /// Creates an I/O queue pair with `depth` entries per ring (at most
-    /// CAP.MQES+1). The pair is `Send`: hand it to the thread that will
+    /// CAP.MQES+1; [`DEFAULT_QUEUE_DEPTH`] suits most callers), holding up
+    /// to `depth - 1` commands in flight. The pair is `Send`: hand it to the thread that will
     /// own it. Dropping it deletes its queues on the controller.
     pub fn create_queue_pair(&self, depth: u16) -> Result<QueuePair> {
         let max = self.shared.cap.max_queue_entries();

@@ -211,6 +211,8 @@ impl std::error::Error for Error {
     }
 }
 
+impl std::error::Error for RequestError {}
+
 impl From<RequestError> for Error {
     fn from(error: RequestError) -> Self {
         Error::InvalidRequest(error)

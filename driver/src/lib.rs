@@ -8,7 +8,28 @@
 //!   [`vfio`] as the real implementation.
 //! - [`mmio`], [`dma`]: register access and DMA memory; with [`vfio`] the
 //!   only places that touch device-visible memory.
-//! - [`controller`]: bring-up, the admin queue, identify, log pages.
+//! - [`queue`]: polled queue pairs (I/O, and the admin queue through the
+//!   same code), doorbells with shadow/EventIdx, PRP lists.
+//! - [`controller`]: bring-up, identify, log pages, queue pair creation.
+//! - [`namespace`]: geometry, limits and validated request builders.
+//! - [`loopback`]: the queue-pair logic over host memory, for benchmarks
+//!   and tests without hardware.
+//!
+//! ```no_run
+//! use nvme_driver::{vfio::VfioPci, Controller, ControllerOptions, IoBuffer, Transport};
+//! use nvme_driver::dma::DmaPool;
+//! use std::sync::Arc;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let transport: Arc<dyn Transport> = VfioPci::open("0000:00:10.0")?;
+//! let controller = Controller::init(transport, ControllerOptions::default())?;
+//! let ns = controller.namespace(1)?;
+//! let mut pair = controller.create_queue_pair(nvme_driver::DEFAULT_QUEUE_DEPTH)?;
+//! let pool = DmaPool::new(controller.transport(), 4096, 64)?;
+//! let request = ns.read(0, IoBuffer::new(pool.get().unwrap()), 42)?;
+//! pair.submit(request).map_err(|(error, _)| error)?;
+//! while pair.poll(|done| assert_eq!(done.token, 42)) == 0 {}
+//! # Ok(()) }
+//! ```
 
 pub mod cmd;
 pub mod controller;
@@ -22,7 +43,9 @@ pub mod spec;
 pub mod transport;
 pub mod vfio;
 
-pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo};
+pub use controller::{
+    Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH,
+};
 pub use error::{Error, RequestError, Result};
 pub use namespace::{Namespace, ZoneGeometry};
 pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};

@@ -134,6 +134,22 @@ pub enum SubmitError {
     Buffer(prp::PrpError),
 }
 
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::QueueFull => write!(f, "submission queue full"),
+            SubmitError::Buffer(prp::PrpError::Misaligned { iova }) => {
+                write!(f, "buffer at {iova:#x} is not 4-byte aligned")
+            }
+            SubmitError::Buffer(prp::PrpError::TooLarge { len }) => {
+                write!(f, "{len} bytes exceed one PRP list page")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
 impl From<SubmitError> for Error {
     fn from(error: SubmitError) -> Self {
         match error {
@@ -185,6 +201,20 @@ pub(crate) struct DoorbellConfig {
 /// One I/O submission/completion queue pair. Created by
 /// [`crate::Controller::create_queue_pair`]; deleted on the controller when
 /// dropped.
+///
+/// Data pointers are PRPs, not SGLs: every controller supports PRPs, and
+/// one preallocated list page per slot covers any transfer up to MDTS
+/// (capped at 2 MiB), so the I/O path never allocates a descriptor.
+///
+/// A pair belongs to one thread at a time: it is `Send` but not `Sync`.
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<nvme_driver::QueuePair>();
+/// ```
+/// ```
+/// fn movable<T: Send>() {}
+/// movable::<nvme_driver::QueuePair>();
+/// ```
 pub struct QueuePair {
     qid: u16,
     depth: u16,
