@@ -9,14 +9,12 @@ use crate::namespace::Namespace;
 use crate::queue::{DoorbellConfig, IoCompletion, QueuePair, ShadowPages, ShadowPolicy};
 use crate::spec::command::Command;
 use crate::spec::identify::{
-    self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace,
-    IdentifyNamespaceZns, Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
+    self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns,
+    Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
 };
 use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
-use crate::spec::zns::{
-    parse_report_zones, ZoneDescriptor, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE,
-};
+use crate::spec::zns::{parse_report_zones, ZoneDescriptor, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
 use crate::transport::Transport;
 use serde::Serialize;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -100,12 +98,7 @@ impl Admin {
 
     /// Runs an admin command that transfers `len` bytes through the scratch
     /// buffer, zeroed first, and copies them out.
-    fn run_with_scratch(
-        &mut self,
-        command: Command,
-        len: usize,
-        timeout: Duration,
-    ) -> Result<(IoCompletion, Vec<u8>)> {
+    fn run_with_scratch(&mut self, command: Command, len: usize, timeout: Duration) -> Result<(IoCompletion, Vec<u8>)> {
         assert!(len <= SCRATCH_LEN);
         self.scratch.fill(0, len, 0);
         // SAFETY: the scratch region is mapped for this controller, owned by
@@ -147,9 +140,7 @@ impl Shared {
     fn admin(&self) -> MutexGuard<'_, Admin> {
         // A panic while holding the lock leaves the queue usable: each
         // command is self-contained.
-        self.admin
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        self.admin.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 
     fn command(&self, command: Command) -> Result<IoCompletion> {
@@ -158,10 +149,7 @@ impl Shared {
 
     /// Runs an Identify into the scratch page and copies the page out.
     fn identify_page(&self, command: Command) -> Result<Vec<u8>> {
-        Ok(self
-            .admin()
-            .run_with_scratch(command, IDENTIFY_DATA_SIZE, self.options.admin_timeout)?
-            .1)
+        Ok(self.admin().run_with_scratch(command, IDENTIFY_DATA_SIZE, self.options.admin_timeout)?.1)
     }
 
     /// An Identify that a controller may reject as unsupported: `None` then.
@@ -178,17 +166,9 @@ impl Shared {
     }
 
     fn allocate_qid(admin: &mut Admin) -> Result<u16> {
-        let free = admin
-            .qid_in_use
-            .iter()
-            .skip(1)
-            .position(|used| !used)
-            .map(|i| i + 1);
+        let free = admin.qid_in_use.iter().skip(1).position(|used| !used).map(|i| i + 1);
         let qid = free.ok_or_else(|| {
-            Error::Unsupported(format!(
-                "all {} I/O queue pairs are in use",
-                admin.qid_in_use.len().saturating_sub(1)
-            ))
+            Error::Unsupported(format!("all {} I/O queue pairs are in use", admin.qid_in_use.len().saturating_sub(1)))
         })?;
         admin.qid_in_use[qid] = true;
         Ok(u16::try_from(qid).expect("qids fit the granted count"))
@@ -216,14 +196,10 @@ impl Shared {
         if !cc.enable() {
             return Ok(());
         }
-        self.transport
-            .write32(registers::CC, cc.with_shn(Shn::Normal).0);
-        let shut = wait_for(
-            &*self.transport,
-            "shutdown (CSTS.SHST)",
-            self.options.shutdown_timeout,
-            |csts| Ok(csts.shst() == ShutdownStatus::Complete),
-        );
+        self.transport.write32(registers::CC, cc.with_shn(Shn::Normal).0);
+        let shut = wait_for(&*self.transport, "shutdown (CSTS.SHST)", self.options.shutdown_timeout, |csts| {
+            Ok(csts.shst() == ShutdownStatus::Complete)
+        });
         let ready_timeout = Duration::from_millis(u64::from(self.cap.timeout_ms()).max(500));
         let disabled = disable(&*self.transport, ready_timeout);
         shut.and(disabled)
@@ -275,32 +251,19 @@ impl Controller {
         } else if cap.css().contains(CapCss::NVM) {
             registers::CC_CSS_NVM
         } else {
-            return Err(Error::Unsupported(format!(
-                "CAP.CSS {:#x} offers no I/O command set",
-                cap.css().bits()
-            )));
+            return Err(Error::Unsupported(format!("CAP.CSS {:#x} offers no I/O command set", cap.css().bits())));
         };
         // Host memory is managed in 4 KiB pages: CC.MPS = 0.
         if cap.min_page_size() > PAGE_SIZE {
-            return Err(Error::Unsupported(format!(
-                "minimum memory page size {} > 4096",
-                cap.min_page_size()
-            )));
+            return Err(Error::Unsupported(format!("minimum memory page size {} > 4096", cap.min_page_size())));
         }
         let ready_timeout = Duration::from_millis(u64::from(cap.timeout_ms()).max(500));
 
         disable(&*transport, ready_timeout)?;
 
-        let entries = options
-            .admin_queue_entries
-            .clamp(2, registers::ADMIN_QUEUE_ENTRIES_MAX);
-        let entries =
-            u16::try_from(u32::from(entries).min(cap.max_queue_entries())).unwrap_or(entries);
-        let doorbells = DoorbellConfig {
-            dstrd: cap.dstrd(),
-            shadow: None,
-            policy: ShadowPolicy::Off,
-        };
+        let entries = options.admin_queue_entries.clamp(2, registers::ADMIN_QUEUE_ENTRIES_MAX);
+        let entries = u16::try_from(u32::from(entries).min(cap.max_queue_entries())).unwrap_or(entries);
+        let doorbells = DoorbellConfig { dstrd: cap.dstrd(), shadow: None, policy: ShadowPolicy::Off };
         let queue = QueuePair::new(&transport, 0, entries, doorbells)?;
         transport.write32(registers::AQA, Aqa::new(entries, entries).0);
         transport.write64(registers::ASQ, queue.sq_iova());
@@ -316,21 +279,10 @@ impl Controller {
         wait_ready(&*transport, true, ready_timeout)?;
 
         let scratch = DmaRegion::allocate(&transport, SCRATCH_LEN)?;
-        let admin = Admin {
-            queue,
-            scratch,
-            qid_in_use: vec![true],
-        };
-        let mut shared = Shared {
-            transport,
-            options,
-            cap,
-            admin: Mutex::new(admin),
-            shadow: None,
-        };
+        let admin = Admin { queue, scratch, qid_in_use: vec![true] };
+        let mut shared = Shared { transport, options, cap, admin: Mutex::new(admin), shadow: None };
 
-        let identify =
-            IdentifyController::parse(&shared.identify_page(admin::identify_controller(0))?)?;
+        let identify = IdentifyController::parse(&shared.identify_page(admin::identify_controller(0))?)?;
         if identify.nn == 0 {
             // NN 0 is outside the spec: there is nothing to talk to.
             return Err(Error::Parse(crate::spec::ParseError::InvalidField {
@@ -353,13 +305,10 @@ impl Controller {
         } else {
             None
         };
-        let active = identify::parse_active_namespace_list(
-            &shared.identify_page(admin::identify_active_namespaces(0, 0))?,
-        )?;
-        let namespaces = active
-            .into_iter()
-            .map(|nsid| identify_namespace(&shared, nsid))
-            .collect::<Result<Vec<_>>>()?;
+        let active =
+            identify::parse_active_namespace_list(&shared.identify_page(admin::identify_active_namespaces(0, 0))?)?;
+        let namespaces =
+            active.into_iter().map(|nsid| identify_namespace(&shared, nsid)).collect::<Result<Vec<_>>>()?;
 
         let requested = shared.options.io_queue_pairs.max(1);
         let completion = shared.command(admin::set_number_of_queues(requested, requested))?;
@@ -397,19 +346,14 @@ impl Controller {
     /// Runs Identify with any CNS/NSID/CNTID/CSI and returns the raw 4 KiB
     /// page, for tools that dump or capture identify data.
     pub fn identify_raw(&self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
-        self.shared
-            .identify_page(admin::identify(cns, nsid, cntid, csi, 0))
+        self.shared.identify_page(admin::identify(cns, nsid, cntid, csi, 0))
     }
 
     /// Get Log Page into the scratch buffer; `len` at most 4 KiB.
     fn log_page(&self, lid: u8, nsid: u32, len: usize) -> Result<Vec<u8>> {
         assert!(len <= PAGE_SIZE && len.is_multiple_of(4));
         let command = admin::get_log_page(lid, nsid, len as u32, 0, 0, 0);
-        Ok(self
-            .shared
-            .admin()
-            .run_with_scratch(command, len, self.shared.options.admin_timeout)?
-            .1)
+        Ok(self.shared.admin().run_with_scratch(command, len, self.shared.options.admin_timeout)?.1)
     }
 
     /// The SMART / Health Information log (controller-wide).
@@ -429,12 +373,7 @@ impl Controller {
     /// Reports up to `max_zones` zones of a zoned namespace from `slba`,
     /// through a short-lived queue pair. For tools; the I/O path builds
     /// report requests with [`Namespace::report_zones`].
-    pub fn report_zones(
-        &self,
-        nsid: u32,
-        slba: u64,
-        max_zones: usize,
-    ) -> Result<Vec<ZoneDescriptor>> {
+    pub fn report_zones(&self, nsid: u32, slba: u64, max_zones: usize) -> Result<Vec<ZoneDescriptor>> {
         let room = (PAGE_SIZE - REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE;
         let len = REPORT_HEADER_SIZE + max_zones.clamp(1, room) * ZONE_DESCRIPTOR_SIZE;
         let mut pair = self.create_queue_pair(2)?;
@@ -443,14 +382,7 @@ impl Controller {
         // SAFETY: `buffer` is mapped for this controller, lives past the
         // wait and is read only after the completion; on a timeout the
         // pair's drop leaks rather than frees memory still in flight.
-        unsafe {
-            pair.run(
-                command,
-                buffer.iova(),
-                len,
-                self.shared.options.admin_timeout,
-            )
-        }?;
+        unsafe { pair.run(command, buffer.iova(), len, self.shared.options.admin_timeout) }?;
         let mut data = vec![0u8; len];
         buffer.copy_out(0, &mut data);
         Ok(parse_report_zones(&data)?.1)
@@ -463,19 +395,14 @@ impl Controller {
     pub fn create_queue_pair(&self, depth: u16) -> Result<QueuePair> {
         let max = self.shared.cap.max_queue_entries();
         if depth < 2 || u32::from(depth) > max {
-            return Err(Error::InvalidArgument(format!(
-                "queue depth {depth}: expected 2..={max} (CAP.MQES+1)"
-            )));
+            return Err(Error::InvalidArgument(format!("queue depth {depth}: expected 2..={max} (CAP.MQES+1)")));
         }
         let shared = &self.shared;
         let timeout = shared.options.admin_timeout;
         let mut admin = shared.admin();
         let qid = Shared::allocate_qid(&mut admin)?;
-        let doorbells = DoorbellConfig {
-            dstrd: shared.cap.dstrd(),
-            shadow: shared.shadow_pages(),
-            policy: ShadowPolicy::EventIdx,
-        };
+        let doorbells =
+            DoorbellConfig { dstrd: shared.cap.dstrd(), shadow: shared.shadow_pages(), policy: ShadowPolicy::EventIdx };
         let release = |admin: &mut Admin| admin.qid_in_use[usize::from(qid)] = false;
         let mut pair = match QueuePair::new(&shared.transport, qid, depth, doorbells) {
             Ok(pair) => pair,
@@ -485,17 +412,11 @@ impl Controller {
             }
         };
         // Completion queue first: the submission queue names it.
-        if let Err(error) = admin.run(
-            admin::create_io_cq(qid, depth, pair.cq_iova(), true, false, 0),
-            timeout,
-        ) {
+        if let Err(error) = admin.run(admin::create_io_cq(qid, depth, pair.cq_iova(), true, false, 0), timeout) {
             release(&mut admin);
             return Err(error);
         }
-        if let Err(error) = admin.run(
-            admin::create_io_sq(qid, depth, pair.sq_iova(), qid, 0),
-            timeout,
-        ) {
+        if let Err(error) = admin.run(admin::create_io_sq(qid, depth, pair.sq_iova(), qid, 0), timeout) {
             let _ = admin.run(admin::delete_io_cq(qid), timeout);
             release(&mut admin);
             return Err(error);
@@ -513,9 +434,7 @@ impl Controller {
             .namespaces
             .iter()
             .find(|ns| ns.nsid == nsid)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!("namespace {nsid} is not active on this controller"))
-            })?;
+            .ok_or_else(|| Error::InvalidArgument(format!("namespace {nsid} is not active on this controller")))?;
         Ok(Namespace::new(self, info))
     }
 
@@ -566,8 +485,7 @@ impl Controller {
 
     /// MDTS in bytes, `None` if unlimited.
     pub fn max_transfer_bytes(&self) -> Option<u64> {
-        self.identify
-            .max_transfer_bytes(self.shared.cap.min_page_size())
+        self.identify.max_transfer_bytes(self.shared.cap.min_page_size())
     }
 }
 
@@ -581,20 +499,10 @@ fn enable_shadow_doorbells(shared: &Shared, io_queue_pairs: u16) -> Result<Optio
     }
     let values = DmaRegion::allocate(&shared.transport, PAGE_SIZE)?;
     let event_idx = DmaRegion::allocate(&shared.transport, PAGE_SIZE)?;
-    match shared.command(admin::doorbell_buffer_config(
-        values.iova(),
-        event_idx.iova(),
-    )) {
+    match shared.command(admin::doorbell_buffer_config(values.iova(), event_idx.iova())) {
         Ok(_) => {
-            let pages = ShadowPages {
-                values: values.raw_parts().0,
-                event_idx: event_idx.raw_parts().0,
-            };
-            Ok(Some(ShadowBuffers {
-                _values: values,
-                _event_idx: event_idx,
-                pages,
-            }))
+            let pages = ShadowPages { values: values.raw_parts().0, event_idx: event_idx.raw_parts().0 };
+            Ok(Some(ShadowBuffers { _values: values, _event_idx: event_idx, pages }))
         }
         Err(Error::Command { .. }) => Ok(None),
         Err(other) => Err(other),
@@ -602,8 +510,7 @@ fn enable_shadow_doorbells(shared: &Shared, io_queue_pairs: u16) -> Result<Optio
 }
 
 fn identify_namespace(shared: &Shared, nsid: u32) -> Result<NamespaceInfo> {
-    let identify =
-        IdentifyNamespace::parse(&shared.identify_page(admin::identify_namespace(nsid, 0))?)?;
+    let identify = IdentifyNamespace::parse(&shared.identify_page(admin::identify_namespace(nsid, 0))?)?;
     let block_size = identify.block_size()?;
     let descriptors = match shared.optional_identify(admin::identify_ns_id_descriptors(nsid, 0))? {
         Some(page) => identify::parse_ns_id_descriptors(&page)?,
@@ -631,14 +538,7 @@ fn identify_namespace(shared: &Shared, nsid: u32) -> Result<NamespaceInfo> {
     } else {
         None
     };
-    Ok(NamespaceInfo {
-        nsid,
-        csi,
-        block_size,
-        capacity_blocks: identify.nsze,
-        identify,
-        zoned,
-    })
+    Ok(NamespaceInfo { nsid, csi, block_size, capacity_blocks: identify.nsze, identify, zoned })
 }
 
 /// Clears CC.EN and waits for CSTS.RDY = 0 within CAP.TO.
@@ -653,25 +553,15 @@ fn disable(transport: &dyn Transport, timeout: Duration) -> Result<()> {
 fn wait_ready(transport: &dyn Transport, ready: bool, timeout: Duration) -> Result<()> {
     if ready {
         // A fatal status while enabling will never turn into ready.
-        wait_for(
-            transport,
-            "controller ready (CSTS.RDY=1)",
-            timeout,
-            |csts| {
-                if csts.cfs() {
-                    Err(Error::ControllerFatal)
-                } else {
-                    Ok(csts.rdy())
-                }
-            },
-        )
+        wait_for(transport, "controller ready (CSTS.RDY=1)", timeout, |csts| {
+            if csts.cfs() {
+                Err(Error::ControllerFatal)
+            } else {
+                Ok(csts.rdy())
+            }
+        })
     } else {
-        wait_for(
-            transport,
-            "controller disabled (CSTS.RDY=0)",
-            timeout,
-            |csts| Ok(!csts.rdy()),
-        )
+        wait_for(transport, "controller disabled (CSTS.RDY=0)", timeout, |csts| Ok(!csts.rdy()))
     }
 }
 
@@ -693,10 +583,7 @@ fn wait_for(
             return Ok(());
         }
         if started.elapsed() >= timeout {
-            return Err(Error::Timeout {
-                what,
-                waited_ms: started.elapsed().as_millis() as u64,
-            });
+            return Err(Error::Timeout { what, waited_ms: started.elapsed().as_millis() as u64 });
         }
         std::thread::sleep(Duration::from_millis(1));
     }

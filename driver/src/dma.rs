@@ -48,10 +48,7 @@ pub trait DmaMemory {
     fn pointer<T: Pod>(&self, offset: usize) -> *mut T {
         let (base, len, _) = self.raw_parts();
         let size = std::mem::size_of::<T>();
-        assert!(
-            offset.checked_add(size).is_some_and(|end| end <= len),
-            "DMA access {offset}+{size} outside {len}"
-        );
+        assert!(offset.checked_add(size).is_some_and(|end| end <= len), "DMA access {offset}+{size} outside {len}");
         // SAFETY: offset + size <= len, inside the allocation.
         let pointer = unsafe { base.as_ptr().add(offset) }.cast::<T>();
         assert!(pointer.is_aligned(), "unaligned DMA access at {offset}");
@@ -119,20 +116,13 @@ impl DmaRegion {
             return Err(Error::InvalidArgument("DMA region of 0 bytes".into()));
         }
         let huge_len = len.next_multiple_of(HUGE_PAGE_SIZE);
-        let huge = if len >= HUGE_PAGE_SIZE {
-            map_anonymous(huge_len, true)
-        } else {
-            None
-        };
+        let huge = if len >= HUGE_PAGE_SIZE { map_anonymous(huge_len, true) } else { None };
         let (pointer, len, hugepages) = match huge {
             Some(pointer) => (pointer, huge_len, true),
             None => {
                 let rounded = len.next_multiple_of(PAGE_SIZE);
                 let pointer = map_anonymous(rounded, false).ok_or_else(|| {
-                    Error::Dma(format!(
-                        "mmap of {rounded} bytes failed: {}",
-                        std::io::Error::last_os_error()
-                    ))
+                    Error::Dma(format!("mmap of {rounded} bytes failed: {}", std::io::Error::last_os_error()))
                 })?;
                 (pointer, rounded, false)
             }
@@ -140,13 +130,7 @@ impl DmaRegion {
         // SAFETY: the memory was just mapped by us, is not referenced by any
         // Rust reference, and is unmapped only in Drop after unmap_dma.
         match unsafe { transport.map_dma(pointer, len) } {
-            Ok(iova) => Ok(DmaRegion {
-                pointer,
-                len,
-                iova,
-                hugepages,
-                transport: Arc::clone(transport),
-            }),
+            Ok(iova) => Ok(DmaRegion { pointer, len, iova, hugepages, transport: Arc::clone(transport) }),
             Err(error) => {
                 unmap_anonymous(pointer, len);
                 Err(error)
@@ -182,16 +166,7 @@ fn map_anonymous(len: usize, hugepages: bool) -> Option<NonNull<u8>> {
     }
     // SAFETY: an anonymous mapping at a kernel-chosen address touches no
     // existing memory.
-    let pointer = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            -1,
-            0,
-        )
-    };
+    let pointer = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if pointer == libc::MAP_FAILED {
         None
     } else {
@@ -223,9 +198,7 @@ impl DmaPool {
     /// `count` buffers of `buffer_len` bytes (rounded up to 4 KiB).
     pub fn new(transport: &Arc<dyn Transport>, buffer_len: usize, count: u32) -> Result<Self> {
         if buffer_len == 0 || count == 0 {
-            return Err(Error::InvalidArgument(
-                "DMA pool needs a non-zero buffer size and count".into(),
-            ));
+            return Err(Error::InvalidArgument("DMA pool needs a non-zero buffer size and count".into()));
         }
         let buffer_len = buffer_len.next_multiple_of(PAGE_SIZE);
         let total = buffer_len
@@ -236,22 +209,13 @@ impl DmaPool {
         for index in 0..count {
             free.push(index).expect("queue sized for every index");
         }
-        Ok(DmaPool {
-            inner: Arc::new(PoolInner {
-                region,
-                buffer_len,
-                free,
-            }),
-        })
+        Ok(DmaPool { inner: Arc::new(PoolInner { region, buffer_len, free }) })
     }
 
     /// A free buffer, or `None` when all are in use. Never blocks.
     pub fn get(&self) -> Option<DmaBuffer> {
         let index = self.inner.free.pop()?;
-        Some(DmaBuffer {
-            pool: Arc::clone(&self.inner),
-            index,
-        })
+        Some(DmaBuffer { pool: Arc::clone(&self.inner), index })
     }
 
     pub fn buffer_len(&self) -> usize {
@@ -321,13 +285,7 @@ mod tests {
             "host"
         }
         fn pci_id(&self) -> PciId {
-            PciId {
-                vendor: 0,
-                device: 0,
-                subsystem_vendor: 0,
-                subsystem_device: 0,
-                class: 0,
-            }
+            PciId { vendor: 0, device: 0, subsystem_vendor: 0, subsystem_device: 0, class: 0 }
         }
     }
 
@@ -380,29 +338,16 @@ mod tests {
         let pool = DmaPool::new(&transport, 5000, 3).unwrap();
         assert_eq!(pool.buffer_len(), 2 * PAGE_SIZE);
         let buffers: Vec<DmaBuffer> = (0..3).map(|_| pool.get().unwrap()).collect();
-        assert!(
-            pool.get().is_none(),
-            "exhausted pool returns None, never blocks"
-        );
+        assert!(pool.get().is_none(), "exhausted pool returns None, never blocks");
         let mut iovas: Vec<u64> = buffers.iter().map(|b| b.iova()).collect();
         iovas.sort_unstable();
         iovas.dedup();
         assert_eq!(iovas.len(), 3);
-        assert!(iovas
-            .windows(2)
-            .all(|w| w[1] - w[0] >= 2 * PAGE_SIZE as u64));
+        assert!(iovas.windows(2).all(|w| w[1] - w[0] >= 2 * PAGE_SIZE as u64));
         buffers[1].fill(0, 2 * PAGE_SIZE, 0xab);
-        assert_eq!(
-            buffers[0].read::<u8>(2 * PAGE_SIZE - 1),
-            0,
-            "buffers do not overlap"
-        );
+        assert_eq!(buffers[0].read::<u8>(2 * PAGE_SIZE - 1), 0, "buffers do not overlap");
         drop(buffers);
         assert_eq!(pool.available(), 3);
-        assert_eq!(
-            memory.mapped.load(Ordering::Relaxed),
-            1,
-            "one IOMMU mapping for the whole pool"
-        );
+        assert_eq!(memory.mapped.load(Ordering::Relaxed), 1, "one IOMMU mapping for the whole pool");
     }
 }

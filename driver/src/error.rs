@@ -19,10 +19,7 @@ pub enum Error {
     /// The IOMMU group holds other devices that are not bound to vfio-pci.
     GroupNotViable { bdf: String, group: u32 },
     /// A VFIO ioctl failed.
-    Vfio {
-        context: String,
-        source: vfio_ioctls::VfioError,
-    },
+    Vfio { context: String, source: vfio_ioctls::VfioError },
     /// A system call or file operation failed.
     Io { context: String, source: io::Error },
     /// DMA memory could not be allocated or mapped.
@@ -36,11 +33,7 @@ pub enum Error {
     /// The controller lacks something this driver needs.
     Unsupported(String),
     /// A command completed with an error status.
-    Command {
-        opcode: u8,
-        admin: bool,
-        status: Status,
-    },
+    Command { opcode: u8, admin: bool, status: Status },
     /// Device-provided data could not be decoded.
     Parse(ParseError),
     /// The submission queue is full.
@@ -55,11 +48,7 @@ pub enum Error {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RequestError {
     /// The blocks lie (partly) past the namespace's end.
-    LbaOutOfRange {
-        slba: u64,
-        blocks: u64,
-        capacity_blocks: u64,
-    },
+    LbaOutOfRange { slba: u64, blocks: u64, capacity_blocks: u64 },
     /// More bytes than one command may move (MDTS, ZASL or the PRP limit).
     TooLarge { bytes: u64, max_bytes: u64 },
     /// A transfer of zero blocks.
@@ -80,33 +69,23 @@ pub enum RequestError {
     Unsupported { command: &'static str },
     /// Too many ranges for one command.
     TooManyRanges { count: usize, max: usize },
+    /// A range (or all ranges together) longer than the controller allows
+    /// (DMRSL/DMSL for deallocate, MSSRL/MCL for Copy).
+    RangeTooLong { blocks: u64, max_blocks: u64 },
 }
 
 impl fmt::Display for RequestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RequestError::LbaOutOfRange {
-                slba,
-                blocks,
-                capacity_blocks,
-            } => {
-                write!(
-                    f,
-                    "blocks {slba}+{blocks} lie past the namespace end ({capacity_blocks} blocks)"
-                )
+            RequestError::LbaOutOfRange { slba, blocks, capacity_blocks } => {
+                write!(f, "blocks {slba}+{blocks} lie past the namespace end ({capacity_blocks} blocks)")
             }
             RequestError::TooLarge { bytes, max_bytes } => {
-                write!(
-                    f,
-                    "{bytes} bytes exceed the {max_bytes}-byte limit of one command"
-                )
+                write!(f, "{bytes} bytes exceed the {max_bytes}-byte limit of one command")
             }
             RequestError::Empty => write!(f, "a transfer of zero blocks"),
             RequestError::NotBlockMultiple { bytes, block_size } => {
-                write!(
-                    f,
-                    "{bytes} bytes is not a multiple of the {block_size}-byte block"
-                )
+                write!(f, "{bytes} bytes is not a multiple of the {block_size}-byte block")
             }
             RequestError::Misaligned { iova } => {
                 write!(f, "buffer at {iova:#x} is not 4-byte aligned")
@@ -115,14 +94,8 @@ impl fmt::Display for RequestError {
                 write!(f, "buffer of {got} bytes, {needed} needed")
             }
             RequestError::NotZoned { nsid } => write!(f, "namespace {nsid} has no zones"),
-            RequestError::NotZoneStart {
-                slba,
-                zone_size_blocks,
-            } => {
-                write!(
-                    f,
-                    "LBA {slba} does not start a zone ({zone_size_blocks} blocks each)"
-                )
+            RequestError::NotZoneStart { slba, zone_size_blocks } => {
+                write!(f, "LBA {slba} does not start a zone ({zone_size_blocks} blocks each)")
             }
             RequestError::CrossesZone { slba, blocks } => {
                 write!(f, "blocks {slba}+{blocks} cross a zone boundary")
@@ -132,6 +105,9 @@ impl fmt::Display for RequestError {
             }
             RequestError::TooManyRanges { count, max } => {
                 write!(f, "{count} ranges, at most {max} per command")
+            }
+            RequestError::RangeTooLong { blocks, max_blocks } => {
+                write!(f, "{blocks} blocks in a range, at most {max_blocks} allowed")
             }
         }
     }
@@ -146,30 +122,15 @@ impl fmt::Display for Error {
             Error::NotNvme { bdf, class } => {
                 write!(f, "{bdf} is not an NVMe controller (class {class:#08x})")
             }
-            Error::NotBoundToVfio {
-                bdf,
-                driver: Some(driver),
-            } => {
-                write!(
-                    f,
-                    "{bdf} is bound to {driver}, not vfio-pci (hack/setup-vfio bind {bdf})"
-                )
+            Error::NotBoundToVfio { bdf, driver: Some(driver) } => {
+                write!(f, "{bdf} is bound to {driver}, not vfio-pci (hack/setup-vfio bind {bdf})")
             }
             Error::NotBoundToVfio { bdf, driver: None } => {
-                write!(
-                    f,
-                    "{bdf} is bound to no driver, not vfio-pci (hack/setup-vfio bind {bdf})"
-                )
+                write!(f, "{bdf} is bound to no driver, not vfio-pci (hack/setup-vfio bind {bdf})")
             }
-            Error::NoVfioDevice => write!(
-                f,
-                "no NVMe function is bound to vfio-pci (hack/setup-vfio bind)"
-            ),
+            Error::NoVfioDevice => write!(f, "no NVMe function is bound to vfio-pci (hack/setup-vfio bind)"),
             Error::GroupNotViable { bdf, group } => {
-                write!(
-                    f,
-                    "IOMMU group {group} of {bdf} has devices not bound to vfio-pci"
-                )
+                write!(f, "IOMMU group {group} of {bdf} has devices not bound to vfio-pci")
             }
             Error::Vfio { context, source } => write!(f, "{context}: {source}"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
@@ -180,11 +141,7 @@ impl fmt::Display for Error {
             Error::ControllerFatal => write!(f, "controller fatal status (CSTS.CFS)"),
             Error::DeviceGone => write!(f, "device gone: register reads return all ones"),
             Error::Unsupported(what) => write!(f, "unsupported: {what}"),
-            Error::Command {
-                opcode,
-                admin,
-                status,
-            } => {
+            Error::Command { opcode, admin, status } => {
                 let name = if *admin {
                     crate::spec::command::admin_opcode_name(*opcode)
                 } else {

@@ -43,10 +43,8 @@ pub mod spec;
 pub mod transport;
 pub mod vfio;
 
-pub use controller::{
-    Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH,
-};
+pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH};
 pub use error::{Error, RequestError, Result};
-pub use namespace::{Namespace, ZoneGeometry};
+pub use namespace::{Namespace, RangeLimits, ZoneGeometry};
 pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};
 pub use transport::{PciId, Transport};

@@ -86,13 +86,7 @@ impl Transport for LoopbackTransport {
     }
 
     fn pci_id(&self) -> PciId {
-        PciId {
-            vendor: 0,
-            device: 0,
-            subsystem_vendor: 0,
-            subsystem_device: 0,
-            class: 0,
-        }
+        PciId { vendor: 0, device: 0, subsystem_vendor: 0, subsystem_device: 0, class: 0 }
     }
 }
 
@@ -126,11 +120,7 @@ impl LoopbackDevice {
     /// Completes every command the queue pair has published with the SQ
     /// doorbell, in order. Returns how many; 0 once the pair is gone.
     pub fn complete_all(&mut self) -> usize {
-        if self
-            .state
-            .compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if self.state.compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return 0;
         }
         let tail = (self.transport.read32(self.sq_tail_offset) as u16) % self.depth;
@@ -141,19 +131,9 @@ impl LoopbackDevice {
             let command = unsafe { sqe.read_volatile() };
             self.sq_head = (self.sq_head + 1) % self.depth;
             let status = Completion::status_word(self.status, self.phase);
-            let entry = Completion {
-                dw0: command.cdw10,
-                dw1: 0,
-                sq_head: self.sq_head,
-                sq_id: 1,
-                cid: command.cid,
-                status,
-            };
-            let slot = self
-                .cq
-                .as_ptr()
-                .wrapping_add(usize::from(self.cq_tail))
-                .cast::<u8>();
+            let entry =
+                Completion { dw0: command.cdw10, dw1: 0, sq_head: self.sq_head, sq_id: 1, cid: command.cid, status };
+            let slot = self.cq.as_ptr().wrapping_add(usize::from(self.cq_tail)).cast::<u8>();
             // Everything but the phase-carrying status word first, then the
             // status word, so the host never sees a half-written entry.
             let bytes = entry.to_bytes();
@@ -181,9 +161,7 @@ impl LoopbackDevice {
 /// A queue pair on a loopback transport, and its device side.
 pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<LoopbackTransport>)> {
     if usize::from(depth) * std::mem::size_of::<Command>() > 16 * PAGE_SIZE * 64 {
-        return Err(Error::InvalidArgument(format!(
-            "loopback depth {depth} too large"
-        )));
+        return Err(Error::InvalidArgument(format!("loopback depth {depth} too large")));
     }
     let transport = LoopbackTransport::new();
     let dyn_transport: Arc<dyn Transport> = transport.clone();
@@ -192,11 +170,7 @@ pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<Loopback
         &dyn_transport,
         qid,
         depth,
-        DoorbellConfig {
-            dstrd: 0,
-            shadow: None,
-            policy: ShadowPolicy::Off,
-        },
+        DoorbellConfig { dstrd: 0, shadow: None, policy: ShadowPolicy::Off },
     )?;
     let sq = NonNull::new(pair.sq_iova() as *mut Command).expect("mapped at a host address");
     let cq = NonNull::new(pair.cq_iova() as *mut Completion).expect("mapped at a host address");
@@ -204,10 +178,7 @@ pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<Loopback
     let hook_state = Arc::clone(&state);
     pair.set_on_drop(Box::new(move |_| {
         // Wait out a completion pass in progress, then detach for good.
-        while hook_state
-            .compare_exchange(IDLE, DETACHED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        while hook_state.compare_exchange(IDLE, DETACHED, Ordering::Acquire, Ordering::Relaxed).is_err() {
             std::hint::spin_loop();
         }
         true
@@ -236,11 +207,7 @@ mod tests {
     use crate::spec::status::{GenericStatus, StatusCode};
 
     fn flush(token: u64) -> Request {
-        Request {
-            command: nvm::flush(1),
-            buffer: None,
-            token,
-        }
+        Request { command: nvm::flush(1), buffer: None, token }
     }
 
     #[test]
@@ -252,24 +219,13 @@ mod tests {
         }
         assert_eq!(transport.doorbell_writes(), 0, "submit only queues");
         pair.ring();
-        assert_eq!(
-            transport.doorbell_writes(),
-            1,
-            "one SQ doorbell for the batch"
-        );
+        assert_eq!(transport.doorbell_writes(), 1, "one SQ doorbell for the batch");
         assert_eq!(device.complete_all(), 5);
         let mut tokens = Vec::new();
         assert_eq!(pair.poll(|c| tokens.push((c.token, c.status))), 5);
-        assert_eq!(
-            tokens.iter().map(|t| t.0).collect::<Vec<_>>(),
-            vec![100, 101, 102, 103, 104]
-        );
+        assert_eq!(tokens.iter().map(|t| t.0).collect::<Vec<_>>(), vec![100, 101, 102, 103, 104]);
         assert!(tokens.iter().all(|t| t.1.is_ok()));
-        assert_eq!(
-            transport.doorbell_writes(),
-            2,
-            "one CQ doorbell for the pass"
-        );
+        assert_eq!(transport.doorbell_writes(), 2, "one CQ doorbell for the pass");
         assert_eq!(pair.in_flight(), 0);
     }
 
@@ -314,11 +270,7 @@ mod tests {
         let pool = DmaPool::new(&transport, 4096, 2).unwrap();
         let buffer = pool.get().unwrap();
         buffer.write::<u64>(0, 0xfeed);
-        let request = Request {
-            command: nvm::read(1, 7, 8),
-            buffer: Some(IoBuffer::new(buffer)),
-            token: 1,
-        };
+        let request = Request { command: nvm::read(1, 7, 8), buffer: Some(IoBuffer::new(buffer)), token: 1 };
         pair.submit(request).unwrap();
         device.status = Status::from(GenericStatus::LbaOutOfRange).with_dnr();
         pair.ring();
@@ -327,10 +279,7 @@ mod tests {
         pair.poll(|c| got = Some(c));
         let completion = got.unwrap();
         let status = completion.status.unwrap_err();
-        assert_eq!(
-            status.code(),
-            StatusCode::Generic(GenericStatus::LbaOutOfRange)
-        );
+        assert_eq!(status.code(), StatusCode::Generic(GenericStatus::LbaOutOfRange));
         assert!(status.dnr);
         assert_eq!(completion.dw0, 7, "echoes SLBA (CDW10)");
         let buffer = completion.buffer.unwrap();
@@ -344,17 +293,10 @@ mod tests {
         let dyn_transport: Arc<dyn Transport> = transport.clone();
         let pool = DmaPool::new(&dyn_transport, 4096, 1).unwrap();
         let misaligned = IoBuffer::range(pool.get().unwrap(), 2, 512);
-        let request = Request {
-            command: nvm::read(1, 0, 1),
-            buffer: Some(misaligned),
-            token: 5,
-        };
+        let request = Request { command: nvm::read(1, 0, 1), buffer: Some(misaligned), token: 5 };
         let (error, request) = pair.submit(request).unwrap_err();
         assert!(matches!(error, SubmitError::Buffer(_)));
-        assert!(
-            request.buffer.is_some(),
-            "the buffer comes back with the request"
-        );
+        assert!(request.buffer.is_some(), "the buffer comes back with the request");
         pair.ring();
         assert_eq!(transport.doorbell_writes(), 0);
         assert_eq!(pair.in_flight(), 0);

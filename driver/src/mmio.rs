@@ -29,15 +29,8 @@ impl Mmio {
     /// aligned. The memory is device registers: nothing may hold a Rust
     /// reference into it.
     pub unsafe fn new(base: NonNull<u8>, len: usize) -> Self {
-        assert_eq!(
-            base.as_ptr() as usize % 4,
-            0,
-            "MMIO base must be 4-byte aligned"
-        );
-        Mmio {
-            base: base.cast(),
-            len,
-        }
+        assert_eq!(base.as_ptr() as usize % 4, 0, "MMIO base must be 4-byte aligned");
+        Mmio { base: base.cast(), len }
     }
 
     pub fn len(&self) -> usize {

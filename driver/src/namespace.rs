@@ -6,9 +6,7 @@
 //! (ONCS). A refused request is a typed [`RequestError`] and the device is
 //! never touched.
 
-use crate::cmd::nvm::{
-    self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_RANGES, DSM_MAX_RANGES,
-};
+use crate::cmd::nvm::{self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_RANGES, DSM_MAX_RANGES};
 use crate::cmd::zns::{self as zns_cmd, ReportFilter, ZoneSendAction};
 use crate::controller::{Controller, NamespaceInfo};
 use crate::dma::{DmaMemory, PAGE_SIZE};
@@ -29,6 +27,32 @@ pub struct ZoneGeometry {
     pub zone_append_max_bytes: u64,
 }
 
+/// Range limits of Dataset Management and Copy, as the controller reports
+/// them (DMRL/DMRSL/DMSL in the NVM controller data, MSRC/MSSRL/MCL in the
+/// namespace data). A limit the device does not report is the command's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RangeLimits {
+    pub dsm_ranges: usize,
+    pub dsm_range_blocks: u64,
+    pub dsm_total_blocks: u64,
+    pub copy_ranges: usize,
+    pub copy_range_blocks: u64,
+    pub copy_total_blocks: u64,
+}
+
+impl Default for RangeLimits {
+    fn default() -> Self {
+        RangeLimits {
+            dsm_ranges: DSM_MAX_RANGES,
+            dsm_range_blocks: u64::from(u32::MAX),
+            dsm_total_blocks: u64::MAX,
+            copy_ranges: COPY_MAX_RANGES,
+            copy_range_blocks: u64::from(nvm::MAX_BLOCKS),
+            copy_total_blocks: u64::MAX,
+        }
+    }
+}
+
 /// An active namespace of a controller, for building I/O requests.
 #[derive(Clone, Debug, Serialize)]
 pub struct Namespace {
@@ -39,6 +63,7 @@ pub struct Namespace {
     #[serde(skip)]
     oncs: Oncs,
     zones: Option<ZoneGeometry>,
+    limits: RangeLimits,
 }
 
 type Checked<T> = Result<T, RequestError>;
@@ -48,10 +73,7 @@ impl Namespace {
         // One PRP list page per command bounds a transfer too; keep a page
         // of slack so an unaligned buffer start still fits.
         let prp_limit = (prp::MAX_TRANSFER_BYTES - PAGE_SIZE) as u64;
-        let max_transfer_bytes = controller
-            .max_transfer_bytes()
-            .unwrap_or(u64::MAX)
-            .min(prp_limit);
+        let max_transfer_bytes = controller.max_transfer_bytes().unwrap_or(u64::MAX).min(prp_limit);
         let zones = info.zoned.as_ref().map(|zoned| {
             let min_page = controller.cap().min_page_size();
             let zasl = controller
@@ -66,6 +88,25 @@ impl Namespace {
                 zone_append_max_bytes: zasl.min(max_transfer_bytes),
             }
         });
+        // 0 means "not reported" for each of these.
+        let nonzero = |value: u64, default: u64| {
+            if value == 0 {
+                default
+            } else {
+                value.min(default)
+            }
+        };
+        let defaults = RangeLimits::default();
+        let mut limits = defaults;
+        if let Some(nvm) = controller.identify_nvm() {
+            limits.dsm_ranges = nonzero(u64::from(nvm.dmrl), defaults.dsm_ranges as u64) as usize;
+            limits.dsm_range_blocks = nonzero(u64::from(nvm.dmrsl), defaults.dsm_range_blocks);
+            limits.dsm_total_blocks = nonzero(nvm.dmsl, defaults.dsm_total_blocks);
+        }
+        let id = &info.identify;
+        limits.copy_ranges = (usize::from(id.msrc) + 1).min(COPY_MAX_RANGES);
+        limits.copy_range_blocks = nonzero(u64::from(id.mssrl), defaults.copy_range_blocks);
+        limits.copy_total_blocks = nonzero(u64::from(id.mcl), defaults.copy_total_blocks);
         Namespace {
             nsid: info.nsid,
             block_size: info.block_size,
@@ -73,6 +114,7 @@ impl Namespace {
             max_transfer_bytes,
             oncs: controller.identify().oncs,
             zones,
+            limits,
         }
     }
 
@@ -85,14 +127,17 @@ impl Namespace {
         oncs: Oncs,
         zones: Option<ZoneGeometry>,
     ) -> Self {
-        Namespace {
-            nsid,
-            block_size,
-            capacity_blocks,
-            max_transfer_bytes,
-            oncs,
-            zones,
-        }
+        Namespace { nsid, block_size, capacity_blocks, max_transfer_bytes, oncs, zones, limits: RangeLimits::default() }
+    }
+
+    /// The same namespace with other range limits, for tests and simulators.
+    pub fn with_limits(mut self, limits: RangeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn range_limits(&self) -> &RangeLimits {
+        &self.limits
     }
 
     pub fn nsid(&self) -> u32 {
@@ -126,15 +171,8 @@ impl Namespace {
         if blocks == 0 {
             return Err(RequestError::Empty);
         }
-        if slba
-            .checked_add(blocks)
-            .is_none_or(|end| end > self.capacity_blocks)
-        {
-            return Err(RequestError::LbaOutOfRange {
-                slba,
-                blocks,
-                capacity_blocks: self.capacity_blocks,
-            });
+        if slba.checked_add(blocks).is_none_or(|end| end > self.capacity_blocks) {
+            return Err(RequestError::LbaOutOfRange { slba, blocks, capacity_blocks: self.capacity_blocks });
         }
         if blocks > u64::from(nvm::MAX_BLOCKS) {
             return Err(RequestError::TooLarge {
@@ -152,35 +190,25 @@ impl Namespace {
             return Err(RequestError::Empty);
         }
         if !bytes.is_multiple_of(u64::from(self.block_size)) {
-            return Err(RequestError::NotBlockMultiple {
-                bytes,
-                block_size: self.block_size,
-            });
+            return Err(RequestError::NotBlockMultiple { bytes, block_size: self.block_size });
         }
         if bytes > max_bytes {
             return Err(RequestError::TooLarge { bytes, max_bytes });
         }
         if buffer.iova() & 0b11 != 0 {
-            return Err(RequestError::Misaligned {
-                iova: buffer.iova(),
-            });
+            return Err(RequestError::Misaligned { iova: buffer.iova() });
         }
         Ok(bytes / u64::from(self.block_size))
     }
 
     fn zones_or_err(&self) -> Checked<&ZoneGeometry> {
-        self.zones
-            .as_ref()
-            .ok_or(RequestError::NotZoned { nsid: self.nsid })
+        self.zones.as_ref().ok_or(RequestError::NotZoned { nsid: self.nsid })
     }
 
     fn check_zone_start(&self, slba: u64) -> Checked<&ZoneGeometry> {
         let zones = self.zones_or_err()?;
         if !slba.is_multiple_of(zones.zone_size_blocks) || slba >= self.capacity_blocks {
-            return Err(RequestError::NotZoneStart {
-                slba,
-                zone_size_blocks: zones.zone_size_blocks,
-            });
+            return Err(RequestError::NotZoneStart { slba, zone_size_blocks: zones.zone_size_blocks });
         }
         Ok(zones)
     }
@@ -199,22 +227,14 @@ impl Namespace {
     pub fn read(&self, slba: u64, buffer: IoBuffer, token: u64) -> Checked<Request> {
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request {
-            command: nvm::read(self.nsid, slba, blocks as u32),
-            buffer: Some(buffer),
-            token,
-        })
+        Ok(Request { command: nvm::read(self.nsid, slba, blocks as u32), buffer: Some(buffer), token })
     }
 
     /// Write `buffer` at `slba`; with `fua` the data is durable at completion.
     pub fn write(&self, slba: u64, buffer: IoBuffer, fua: bool, token: u64) -> Checked<Request> {
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request {
-            command: nvm::write(self.nsid, slba, blocks as u32, fua),
-            buffer: Some(buffer),
-            token,
-        })
+        Ok(Request { command: nvm::write(self.nsid, slba, blocks as u32, fua), buffer: Some(buffer), token })
     }
 
     /// Compare `buffer` with the blocks at `slba` (Compare Failure if they differ).
@@ -222,135 +242,101 @@ impl Namespace {
         self.require(Oncs::COMPARE, "Compare")?;
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request {
-            command: nvm::compare(self.nsid, slba, blocks as u32),
-            buffer: Some(buffer),
-            token,
-        })
+        Ok(Request { command: nvm::compare(self.nsid, slba, blocks as u32), buffer: Some(buffer), token })
     }
 
     /// Verify `blocks` at `slba` on the device, without transferring data.
     pub fn verify(&self, slba: u64, blocks: u32, token: u64) -> Checked<Request> {
         self.require(Oncs::VERIFY, "Verify")?;
         self.check_range(slba, u64::from(blocks))?;
-        Ok(Request {
-            command: nvm::verify(self.nsid, slba, blocks),
-            buffer: None,
-            token,
-        })
+        Ok(Request { command: nvm::verify(self.nsid, slba, blocks), buffer: None, token })
     }
 
     /// Flush the volatile write cache.
     pub fn flush(&self, token: u64) -> Request {
-        Request {
-            command: nvm::flush(self.nsid),
-            buffer: None,
-            token,
-        }
+        Request { command: nvm::flush(self.nsid), buffer: None, token }
     }
 
     /// Write Zeroes; `deallocate` sets DEAC (the controller may unmap).
-    pub fn write_zeroes(
-        &self,
-        slba: u64,
-        blocks: u32,
-        deallocate: bool,
-        token: u64,
-    ) -> Checked<Request> {
+    pub fn write_zeroes(&self, slba: u64, blocks: u32, deallocate: bool, token: u64) -> Checked<Request> {
         self.require(Oncs::WRITE_ZEROES, "Write Zeroes")?;
         self.check_range(slba, u64::from(blocks))?;
-        Ok(Request {
-            command: nvm::write_zeroes(self.nsid, slba, blocks, deallocate, false),
-            buffer: None,
-            token,
-        })
+        Ok(Request { command: nvm::write_zeroes(self.nsid, slba, blocks, deallocate, false), buffer: None, token })
     }
 
     /// Dataset Management, deallocate: `ranges` of `(slba, blocks)`, whose
     /// descriptors are written into `buffer` (16 bytes each).
-    pub fn deallocate(
-        &self,
-        ranges: &[(u64, u32)],
-        buffer: IoBuffer,
-        token: u64,
-    ) -> Checked<Request> {
+    pub fn deallocate(&self, ranges: &[(u64, u32)], buffer: IoBuffer, token: u64) -> Checked<Request> {
         self.require(Oncs::DATASET_MANAGEMENT, "Dataset Management")?;
         if ranges.is_empty() {
             return Err(RequestError::Empty);
         }
-        if ranges.len() > DSM_MAX_RANGES {
-            return Err(RequestError::TooManyRanges {
-                count: ranges.len(),
-                max: DSM_MAX_RANGES,
-            });
+        if ranges.len() > self.limits.dsm_ranges {
+            return Err(RequestError::TooManyRanges { count: ranges.len(), max: self.limits.dsm_ranges });
         }
+        let mut total: u64 = 0;
         let needed = ranges.len() * std::mem::size_of::<DsmRange>();
         self.check_descriptor_buffer(&buffer, needed)?;
         for (index, &(slba, blocks)) in ranges.iter().enumerate() {
-            // DSM lengths are 32-bit, not limited to MAX_BLOCKS.
+            // DSM lengths are 32-bit, not limited to MAX_BLOCKS, but the
+            // controller's DMRSL is binding: QEMU, for one, skips a longer
+            // range and still reports success.
             if blocks == 0 {
                 return Err(RequestError::Empty);
             }
-            if slba
-                .checked_add(u64::from(blocks))
-                .is_none_or(|end| end > self.capacity_blocks)
-            {
+            if u64::from(blocks) > self.limits.dsm_range_blocks {
+                return Err(RequestError::RangeTooLong {
+                    blocks: u64::from(blocks),
+                    max_blocks: self.limits.dsm_range_blocks,
+                });
+            }
+            total += u64::from(blocks);
+            if total > self.limits.dsm_total_blocks {
+                return Err(RequestError::RangeTooLong { blocks: total, max_blocks: self.limits.dsm_total_blocks });
+            }
+            if slba.checked_add(u64::from(blocks)).is_none_or(|end| end > self.capacity_blocks) {
                 return Err(RequestError::LbaOutOfRange {
                     slba,
                     blocks: u64::from(blocks),
                     capacity_blocks: self.capacity_blocks,
                 });
             }
-            buffer.buffer().copy_in(
-                buffer.offset() + index * 16,
-                &DsmRange::new(slba, blocks).to_bytes(),
-            );
+            buffer.buffer().copy_in(buffer.offset() + index * 16, &DsmRange::new(slba, blocks).to_bytes());
         }
-        let command =
-            nvm::dataset_management(self.nsid, ranges.len() as u16, DsmAttributes::DEALLOCATE);
-        Ok(Request {
-            command,
-            buffer: Some(buffer.truncate(needed)),
-            token,
-        })
+        let command = nvm::dataset_management(self.nsid, ranges.len() as u16, DsmAttributes::DEALLOCATE);
+        Ok(Request { command, buffer: Some(buffer.truncate(needed)), token })
     }
 
     /// Simple Copy of `sources` (`(slba, blocks)` each) to `sdlba`; the
     /// source range descriptors are written into `buffer` (32 bytes each).
-    pub fn copy(
-        &self,
-        sdlba: u64,
-        sources: &[(u64, u32)],
-        buffer: IoBuffer,
-        token: u64,
-    ) -> Checked<Request> {
+    pub fn copy(&self, sdlba: u64, sources: &[(u64, u32)], buffer: IoBuffer, token: u64) -> Checked<Request> {
         self.require(Oncs::COPY, "Copy")?;
         if sources.is_empty() {
             return Err(RequestError::Empty);
         }
-        if sources.len() > COPY_MAX_RANGES {
-            return Err(RequestError::TooManyRanges {
-                count: sources.len(),
-                max: COPY_MAX_RANGES,
-            });
+        if sources.len() > self.limits.copy_ranges {
+            return Err(RequestError::TooManyRanges { count: sources.len(), max: self.limits.copy_ranges });
         }
         let needed = sources.len() * std::mem::size_of::<CopySourceRange>();
         self.check_descriptor_buffer(&buffer, needed)?;
         let mut total: u64 = 0;
         for (index, &(slba, blocks)) in sources.iter().enumerate() {
             self.check_range(slba, u64::from(blocks))?;
+            if u64::from(blocks) > self.limits.copy_range_blocks {
+                return Err(RequestError::RangeTooLong {
+                    blocks: u64::from(blocks),
+                    max_blocks: self.limits.copy_range_blocks,
+                });
+            }
             total += u64::from(blocks);
-            buffer.buffer().copy_in(
-                buffer.offset() + index * 32,
-                &CopySourceRange::new(slba, blocks).to_bytes(),
-            );
+            if total > self.limits.copy_total_blocks {
+                return Err(RequestError::RangeTooLong { blocks: total, max_blocks: self.limits.copy_total_blocks });
+            }
+            buffer.buffer().copy_in(buffer.offset() + index * 32, &CopySourceRange::new(slba, blocks).to_bytes());
         }
         // The destination is bounded by the namespace, not by one range's
         // 16-bit NLB (the controller's MCL/MSSRL/MSRC limits apply there).
-        if sdlba
-            .checked_add(total)
-            .is_none_or(|end| end > self.capacity_blocks)
-        {
+        if sdlba.checked_add(total).is_none_or(|end| end > self.capacity_blocks) {
             return Err(RequestError::LbaOutOfRange {
                 slba: sdlba,
                 blocks: total,
@@ -358,58 +344,31 @@ impl Namespace {
             });
         }
         let command = nvm::copy(self.nsid, sdlba, sources.len() as u16, false);
-        Ok(Request {
-            command,
-            buffer: Some(buffer.truncate(needed)),
-            token,
-        })
+        Ok(Request { command, buffer: Some(buffer.truncate(needed)), token })
     }
 
     /// Zone Append `buffer` to the zone starting at `zslba`. The completion's
     /// [`crate::queue::IoCompletion::result_u64`] is the LBA written.
-    pub fn zone_append(
-        &self,
-        zslba: u64,
-        buffer: IoBuffer,
-        fua: bool,
-        token: u64,
-    ) -> Checked<Request> {
+    pub fn zone_append(&self, zslba: u64, buffer: IoBuffer, fua: bool, token: u64) -> Checked<Request> {
         let zones = *self.check_zone_start(zslba)?;
         let blocks = self.data_blocks(&buffer, zones.zone_append_max_bytes)?;
         if blocks > zones.zone_size_blocks {
-            return Err(RequestError::CrossesZone {
-                slba: zslba,
-                blocks,
-            });
+            return Err(RequestError::CrossesZone { slba: zslba, blocks });
         }
         self.check_range(zslba, blocks)?;
-        Ok(Request {
-            command: zns_cmd::zone_append(self.nsid, zslba, blocks as u32, fua),
-            buffer: Some(buffer),
-            token,
-        })
+        Ok(Request { command: zns_cmd::zone_append(self.nsid, zslba, blocks as u32, fua), buffer: Some(buffer), token })
     }
 
     /// Zone Management Send: open, close, finish, reset or offline the zone
     /// at `zslba`, or every zone with `select_all`.
-    pub fn zone_send(
-        &self,
-        zslba: u64,
-        action: ZoneSendAction,
-        select_all: bool,
-        token: u64,
-    ) -> Checked<Request> {
+    pub fn zone_send(&self, zslba: u64, action: ZoneSendAction, select_all: bool, token: u64) -> Checked<Request> {
         if select_all {
             self.zones_or_err()?;
         } else {
             self.check_zone_start(zslba)?;
         }
         let slba = if select_all { 0 } else { zslba };
-        Ok(Request {
-            command: zns_cmd::zone_management_send(self.nsid, slba, action, select_all),
-            buffer: None,
-            token,
-        })
+        Ok(Request { command: zns_cmd::zone_management_send(self.nsid, slba, action, select_all), buffer: None, token })
     }
 
     /// Zone Management Receive, Report Zones from `slba` into `buffer`
@@ -425,34 +384,21 @@ impl Namespace {
     ) -> Checked<Request> {
         self.zones_or_err()?;
         if slba >= self.capacity_blocks {
-            return Err(RequestError::LbaOutOfRange {
-                slba,
-                blocks: 1,
-                capacity_blocks: self.capacity_blocks,
-            });
+            return Err(RequestError::LbaOutOfRange { slba, blocks: 1, capacity_blocks: self.capacity_blocks });
         }
         let header = crate::spec::zns::REPORT_HEADER_SIZE;
         self.check_descriptor_buffer(&buffer, header)?;
         let len = (buffer.len() as u64).min(self.max_transfer_bytes) as usize / 4 * 4;
         let command = zns_cmd::report_zones(self.nsid, slba, len as u32, filter, partial, 0, 0);
-        Ok(Request {
-            command,
-            buffer: Some(buffer.truncate(len)),
-            token,
-        })
+        Ok(Request { command, buffer: Some(buffer.truncate(len)), token })
     }
 
     fn check_descriptor_buffer(&self, buffer: &IoBuffer, needed: usize) -> Checked<()> {
         if buffer.len() < needed {
-            return Err(RequestError::BufferTooSmall {
-                needed: needed as u64,
-                got: buffer.len() as u64,
-            });
+            return Err(RequestError::BufferTooSmall { needed: needed as u64, got: buffer.len() as u64 });
         }
         if buffer.iova() & 0b11 != 0 {
-            return Err(RequestError::Misaligned {
-                iova: buffer.iova(),
-            });
+            return Err(RequestError::Misaligned { iova: buffer.iova() });
         }
         Ok(())
     }

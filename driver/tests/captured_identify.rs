@@ -7,17 +7,13 @@
 //! and each `page BDF NAME HEX` line saved as `data/qemu-7.2/{nvme,zns}-NAME.bin`.
 
 use nvme_driver::spec::identify::{
-    command_set, parse_active_namespace_list, parse_ns_id_descriptors, DeallocateReadBehavior,
-    IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace,
-    IdentifyNamespaceZns, Oncs, CSI_NVM, CSI_ZONED,
+    command_set, parse_active_namespace_list, parse_ns_id_descriptors, DeallocateReadBehavior, IdentifyController,
+    IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns, Oncs, CSI_NVM, CSI_ZONED,
 };
 use nvme_driver::spec::ParseError;
 
 fn page(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/tests/data/qemu-7.2/{name}.bin",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/data/qemu-7.2/{name}.bin", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -31,9 +27,7 @@ fn controller_page() {
     assert_eq!(id.mdts, 5);
     assert_eq!(id.max_transfer_bytes(4096), Some(128 * 1024));
     assert_eq!(id.oncs.bits(), 0x15d);
-    assert!(id
-        .oncs
-        .contains(Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES | Oncs::COPY | Oncs::COMPARE));
+    assert!(id.oncs.contains(Oncs::DATASET_MANAGEMENT | Oncs::WRITE_ZEROES | Oncs::COPY | Oncs::COMPARE));
     assert!(!id.oncs.contains(Oncs::VERIFY));
     assert!(id.volatile_write_cache_present());
     assert!(id.nn >= 1);
@@ -50,45 +44,26 @@ fn command_set_specific_controller_pages() {
     assert_eq!(nvm.wzsl, 0, "QEMU reports no Write Zeroes size limit");
     let zns = IdentifyControllerZns::parse(&page("zns-controller-zns")).unwrap();
     assert_eq!(zns.zasl, 4);
-    assert_eq!(
-        zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)),
-        Some(64 * 1024)
-    );
+    assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)), Some(64 * 1024));
 }
 
 #[test]
 fn namespace_pages() {
-    assert_eq!(
-        parse_active_namespace_list(&page("nvme-active-namespaces")).unwrap(),
-        vec![1]
-    );
+    assert_eq!(parse_active_namespace_list(&page("nvme-active-namespaces")).unwrap(), vec![1]);
 
     let ns = IdentifyNamespace::parse(&page("nvme-ns1")).unwrap();
     assert_eq!(ns.block_size().unwrap(), 4096);
     assert_eq!(ns.nsze, (1 << 30) / 4096);
-    assert_eq!(
-        ns.deallocate_features().read_behavior(),
-        DeallocateReadBehavior::Zeroes
-    );
+    assert_eq!(ns.deallocate_features().read_behavior(), DeallocateReadBehavior::Zeroes);
     assert!(!ns.deallocate_features().write_zeroes_deac_supported());
-    assert_eq!(
-        command_set(&parse_ns_id_descriptors(&page("nvme-ns1-descriptors")).unwrap()),
-        Some(CSI_NVM)
-    );
+    assert_eq!(command_set(&parse_ns_id_descriptors(&page("nvme-ns1-descriptors")).unwrap()), Some(CSI_NVM));
 
     let zoned = IdentifyNamespace::parse(&page("zns-ns1")).unwrap();
     assert_eq!(zoned.block_size().unwrap(), 512);
     assert_eq!(zoned.nsze, (2 << 30) / 512);
-    assert_eq!(
-        command_set(&parse_ns_id_descriptors(&page("zns-ns1-descriptors")).unwrap()),
-        Some(CSI_ZONED)
-    );
+    assert_eq!(command_set(&parse_ns_id_descriptors(&page("zns-ns1-descriptors")).unwrap()), Some(CSI_ZONED));
     let zns = IdentifyNamespaceZns::parse(&page("zns-ns1-zns")).unwrap();
-    assert_eq!(
-        zns.zone_size_blocks(zoned.current_lba_format_index())
-            .unwrap(),
-        (64 << 20) / 512
-    );
+    assert_eq!(zns.zone_size_blocks(zoned.current_lba_format_index()).unwrap(), (64 << 20) / 512);
     assert_eq!(zns.max_open_resources(), Some(8));
     assert_eq!(zns.max_active_resources(), Some(12));
 }
@@ -97,13 +72,7 @@ fn namespace_pages() {
 /// value, never a panic.
 #[test]
 fn malformed_variants_of_captured_pages() {
-    for name in [
-        "nvme-controller",
-        "nvme-ns1",
-        "zns-ns1-zns",
-        "nvme-ns1-descriptors",
-        "nvme-active-namespaces",
-    ] {
+    for name in ["nvme-controller", "nvme-ns1", "zns-ns1-zns", "nvme-ns1-descriptors", "nvme-active-namespaces"] {
         let full = page(name);
         for len in [0, 1, 63, 64, 383, 1023, 2815, 4095] {
             // Truncated pages parse to an error or to a value; never panic.
@@ -114,23 +83,14 @@ fn malformed_variants_of_captured_pages() {
             let _ = parse_active_namespace_list(&full[..len]);
         }
     }
-    assert!(matches!(
-        IdentifyController::parse(&page("nvme-controller")[..100]),
-        Err(ParseError::TooShort { .. })
-    ));
+    assert!(matches!(IdentifyController::parse(&page("nvme-controller")[..100]), Err(ParseError::TooShort { .. })));
 
     // LBA data size 0 in the format in use.
     let mut ns = page("nvme-ns1");
-    let format = IdentifyNamespace::parse(&ns)
-        .unwrap()
-        .current_lba_format_index();
+    let format = IdentifyNamespace::parse(&ns).unwrap().current_lba_format_index();
     ns[128 + format * 4 + 2] = 0;
     let parsed = IdentifyNamespace::parse(&ns).unwrap();
-    assert!(
-        matches!(parsed.block_size(), Err(ParseError::InvalidField { .. })),
-        "{:?}",
-        parsed.block_size()
-    );
+    assert!(matches!(parsed.block_size(), Err(ParseError::InvalidField { .. })), "{:?}", parsed.block_size());
 
     // FLBAS pointing past NLBAF.
     let mut ns = page("nvme-ns1");

@@ -42,8 +42,7 @@ fn good_requests_pass() {
     let pool = pool(MAX_TRANSFER as usize);
     let read = ns.read(CAPACITY - 8, buffer(&pool, 0, 4096), 1).unwrap();
     assert_eq!(read.command.cdw12 & 0xffff, 7, "0-based NLB");
-    ns.write(0, buffer(&pool, 0, MAX_TRANSFER as usize), true, 2)
-        .unwrap();
+    ns.write(0, buffer(&pool, 0, MAX_TRANSFER as usize), true, 2).unwrap();
     // A dword-aligned start inside a page is allowed (PRP1 offset).
     ns.read(0, buffer(&pool, 4, 512), 3).unwrap();
     ns.write_zeroes(0, 65536, true, 4).unwrap();
@@ -54,45 +53,19 @@ fn good_requests_pass() {
 fn lba_out_of_range() {
     let ns = conventional(Oncs::all());
     let pool = pool(8192);
-    let error = ns
-        .read(CAPACITY - 1, buffer(&pool, 0, 1024), 0)
-        .unwrap_err();
-    assert_eq!(
-        error,
-        RequestError::LbaOutOfRange {
-            slba: CAPACITY - 1,
-            blocks: 2,
-            capacity_blocks: CAPACITY
-        }
-    );
-    assert!(matches!(
-        ns.write_zeroes(u64::MAX - 1, 4, false, 0),
-        Err(RequestError::LbaOutOfRange { .. })
-    ));
-    assert!(matches!(
-        ns.verify(CAPACITY, 1, 0),
-        Err(RequestError::LbaOutOfRange { .. })
-    ));
+    let error = ns.read(CAPACITY - 1, buffer(&pool, 0, 1024), 0).unwrap_err();
+    assert_eq!(error, RequestError::LbaOutOfRange { slba: CAPACITY - 1, blocks: 2, capacity_blocks: CAPACITY });
+    assert!(matches!(ns.write_zeroes(u64::MAX - 1, 4, false, 0), Err(RequestError::LbaOutOfRange { .. })));
+    assert!(matches!(ns.verify(CAPACITY, 1, 0), Err(RequestError::LbaOutOfRange { .. })));
 }
 
 #[test]
 fn transfer_over_the_max() {
     let ns = conventional(Oncs::all());
     let pool = pool(2 * MAX_TRANSFER as usize);
-    let error = ns
-        .write(0, buffer(&pool, 0, MAX_TRANSFER as usize + 512), false, 0)
-        .unwrap_err();
-    assert_eq!(
-        error,
-        RequestError::TooLarge {
-            bytes: MAX_TRANSFER + 512,
-            max_bytes: MAX_TRANSFER
-        }
-    );
-    assert!(matches!(
-        ns.write_zeroes(0, 65537, false, 0),
-        Err(RequestError::TooLarge { .. })
-    ));
+    let error = ns.write(0, buffer(&pool, 0, MAX_TRANSFER as usize + 512), false, 0).unwrap_err();
+    assert_eq!(error, RequestError::TooLarge { bytes: MAX_TRANSFER + 512, max_bytes: MAX_TRANSFER });
+    assert!(matches!(ns.write_zeroes(0, 65537, false, 0), Err(RequestError::TooLarge { .. })));
 }
 
 #[test]
@@ -101,37 +74,21 @@ fn buffers_misaligned_too_small_or_not_whole_blocks() {
     let pool = pool(8192);
     let misaligned = buffer(&pool, 2, 512);
     let iova = misaligned.iova();
-    assert_eq!(
-        ns.read(0, misaligned, 0).unwrap_err(),
-        RequestError::Misaligned { iova }
-    );
+    assert_eq!(ns.read(0, misaligned, 0).unwrap_err(), RequestError::Misaligned { iova });
     assert_eq!(
         ns.read(0, buffer(&pool, 0, 700), 0).unwrap_err(),
-        RequestError::NotBlockMultiple {
-            bytes: 700,
-            block_size: BLOCK
-        }
+        RequestError::NotBlockMultiple { bytes: 700, block_size: BLOCK }
     );
-    assert_eq!(
-        ns.read(0, buffer(&pool, 0, 0), 0).unwrap_err(),
-        RequestError::Empty
-    );
+    assert_eq!(ns.read(0, buffer(&pool, 0, 0), 0).unwrap_err(), RequestError::Empty);
     let small = buffer(&pool, 0, 16);
     assert_eq!(
         ns.deallocate(&[(0, 8), (100, 8)], small, 0).unwrap_err(),
-        RequestError::BufferTooSmall {
-            needed: 32,
-            got: 16
-        }
+        RequestError::BufferTooSmall { needed: 32, got: 16 }
     );
     let ranges = vec![(0u64, 1u32); 257];
     assert_eq!(
-        ns.deallocate(&ranges, buffer(&pool, 0, 8192), 0)
-            .unwrap_err(),
-        RequestError::TooManyRanges {
-            count: 257,
-            max: 256
-        }
+        ns.deallocate(&ranges, buffer(&pool, 0, 8192), 0).unwrap_err(),
+        RequestError::TooManyRanges { count: 257, max: 256 }
     );
 }
 
@@ -139,18 +96,10 @@ fn buffers_misaligned_too_small_or_not_whole_blocks() {
 fn zone_commands_on_a_conventional_namespace() {
     let ns = conventional(Oncs::all());
     let pool = pool(8192);
+    assert_eq!(ns.zone_append(0, buffer(&pool, 0, 512), false, 0).unwrap_err(), RequestError::NotZoned { nsid: 1 });
+    assert_eq!(ns.zone_send(0, ZoneSendAction::Reset, true, 0).unwrap_err(), RequestError::NotZoned { nsid: 1 });
     assert_eq!(
-        ns.zone_append(0, buffer(&pool, 0, 512), false, 0)
-            .unwrap_err(),
-        RequestError::NotZoned { nsid: 1 }
-    );
-    assert_eq!(
-        ns.zone_send(0, ZoneSendAction::Reset, true, 0).unwrap_err(),
-        RequestError::NotZoned { nsid: 1 }
-    );
-    assert_eq!(
-        ns.report_zones(0, ReportFilter::All, false, buffer(&pool, 0, 4096), 0)
-            .unwrap_err(),
+        ns.report_zones(0, ReportFilter::All, false, buffer(&pool, 0, 4096), 0).unwrap_err(),
         RequestError::NotZoned { nsid: 1 }
     );
 }
@@ -159,33 +108,19 @@ fn zone_commands_on_a_conventional_namespace() {
 fn zone_rules() {
     let ns = zoned();
     let pool = pool(128 * 1024);
-    ns.zone_append(4096, buffer(&pool, 0, 4096), false, 0)
-        .unwrap();
+    ns.zone_append(4096, buffer(&pool, 0, 4096), false, 0).unwrap();
     assert_eq!(
-        ns.zone_append(100, buffer(&pool, 0, 512), false, 0)
-            .unwrap_err(),
-        RequestError::NotZoneStart {
-            slba: 100,
-            zone_size_blocks: 4096
-        }
+        ns.zone_append(100, buffer(&pool, 0, 512), false, 0).unwrap_err(),
+        RequestError::NotZoneStart { slba: 100, zone_size_blocks: 4096 }
     );
     assert_eq!(
-        ns.zone_append(0, buffer(&pool, 0, 128 * 1024), false, 0)
-            .unwrap_err(),
-        RequestError::TooLarge {
-            bytes: 128 * 1024,
-            max_bytes: 64 * 1024
-        },
+        ns.zone_append(0, buffer(&pool, 0, 128 * 1024), false, 0).unwrap_err(),
+        RequestError::TooLarge { bytes: 128 * 1024, max_bytes: 64 * 1024 },
         "ZASL bounds appends below MDTS"
     );
-    assert!(matches!(
-        ns.zone_send(CAPACITY, ZoneSendAction::Open, false, 0),
-        Err(RequestError::NotZoneStart { .. })
-    ));
+    assert!(matches!(ns.zone_send(CAPACITY, ZoneSendAction::Open, false, 0), Err(RequestError::NotZoneStart { .. })));
     ns.zone_send(0, ZoneSendAction::Reset, true, 0).unwrap();
-    let report = ns
-        .report_zones(0, ReportFilter::Full, true, buffer(&pool, 0, 4096), 0)
-        .unwrap();
+    let report = ns.report_zones(0, ReportFilter::Full, true, buffer(&pool, 0, 4096), 0).unwrap();
     assert_eq!(report.command.cdw13 >> 16 & 1, 1, "partial report bit");
 }
 
@@ -193,23 +128,49 @@ fn zone_rules() {
 fn commands_the_controller_lacks() {
     let ns = conventional(Oncs::DATASET_MANAGEMENT);
     let pool = pool(8192);
-    assert_eq!(
-        ns.write_zeroes(0, 8, false, 0).unwrap_err(),
-        RequestError::Unsupported {
-            command: "Write Zeroes"
-        }
-    );
-    assert_eq!(
-        ns.verify(0, 8, 0).unwrap_err(),
-        RequestError::Unsupported { command: "Verify" }
-    );
-    assert_eq!(
-        ns.compare(0, buffer(&pool, 0, 512), 0).unwrap_err(),
-        RequestError::Unsupported { command: "Compare" }
-    );
+    assert_eq!(ns.write_zeroes(0, 8, false, 0).unwrap_err(), RequestError::Unsupported { command: "Write Zeroes" });
+    assert_eq!(ns.verify(0, 8, 0).unwrap_err(), RequestError::Unsupported { command: "Verify" });
+    assert_eq!(ns.compare(0, buffer(&pool, 0, 512), 0).unwrap_err(), RequestError::Unsupported { command: "Compare" });
     assert_eq!(
         ns.copy(0, &[(8, 8)], buffer(&pool, 0, 64), 0).unwrap_err(),
         RequestError::Unsupported { command: "Copy" }
     );
     ns.deallocate(&[(0, 8)], buffer(&pool, 0, 4096), 0).unwrap();
+}
+
+#[test]
+fn range_limits_the_controller_reports() {
+    let limits = nvme_driver::RangeLimits {
+        dsm_ranges: 2,
+        dsm_range_blocks: 1000,
+        dsm_total_blocks: 1500,
+        copy_ranges: 2,
+        copy_range_blocks: 64,
+        copy_total_blocks: 100,
+    };
+    let ns = conventional(Oncs::all()).with_limits(limits);
+    let pool = pool(8192);
+    ns.deallocate(&[(0, 1000), (5000, 500)], buffer(&pool, 0, 4096), 0).unwrap();
+    assert_eq!(
+        ns.deallocate(&[(0, 1001)], buffer(&pool, 0, 4096), 0).unwrap_err(),
+        RequestError::RangeTooLong { blocks: 1001, max_blocks: 1000 },
+        "DMRSL: QEMU silently skips longer ranges"
+    );
+    assert_eq!(
+        ns.deallocate(&[(0, 1000), (5000, 501)], buffer(&pool, 0, 4096), 0).unwrap_err(),
+        RequestError::RangeTooLong { blocks: 1501, max_blocks: 1500 }
+    );
+    assert_eq!(
+        ns.deallocate(&[(0, 1), (2, 1), (4, 1)], buffer(&pool, 0, 4096), 0).unwrap_err(),
+        RequestError::TooManyRanges { count: 3, max: 2 }
+    );
+    ns.copy(10_000, &[(0, 64), (100, 36)], buffer(&pool, 0, 4096), 0).unwrap();
+    assert_eq!(
+        ns.copy(10_000, &[(0, 65)], buffer(&pool, 0, 4096), 0).unwrap_err(),
+        RequestError::RangeTooLong { blocks: 65, max_blocks: 64 }
+    );
+    assert_eq!(
+        ns.copy(10_000, &[(0, 64), (100, 37)], buffer(&pool, 0, 4096), 0).unwrap_err(),
+        RequestError::RangeTooLong { blocks: 101, max_blocks: 100 }
+    );
 }

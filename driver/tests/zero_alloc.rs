@@ -40,31 +40,17 @@ fn submit_and_poll_allocate_nothing() {
     let (mut pair, mut device, transport) = loopback::queue_pair(64).unwrap();
     let transport: Arc<dyn Transport> = transport;
     let pool = DmaPool::new(&transport, 4096, 32).unwrap();
-    let mut buffers: Vec<Option<IoBuffer>> = (0..32)
-        .map(|_| Some(IoBuffer::new(pool.get().unwrap())))
-        .collect();
+    let mut buffers: Vec<Option<IoBuffer>> = (0..32).map(|_| Some(IoBuffer::new(pool.get().unwrap()))).collect();
     let mut completions: Vec<IoCompletion> = Vec::with_capacity(64);
 
     let mut cycle = |pair: &mut nvme_driver::QueuePair, completions: &mut Vec<IoCompletion>| {
         for (token, slot) in buffers.iter_mut().enumerate() {
-            let command = if token % 2 == 0 {
-                nvm::read(1, token as u64, 8)
-            } else {
-                nvm::write(1, token as u64, 8, false)
-            };
-            let request = Request {
-                command,
-                buffer: slot.take(),
-                token: token as u64,
-            };
+            let command =
+                if token % 2 == 0 { nvm::read(1, token as u64, 8) } else { nvm::write(1, token as u64, 8, false) };
+            let request = Request { command, buffer: slot.take(), token: token as u64 };
             pair.submit(request).unwrap();
         }
-        pair.submit(Request {
-            command: nvm::flush(1),
-            buffer: None,
-            token: 99,
-        })
-        .unwrap();
+        pair.submit(Request { command: nvm::flush(1), buffer: None, token: 99 }).unwrap();
         pair.ring();
         device.complete_all();
         pair.poll(|c| completions.push(c));
@@ -83,9 +69,6 @@ fn submit_and_poll_allocate_nothing() {
         cycle(&mut pair, &mut completions);
     }
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
-    assert_eq!(
-        allocations, 0,
-        "the I/O path allocated {allocations} times in 330,000 commands"
-    );
+    assert_eq!(allocations, 0, "the I/O path allocated {allocations} times in 330,000 commands");
     assert_eq!(pair.stats().completed, 33 * 10_001);
 }

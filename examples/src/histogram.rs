@@ -45,13 +45,7 @@ fn bucket_high(bucket: usize) -> u64 {
 
 impl Histogram {
     pub fn new() -> Self {
-        Histogram {
-            counts: vec![0; GROUPS * SUB_BUCKETS].into_boxed_slice(),
-            total: 0,
-            sum: 0,
-            max: 0,
-            min: u64::MAX,
-        }
+        Histogram { counts: vec![0; GROUPS * SUB_BUCKETS].into_boxed_slice(), total: 0, sum: 0, max: 0, min: u64::MAX }
     }
 
     pub fn record(&mut self, value: u64) {
@@ -125,15 +119,9 @@ mod tests {
             let bucket = bucket_of(value);
             assert!(bucket >= last || value < 100_000, "monotonic");
             last = bucket;
-            assert!(
-                bucket_high(bucket) >= value,
-                "{value} above its bucket's high edge"
-            );
+            assert!(bucket_high(bucket) >= value, "{value} above its bucket's high edge");
             if bucket > 0 {
-                assert!(
-                    bucket_high(bucket - 1) < value,
-                    "{value} belongs in a lower bucket"
-                );
+                assert!(bucket_high(bucket - 1) < value, "{value} belongs in a lower bucket");
             }
         }
     }
@@ -144,16 +132,9 @@ mod tests {
         for v in 1..=10_000u64 {
             h.record(v * 1000);
         }
-        for (q, exact) in [
-            (0.5, 5_000_000.0),
-            (0.99, 9_900_000.0),
-            (0.999, 9_990_000.0),
-        ] {
+        for (q, exact) in [(0.5, 5_000_000.0), (0.99, 9_900_000.0), (0.999, 9_990_000.0)] {
             let got = h.quantile(q) as f64;
-            assert!(
-                (got - exact).abs() / exact < 1.0 / 16.0,
-                "q{q}: {got} vs {exact}"
-            );
+            assert!((got - exact).abs() / exact < 1.0 / 16.0, "q{q}: {got} vs {exact}");
         }
         assert_eq!(h.count(), 10_000);
         assert!((h.mean() - 5_000_500.0).abs() < 1.0);

@@ -3,10 +3,7 @@
 /// Parses `N[k|m|g|t]` (binary multiples, case-insensitive, optional `B`/`iB`).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
-    let body = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
+    let body = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
     let (digits, shift) = match body.chars().last() {
         Some('k') => (&body[..body.len() - 1], 10),
         Some('m') => (&body[..body.len() - 1], 20),
@@ -14,12 +11,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         Some('t') => (&body[..body.len() - 1], 40),
         _ => (body, 0),
     };
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid size {text:?} (e.g. 4k, 256K, 1m, 2G)"))?;
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {text:?} overflows"))
+    let value: u64 = digits.parse().map_err(|_| format!("invalid size {text:?} (e.g. 4k, 256K, 1m, 2G)"))?;
+    value.checked_mul(1u64 << shift).ok_or_else(|| format!("size {text:?} overflows"))
 }
 
 #[cfg(test)]

@@ -8,22 +8,15 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 fn run(vm: Vm, command: &[&str]) -> Outcome {
-    vm.run(command)
-        .unwrap_or_else(|e| panic!("VM run failed: {e}"))
+    vm.run(command).unwrap_or_else(|e| panic!("VM run failed: {e}"))
 }
 
 fn identify_json(vm: Vm, extra: &[&str]) -> Value {
     let mut command = vec!["identify", "--json"];
     command.extend_from_slice(extra);
     let outcome = run(vm, &command);
-    assert_eq!(
-        outcome.status, 0,
-        "identify failed:\n{}\nconsole:\n{}",
-        outcome.output, outcome.console
-    );
-    let json = outcome
-        .output_json()
-        .unwrap_or_else(|| panic!("no JSON in output:\n{}", outcome.output));
+    assert_eq!(outcome.status, 0, "identify failed:\n{}\nconsole:\n{}", outcome.output, outcome.console);
+    let json = outcome.output_json().unwrap_or_else(|| panic!("no JSON in output:\n{}", outcome.output));
     serde_json::from_str(json).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{json}"))
 }
 
@@ -38,13 +31,7 @@ fn controllers(report: &Value) -> &Vec<Value> {
 fn conventional_and_zns_report_configured_geometry() {
     let vm = Vm::new()
         .controller(Controller::nvme(GIB).lba(4096).mdts(5))
-        .controller(
-            Controller::zns(2 * GIB, 64 * MIB)
-                .zone_capacity(48 * MIB)
-                .max_open(8)
-                .max_active(12)
-                .zasl(4),
-        );
+        .controller(Controller::zns(2 * GIB, 64 * MIB).zone_capacity(48 * MIB).max_open(8).max_active(12).zasl(4));
     let report = identify_json(vm, &[]);
     let ctrls = controllers(&report);
     assert_eq!(ctrls.len(), 2, "{report:#}");
@@ -85,44 +72,27 @@ fn conventional_and_zns_report_configured_geometry() {
 /// zone capacity equal to zone size, and the capabilities QEMU 7.2 reports.
 #[test]
 fn defaults_and_capabilities() {
-    let vm = Vm::new()
-        .controller(Controller::nvme(256 * MIB))
-        .controller(Controller::zns(GIB, 128 * MIB));
+    let vm = Vm::new().controller(Controller::nvme(256 * MIB)).controller(Controller::zns(GIB, 128 * MIB));
     let report = identify_json(vm, &["--logs"]);
     let ctrls = controllers(&report);
     let nvme = &ctrls[0];
     assert_eq!(nvme["vendor_id"], "1b36");
     assert_eq!(nvme["mdts"], 7);
     assert_eq!(nvme["vwc"], true);
-    let oncs: Vec<&str> = nvme["oncs"]["commands"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let oncs: Vec<&str> = nvme["oncs"]["commands"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     for wanted in ["COMPARE", "DATASET_MANAGEMENT", "WRITE_ZEROES", "COPY"] {
         assert!(oncs.contains(&wanted), "{wanted} missing from {oncs:?}");
     }
     assert!(nvme["io_queue_pairs"].as_u64().unwrap() >= 1);
     assert_eq!(nvme["namespaces"][0]["lba_size"], 512);
     assert_eq!(nvme["namespaces"][0]["dlfeat"]["read_behavior"], "zeroes");
-    assert!(
-        nvme["smart"]["available_spare"].as_u64().is_some(),
-        "{:#}",
-        nvme["smart"]
-    );
+    assert!(nvme["smart"]["available_spare"].as_u64().is_some(), "{:#}", nvme["smart"]);
     let zoned = &ctrls[1]["namespaces"][0]["zoned"];
     assert_eq!(zoned["zone_size_bytes"], 128 * MIB);
     assert_eq!(zoned["zone_capacity_bytes"], 128 * MIB);
     assert!(zoned["max_open"].is_null(), "unlimited: {zoned:#}");
     assert!(zoned["max_active"].is_null(), "unlimited: {zoned:#}");
-    assert!(
-        report["iommu"]["iova_ranges"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty()),
-        "{:#}",
-        report["iommu"]
-    );
+    assert!(report["iommu"]["iova_ranges"].as_array().is_some_and(|r| !r.is_empty()), "{:#}", report["iommu"]);
 }
 
 /// Two controllers opened by address into one VFIO container: both come up
@@ -130,9 +100,7 @@ fn defaults_and_capabilities() {
 /// address space).
 #[test]
 fn two_controllers_share_one_container() {
-    let vm = Vm::new()
-        .controller(Controller::nvme(128 * MIB))
-        .controller(Controller::nvme(256 * MIB).lba(4096));
+    let vm = Vm::new().controller(Controller::nvme(128 * MIB)).controller(Controller::nvme(256 * MIB).lba(4096));
     let report = identify_json(vm, &["--pci", "00:11.0", "--pci", "0000:00:10.0"]);
     let ctrls = controllers(&report);
     assert_eq!(ctrls.len(), 2);
@@ -147,9 +115,7 @@ fn two_controllers_share_one_container() {
 /// controller, and one that is malformed.
 #[test]
 fn bad_addresses_give_clear_errors() {
-    let vm = Vm::new()
-        .controller(Controller::nvme(64 * MIB))
-        .controller(Controller::nvme(64 * MIB).kernel());
+    let vm = Vm::new().controller(Controller::nvme(64 * MIB)).controller(Controller::nvme(64 * MIB).kernel());
     let script = "\
         identify --pci 00:1e.0; echo status=$?; \
         identify --pci 0000:00:11.0; echo status=$?; \
@@ -159,23 +125,10 @@ fn bad_addresses_give_clear_errors() {
     let outcome = run(vm, &["sh", "-c", script]);
     assert_eq!(outcome.status, 0, "{}", outcome.output);
     let out = &outcome.output;
-    assert!(
-        out.contains("identify: no PCI function 0000:00:1e.0"),
-        "{out}"
-    );
-    assert!(
-        out.contains("identify: 0000:00:11.0 is bound to nvme, not vfio-pci"),
-        "{out}"
-    );
-    assert!(
-        out.contains("identify: 0000:00:1f.0 is not an NVMe controller"),
-        "{out}"
-    );
+    assert!(out.contains("identify: no PCI function 0000:00:1e.0"), "{out}");
+    assert!(out.contains("identify: 0000:00:11.0 is bound to nvme, not vfio-pci"), "{out}");
+    assert!(out.contains("identify: 0000:00:1f.0 is not an NVMe controller"), "{out}");
     assert!(out.contains("is not a PCI address"), "{out}");
     let statuses: Vec<&str> = out.lines().filter(|l| l.starts_with("status=")).collect();
-    assert_eq!(
-        statuses,
-        ["status=1", "status=1", "status=1", "status=1", "status=0"],
-        "{out}"
-    );
+    assert_eq!(statuses, ["status=1", "status=1", "status=1", "status=1", "status=0"], "{out}");
 }

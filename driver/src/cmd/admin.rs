@@ -7,8 +7,8 @@
 use crate::spec::command::opcode::admin as op;
 use crate::spec::command::Command;
 use crate::spec::identify::{
-    CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE, CNS_NAMESPACE,
-    CNS_NS_ID_DESCRIPTORS, CSI_NVM,
+    CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE, CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS,
+    CSI_NVM,
 };
 
 /// Feature: Arbitration.
@@ -125,22 +125,9 @@ pub fn identify_csi_controller(csi: u8, prp1: u64) -> Command {
 /// round the length down (at least one dword) and the offset down.
 /// Transfers crossing a memory page boundary need `prp2` (a second page
 /// or a PRP list).
-pub fn get_log_page(
-    lid: u8,
-    nsid: u32,
-    len_bytes: u32,
-    offset_bytes: u64,
-    prp1: u64,
-    prp2: u64,
-) -> Command {
-    debug_assert!(
-        len_bytes != 0 && len_bytes & 0b11 == 0,
-        "log length {len_bytes} is not a non-zero multiple of 4"
-    );
-    debug_assert!(
-        offset_bytes & 0b11 == 0,
-        "log offset {offset_bytes} is not dword aligned"
-    );
+pub fn get_log_page(lid: u8, nsid: u32, len_bytes: u32, offset_bytes: u64, prp1: u64, prp2: u64) -> Command {
+    debug_assert!(len_bytes != 0 && len_bytes & 0b11 == 0, "log length {len_bytes} is not a non-zero multiple of 4");
+    debug_assert!(offset_bytes & 0b11 == 0, "log offset {offset_bytes} is not dword aligned");
     let numd = (len_bytes / 4).saturating_sub(1);
     let offset = offset_bytes & !0b11;
     Command {
@@ -160,22 +147,14 @@ pub fn get_log_page(
 /// on the result for features that need them.
 pub fn set_features(fid: u8, cdw11: u32, save: bool) -> Command {
     let sv = if save { SET_FEATURES_SAVE } else { 0 };
-    Command {
-        cdw10: sv | u32::from(fid),
-        cdw11,
-        ..Command::new(op::SET_FEATURES)
-    }
+    Command { cdw10: sv | u32::from(fid), cdw11, ..Command::new(op::SET_FEATURES) }
 }
 
 /// Get Features (opcode 0Ah): CDW10 = SEL << 8 | FID (`SEL_*`). The value
 /// comes back in the completion's DW0.
 pub fn get_features(fid: u8, sel: u8, cdw11: u32) -> Command {
     debug_assert!(sel <= 0b111, "SEL is 3 bits");
-    Command {
-        cdw10: (u32::from(sel) & 0b111) << 8 | u32::from(fid),
-        cdw11,
-        ..Command::new(op::GET_FEATURES)
-    }
+    Command { cdw10: (u32::from(sel) & 0b111) << 8 | u32::from(fid), cdw11, ..Command::new(op::GET_FEATURES) }
 }
 
 /// Set Features – Number of Queues: ask for `sq_count` I/O submission and
@@ -183,11 +162,7 @@ pub fn get_features(fid: u8, sel: u8, cdw11: u32) -> Command {
 /// admin queues. CDW11 = NCQR << 16 | NSQR, both 0-based. The controller
 /// answers with the counts it allocated: see [`NumberOfQueues::from_dw0`].
 pub fn set_number_of_queues(sq_count: u16, cq_count: u16) -> Command {
-    set_features(
-        FID_NUMBER_OF_QUEUES,
-        zero_based(cq_count) << 16 | zero_based(sq_count),
-        false,
-    )
+    set_features(FID_NUMBER_OF_QUEUES, zero_based(cq_count) << 16 | zero_based(sq_count), false)
 }
 
 /// Most I/O queues of one kind a host can address: QIDs 1..=65535.
@@ -209,10 +184,7 @@ pub struct NumberOfQueues {
 impl NumberOfQueues {
     /// Decodes DW0.
     pub const fn decode(dw0: u32) -> Self {
-        Self {
-            sq_count: (dw0 as u16).saturating_add(1),
-            cq_count: ((dw0 >> 16) as u16).saturating_add(1),
-        }
+        Self { sq_count: (dw0 as u16).saturating_add(1), cq_count: ((dw0 >> 16) as u16).saturating_add(1) }
     }
 
     /// Decodes DW0 into `(sq_count, cq_count)`.
@@ -241,12 +213,7 @@ pub fn create_io_cq(
     if physically_contiguous {
         cdw11 |= QUEUE_PHYSICALLY_CONTIGUOUS;
     }
-    Command {
-        prp1,
-        cdw10: queue_size(entries) << 16 | u32::from(qid),
-        cdw11,
-        ..Command::new(op::CREATE_IO_CQ)
-    }
+    Command { prp1, cdw10: queue_size(entries) << 16 | u32::from(qid), cdw11, ..Command::new(op::CREATE_IO_CQ) }
 }
 
 /// QPRIO 00b: Urgent. Priorities matter only under weighted round robin
@@ -270,9 +237,7 @@ pub fn create_io_sq(qid: u16, entries: u16, prp1: u64, cqid: u16, priority: u8) 
     Command {
         prp1,
         cdw10: queue_size(entries) << 16 | u32::from(qid),
-        cdw11: u32::from(cqid) << 16
-            | (u32::from(priority) & 0b11) << SQ_QPRIO_SHIFT
-            | QUEUE_PHYSICALLY_CONTIGUOUS,
+        cdw11: u32::from(cqid) << 16 | (u32::from(priority) & 0b11) << SQ_QPRIO_SHIFT | QUEUE_PHYSICALLY_CONTIGUOUS,
         ..Command::new(op::CREATE_IO_SQ)
     }
 }
@@ -280,30 +245,21 @@ pub fn create_io_sq(qid: u16, entries: u16, prp1: u64, cqid: u16, priority: u8) 
 /// Delete I/O Submission Queue (opcode 00h): CDW10 = QID.
 pub fn delete_io_sq(qid: u16) -> Command {
     debug_assert!(qid != 0, "QID 0 is the admin queue");
-    Command {
-        cdw10: u32::from(qid),
-        ..Command::new(op::DELETE_IO_SQ)
-    }
+    Command { cdw10: u32::from(qid), ..Command::new(op::DELETE_IO_SQ) }
 }
 
 /// Delete I/O Completion Queue (opcode 04h): CDW10 = QID. Delete its
 /// submission queues first.
 pub fn delete_io_cq(qid: u16) -> Command {
     debug_assert!(qid != 0, "QID 0 is the admin queue");
-    Command {
-        cdw10: u32::from(qid),
-        ..Command::new(op::DELETE_IO_CQ)
-    }
+    Command { cdw10: u32::from(qid), ..Command::new(op::DELETE_IO_CQ) }
 }
 
 /// Abort (opcode 08h) the command `cid` on submission queue `sqid`:
 /// CDW10 = CID << 16 | SQID. DW0 bit 0 of the completion is clear if the
 /// command was aborted.
 pub fn abort(sqid: u16, cid: u16) -> Command {
-    Command {
-        cdw10: u32::from(cid) << 16 | u32::from(sqid),
-        ..Command::new(op::ABORT)
-    }
+    Command { cdw10: u32::from(cid) << 16 | u32::from(sqid), ..Command::new(op::ABORT) }
 }
 
 /// Asynchronous Event Request (opcode 0Ch). Completes only when an event
@@ -315,11 +271,7 @@ pub fn async_event_request() -> Command {
 /// Doorbell Buffer Config (opcode 7Ch): PRP1 = the shadow doorbell buffer,
 /// PRP2 = the EventIdx buffer, each one memory page.
 pub fn doorbell_buffer_config(shadow_prp1: u64, eventidx_prp2: u64) -> Command {
-    Command {
-        prp1: shadow_prp1,
-        prp2: eventidx_prp2,
-        ..Command::new(op::DOORBELL_BUFFER_CONFIG)
-    }
+    Command { prp1: shadow_prp1, prp2: eventidx_prp2, ..Command::new(op::DOORBELL_BUFFER_CONFIG) }
 }
 
 #[cfg(test)]
@@ -384,10 +336,7 @@ mod tests {
             ])
         );
         let zns_ctrl = identify_csi_controller(CSI_ZONED, PRP1);
-        assert_eq!(
-            (zns_ctrl.nsid, zns_ctrl.cdw10, zns_ctrl.cdw11),
-            (0, 0x06, 0x0200_0000)
-        );
+        assert_eq!((zns_ctrl.nsid, zns_ctrl.cdw10, zns_ctrl.cdw11), (0, 0x06, 0x0200_0000));
         for cmd in [ns, list, desc, zns_ns, zns_ctrl] {
             assert_eq!(cmd.opcode, 0x06);
             assert_eq!(cmd.prp1, PRP1);
@@ -411,14 +360,7 @@ mod tests {
     fn get_log_page_large_with_offset_bytes() {
         // 1 MiB = 0x40000 dwords: NUMD 3FFFFh splits into NUMDL FFFFh and
         // NUMDU 3h. Offset 1_0000_0200h splits into LPOL and LPOU.
-        let cmd = get_log_page(
-            LOG_ERROR_INFORMATION,
-            0,
-            1 << 20,
-            0x1_0000_0200,
-            PRP1,
-            0x0000_0000_0ABC_D000,
-        );
+        let cmd = get_log_page(LOG_ERROR_INFORMATION, 0, 1 << 20, 0x1_0000_0200, PRP1, 0x0000_0000_0ABC_D000);
         let expected = sqe(&[
             (0, &[0x02]),
             (24, &PRP1_BYTES),
@@ -450,18 +392,9 @@ mod tests {
         let get = get_features(FID_ARBITRATION, SEL_SUPPORTED_CAPABILITIES, 0);
         let expected = sqe(&[(0, &[0x0A]), (40, &[0x01, 0x03, 0x00, 0x00])]);
         assert_eq!(get.to_bytes(), expected);
-        assert_eq!(
-            get_features(FID_NUMBER_OF_QUEUES, SEL_SAVED, 0).cdw10,
-            0x0207
-        );
-        assert_eq!(
-            get_features(FID_NUMBER_OF_QUEUES, SEL_DEFAULT, 0).cdw10,
-            0x0107
-        );
-        assert_eq!(
-            get_features(FID_NUMBER_OF_QUEUES, SEL_CURRENT, 0).cdw10,
-            0x0007
-        );
+        assert_eq!(get_features(FID_NUMBER_OF_QUEUES, SEL_SAVED, 0).cdw10, 0x0207);
+        assert_eq!(get_features(FID_NUMBER_OF_QUEUES, SEL_DEFAULT, 0).cdw10, 0x0107);
+        assert_eq!(get_features(FID_NUMBER_OF_QUEUES, SEL_CURRENT, 0).cdw10, 0x0007);
     }
 
     #[test]
@@ -486,11 +419,7 @@ mod tests {
     #[test]
     fn number_of_queues_bytes() {
         // 4 SQs and 2 CQs: NSQR 3, NCQR 1.
-        let expected = sqe(&[
-            (0, &[0x09]),
-            (40, &[0x07, 0x00, 0x00, 0x00]),
-            (44, &[0x03, 0x00, 0x01, 0x00]),
-        ]);
+        let expected = sqe(&[(0, &[0x09]), (40, &[0x07, 0x00, 0x00, 0x00]), (44, &[0x03, 0x00, 0x01, 0x00])]);
         assert_eq!(set_number_of_queues(4, 2).to_bytes(), expected);
         assert_eq!(set_number_of_queues(1, 1).cdw11, 0);
         assert_eq!(set_number_of_queues(u16::MAX, u16::MAX).cdw11, 0xFFFE_FFFE);
@@ -503,10 +432,7 @@ mod tests {
         assert_eq!(NumberOfQueues::from_dw0(0xFFFE_0001), (2, 65535));
         assert_eq!(
             NumberOfQueues::decode(u32::MAX),
-            NumberOfQueues {
-                sq_count: IO_QUEUES_MAX,
-                cq_count: IO_QUEUES_MAX
-            }
+            NumberOfQueues { sq_count: IO_QUEUES_MAX, cq_count: IO_QUEUES_MAX }
         );
     }
 
@@ -523,10 +449,7 @@ mod tests {
         // Polled, PRP list.
         let polled = create_io_cq(2, 2, PRP1, false, false, 0);
         assert_eq!((polled.cdw10, polled.cdw11), (0x0001_0002, 0));
-        assert_eq!(
-            create_io_cq(7, u16::MAX, PRP1, true, false, 0).cdw10,
-            0xFFFE_0007
-        );
+        assert_eq!(create_io_cq(7, u16::MAX, PRP1, true, false, 0).cdw10, 0xFFFE_0007);
     }
 
     #[test]
@@ -547,22 +470,13 @@ mod tests {
 
     #[test]
     fn delete_queues_bytes() {
-        assert_eq!(
-            delete_io_sq(5).to_bytes(),
-            sqe(&[(0, &[0x00]), (40, &[0x05, 0x00, 0x00, 0x00])])
-        );
-        assert_eq!(
-            delete_io_cq(0x1234).to_bytes(),
-            sqe(&[(0, &[0x04]), (40, &[0x34, 0x12, 0x00, 0x00])])
-        );
+        assert_eq!(delete_io_sq(5).to_bytes(), sqe(&[(0, &[0x00]), (40, &[0x05, 0x00, 0x00, 0x00])]));
+        assert_eq!(delete_io_cq(0x1234).to_bytes(), sqe(&[(0, &[0x04]), (40, &[0x34, 0x12, 0x00, 0x00])]));
     }
 
     #[test]
     fn abort_bytes() {
-        assert_eq!(
-            abort(2, 0x1234).to_bytes(),
-            sqe(&[(0, &[0x08]), (40, &[0x02, 0x00, 0x34, 0x12])])
-        );
+        assert_eq!(abort(2, 0x1234).to_bytes(), sqe(&[(0, &[0x08]), (40, &[0x02, 0x00, 0x34, 0x12])]));
     }
 
     #[test]

@@ -49,10 +49,7 @@ pub const CDW12_LR: u32 = 1 << 31;
 
 /// Converts a 1-based block count to NLB (CDW12 bits 15:0, 0-based).
 pub(crate) fn cdw12_nlb(blocks: u32) -> u32 {
-    debug_assert!(
-        (1..=MAX_BLOCKS).contains(&blocks),
-        "{blocks} blocks is outside 1..={MAX_BLOCKS}"
-    );
+    debug_assert!((1..=MAX_BLOCKS).contains(&blocks), "{blocks} blocks is outside 1..={MAX_BLOCKS}");
     (blocks.clamp(1, MAX_BLOCKS) - 1) & CDW12_NLB_MASK
 }
 
@@ -73,10 +70,7 @@ pub(crate) const fn lba_dwords(lba: u64) -> (u32, u32) {
 /// Converts a 1-based range count (`1..=max`) to the 0-based 8-bit NR field
 /// of Dataset Management and Copy.
 fn number_of_ranges(ranges: u16, max: usize) -> u32 {
-    debug_assert!(
-        (1..=max).contains(&usize::from(ranges)),
-        "{ranges} ranges is outside 1..={max}"
-    );
+    debug_assert!((1..=max).contains(&usize::from(ranges)), "{ranges} ranges is outside 1..={max}");
     let max = u16::try_from(max).unwrap_or(u16::MAX);
     u32::from(ranges.clamp(1, max) - 1) & NR_MASK
 }
@@ -88,13 +82,7 @@ const NR_MASK: u32 = 0xFF;
 /// A command addressing `blocks` blocks from `slba`, with extra CDW12 bits.
 fn lba_command(opcode: u8, nsid: u32, slba: u64, blocks: u32, cdw12_flags: u32) -> Command {
     let (cdw10, cdw11) = lba_dwords(slba);
-    Command {
-        nsid,
-        cdw10,
-        cdw11,
-        cdw12: cdw12_flags | cdw12_nlb(blocks),
-        ..Command::new(opcode)
-    }
+    Command { nsid, cdw10, cdw11, cdw12: cdw12_flags | cdw12_nlb(blocks), ..Command::new(opcode) }
 }
 
 /// Read (opcode 02h, NVM Command Set 1.0 §3.2.4) `blocks` logical blocks
@@ -115,10 +103,7 @@ pub fn write(nsid: u32, slba: u64, blocks: u32, fua: bool) -> Command {
 /// namespace if Identify Controller VWC bits 2:1 say the controller supports
 /// it.
 pub fn flush(nsid: u32) -> Command {
-    Command {
-        nsid,
-        ..Command::new(op::FLUSH)
-    }
+    Command { nsid, ..Command::new(op::FLUSH) }
 }
 
 /// Write Zeroes (opcode 08h, NVM Command Set 1.0 §3.2.8) over `blocks`
@@ -182,11 +167,7 @@ impl DsmRange {
     /// with no context attributes.
     pub fn new(slba: u64, blocks: u32) -> Self {
         debug_assert!(blocks >= 1, "a Dataset Management range is not empty");
-        Self {
-            context_attributes: 0,
-            nlb: blocks,
-            slba,
-        }
+        Self { context_attributes: 0, nlb: blocks, slba }
     }
 
     /// The range as it appears on the wire (little-endian).
@@ -202,11 +183,7 @@ impl DsmRange {
     /// simulated controllers and tests.
     pub fn from_bytes(bytes: &[u8; DSM_RANGE_SIZE]) -> Self {
         use crate::spec::le::{u32_at, u64_at};
-        Self {
-            context_attributes: u32_at(bytes, 0),
-            nlb: u32_at(bytes, 4),
-            slba: u64_at(bytes, 8),
-        }
+        Self { context_attributes: u32_at(bytes, 0), nlb: u32_at(bytes, 4), slba: u64_at(bytes, 8) }
     }
 }
 
@@ -426,15 +403,8 @@ mod tests {
             // 65536 blocks: NLB FFFFh; DEAC (bit 25) and FUA (bit 30).
             (48, &[0xFF, 0xFF, 0x00, 0x42]),
         ]);
-        assert_eq!(
-            write_zeroes(1, SLBA, MAX_BLOCKS, true, true).to_bytes(),
-            expected
-        );
-        let deac_only = sqe(&[
-            (0, &[0x08]),
-            (4, &NSID_BYTES),
-            (48, &[0x0F, 0x00, 0x00, 0x02]),
-        ]);
+        assert_eq!(write_zeroes(1, SLBA, MAX_BLOCKS, true, true).to_bytes(), expected);
+        let deac_only = sqe(&[(0, &[0x08]), (4, &NSID_BYTES), (48, &[0x0F, 0x00, 0x00, 0x02])]);
         assert_eq!(write_zeroes(1, 0, 16, true, false).to_bytes(), deac_only);
     }
 
@@ -508,20 +478,14 @@ mod tests {
             (40, &[0x02, 0x00, 0x00, 0x00]), // 3 ranges: NR 2
             (44, &[0x04, 0x00, 0x00, 0x00]), // AD
         ]);
-        assert_eq!(
-            dataset_management(1, 3, DsmAttributes::DEALLOCATE).to_bytes(),
-            expected
-        );
+        assert_eq!(dataset_management(1, 3, DsmAttributes::DEALLOCATE).to_bytes(), expected);
         let all = sqe(&[
             (0, &[0x09]),
             (4, &NSID_BYTES),
             (40, &[0xFF, 0x00, 0x00, 0x00]), // 256 ranges: NR FFh
             (44, &[0x07, 0x00, 0x00, 0x00]), // AD | IDW | IDR
         ]);
-        assert_eq!(
-            dataset_management(1, 256, DsmAttributes::all()).to_bytes(),
-            all
-        );
+        assert_eq!(dataset_management(1, 256, DsmAttributes::all()).to_bytes(), all);
         assert_eq!(DsmAttributes::INTEGRAL_READ.bits(), 0b001);
         assert_eq!(DsmAttributes::INTEGRAL_WRITE.bits(), 0b010);
         assert_eq!(DsmAttributes::DEALLOCATE.bits(), 0b100);
@@ -549,15 +513,9 @@ mod tests {
         ];
         assert_eq!(range.to_bytes(), expected);
         assert_eq!(DsmRange::from_bytes(&expected), range);
-        let with_attributes = DsmRange {
-            context_attributes: 0x0100_0402,
-            nlb: u32::MAX,
-            slba: 0,
-        };
-        let expected: [u8; 16] = [
-            0x02, 0x04, 0x00, 0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-            0x00, 0x00,
-        ];
+        let with_attributes = DsmRange { context_attributes: 0x0100_0402, nlb: u32::MAX, slba: 0 };
+        let expected: [u8; 16] =
+            [0x02, 0x04, 0x00, 0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00];
         assert_eq!(with_attributes.to_bytes(), expected);
         assert_eq!(DsmRange::default().to_bytes(), [0u8; 16]);
     }

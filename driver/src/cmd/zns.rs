@@ -36,10 +36,7 @@ pub fn report_zones(
     prp1: u64,
     prp2: u64,
 ) -> Command {
-    debug_assert!(
-        len_bytes >= 4 && len_bytes.is_multiple_of(4),
-        "the buffer is a whole number of dwords"
-    );
+    debug_assert!(len_bytes >= 4 && len_bytes.is_multiple_of(4), "the buffer is a whole number of dwords");
     Command {
         opcode: opcode::nvm::ZONE_MANAGEMENT_RECEIVE,
         nsid,
@@ -63,13 +60,7 @@ pub fn report_zones(
 /// (Identify Controller, ZNS) may allow fewer blocks than MDTS.
 pub fn zone_append(nsid: u32, zslba: u64, blocks: u32, fua: bool) -> Command {
     let (cdw10, cdw11) = lba_dwords(zslba);
-    Command {
-        nsid,
-        cdw10,
-        cdw11,
-        cdw12: cdw12_fua(fua) | cdw12_nlb(blocks),
-        ..Command::new(opcode::nvm::ZONE_APPEND)
-    }
+    Command { nsid, cdw10, cdw11, cdw12: cdw12_fua(fua) | cdw12_nlb(blocks), ..Command::new(opcode::nvm::ZONE_APPEND) }
 }
 
 /// Zone Send Action (ZSA), Zone Management Send CDW13 bits 7:0 (ZNS Command
@@ -107,12 +98,7 @@ pub const CDW13_SELECT_ALL: u32 = 1 << 8;
 /// Send Action Specific Option) stays clear. Only
 /// [`ZoneSendAction::SetZoneDescriptorExtension`] transfers data, for which
 /// the queue pair fills in the data pointer.
-pub fn zone_management_send(
-    nsid: u32,
-    slba: u64,
-    action: ZoneSendAction,
-    select_all: bool,
-) -> Command {
+pub fn zone_management_send(nsid: u32, slba: u64, action: ZoneSendAction, select_all: bool) -> Command {
     let (cdw10, cdw11) = lba_dwords(slba);
     let sall = if select_all { CDW13_SELECT_ALL } else { 0 };
     Command {
@@ -169,19 +155,13 @@ mod tests {
             (40, &[0x00, 0x40, 0x00, 0x00]), // SLBA 4000h
             (52, &[0x04, 0x00, 0x00, 0x00]), // ZSA Reset
         ]);
-        assert_eq!(
-            zone_management_send(2, 0x4000, ZoneSendAction::Reset, false).to_bytes(),
-            expected
-        );
+        assert_eq!(zone_management_send(2, 0x4000, ZoneSendAction::Reset, false).to_bytes(), expected);
         let all = sqe(&[
             (0, &[0x79]),
             (4, &[0x02, 0x00, 0x00, 0x00]),
             (52, &[0x02, 0x01, 0x00, 0x00]), // ZSA Finish, Select All
         ]);
-        assert_eq!(
-            zone_management_send(2, 0, ZoneSendAction::Finish, true).to_bytes(),
-            all
-        );
+        assert_eq!(zone_management_send(2, 0, ZoneSendAction::Finish, true).to_bytes(), all);
         let ext = sqe(&[
             (0, &[0x79]),
             (4, &[0x02, 0x00, 0x00, 0x00]),
@@ -190,13 +170,7 @@ mod tests {
             (52, &[0x10, 0x00, 0x00, 0x00]), // Set Zone Descriptor Extension
         ]);
         assert_eq!(
-            zone_management_send(
-                2,
-                0x1_0000_0000,
-                ZoneSendAction::SetZoneDescriptorExtension,
-                false
-            )
-            .to_bytes(),
+            zone_management_send(2, 0x1_0000_0000, ZoneSendAction::SetZoneDescriptorExtension, false).to_bytes(),
             ext
         );
     }
@@ -213,10 +187,7 @@ mod tests {
         ];
         for (action, zsa) in actions {
             assert_eq!(action as u8, zsa);
-            assert_eq!(
-                zone_management_send(1, 0, action, false).cdw13,
-                u32::from(zsa)
-            );
+            assert_eq!(zone_management_send(1, 0, action, false).cdw13, u32::from(zsa));
         }
         assert_eq!(CDW13_SELECT_ALL, 0x100);
     }
@@ -227,16 +198,11 @@ mod tests {
         let bytes = cmd.to_bytes();
         assert_eq!(bytes[0], 0x7A);
         assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 1);
-        assert_eq!(
-            u32::from_le_bytes(bytes[24..28].try_into().unwrap()),
-            0x1000
-        );
+        assert_eq!(u32::from_le_bytes(bytes[24..28].try_into().unwrap()), 0x1000);
         assert_eq!(u32::from_le_bytes(bytes[40..44].try_into().unwrap()), 2); // SLBA low
         assert_eq!(u32::from_le_bytes(bytes[44..48].try_into().unwrap()), 1); // SLBA high
         assert_eq!(u32::from_le_bytes(bytes[48..52].try_into().unwrap()), 1023); // NUMD
-        assert_eq!(
-            u32::from_le_bytes(bytes[52..56].try_into().unwrap()),
-            0x1_05_00
-        ); // partial, Full, report
+        assert_eq!(u32::from_le_bytes(bytes[52..56].try_into().unwrap()), 0x1_05_00);
+        // partial, Full, report
     }
 }

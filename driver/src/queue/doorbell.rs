@@ -44,19 +44,13 @@ impl ShadowPages {
     /// The slots for the doorbell at BAR offset `offset`.
     pub(crate) fn slot(&self, offset: usize) -> Shadow {
         let at = offset - crate::spec::registers::DOORBELL_BASE;
-        assert!(
-            at + 4 <= crate::dma::PAGE_SIZE,
-            "shadow doorbells cover one page"
-        );
+        assert!(at + 4 <= crate::dma::PAGE_SIZE, "shadow doorbells cover one page");
         // SAFETY: `at + 4 <= PAGE_SIZE`: inside both one-page buffers,
         // which the controller keeps alive as long as any of its queues.
         let value = unsafe { self.values.byte_add(at) };
         // SAFETY: as above.
         let event_idx = unsafe { self.event_idx.byte_add(at) };
-        Shadow {
-            value: value.cast(),
-            event_idx: event_idx.cast(),
-        }
+        Shadow { value: value.cast(), event_idx: event_idx.cast() }
     }
 }
 
@@ -108,19 +102,8 @@ impl Doorbell {
             Some(pointer) => Register::Mapped(pointer),
             None => Register::Transport(offset),
         };
-        let policy = if shadow.is_some() {
-            policy
-        } else {
-            ShadowPolicy::Off
-        };
-        Doorbell {
-            register,
-            shadow,
-            policy,
-            mmio_writes: 0,
-            updates: 0,
-            transport: Arc::clone(transport),
-        }
+        let policy = if shadow.is_some() { policy } else { ShadowPolicy::Off };
+        Doorbell { register, shadow, policy, mmio_writes: 0, updates: 0, transport: Arc::clone(transport) }
     }
 
     /// Publishes `new` (the previous value was `old`). The caller has made
@@ -152,9 +135,7 @@ impl Doorbell {
             match self.register {
                 // SAFETY: the pointer was bounds-checked by the transport
                 // and the BAR stays mapped while `transport` is held.
-                Register::Mapped(pointer) => unsafe {
-                    pointer.as_ptr().write_volatile(u32::from(new))
-                },
+                Register::Mapped(pointer) => unsafe { pointer.as_ptr().write_volatile(u32::from(new)) },
                 Register::Transport(offset) => self.transport.write32(offset, u32::from(new)),
             }
         }

@@ -39,26 +39,13 @@ impl IoBuffer {
     /// The whole buffer.
     pub fn new(buffer: DmaBuffer) -> Self {
         let len = buffer.len();
-        IoBuffer {
-            buffer,
-            offset: 0,
-            len,
-        }
+        IoBuffer { buffer, offset: 0, len }
     }
 
     /// `len` bytes from `offset`. Panics when the range leaves the buffer.
     pub fn range(buffer: DmaBuffer, offset: usize, len: usize) -> Self {
-        assert!(
-            offset
-                .checked_add(len)
-                .is_some_and(|end| end <= buffer.len()),
-            "range outside the buffer"
-        );
-        IoBuffer {
-            buffer,
-            offset,
-            len,
-        }
+        assert!(offset.checked_add(len).is_some_and(|end| end <= buffer.len()), "range outside the buffer");
+        IoBuffer { buffer, offset, len }
     }
 
     /// The first `len` bytes of this range. Panics if `len` is larger.
@@ -254,16 +241,9 @@ impl std::fmt::Debug for QueuePair {
 impl QueuePair {
     /// Allocates rings, trackers and PRP list pages for queue `qid` with
     /// `depth` entries. The caller creates the queues on the controller.
-    pub(crate) fn new(
-        transport: &Arc<dyn Transport>,
-        qid: u16,
-        depth: u16,
-        doorbells: DoorbellConfig,
-    ) -> Result<Self> {
+    pub(crate) fn new(transport: &Arc<dyn Transport>, qid: u16, depth: u16, doorbells: DoorbellConfig) -> Result<Self> {
         if depth < 2 {
-            return Err(Error::InvalidArgument(format!(
-                "queue depth {depth}: at least 2"
-            )));
+            return Err(Error::InvalidArgument(format!("queue depth {depth}: at least 2")));
         }
         let sq = DmaRegion::allocate(transport, usize::from(depth) * SQE_SIZE)?;
         let cq = DmaRegion::allocate(transport, usize::from(depth) * CQE_SIZE)?;
@@ -359,10 +339,7 @@ impl QueuePair {
         let Some(&slot) = self.free.last() else {
             return Err((SubmitError::QueueFull, request));
         };
-        let (iova, len) = request
-            .buffer
-            .as_ref()
-            .map_or((0, 0), |b| (b.iova(), b.len()));
+        let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));
         let mut command = request.command;
         if let Err(error) = self.fill_data_pointer(&mut command, slot, iova, len) {
             return Err((error, request));
@@ -385,18 +362,11 @@ impl QueuePair {
     /// that stays mapped, and is neither read nor written by the host in a
     /// way that races with the device, until this command's completion has
     /// been returned by [`QueuePair::poll`].
-    pub unsafe fn submit_raw(
-        &mut self,
-        mut command: Command,
-        iova: u64,
-        len: usize,
-        token: u64,
-    ) -> Result<()> {
+    pub unsafe fn submit_raw(&mut self, mut command: Command, iova: u64, len: usize, token: u64) -> Result<()> {
         let Some(&slot) = self.free.last() else {
             return Err(Error::QueueFull);
         };
-        self.fill_data_pointer(&mut command, slot, iova, len)
-            .map_err(Error::from)?;
+        self.fill_data_pointer(&mut command, slot, iova, len).map_err(Error::from)?;
         self.free.pop();
         let tracker = &mut self.trackers[usize::from(slot)];
         tracker.busy = true;
@@ -431,11 +401,7 @@ impl QueuePair {
     fn push(&mut self, mut command: Command, slot: u16) {
         command.cid = slot;
         self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, command);
-        self.sq_tail = if self.sq_tail + 1 == self.depth {
-            0
-        } else {
-            self.sq_tail + 1
-        };
+        self.sq_tail = if self.sq_tail + 1 == self.depth { 0 } else { self.sq_tail + 1 };
         self.stats.submitted += 1;
     }
 
@@ -479,11 +445,7 @@ impl QueuePair {
                     let completion = IoCompletion {
                         token: tracker.token,
                         cid: entry.cid,
-                        status: if entry.is_success() {
-                            Ok(())
-                        } else {
-                            Err(entry.status())
-                        },
+                        status: if entry.is_success() { Ok(()) } else { Err(entry.status()) },
                         dw0: entry.dw0,
                         dw1: entry.dw1,
                         buffer: tracker.buffer.take(),
@@ -511,8 +473,7 @@ impl QueuePair {
     /// [`Error::ControllerFatal`].
     pub fn execute(&mut self, request: Request, timeout: Duration) -> Result<IoCompletion> {
         let cid = self.free.last().copied().ok_or(Error::QueueFull)?;
-        self.submit(request)
-            .map_err(|(error, _)| Error::from(error))?;
+        self.submit(request).map_err(|(error, _)| Error::from(error))?;
         self.wait_for(cid, timeout)
     }
 
@@ -552,11 +513,7 @@ impl QueuePair {
         let completion = unsafe { self.execute_raw(command, iova, len, timeout) }?;
         match completion.status {
             Ok(()) => Ok(completion),
-            Err(status) => Err(Error::Command {
-                opcode,
-                admin: self.qid == 0,
-                status,
-            }),
+            Err(status) => Err(Error::Command { opcode, admin: self.qid == 0, status }),
         }
     }
 
@@ -585,15 +542,8 @@ impl QueuePair {
                 if started.elapsed() > timeout {
                     // The command stays in flight: its slot is not reused
                     // until its completion arrives.
-                    let what = if self.qid == 0 {
-                        "an admin command"
-                    } else {
-                        "an I/O command"
-                    };
-                    return Err(Error::Timeout {
-                        what,
-                        waited_ms: started.elapsed().as_millis() as u64,
-                    });
+                    let what = if self.qid == 0 { "an admin command" } else { "an I/O command" };
+                    return Err(Error::Timeout { what, waited_ms: started.elapsed().as_millis() as u64 });
                 }
             }
             std::hint::spin_loop();

@@ -71,21 +71,13 @@ mod tests {
     fn one_page_needs_only_prp1() {
         assert_eq!(prps(0x10000, 512).unwrap(), (0x10000, 0, vec![]));
         assert_eq!(prps(0x10000, 4096).unwrap(), (0x10000, 0, vec![]));
-        assert_eq!(
-            prps(0x10200, 3584).unwrap(),
-            (0x10200, 0, vec![]),
-            "ends exactly at the page end"
-        );
+        assert_eq!(prps(0x10200, 3584).unwrap(), (0x10200, 0, vec![]), "ends exactly at the page end");
     }
 
     #[test]
     fn two_pages_use_prp2_as_an_address() {
         assert_eq!(prps(0x10000, 8192).unwrap(), (0x10000, 0x11000, vec![]));
-        assert_eq!(
-            prps(0x10200, 4096).unwrap(),
-            (0x10200, 0x11000, vec![]),
-            "unaligned start spills into page 2"
-        );
+        assert_eq!(prps(0x10200, 4096).unwrap(), (0x10200, 0x11000, vec![]), "unaligned start spills into page 2");
     }
 
     #[test]
@@ -94,30 +86,15 @@ mod tests {
         assert_eq!((prp1, prp2), (0x10000, 0xF000_0000));
         assert_eq!(list, vec![0x11000, 0x12000]);
         let (_, _, list) = prps(0x10800, 128 * 1024).unwrap();
-        assert_eq!(
-            list.len(),
-            32,
-            "an unaligned 128 KiB buffer touches 33 pages"
-        );
+        assert_eq!(list.len(), 32, "an unaligned 128 KiB buffer touches 33 pages");
         assert_eq!(list[0], 0x11000);
         assert_eq!(*list.last().unwrap(), 0x11000 + 31 * 4096);
     }
 
     #[test]
     fn limits() {
-        assert_eq!(
-            prps(0x10000, MAX_TRANSFER_BYTES).unwrap().2.len(),
-            MAX_LIST_ENTRIES
-        );
-        assert_eq!(
-            prps(0x10000, MAX_TRANSFER_BYTES + 1),
-            Err(PrpError::TooLarge {
-                len: MAX_TRANSFER_BYTES + 1
-            })
-        );
-        assert_eq!(
-            prps(0x10002, 512),
-            Err(PrpError::Misaligned { iova: 0x10002 })
-        );
+        assert_eq!(prps(0x10000, MAX_TRANSFER_BYTES).unwrap().2.len(), MAX_LIST_ENTRIES);
+        assert_eq!(prps(0x10000, MAX_TRANSFER_BYTES + 1), Err(PrpError::TooLarge { len: MAX_TRANSFER_BYTES + 1 }));
+        assert_eq!(prps(0x10002, 512), Err(PrpError::Misaligned { iova: 0x10002 }));
     }
 }

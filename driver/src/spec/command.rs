@@ -134,9 +134,7 @@ impl Command {
         out[16..24].copy_from_slice(&self.mptr.to_le_bytes());
         out[24..32].copy_from_slice(&self.prp1.to_le_bytes());
         out[32..40].copy_from_slice(&self.prp2.to_le_bytes());
-        let dwords = [
-            self.cdw10, self.cdw11, self.cdw12, self.cdw13, self.cdw14, self.cdw15,
-        ];
+        let dwords = [self.cdw10, self.cdw11, self.cdw12, self.cdw13, self.cdw14, self.cdw15];
         for (i, dword) in dwords.iter().enumerate() {
             let at = 40 + 4 * i;
             out[at..at + 4].copy_from_slice(&dword.to_le_bytes());

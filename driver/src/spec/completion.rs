@@ -119,10 +119,7 @@ mod tests {
         assert!(cqe.phase());
         assert_eq!(cqe.status_field(), 0x4002);
         let status = cqe.status();
-        assert_eq!(
-            status.code(),
-            StatusCode::Generic(GenericStatus::InvalidFieldInCommand)
-        );
+        assert_eq!(status.code(), StatusCode::Generic(GenericStatus::InvalidFieldInCommand));
         assert!(status.dnr);
         assert!(!cqe.is_success());
         assert_eq!(cqe.to_bytes(), bytes);
@@ -144,10 +141,7 @@ mod tests {
         let word = Completion::status_word(status.with_dnr(), true);
         // DNR (bit 15) | SCT 1h (bits 11:9) | SC BCh (bits 8:1) | P.
         assert_eq!(word, 0x8000 | (1 << 9) | (0xBC << 1) | 1);
-        let cqe = Completion {
-            status: word,
-            ..Completion::default()
-        };
+        let cqe = Completion { status: word, ..Completion::default() };
         assert_eq!(cqe.status(), status.with_dnr());
         assert!(cqe.phase());
     }

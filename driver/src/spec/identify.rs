@@ -41,19 +41,10 @@ pub const CSI_ZONED: u8 = 0x02;
 fn ascii_field(raw: &[u8]) -> String {
     let is_pad = |b: &u8| *b == b' ' || *b == 0;
     let start = raw.iter().position(|b| !is_pad(b)).unwrap_or(raw.len());
-    let end = raw
-        .iter()
-        .rposition(|b| !is_pad(b))
-        .map_or(start, |i| i + 1);
+    let end = raw.iter().rposition(|b| !is_pad(b)).map_or(start, |i| i + 1);
     raw[start..end]
         .iter()
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b)
-            } else {
-                char::REPLACEMENT_CHARACTER
-            }
-        })
+        .map(|&b| if b.is_ascii_graphic() || b == b' ' { char::from(b) } else { char::REPLACEMENT_CHARACTER })
         .collect()
 }
 
@@ -331,11 +322,7 @@ impl IdentifyController {
             oaes: u32_at(buf, off::OAES),
             ctratt: u32_at(buf, off::CTRATT),
             cntrltype: u8_at(buf, off::CNTRLTYPE),
-            crdt: [
-                u16_at(buf, off::CRDT1),
-                u16_at(buf, off::CRDT1 + 2),
-                u16_at(buf, off::CRDT1 + 4),
-            ],
+            crdt: [u16_at(buf, off::CRDT1), u16_at(buf, off::CRDT1 + 2), u16_at(buf, off::CRDT1 + 4)],
             oacs: Oacs::from_bits_retain(u16_at(buf, off::OACS)),
             acl: u8_at(buf, off::ACL),
             aerl: u8_at(buf, off::AERL),
@@ -529,11 +516,7 @@ pub struct LbaFormat {
 impl LbaFormat {
     /// Decodes an LBAF dword: MS bits 15:0, LBADS bits 23:16, RP bits 25:24.
     pub const fn from_dword(dword: u32) -> Self {
-        Self {
-            ms: dword as u16,
-            lbads: (dword >> 16) as u8,
-            rp: ((dword >> 24) & 0b11) as u8,
-        }
+        Self { ms: dword as u16, lbads: (dword >> 16) as u8, rp: ((dword >> 24) & 0b11) as u8 }
     }
 
     /// Logical block data size in bytes; errors unless LBADS is within
@@ -542,11 +525,7 @@ impl LbaFormat {
         if (LBADS_MIN..=LBADS_MAX).contains(&self.lbads) {
             Ok(1 << self.lbads)
         } else {
-            Err(ParseError::InvalidField {
-                what: "LBA Format",
-                field: "LBADS",
-                value: u64::from(self.lbads),
-            })
+            Err(ParseError::InvalidField { what: "LBA Format", field: "LBADS", value: u64::from(self.lbads) })
         }
     }
 }
@@ -680,9 +659,8 @@ impl IdentifyNamespace {
         check_len(buf, Self::MIN_LEN, Self::WHAT)?;
         let nlbaf = u8_at(buf, off::NLBAF);
         let lbaf_count = (usize::from(nlbaf) + 1).min(LBA_FORMATS_MAX);
-        let lbaf = (0..lbaf_count)
-            .map(|i| LbaFormat::from_dword(u32_at(buf, off::LBAF + i * LBA_FORMAT_SIZE)))
-            .collect();
+        let lbaf =
+            (0..lbaf_count).map(|i| LbaFormat::from_dword(u32_at(buf, off::LBAF + i * LBA_FORMAT_SIZE))).collect();
         Ok(Self {
             nsze: u64_at(buf, off::NSZE),
             ncap: u64_at(buf, off::NCAP),
@@ -749,11 +727,7 @@ impl IdentifyNamespace {
     /// The LBA format in use; errors when FLBAS selects a format beyond NLBAF.
     pub fn current_lba_format(&self) -> Result<LbaFormat, ParseError> {
         let index = self.current_lba_format_index();
-        let invalid = ParseError::InvalidField {
-            what: Self::WHAT,
-            field: "FLBAS",
-            value: u64::from(self.flbas),
-        };
+        let invalid = ParseError::InvalidField { what: Self::WHAT, field: "FLBAS", value: u64::from(self.flbas) };
         if index > usize::from(self.nlbaf) {
             return Err(invalid);
         }
@@ -790,11 +764,7 @@ pub fn parse_active_namespace_list(buf: &[u8]) -> Result<Vec<u32>, ParseError> {
             break;
         }
         if nsid <= previous || nsid == NSID_BROADCAST {
-            return Err(ParseError::InvalidField {
-                what: WHAT,
-                field: "NSID",
-                value: u64::from(nsid),
-            });
+            return Err(ParseError::InvalidField { what: WHAT, field: "NSID", value: u64::from(nsid) });
         }
         ids.push(nsid);
         previous = nsid;
@@ -868,11 +838,7 @@ pub fn parse_ns_id_descriptors(buf: &[u8]) -> Result<Vec<NsIdDescriptor>, ParseE
             _ => None,
         };
         if expected_nidl.is_some_and(|expected| expected != nidl) {
-            return Err(ParseError::InvalidField {
-                what: WHAT,
-                field: "NIDL",
-                value: u64::from(nidl),
-            });
+            return Err(ParseError::InvalidField { what: WHAT, field: "NIDL", value: u64::from(nidl) });
         }
         descriptors.push(match nidt {
             NIDT_EUI64 => NsIdDescriptor::Eui64(bytes(buf, header_end)),
@@ -983,19 +949,13 @@ impl IdentifyControllerZns {
     /// Decodes the data structure.
     pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
         check_len(buf, Self::MIN_LEN, Self::WHAT)?;
-        Ok(Self {
-            zasl: u8_at(buf, ZNS_CONTROLLER_ZASL_OFFSET),
-        })
+        Ok(Self { zasl: u8_at(buf, ZNS_CONTROLLER_ZASL_OFFSET) })
     }
 
     /// Largest Zone Append in bytes. ZASL 0 defers to MDTS (`mdts_bytes`,
     /// `None` = unlimited). Otherwise `min_page_size << ZASL`, capped at MDTS
     /// since MDTS bounds every data transfer. Saturates.
-    pub fn zone_append_size_limit_bytes(
-        &self,
-        min_page_size: usize,
-        mdts_bytes: Option<u64>,
-    ) -> Option<u64> {
+    pub fn zone_append_size_limit_bytes(&self, min_page_size: usize, mdts_bytes: Option<u64>) -> Option<u64> {
         if self.zasl == 0 {
             return mdts_bytes;
         }
@@ -1080,10 +1040,7 @@ impl IdentifyNamespaceZns {
         let lbafe = (0..lbafe_count)
             .map(|i| {
                 let at = off::LBAFE + i * ZNS_LBAFE_SIZE;
-                ZnsLbaFormatExtension {
-                    zsze: u64_at(buf, at),
-                    zdes: u8_at(buf, at + 8),
-                }
+                ZnsLbaFormatExtension { zsze: u64_at(buf, at), zdes: u8_at(buf, at + 8) }
             })
             .collect();
         Ok(Self {
@@ -1128,16 +1085,10 @@ impl IdentifyNamespaceZns {
     pub fn zone_size_blocks(&self, lba_format_index: usize) -> Result<u64, ParseError> {
         match self.lbafe.get(lba_format_index) {
             Some(ext) if ext.zsze != 0 => Ok(ext.zsze),
-            Some(ext) => Err(ParseError::InvalidField {
-                what: Self::WHAT,
-                field: "ZSZE",
-                value: ext.zsze,
-            }),
-            None => Err(ParseError::InvalidField {
-                what: Self::WHAT,
-                field: "LBAFE index",
-                value: lba_format_index as u64,
-            }),
+            Some(ext) => Err(ParseError::InvalidField { what: Self::WHAT, field: "ZSZE", value: ext.zsze }),
+            None => {
+                Err(ParseError::InvalidField { what: Self::WHAT, field: "LBAFE index", value: lba_format_index as u64 })
+            }
         }
     }
 }
@@ -1264,14 +1215,8 @@ mod tests {
         assert_eq!(id.version(), Vs::V1_4);
         assert_eq!(id.ctratt, 0x10);
         assert_eq!(id.cntrltype, 1);
-        assert_eq!(
-            id.oacs,
-            Oacs::FORMAT | Oacs::NS_MANAGEMENT | Oacs::DOORBELL_BUFFER_CONFIG
-        );
-        assert_eq!(
-            (id.acl, id.aerl, id.frmw, id.lpa, id.elpe),
-            (3, 3, 3, 0x0E, 3)
-        );
+        assert_eq!(id.oacs, Oacs::FORMAT | Oacs::NS_MANAGEMENT | Oacs::DOORBELL_BUFFER_CONFIG);
+        assert_eq!((id.acl, id.aerl, id.frmw, id.lpa, id.elpe), (3, 3, 3, 0x0E, 3));
         assert_eq!((id.wctemp, id.cctemp), (343, 373));
         assert_eq!((id.sqes_required(), id.sqes_maximum()), (6, 6));
         assert_eq!((id.cqes_required(), id.cqes_maximum()), (4, 4));
@@ -1309,11 +1254,7 @@ mod tests {
         let buf = qemu_controller_page();
         assert_eq!(
             IdentifyController::parse(&buf[..1023]),
-            Err(ParseError::TooShort {
-                what: "Identify Controller",
-                expected: 1024,
-                got: 1023
-            })
+            Err(ParseError::TooShort { what: "Identify Controller", expected: 1024, got: 1023 })
         );
         assert!(IdentifyController::parse(&buf[..1024]).is_ok());
         assert!(IdentifyController::parse(&[]).is_err());
@@ -1373,16 +1314,7 @@ mod tests {
         put(&mut buf, 120, &[0x22; 8]); // EUI64
 
         // (MS, LBADS) per format, as QEMU lists them.
-        let formats: [(u16, u8); 8] = [
-            (0, 9),
-            (8, 9),
-            (16, 9),
-            (64, 9),
-            (0, 12),
-            (8, 12),
-            (16, 12),
-            (64, 12),
-        ];
+        let formats: [(u16, u8); 8] = [(0, 9), (8, 9), (16, 9), (64, 9), (0, 12), (8, 12), (16, 12), (64, 12)];
         for (i, (ms, lbads)) in formats.iter().enumerate() {
             let dword = u32::from(*ms) | u32::from(*lbads) << 16;
             put(&mut buf, 128 + 4 * i, &dword.to_le_bytes());
@@ -1450,31 +1382,14 @@ mod tests {
         assert_eq!(ns.mc, 0x03);
         assert_eq!(ns.dpc, 0x1F);
         assert_eq!(ns.nvmcap, 1 << 30);
-        assert_eq!(
-            (ns.npwg, ns.nows, ns.mssrl, ns.mcl, ns.msrc),
-            (7, 7, 128, 128, 127)
-        );
+        assert_eq!((ns.npwg, ns.nows, ns.mssrl, ns.mcl, ns.msrc), (7, 7, 128, 128, 127));
         assert_eq!(ns.nguid, [0x11; 16]);
         assert_eq!(ns.eui64, [0x22; 8]);
         assert_eq!(ns.current_lba_format_index(), 0);
-        assert_eq!(
-            ns.current_lba_format().unwrap(),
-            LbaFormat {
-                ms: 0,
-                lbads: 9,
-                rp: 0
-            }
-        );
+        assert_eq!(ns.current_lba_format().unwrap(), LbaFormat { ms: 0, lbads: 9, rp: 0 });
         assert_eq!(ns.block_size(), Ok(512));
         assert!(!ns.metadata_at_end());
-        assert_eq!(
-            ns.lbaf[7],
-            LbaFormat {
-                ms: 64,
-                lbads: 12,
-                rp: 0
-            }
-        );
+        assert_eq!(ns.lbaf[7], LbaFormat { ms: 64, lbads: 12, rp: 0 });
         let dlfeat = ns.deallocate_features();
         assert_eq!(dlfeat.read_behavior(), DeallocateReadBehavior::Zeroes);
         assert!(dlfeat.write_zeroes_deac_supported());
@@ -1503,11 +1418,7 @@ mod tests {
         // Index 49 exceeds NLBAF 39.
         assert_eq!(
             ns.current_lba_format(),
-            Err(ParseError::InvalidField {
-                what: "Identify Namespace",
-                field: "FLBAS",
-                value: 0x61
-            })
+            Err(ParseError::InvalidField { what: "Identify Namespace", field: "FLBAS", value: 0x61 })
         );
         buf[25] = 63;
         let ns = IdentifyNamespace::parse(&buf).unwrap();
@@ -1519,10 +1430,7 @@ mod tests {
         let mut buf = qemu_namespace_page();
         buf[26] = 9; // index 9 > NLBAF 7
         let ns = IdentifyNamespace::parse(&buf).unwrap();
-        assert!(matches!(
-            ns.current_lba_format(),
-            Err(ParseError::InvalidField { field: "FLBAS", .. })
-        ));
+        assert!(matches!(ns.current_lba_format(), Err(ParseError::InvalidField { field: "FLBAS", .. })));
         assert!(ns.block_size().is_err());
     }
 
@@ -1531,27 +1439,9 @@ mod tests {
         let mut buf = qemu_namespace_page();
         put(&mut buf, 128, &0u32.to_le_bytes()); // LBAF0: LBA data size 0
         let ns = IdentifyNamespace::parse(&buf).unwrap();
-        assert_eq!(
-            ns.block_size(),
-            Err(ParseError::InvalidField {
-                what: "LBA Format",
-                field: "LBADS",
-                value: 0
-            })
-        );
-        for (lbads, ok) in [
-            (8, false),
-            (9, true),
-            (12, true),
-            (16, true),
-            (17, false),
-            (255, false),
-        ] {
-            let format = LbaFormat {
-                ms: 0,
-                lbads,
-                rp: 0,
-            };
+        assert_eq!(ns.block_size(), Err(ParseError::InvalidField { what: "LBA Format", field: "LBADS", value: 0 }));
+        for (lbads, ok) in [(8, false), (9, true), (12, true), (16, true), (17, false), (255, false)] {
+            let format = LbaFormat { ms: 0, lbads, rp: 0 };
             assert_eq!(format.block_size().is_ok(), ok, "LBADS {lbads}");
         }
     }
@@ -1559,27 +1449,14 @@ mod tests {
     #[test]
     fn lba_format_dword() {
         let format = LbaFormat::from_dword(0xFF0C_0040);
-        assert_eq!(
-            format,
-            LbaFormat {
-                ms: 64,
-                lbads: 12,
-                rp: 3
-            }
-        );
+        assert_eq!(format, LbaFormat { ms: 64, lbads: 12, rp: 3 });
     }
 
     #[test]
     fn deallocate_read_behavior() {
-        assert_eq!(
-            DlFeat(0).read_behavior(),
-            DeallocateReadBehavior::NotReported
-        );
+        assert_eq!(DlFeat(0).read_behavior(), DeallocateReadBehavior::NotReported);
         assert_eq!(DlFeat(2).read_behavior(), DeallocateReadBehavior::Ones);
-        assert_eq!(
-            DlFeat(5).read_behavior(),
-            DeallocateReadBehavior::Reserved(5)
-        );
+        assert_eq!(DlFeat(5).read_behavior(), DeallocateReadBehavior::Reserved(5));
         assert!(DlFeat(1 << 4).guard_crc_valid());
     }
 
@@ -1587,25 +1464,14 @@ mod tests {
     fn namespace_short_and_all_ones() {
         assert!(matches!(
             IdentifyNamespace::parse(&[0u8; 383]),
-            Err(ParseError::TooShort {
-                expected: 384,
-                got: 383,
-                ..
-            })
+            Err(ParseError::TooShort { expected: 384, got: 383, .. })
         ));
         let ns = IdentifyNamespace::parse(&[0xFF; IDENTIFY_DATA_SIZE]).unwrap();
         assert_eq!(ns.nlbaf, 255);
         assert_eq!(ns.lbaf.len(), 64);
         assert_eq!(ns.current_lba_format_index(), 0x3F);
         // Index 63 exists, but LBADS 255 does not pass.
-        assert!(matches!(
-            ns.block_size(),
-            Err(ParseError::InvalidField {
-                field: "LBADS",
-                value: 255,
-                ..
-            })
-        ));
+        assert!(matches!(ns.block_size(), Err(ParseError::InvalidField { field: "LBADS", value: 255, .. })));
     }
 
     #[test]
@@ -1616,10 +1482,7 @@ mod tests {
         }
         assert_eq!(parse_active_namespace_list(&buf), Ok(vec![1, 2, 5, 300]));
         assert_eq!(parse_active_namespace_list(&page()), Ok(vec![]));
-        assert!(matches!(
-            parse_active_namespace_list(&buf[..4095]),
-            Err(ParseError::TooShort { .. })
-        ));
+        assert!(matches!(parse_active_namespace_list(&buf[..4095]), Err(ParseError::TooShort { .. })));
     }
 
     #[test]
@@ -1640,11 +1503,7 @@ mod tests {
         put(&mut buf, 4, &5u32.to_le_bytes());
         assert_eq!(
             parse_active_namespace_list(&buf),
-            Err(ParseError::InvalidField {
-                what: "Active Namespace ID list",
-                field: "NSID",
-                value: 5
-            })
+            Err(ParseError::InvalidField { what: "Active Namespace ID list", field: "NSID", value: 5 })
         );
         assert!(parse_active_namespace_list(&[0xFF; IDENTIFY_DATA_SIZE]).is_err());
     }
@@ -1687,11 +1546,7 @@ mod tests {
         put(&mut buf, 0, &descriptor(NIDT_CSI, &[0, 0]));
         assert_eq!(
             parse_ns_id_descriptors(&buf),
-            Err(ParseError::InvalidField {
-                what: "Namespace Identification Descriptor",
-                field: "NIDL",
-                value: 2
-            })
+            Err(ParseError::InvalidField { what: "Namespace Identification Descriptor", field: "NIDL", value: 2 })
         );
         let mut buf = page();
         put(&mut buf, 0, &descriptor(NIDT_EUI64, &[0; 16]));
@@ -1705,20 +1560,12 @@ mod tests {
         buf.truncate(12);
         assert_eq!(
             parse_ns_id_descriptors(&buf),
-            Err(ParseError::TooShort {
-                what: "Namespace Identification Descriptor",
-                expected: 20,
-                got: 12
-            })
+            Err(ParseError::TooShort { what: "Namespace Identification Descriptor", expected: 20, got: 12 })
         );
         // A header cut short.
         assert!(matches!(
             parse_ns_id_descriptors(&[NIDT_CSI, 1]),
-            Err(ParseError::TooShort {
-                expected: 4,
-                got: 2,
-                ..
-            })
+            Err(ParseError::TooShort { expected: 4, got: 2, .. })
         ));
         // Unknown types with NIDL running past the page.
         let all_ones = [0xFF; IDENTIFY_DATA_SIZE];
@@ -1726,10 +1573,7 @@ mod tests {
         ones_then_end.truncate(200);
         assert!(parse_ns_id_descriptors(&ones_then_end).is_err());
         // All 0xFF: 15 unknown descriptors of 259 bytes, then one runs past.
-        assert!(matches!(
-            parse_ns_id_descriptors(&all_ones),
-            Err(ParseError::TooShort { got: 4096, .. })
-        ));
+        assert!(matches!(parse_ns_id_descriptors(&all_ones), Err(ParseError::TooShort { got: 4096, .. })));
     }
 
     #[test]
@@ -1746,27 +1590,14 @@ mod tests {
         let nvm = IdentifyControllerNvm::parse(&buf).unwrap();
         assert_eq!(
             nvm,
-            IdentifyControllerNvm {
-                vsl: 7,
-                wzsl: 8,
-                wusl: 9,
-                dmrl: 128,
-                dmrsl: 0x1_0000,
-                dmsl: 0x1_0000_0000,
-            }
+            IdentifyControllerNvm { vsl: 7, wzsl: 8, wusl: 9, dmrl: 128, dmrsl: 0x1_0000, dmsl: 0x1_0000_0000 }
         );
         assert_eq!(nvm.verify_size_limit_bytes(4096), Some(512 * 1024));
         assert_eq!(nvm.write_zeroes_size_limit_bytes(4096), Some(1024 * 1024));
-        assert_eq!(
-            nvm.write_uncorrectable_size_limit_bytes(4096),
-            Some(2048 * 1024)
-        );
+        assert_eq!(nvm.write_uncorrectable_size_limit_bytes(4096), Some(2048 * 1024));
         let unlimited = IdentifyControllerNvm::parse(&page()).unwrap();
         assert_eq!(unlimited.write_zeroes_size_limit_bytes(4096), None);
-        assert!(matches!(
-            IdentifyControllerNvm::parse(&[0; 15]),
-            Err(ParseError::TooShort { expected: 16, .. })
-        ));
+        assert!(matches!(IdentifyControllerNvm::parse(&[0; 15]), Err(ParseError::TooShort { expected: 16, .. })));
     }
 
     #[test]
@@ -1774,25 +1605,13 @@ mod tests {
         let mut buf = page();
         let zns = IdentifyControllerZns::parse(&buf).unwrap();
         assert_eq!(zns.zasl, 0);
-        assert_eq!(
-            zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)),
-            Some(512 * 1024)
-        );
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)), Some(512 * 1024));
         assert_eq!(zns.zone_append_size_limit_bytes(4096, None), None);
         buf[0] = 5;
         let zns = IdentifyControllerZns::parse(&buf).unwrap();
-        assert_eq!(
-            zns.zone_append_size_limit_bytes(4096, None),
-            Some(128 * 1024)
-        );
-        assert_eq!(
-            zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)),
-            Some(128 * 1024)
-        );
-        assert_eq!(
-            zns.zone_append_size_limit_bytes(4096, Some(64 * 1024)),
-            Some(64 * 1024)
-        );
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), Some(128 * 1024));
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)), Some(128 * 1024));
+        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(64 * 1024)), Some(64 * 1024));
         buf[0] = 0xFF;
         let zns = IdentifyControllerZns::parse(&buf).unwrap();
         assert_eq!(zns.zone_append_size_limit_bytes(4096, None), Some(u64::MAX));
@@ -1816,10 +1635,7 @@ mod tests {
     #[test]
     fn zns_namespace_offsets_match_spec() {
         use zns_namespace_offsets::*;
-        assert_eq!(
-            [ZOC, OZCS, MAR, MOR, RRL, FRL, LBAFE],
-            [0, 2, 4, 8, 12, 16, 2816]
-        );
+        assert_eq!([ZOC, OZCS, MAR, MOR, RRL, FRL, LBAFE], [0, 2, 4, 8, 12, 16, 2816]);
         // 64 extensions end where the vendor specific area starts.
         assert_eq!(LBAFE + LBA_FORMATS_MAX * ZNS_LBAFE_SIZE, 3840);
     }
@@ -1830,33 +1646,16 @@ mod tests {
         assert_eq!(zns.max_active_resources(), Some(8));
         assert_eq!(zns.max_open_resources(), Some(8));
         assert_eq!(zns.lbafe.len(), 64);
-        assert_eq!(
-            zns.lbafe[0],
-            ZnsLbaFormatExtension {
-                zsze: 16384,
-                zdes: 0
-            }
-        );
+        assert_eq!(zns.lbafe[0], ZnsLbaFormatExtension { zsze: 16384, zdes: 0 });
         assert_eq!(zns.zone_size_blocks(0), Ok(16384));
         assert!(!zns.variable_zone_capacity());
         assert!(!zns.zone_active_excursions());
         assert!(!zns.read_across_zone_boundaries());
         // Format 8 has no zone size.
-        assert!(matches!(
-            zns.zone_size_blocks(8),
-            Err(ParseError::InvalidField {
-                field: "ZSZE",
-                value: 0,
-                ..
-            })
-        ));
+        assert!(matches!(zns.zone_size_blocks(8), Err(ParseError::InvalidField { field: "ZSZE", value: 0, .. })));
         assert!(matches!(
             zns.zone_size_blocks(64),
-            Err(ParseError::InvalidField {
-                field: "LBAFE index",
-                value: 64,
-                ..
-            })
+            Err(ParseError::InvalidField { field: "LBAFE index", value: 64, .. })
         ));
     }
 
@@ -1882,20 +1681,10 @@ mod tests {
         // Only the whole extensions that fit are decoded.
         let partial = IdentifyNamespaceZns::parse(&buf[..2816 + 16 * 3 + 5]).unwrap();
         assert_eq!(partial.lbafe.len(), 3);
-        assert_eq!(
-            IdentifyNamespaceZns::parse(&buf[..2816])
-                .unwrap()
-                .lbafe
-                .len(),
-            0
-        );
+        assert_eq!(IdentifyNamespaceZns::parse(&buf[..2816]).unwrap().lbafe.len(), 0);
         assert!(matches!(
             IdentifyNamespaceZns::parse(&buf[..2815]),
-            Err(ParseError::TooShort {
-                expected: 2816,
-                got: 2815,
-                ..
-            })
+            Err(ParseError::TooShort { expected: 2816, got: 2815, .. })
         ));
         // A buffer longer than a page still yields at most 64.
         let mut long = buf.clone();

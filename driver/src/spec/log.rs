@@ -144,10 +144,7 @@ impl SmartHealthLog {
             available_spare: u8_at(buf, off::AVAILABLE_SPARE),
             available_spare_threshold: u8_at(buf, off::AVAILABLE_SPARE_THRESHOLD),
             percentage_used: u8_at(buf, off::PERCENTAGE_USED),
-            endurance_group_critical_warning_summary: u8_at(
-                buf,
-                off::ENDURANCE_GROUP_CRITICAL_WARNING_SUMMARY,
-            ),
+            endurance_group_critical_warning_summary: u8_at(buf, off::ENDURANCE_GROUP_CRITICAL_WARNING_SUMMARY),
             data_units_read: u128_at(buf, off::DATA_UNITS_READ),
             data_units_written: u128_at(buf, off::DATA_UNITS_WRITTEN),
             host_read_commands: u128_at(buf, off::HOST_READ_COMMANDS),
@@ -159,10 +156,7 @@ impl SmartHealthLog {
             media_errors: u128_at(buf, off::MEDIA_ERRORS),
             error_log_entries: u128_at(buf, off::ERROR_LOG_ENTRIES),
             warning_temperature_time: u32_at(buf, off::WARNING_TEMPERATURE_TIME),
-            critical_composite_temperature_time: u32_at(
-                buf,
-                off::CRITICAL_COMPOSITE_TEMPERATURE_TIME,
-            ),
+            critical_composite_temperature_time: u32_at(buf, off::CRITICAL_COMPOSITE_TEMPERATURE_TIME),
             temperature_sensors_kelvin,
         })
     }
@@ -376,20 +370,10 @@ mod tests {
         put(&mut buf, 200, &330u16.to_le_bytes());
         put(&mut buf, 214, &331u16.to_le_bytes());
         let log = SmartHealthLog::parse(&buf).unwrap();
-        assert_eq!(
-            log.critical_warning,
-            CriticalWarning::TEMPERATURE | CriticalWarning::DEGRADED
-        );
+        assert_eq!(log.critical_warning, CriticalWarning::TEMPERATURE | CriticalWarning::DEGRADED);
         assert_eq!(log.composite_temperature_kelvin, 323);
         assert_eq!(log.composite_temperature_celsius(), 50);
-        assert_eq!(
-            (
-                log.available_spare,
-                log.available_spare_threshold,
-                log.percentage_used
-            ),
-            (100, 10, 3)
-        );
+        assert_eq!((log.available_spare, log.available_spare_threshold, log.percentage_used), (100, 10, 3));
         assert_eq!(log.data_units_read, 1);
         assert_eq!(log.bytes_read(), 512_000);
         assert_eq!(log.data_units_written, u128::from(u64::MAX) + 5);
@@ -411,23 +395,14 @@ mod tests {
     fn smart_health_edges() {
         assert!(matches!(
             SmartHealthLog::parse(&[0u8; 511]),
-            Err(ParseError::TooShort {
-                expected: 512,
-                got: 511,
-                ..
-            })
+            Err(ParseError::TooShort { expected: 512, got: 511, .. })
         ));
         let log = SmartHealthLog::parse(&[0xFF; 512]).unwrap();
         assert_eq!(log.critical_warning.bits(), 0xFF);
         assert!(log.critical_warning.contains(CriticalWarning::all()));
         assert_eq!(log.bytes_written(), u128::MAX);
         assert_eq!(log.composite_temperature_celsius(), 65535 - 273);
-        assert_eq!(
-            SmartHealthLog::parse(&[0u8; 512])
-                .unwrap()
-                .composite_temperature_celsius(),
-            -273
-        );
+        assert_eq!(SmartHealthLog::parse(&[0u8; 512]).unwrap().composite_temperature_celsius(), -273);
         assert_eq!(CriticalWarning::PMR_READ_ONLY.bits(), 1 << 5);
         assert_eq!(CriticalWarning::VOLATILE_BACKUP.bits(), 1 << 4);
         assert_eq!(CriticalWarning::READ_ONLY.bits(), 1 << 3);
@@ -486,10 +461,7 @@ mod tests {
         assert_eq!(entry.sqid, 1);
         assert_eq!(entry.cid, 0x42);
         assert_eq!(entry.status.sct, StatusCodeType::MediaAndDataIntegrity);
-        assert_eq!(
-            entry.status.code(),
-            StatusCode::Media(MediaStatus::UnrecoveredReadError)
-        );
+        assert_eq!(entry.status.code(), StatusCode::Media(MediaStatus::UnrecoveredReadError));
         assert!(entry.status.dnr);
         assert!(entry.phase_tag);
         assert_eq!(entry.parameter_error_location, 0x0128);
@@ -512,18 +484,11 @@ mod tests {
         page.extend_from_slice(&error_entry_bytes(8));
         page.extend_from_slice(&[0u8; ERROR_LOG_ENTRY_SIZE]);
         let entries = parse_error_log(&page).unwrap();
-        assert_eq!(
-            entries.iter().map(|e| e.error_count).collect::<Vec<_>>(),
-            vec![9, 8]
-        );
+        assert_eq!(entries.iter().map(|e| e.error_count).collect::<Vec<_>>(), vec![9, 8]);
         assert_eq!(parse_error_log(&[]), Ok(vec![]));
         assert_eq!(
             parse_error_log(&page[..100]),
-            Err(ParseError::TooShort {
-                what: "Error Information Log Entry",
-                expected: 128,
-                got: 100
-            })
+            Err(ParseError::TooShort { what: "Error Information Log Entry", expected: 128, got: 100 })
         );
         // Every status word decodes.
         let ones = parse_error_log(&[0xFF; 4 * ERROR_LOG_ENTRY_SIZE]).unwrap();

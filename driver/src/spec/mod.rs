@@ -43,14 +43,9 @@ pub enum ParseError {
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::TooShort {
-                what,
-                expected,
-                got,
-            } => write!(
-                f,
-                "{what}: buffer too short: need {expected} bytes, got {got}"
-            ),
+            Self::TooShort { what, expected, got } => {
+                write!(f, "{what}: buffer too short: need {expected} bytes, got {got}")
+            }
             Self::InvalidField { what, field, value } => {
                 write!(f, "{what}: invalid {field} value {value:#x}")
             }
@@ -63,11 +58,7 @@ impl std::error::Error for ParseError {}
 /// Returns `TooShort` unless `buf` holds at least `expected` bytes.
 pub(crate) fn check_len(buf: &[u8], expected: usize, what: &'static str) -> Result<(), ParseError> {
     if buf.len() < expected {
-        Err(ParseError::TooShort {
-            what,
-            expected,
-            got: buf.len(),
-        })
+        Err(ParseError::TooShort { what, expected, got: buf.len() })
     } else {
         Ok(())
     }
@@ -117,20 +108,9 @@ mod tests {
 
     #[test]
     fn parse_error_display() {
-        let short = ParseError::TooShort {
-            what: "Identify Controller",
-            expected: 1024,
-            got: 10,
-        };
-        assert_eq!(
-            short.to_string(),
-            "Identify Controller: buffer too short: need 1024 bytes, got 10"
-        );
-        let invalid = ParseError::InvalidField {
-            what: "LBA Format",
-            field: "LBADS",
-            value: 0,
-        };
+        let short = ParseError::TooShort { what: "Identify Controller", expected: 1024, got: 10 };
+        assert_eq!(short.to_string(), "Identify Controller: buffer too short: need 1024 bytes, got 10");
+        let invalid = ParseError::InvalidField { what: "LBA Format", field: "LBADS", value: 0 };
         assert_eq!(invalid.to_string(), "LBA Format: invalid LBADS value 0x0");
         let _: &dyn std::error::Error = &invalid;
     }
@@ -143,13 +123,6 @@ mod tests {
         assert_eq!(le::u32_at(&buf, 4), 0x0807_0605);
         assert_eq!(le::u64_at(&buf, 0), 0x0807_0605_0403_0201);
         assert!(check_len(&buf, 8, "x").is_ok());
-        assert_eq!(
-            check_len(&buf, 9, "x"),
-            Err(ParseError::TooShort {
-                what: "x",
-                expected: 9,
-                got: 8
-            })
-        );
+        assert_eq!(check_len(&buf, 9, "x"), Err(ParseError::TooShort { what: "x", expected: 9, got: 8 }));
     }
 }

@@ -518,10 +518,7 @@ mod tests {
         assert_eq!(cq_head_doorbell(1, 1), 0x1018);
         // DSTRD 15, the largest: 128 KiB stride.
         assert_eq!(doorbell_stride_bytes(15), 128 * 1024);
-        assert_eq!(
-            cq_head_doorbell(u16::MAX, 15),
-            0x1000 + (2 * 65535 + 1) * (128 * 1024)
-        );
+        assert_eq!(cq_head_doorbell(u16::MAX, 15), 0x1000 + (2 * 65535 + 1) * (128 * 1024));
         // Bits above the 4-bit field are ignored.
         assert_eq!(doorbell_stride_bytes(0x10), 4);
     }
@@ -537,10 +534,7 @@ mod tests {
         assert_eq!(cap.timeout_ms(), 7500);
         assert_eq!(cap.dstrd(), 0);
         assert!(!cap.nssrs());
-        assert_eq!(
-            cap.css(),
-            CapCss::NVM | CapCss::IO_COMMAND_SETS | CapCss::NO_IO
-        );
+        assert_eq!(cap.css(), CapCss::NVM | CapCss::IO_COMMAND_SETS | CapCss::NO_IO);
         assert!(!cap.bps());
         assert_eq!(cap.cps(), 0);
         assert_eq!(cap.mpsmin(), 0);
@@ -622,10 +616,7 @@ mod tests {
 
         assert_eq!(Cc::new().with_mps(4).0, 4 << 7);
         assert_eq!(Cc::new().with_ams(CC_AMS_VENDOR_SPECIFIC).ams(), 7);
-        assert_eq!(
-            Cc::new().with_ams(CC_AMS_WEIGHTED_ROUND_ROBIN_URGENT).0,
-            1 << 11
-        );
+        assert_eq!(Cc::new().with_ams(CC_AMS_WEIGHTED_ROUND_ROBIN_URGENT).0, 1 << 11);
         assert_eq!(Cc::new().with_css(CC_CSS_ADMIN_ONLY).0, 0b111 << 4);
         assert_eq!(Cc::new().with_css(CC_CSS_NVM).0, 0);
         assert_eq!(Cc::new().with_crime(true).0, 1 << 24);

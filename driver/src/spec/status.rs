@@ -431,13 +431,7 @@ impl Status {
 
     /// A status with this type and code, no retry delay, More and DNR clear.
     pub const fn new(sct: StatusCodeType, sc: u8) -> Self {
-        Self {
-            sct,
-            sc,
-            crd: 0,
-            more: false,
-            dnr: false,
-        }
+        Self { sct, sc, crd: 0, more: false, dnr: false }
     }
 
     /// Decodes the 15-bit Status Field (CQE DW3 bits 31:17, shifted down so
@@ -487,12 +481,8 @@ impl Status {
     pub const fn code(&self) -> StatusCode {
         match self.sct {
             StatusCodeType::Generic => StatusCode::Generic(GenericStatus::from_sc(self.sc)),
-            StatusCodeType::CommandSpecific => {
-                StatusCode::CommandSpecific(CommandSpecificStatus::from_sc(self.sc))
-            }
-            StatusCodeType::MediaAndDataIntegrity => {
-                StatusCode::Media(MediaStatus::from_sc(self.sc))
-            }
+            StatusCodeType::CommandSpecific => StatusCode::CommandSpecific(CommandSpecificStatus::from_sc(self.sc)),
+            StatusCodeType::MediaAndDataIntegrity => StatusCode::Media(MediaStatus::from_sc(self.sc)),
             StatusCodeType::Path => StatusCode::Path(PathStatus::from_sc(self.sc)),
             StatusCodeType::VendorSpecific => StatusCode::Vendor(self.sc),
             StatusCodeType::Reserved(sct) => StatusCode::Unknown { sct, sc: self.sc },
@@ -532,13 +522,7 @@ impl From<PathStatus> for Status {
 /// "Invalid Field in Command (SCT 0h / SC 02h, DNR)".
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} (SCT {:X}h / SC {:02X}h",
-            self.name(),
-            self.sct.raw(),
-            self.sc
-        )?;
+        write!(f, "{} (SCT {:X}h / SC {:02X}h", self.name(), self.sct.raw(), self.sc)?;
         if self.crd != 0 {
             write!(f, ", CRD {}", self.crd)?;
         }
@@ -567,10 +551,7 @@ mod tests {
         assert!(status.dnr);
         assert!(!status.more);
         assert_eq!(status.crd, 0);
-        assert_eq!(
-            status.code(),
-            StatusCode::Generic(GenericStatus::InvalidFieldInCommand)
-        );
+        assert_eq!(status.code(), StatusCode::Generic(GenericStatus::InvalidFieldInCommand));
 
         // SCT 1h, SC B9h, CRD 2, More.
         let status = Status::from_field(0x2000 | 0x1000 | 0x0100 | 0xB9);
@@ -664,27 +645,16 @@ mod tests {
     #[test]
     fn display() {
         assert_eq!(
-            Status::from(GenericStatus::InvalidFieldInCommand)
-                .with_dnr()
-                .to_string(),
+            Status::from(GenericStatus::InvalidFieldInCommand).with_dnr().to_string(),
             "Invalid Field in Command (SCT 0h / SC 02h, DNR)"
         );
-        assert_eq!(
-            Status::SUCCESS.to_string(),
-            "Successful Completion (SCT 0h / SC 00h)"
-        );
+        assert_eq!(Status::SUCCESS.to_string(), "Successful Completion (SCT 0h / SC 00h)");
         assert_eq!(
             Status::from_field(0x3000 | 0x01BE).to_string(),
             "Too Many Open Zones (SCT 1h / SC BEh, CRD 2, More)"
         );
-        assert_eq!(
-            Status::from_field(0x0701).to_string(),
-            "Vendor Specific Status (SCT 7h / SC 01h)"
-        );
-        assert_eq!(
-            Status::from_field(0x0501).to_string(),
-            "Reserved Status Code Type (SCT 5h / SC 01h)"
-        );
+        assert_eq!(Status::from_field(0x0701).to_string(), "Vendor Specific Status (SCT 7h / SC 01h)");
+        assert_eq!(Status::from_field(0x0501).to_string(), "Reserved Status Code Type (SCT 5h / SC 01h)");
     }
 
     #[test]
@@ -698,15 +668,9 @@ mod tests {
 
     #[test]
     fn typed_constructors() {
-        assert_eq!(
-            Status::from(CommandSpecificStatus::ZoneIsFull).to_field(),
-            0x01B9
-        );
+        assert_eq!(Status::from(CommandSpecificStatus::ZoneIsFull).to_field(), 0x01B9);
         assert_eq!(Status::from(MediaStatus::WriteFault).to_field(), 0x0280);
-        assert_eq!(
-            Status::from(PathStatus::HostPathingError).to_field(),
-            0x0370
-        );
+        assert_eq!(Status::from(PathStatus::HostPathingError).to_field(), 0x0370);
         assert!(Status::from(GenericStatus::SuccessfulCompletion).is_success());
         // A successful status with DNR set is still success.
         assert!(Status::from_field(0x4000).is_success());

@@ -56,11 +56,7 @@ pub struct PciFunction {
 
 /// Accepts `0000:00:10.0` or `00:10.0` and returns the full form.
 pub fn normalize_bdf(text: &str) -> Result<String> {
-    let full = if text.matches(':').count() == 1 {
-        format!("0000:{text}")
-    } else {
-        text.to_string()
-    };
+    let full = if text.matches(':').count() == 1 { format!("0000:{text}") } else { text.to_string() };
     let valid = full.len() == 12
         && full.char_indices().all(|(i, c)| match i {
             4 | 7 => c == ':',
@@ -71,9 +67,7 @@ pub fn normalize_bdf(text: &str) -> Result<String> {
     if valid {
         Ok(full.to_ascii_lowercase())
     } else {
-        Err(Error::InvalidArgument(format!(
-            "{text:?} is not a PCI address (DDDD:BB:DD.F or BB:DD.F)"
-        )))
+        Err(Error::InvalidArgument(format!("{text:?} is not a PCI address (DDDD:BB:DD.F or BB:DD.F)")))
     }
 }
 
@@ -110,11 +104,7 @@ pub fn nvme_functions() -> Vec<PciFunction> {
 
 /// The NVMe functions bound to vfio-pci, in PCI address order.
 pub fn vfio_nvme_functions() -> Vec<String> {
-    nvme_functions()
-        .into_iter()
-        .filter(|f| f.driver.as_deref() == Some("vfio-pci"))
-        .map(|f| f.bdf)
-        .collect()
+    nvme_functions().into_iter().filter(|f| f.driver.as_deref() == Some("vfio-pci")).map(|f| f.bdf).collect()
 }
 
 /// An IOVA allocator over the ranges the IOMMU reports. Bump allocation:
@@ -132,15 +122,8 @@ impl IovaSpace {
     const START: u64 = 1 << 32;
 
     fn new(ranges: Vec<(u64, u64)>) -> Self {
-        let ranges = if ranges.is_empty() {
-            vec![(0, (1u64 << 39) - 1)]
-        } else {
-            ranges
-        };
-        IovaSpace {
-            ranges,
-            next: Self::START,
-        }
+        let ranges = if ranges.is_empty() { vec![(0, (1u64 << 39) - 1)] } else { ranges };
+        IovaSpace { ranges, next: Self::START }
     }
 
     fn allocate(&mut self, len: u64, align: u64) -> Option<u64> {
@@ -165,33 +148,22 @@ pub struct Vfio {
 
 impl std::fmt::Debug for Vfio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vfio")
-            .field("iommu", &self.iommu.get())
-            .finish_non_exhaustive()
+        f.debug_struct("Vfio").field("iommu", &self.iommu.get()).finish_non_exhaustive()
     }
 }
 
 impl std::fmt::Debug for VfioPci {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VfioPci")
-            .field("bdf", &self.bdf)
-            .field("pci_id", &self.pci_id)
-            .finish_non_exhaustive()
+        f.debug_struct("VfioPci").field("bdf", &self.bdf).field("pci_id", &self.pci_id).finish_non_exhaustive()
     }
 }
 
 impl Vfio {
     /// Opens `/dev/vfio/vfio`.
     pub fn new() -> Result<Arc<Self>> {
-        let container = VfioContainer::new(None).map_err(|source| Error::Vfio {
-            context: "opening the VFIO container /dev/vfio/vfio".into(),
-            source,
-        })?;
-        Ok(Arc::new(Vfio {
-            container: Arc::new(container),
-            iommu: OnceLock::new(),
-            iova: Mutex::new(None),
-        }))
+        let container = VfioContainer::new(None)
+            .map_err(|source| Error::Vfio { context: "opening the VFIO container /dev/vfio/vfio".into(), source })?;
+        Ok(Arc::new(Vfio { container: Arc::new(container), iommu: OnceLock::new(), iova: Mutex::new(None) }))
     }
 
     /// Opens the NVMe function at `bdf` (which must be bound to vfio-pci)
@@ -213,16 +185,13 @@ impl Vfio {
         check_group_viable(&bdf, &sysfs)?;
 
         let ops: Arc<dyn VfioOps> = self.container.clone();
-        let device = VfioDevice::new(&sysfs, ops, false).map_err(|source| Error::Vfio {
-            context: format!("opening VFIO device {bdf}"),
-            source,
-        })?;
+        let device = VfioDevice::new(&sysfs, ops, false)
+            .map_err(|source| Error::Vfio { context: format!("opening VFIO device {bdf}"), source })?;
         let fd = device.as_raw_fd();
 
         // The IOMMU backend exists once the first group joined the container.
         if self.iommu.get().is_none() {
-            let info = sys::iommu_get_info(self.container.as_raw_fd())
-                .map_err(io_context("VFIO_IOMMU_GET_INFO"))?;
+            let info = sys::iommu_get_info(self.container.as_raw_fd()).map_err(io_context("VFIO_IOMMU_GET_INFO"))?;
             let _ = self.iommu.set(info);
         }
 
@@ -231,12 +200,8 @@ impl Vfio {
         sys::pread_exact(fd, &mut ids, config_offset + config::VENDOR_ID)
             .map_err(io_context(format!("{bdf}: reading PCI IDs")))?;
         let mut subsystem = [0u8; 4];
-        sys::pread_exact(
-            fd,
-            &mut subsystem,
-            config_offset + config::SUBSYSTEM_VENDOR_ID,
-        )
-        .map_err(io_context(format!("{bdf}: reading PCI subsystem IDs")))?;
+        sys::pread_exact(fd, &mut subsystem, config_offset + config::SUBSYSTEM_VENDOR_ID)
+            .map_err(io_context(format!("{bdf}: reading PCI subsystem IDs")))?;
         let pci_id = PciId {
             vendor: u16::from_le_bytes([ids[0], ids[1]]),
             device: u16::from_le_bytes([ids[2], ids[3]]),
@@ -248,46 +213,33 @@ impl Vfio {
         // Memory space for BAR0 and bus mastering for DMA. QEMU leaves bus
         // mastering off until the driver sets it. INTx off: we poll.
         let mut command = [0u8; 2];
-        sys::pread_exact(fd, &mut command, config_offset + config::COMMAND).map_err(io_context(
-            format!("{bdf}: reading the PCI command register"),
-        ))?;
+        sys::pread_exact(fd, &mut command, config_offset + config::COMMAND)
+            .map_err(io_context(format!("{bdf}: reading the PCI command register")))?;
         let value = u16::from_le_bytes(command)
             | config::COMMAND_MEMORY
             | config::COMMAND_BUS_MASTER
             | config::COMMAND_INTX_DISABLE;
-        sys::pwrite_all(fd, &value.to_le_bytes(), config_offset + config::COMMAND).map_err(
-            io_context(format!("{bdf}: writing the PCI command register")),
-        )?;
+        sys::pwrite_all(fd, &value.to_le_bytes(), config_offset + config::COMMAND)
+            .map_err(io_context(format!("{bdf}: writing the PCI command register")))?;
 
         let bar_flags = device.get_region_flags(VFIO_PCI_BAR0_REGION_INDEX);
         let bar_size = device.get_region_size(VFIO_PCI_BAR0_REGION_INDEX);
         if bar_flags & VFIO_REGION_INFO_FLAG_MMAP == 0 || bar_size < 0x1008 {
-            return Err(Error::Unsupported(format!(
-                "{bdf}: BAR0 ({bar_size} bytes) cannot be mapped"
-            )));
+            return Err(Error::Unsupported(format!("{bdf}: BAR0 ({bar_size} bytes) cannot be mapped")));
         }
-        let bar_len = usize::try_from(bar_size)
-            .map_err(|_| Error::Unsupported(format!("{bdf}: BAR0 too large")))?;
+        let bar_len = usize::try_from(bar_size).map_err(|_| Error::Unsupported(format!("{bdf}: BAR0 too large")))?;
         let bar0 = MmapOptions::new()
             .offset(device.get_region_offset(VFIO_PCI_BAR0_REGION_INDEX))
             .len(bar_len)
             .map_raw(fd)
             .map_err(io_context(format!("{bdf}: mapping BAR0")))?;
-        let base = NonNull::new(bar0.as_mut_ptr())
-            .ok_or_else(|| Error::Unsupported("BAR0 mapped at null".into()))?;
+        let base = NonNull::new(bar0.as_mut_ptr()).ok_or_else(|| Error::Unsupported("BAR0 mapped at null".into()))?;
         // SAFETY: `bar0` maps `bar_len` bytes and is dropped after `mmio`
         // (field order in VfioPci); page-aligned, so 4-byte aligned; the
         // memory is only reached through Mmio's volatile accesses.
         let mmio = unsafe { Mmio::new(base, bar_len) };
 
-        Ok(Arc::new(VfioPci {
-            mmio,
-            _bar0: bar0,
-            device,
-            vfio: Arc::clone(self),
-            bdf,
-            pci_id,
-        }))
+        Ok(Arc::new(VfioPci { mmio, _bar0: bar0, device, vfio: Arc::clone(self), bdf, pci_id }))
     }
 
     /// The IOMMU's limits, known once a device is open.
@@ -296,23 +248,11 @@ impl Vfio {
     }
 
     fn allocate_iova(&self, len: usize) -> Result<u64> {
-        let mut guard = self
-            .iova
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut guard = self.iova.lock().unwrap_or_else(|poison| poison.into_inner());
         let space = guard.get_or_insert_with(|| {
-            IovaSpace::new(
-                self.iommu
-                    .get()
-                    .map(|info| info.iova_ranges.clone())
-                    .unwrap_or_default(),
-            )
+            IovaSpace::new(self.iommu.get().map(|info| info.iova_ranges.clone()).unwrap_or_default())
         });
-        let align = if len >= crate::dma::HUGE_PAGE_SIZE {
-            crate::dma::HUGE_PAGE_SIZE
-        } else {
-            crate::dma::PAGE_SIZE
-        };
+        let align = if len >= crate::dma::HUGE_PAGE_SIZE { crate::dma::HUGE_PAGE_SIZE } else { crate::dma::PAGE_SIZE };
         space
             .allocate(len as u64, align as u64)
             .ok_or_else(|| Error::Dma(format!("no IOVA space left for {len} bytes")))
@@ -322,26 +262,14 @@ impl Vfio {
 /// A VFIO group is usable only when every device in it is bound to
 /// vfio-pci or to no driver (Linux `Documentation/driver-api/vfio.rst`).
 fn check_group_viable(bdf: &str, sysfs: &Path) -> Result<()> {
-    let group_link = fs::read_link(sysfs.join("iommu_group")).map_err(|_| {
-        Error::Unsupported(format!(
-            "{bdf} has no IOMMU group: is the IOMMU on (intel_iommu=on)?"
-        ))
-    })?;
-    let group: u32 = group_link
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u32::MAX);
+    let group_link = fs::read_link(sysfs.join("iommu_group"))
+        .map_err(|_| Error::Unsupported(format!("{bdf} has no IOMMU group: is the IOMMU on (intel_iommu=on)?")))?;
+    let group: u32 = group_link.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()).unwrap_or(u32::MAX);
     let members = sysfs.join("iommu_group").join("devices");
     for member in fs::read_dir(&members).into_iter().flatten().flatten() {
         match driver_of(&member.path()).as_deref() {
             None | Some("vfio-pci") | Some("pcieport") => {}
-            Some(_) => {
-                return Err(Error::GroupNotViable {
-                    bdf: bdf.to_string(),
-                    group,
-                })
-            }
+            Some(_) => return Err(Error::GroupNotViable { bdf: bdf.to_string(), group }),
         }
     }
     Ok(())
@@ -396,12 +324,8 @@ impl Transport for VfioPci {
         let iova = self.vfio.allocate_iova(len)?;
         // SAFETY: the caller guarantees the memory stays allocated until
         // unmap_dma and is accessed only through raw pointers.
-        unsafe { self.vfio.container.vfio_dma_map(iova, len, vaddr.as_ptr()) }.map_err(
-            |source| Error::Vfio {
-                context: format!("mapping {len} bytes for DMA"),
-                source,
-            },
-        )?;
+        unsafe { self.vfio.container.vfio_dma_map(iova, len, vaddr.as_ptr()) }
+            .map_err(|source| Error::Vfio { context: format!("mapping {len} bytes for DMA"), source })?;
         Ok(iova)
     }
 
@@ -409,10 +333,7 @@ impl Transport for VfioPci {
         self.vfio
             .container
             .vfio_dma_unmap(iova, len)
-            .map_err(|source| Error::Vfio {
-                context: format!("unmapping {len} bytes at IOVA {iova:#x}"),
-                source,
-            })
+            .map_err(|source| Error::Vfio { context: format!("unmapping {len} bytes at IOVA {iova:#x}"), source })
     }
 
     fn name(&self) -> &str {
@@ -432,14 +353,7 @@ mod tests {
     fn bdf_forms() {
         assert_eq!(normalize_bdf("00:10.0").unwrap(), "0000:00:10.0");
         assert_eq!(normalize_bdf("0000:3B:00.1").unwrap(), "0000:3b:00.1");
-        for bad in [
-            "",
-            "00:10",
-            "0000:00:10.8",
-            "zz:10.0",
-            "0000-00:10.0",
-            "00:10.0x",
-        ] {
+        for bad in ["", "00:10", "0000:00:10.8", "zz:10.0", "0000-00:10.0", "00:10.0x"] {
             assert!(normalize_bdf(bad).is_err(), "{bad}");
         }
     }
@@ -453,15 +367,8 @@ mod tests {
         assert_eq!(b % (2 << 20), 0);
         assert!(b >= a + 4096);
         let mut tiny = IovaSpace::new(vec![(0x1000, 0x1fff)]);
-        assert_eq!(
-            tiny.allocate(0x1000, 0x1000),
-            None,
-            "the range lies below START"
-        );
-        let mut low = IovaSpace {
-            ranges: vec![(0x1000, 0x2fff)],
-            next: 0,
-        };
+        assert_eq!(tiny.allocate(0x1000, 0x1000), None, "the range lies below START");
+        let mut low = IovaSpace { ranges: vec![(0x1000, 0x2fff)], next: 0 };
         assert_eq!(low.allocate(0x1000, 0x1000), Some(0x1000));
         assert_eq!(low.allocate(0x1000, 0x1000), Some(0x2000));
         assert_eq!(low.allocate(0x1000, 0x1000), None);

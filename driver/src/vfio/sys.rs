@@ -4,15 +4,13 @@
 use std::io;
 use std::os::unix::io::RawFd;
 use vfio_bindings::bindings::vfio::{
-    vfio_info_cap_header, vfio_iommu_type1_info, VFIO_BASE, VFIO_IOMMU_INFO_CAPS,
-    VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL,
-    VFIO_TYPE,
+    vfio_info_cap_header, vfio_iommu_type1_info, VFIO_BASE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
+    VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_TYPE,
 };
 
 /// `VFIO_IOMMU_GET_INFO` is `_IO(VFIO_TYPE, VFIO_BASE + 12)` (linux/vfio.h);
 /// `vfio-ioctls` has no wrapper for it.
-const VFIO_IOMMU_GET_INFO: libc::c_ulong =
-    ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 12);
+const VFIO_IOMMU_GET_INFO: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 12);
 
 /// What the type1 IOMMU backend allows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -37,8 +35,7 @@ pub fn iommu_get_info(container: RawFd) -> io::Result<IommuInfo> {
         buffer.fill(0);
         let bytes = buffer.as_mut_ptr().cast::<u8>();
         // argsz is the first u32 of the structure.
-        let argsz_u32 =
-            u32::try_from(argsz).map_err(|_| io::Error::other("IOMMU info too large"))?;
+        let argsz_u32 = u32::try_from(argsz).map_err(|_| io::Error::other("IOMMU info too large"))?;
         // SAFETY: the buffer holds at least 4 bytes and is 8-byte aligned.
         unsafe { bytes.cast::<u32>().write(argsz_u32) };
         // SAFETY: the kernel writes at most `argsz` bytes into `buffer`,
@@ -59,15 +56,11 @@ pub fn iommu_get_info(container: RawFd) -> io::Result<IommuInfo> {
 }
 
 fn u32_at(raw: &[u8], offset: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(
-        raw.get(offset..offset + 4)?.try_into().ok()?,
-    ))
+    Some(u32::from_ne_bytes(raw.get(offset..offset + 4)?.try_into().ok()?))
 }
 
 fn u64_at(raw: &[u8], offset: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(
-        raw.get(offset..offset + 8)?.try_into().ok()?,
-    ))
+    Some(u64::from_ne_bytes(raw.get(offset..offset + 8)?.try_into().ok()?))
 }
 
 /// Decodes a `vfio_iommu_type1_info` and its capability chain. Total: a
@@ -86,8 +79,7 @@ pub fn parse_iommu_info(raw: &[u8]) -> IommuInfo {
     // Each capability lies after the fixed part; the chain ends at 0. The
     // step bound stops a looping chain.
     for _ in 0..64 {
-        if offset < std::mem::size_of::<vfio_iommu_type1_info>() || offset + header_len > raw.len()
-        {
+        if offset < std::mem::size_of::<vfio_iommu_type1_info>() || offset + header_len > raw.len() {
             break;
         }
         let id = u32::from(u16::from_ne_bytes([raw[offset], raw[offset + 1]]));
@@ -98,16 +90,12 @@ pub fn parse_iommu_info(raw: &[u8]) -> IommuInfo {
                 for i in 0..count.min(1024) {
                     let at = offset + 16 + i * 16;
                     match (u64_at(raw, at), u64_at(raw, at + 8)) {
-                        (Some(start), Some(end)) if start <= end => {
-                            info.iova_ranges.push((start, end))
-                        }
+                        (Some(start), Some(end)) if start <= end => info.iova_ranges.push((start, end)),
                         _ => break,
                     }
                 }
             }
-            VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL => {
-                info.dma_mappings_available = u32_at(raw, offset + 8)
-            }
+            VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL => info.dma_mappings_available = u32_at(raw, offset + 8),
             _ => {}
         }
         if next == 0 || next <= offset {
@@ -121,32 +109,24 @@ pub fn parse_iommu_info(raw: &[u8]) -> IommuInfo {
 /// Reads exactly `buf.len()` bytes at `offset` of a VFIO device region, so
 /// that failures are seen (the crate's `region_read` only logs them).
 pub fn pread_exact(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let offset =
-        libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset out of range"))?;
+    let offset = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset out of range"))?;
     // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset) };
     match usize::try_from(n) {
         Ok(n) if n == buf.len() => Ok(()),
-        Ok(n) => Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("short read: {n} of {}", buf.len()),
-        )),
+        Ok(n) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("short read: {n} of {}", buf.len()))),
         Err(_) => Err(io::Error::last_os_error()),
     }
 }
 
 /// Writes all of `buf` at `offset` of a VFIO device region.
 pub fn pwrite_all(fd: RawFd, buf: &[u8], offset: u64) -> io::Result<()> {
-    let offset =
-        libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset out of range"))?;
+    let offset = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset out of range"))?;
     // SAFETY: `buf` is valid for `buf.len()` bytes of reads.
     let n = unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), offset) };
     match usize::try_from(n) {
         Ok(n) if n == buf.len() => Ok(()),
-        Ok(n) => Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            format!("short write: {n} of {}", buf.len()),
-        )),
+        Ok(n) => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {}", buf.len()))),
         Err(_) => Err(io::Error::last_os_error()),
     }
 }
@@ -190,10 +170,7 @@ mod tests {
         put32(&mut raw, 80, 65535);
         let info = parse_iommu_info(&raw);
         assert_eq!(info.page_sizes, 0x4020_1000);
-        assert_eq!(
-            info.iova_ranges,
-            vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 48) - 1)]
-        );
+        assert_eq!(info.iova_ranges, vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 48) - 1)]);
         assert_eq!(info.dma_mappings_available, Some(65535));
     }
 

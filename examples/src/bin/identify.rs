@@ -60,8 +60,8 @@ fn run(args: &Args) -> Result<(), String> {
     for bdf in &bdfs {
         let device = container.open(bdf).map_err(|e| e.to_string())?;
         let transport: Arc<dyn Transport> = device;
-        let mut controller = Controller::init(transport, ControllerOptions::default())
-            .map_err(|e| format!("{bdf}: {e}"))?;
+        let mut controller =
+            Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("{bdf}: {e}"))?;
         if args.dump_pages {
             dump_pages(&mut controller).map_err(|e| format!("{bdf}: {e}"))?;
             continue;
@@ -80,10 +80,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     if args.json {
         let out = json!({ "controllers": reports, "iommu": iommu });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON values serialize")
-        );
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON values serialize"));
     } else {
         for report in &reports {
             print_text(report);
@@ -104,9 +101,8 @@ fn describe(controller: &mut Controller, logs: bool) -> nvme_driver::Result<Valu
     let nvm = controller.identify_nvm().cloned();
     let zasl = controller.identify_zns().map(|z| z.zasl);
     let max_transfer = controller.max_transfer_bytes();
-    let zone_append_max = controller
-        .identify_zns()
-        .and_then(|z| z.zone_append_size_limit_bytes(cap.min_page_size(), max_transfer));
+    let zone_append_max =
+        controller.identify_zns().and_then(|z| z.zone_append_size_limit_bytes(cap.min_page_size(), max_transfer));
     let mut report = json!({
         "pci": controller.transport().name(),
         "vendor_id": format!("{:04x}", pci.vendor),
@@ -157,41 +153,21 @@ fn describe(controller: &mut Controller, logs: bool) -> nvme_driver::Result<Valu
 
 fn dump_pages(controller: &mut Controller) -> nvme_driver::Result<()> {
     use nvme_driver::spec::identify::{
-        CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE,
-        CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS, CSI_NVM, CSI_ZONED,
+        CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE, CNS_NAMESPACE,
+        CNS_NS_ID_DESCRIPTORS, CSI_NVM, CSI_ZONED,
     };
     let bdf = controller.transport().name().to_string();
     let mut pages = vec![
         ("controller".to_string(), CNS_CONTROLLER, 0, CSI_NVM),
-        (
-            "active-namespaces".to_string(),
-            CNS_ACTIVE_NAMESPACES,
-            0,
-            CSI_NVM,
-        ),
+        ("active-namespaces".to_string(), CNS_ACTIVE_NAMESPACES, 0, CSI_NVM),
         ("controller-nvm".to_string(), CNS_CSI_CONTROLLER, 0, CSI_NVM),
-        (
-            "controller-zns".to_string(),
-            CNS_CSI_CONTROLLER,
-            0,
-            CSI_ZONED,
-        ),
+        ("controller-zns".to_string(), CNS_CSI_CONTROLLER, 0, CSI_ZONED),
     ];
     for ns in controller.namespaces() {
         pages.push((format!("ns{}", ns.nsid), CNS_NAMESPACE, ns.nsid, CSI_NVM));
-        pages.push((
-            format!("ns{}-descriptors", ns.nsid),
-            CNS_NS_ID_DESCRIPTORS,
-            ns.nsid,
-            CSI_NVM,
-        ));
+        pages.push((format!("ns{}-descriptors", ns.nsid), CNS_NS_ID_DESCRIPTORS, ns.nsid, CSI_NVM));
         if ns.zoned.is_some() {
-            pages.push((
-                format!("ns{}-zns", ns.nsid),
-                CNS_CSI_NAMESPACE,
-                ns.nsid,
-                CSI_ZONED,
-            ));
+            pages.push((format!("ns{}-zns", ns.nsid), CNS_CSI_NAMESPACE, ns.nsid, CSI_ZONED));
         }
     }
     for (name, cns, nsid, csi) in pages {
@@ -202,10 +178,7 @@ fn dump_pages(controller: &mut Controller) -> nvme_driver::Result<()> {
     Ok(())
 }
 
-fn describe_namespace(
-    controller: &mut Controller,
-    ns: &NamespaceInfo,
-) -> nvme_driver::Result<Value> {
+fn describe_namespace(controller: &mut Controller, ns: &NamespaceInfo) -> nvme_driver::Result<Value> {
     let id = &ns.identify;
     let dlfeat = id.deallocate_features();
     let format = id.current_lba_format()?;
@@ -264,55 +237,20 @@ fn limit(value: &Value) -> String {
 
 fn print_text(c: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    println!(
-        "{}  {} ({}:{})",
-        s(&c["pci"]),
-        s(&c["model"]),
-        s(&c["vendor_id"]),
-        s(&c["device_id"])
-    );
+    println!("{}  {} ({}:{})", s(&c["pci"]), s(&c["model"]), s(&c["vendor_id"]), s(&c["device_id"]));
     println!("  serial        {}", s(&c["serial"]));
     println!("  firmware      {}", s(&c["firmware"]));
     println!("  version       NVMe {}", s(&c["version"]));
-    println!(
-        "  mdts          {} ({})",
-        c["mdts"],
-        bytes(&c["max_transfer_bytes"])
-    );
-    let names = |v: &Value| {
-        v.as_array()
-            .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-            .unwrap_or_default()
-    };
-    println!(
-        "  oncs          {:#x}: {}",
-        c["oncs"]["raw"].as_u64().unwrap_or(0),
-        names(&c["oncs"]["commands"])
-    );
-    println!(
-        "  vwc           {}",
-        if c["vwc"].as_bool() == Some(true) {
-            "present"
-        } else {
-            "absent"
-        }
-    );
-    println!(
-        "  queues        {} I/O queue pairs, up to {} entries each",
-        c["io_queue_pairs"], c["max_queue_entries"]
-    );
+    println!("  mdts          {} ({})", c["mdts"], bytes(&c["max_transfer_bytes"]));
+    let names = |v: &Value| v.as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+    println!("  oncs          {:#x}: {}", c["oncs"]["raw"].as_u64().unwrap_or(0), names(&c["oncs"]["commands"]));
+    println!("  vwc           {}", if c["vwc"].as_bool() == Some(true) { "present" } else { "absent" });
+    println!("  queues        {} I/O queue pairs, up to {} entries each", c["io_queue_pairs"], c["max_queue_entries"]);
     if !c["wzsl"].is_null() {
-        println!(
-            "  nvm limits    wzsl {}, dmrl {}, dmrsl {}, dmsl {}",
-            c["wzsl"], c["dmrl"], c["dmrsl"], c["dmsl"]
-        );
+        println!("  nvm limits    wzsl {}, dmrl {}, dmrsl {}, dmsl {}", c["wzsl"], c["dmrl"], c["dmrsl"], c["dmsl"]);
     }
     if !c["zasl"].is_null() {
-        println!(
-            "  zasl          {} ({})",
-            c["zasl"],
-            bytes(&c["zone_append_max_bytes"])
-        );
+        println!("  zasl          {} ({})", c["zasl"], bytes(&c["zone_append_max_bytes"]));
     }
     for ns in c["namespaces"].as_array().into_iter().flatten() {
         println!(
@@ -328,11 +266,7 @@ fn print_text(c: &Value) {
             "    dlfeat      {:#04x}: deallocated blocks read {}; DEAC in Write Zeroes {}",
             ns["dlfeat"]["raw"].as_u64().unwrap_or(0),
             s(&ns["dlfeat"]["read_behavior"]),
-            if ns["dlfeat"]["write_zeroes_deac"].as_bool() == Some(true) {
-                "supported"
-            } else {
-                "not supported"
-            }
+            if ns["dlfeat"]["write_zeroes_deac"].as_bool() == Some(true) { "supported" } else { "not supported" }
         );
         let z = &ns["zoned"];
         if !z.is_null() {

@@ -91,10 +91,7 @@ fn run(args: &Args) -> Result<(), String> {
     if args.qd == 0 || args.qpairs == 0 || args.time == 0 {
         return Err("--qd, --qpairs and --time must be at least 1".into());
     }
-    let options = ControllerOptions {
-        shadow_doorbells: !args.no_shadow_doorbells,
-        ..ControllerOptions::default()
-    };
+    let options = ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, ..ControllerOptions::default() };
     let controller = open_controller(args.pci.as_deref(), options)?;
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
@@ -114,9 +111,7 @@ fn run(args: &Args) -> Result<(), String> {
         return Err("--size leaves less than one I/O per queue pair".into());
     }
     if ns.zones().is_some() && matches!(args.rw, Rw::Write | Rw::Randwrite | Rw::Randrw) {
-        return Err(
-            "writes to a zoned namespace must follow its write pointers; use seqwrite".into(),
-        );
+        return Err("writes to a zoned namespace must follow its write pointers; use seqwrite".into());
     }
 
     let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|scope| {
@@ -126,10 +121,7 @@ fn run(args: &Args) -> Result<(), String> {
                 scope.spawn(move || worker(controller, ns, args, index, region_blocks, io_blocks))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into()))).collect()
     });
     let mut total = WorkerResult::default();
     for result in results {
@@ -151,11 +143,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     report(args, &controller, &ns, &total);
     if total.errors > 0 {
-        return Err(format!(
-            "{} I/Os failed; first: {}",
-            total.errors,
-            total.first_error.unwrap_or_default()
-        ));
+        return Err(format!("{} I/Os failed; first: {}", total.errors, total.first_error.unwrap_or_default()));
     }
     Ok(())
 }
@@ -181,9 +169,7 @@ fn worker(
     io_blocks: u64,
 ) -> Result<WorkerResult, String> {
     let qd = usize::from(args.qd);
-    let mut qpair = controller
-        .create_queue_pair(args.qd + 1)
-        .map_err(|e| e.to_string())?;
+    let mut qpair = controller.create_queue_pair(args.qd + 1).map_err(|e| e.to_string())?;
     // At least 2 MiB of buffers, so the pool sits in one hugepage: the
     // IOMMU then translates one large page instead of many small ones.
     let bs = args.bs as usize;
@@ -196,11 +182,7 @@ fn worker(
     let slice_start = slice_blocks * u64::from(index);
     let random = matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw);
     let slots = region_blocks / io_blocks;
-    let mut rng = Rng(args
-        .seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(u64::from(index) + 1)
-        | 1);
+    let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(index) + 1) | 1);
     let mut next_sequential = 0u64;
     let mut next_request = |token: u64, buffer: IoBuffer| -> Result<(Request, bool), String> {
         let lba = if random {
@@ -215,11 +197,7 @@ fn worker(
             Rw::Write | Rw::Randwrite => false,
             Rw::Randrw => rng.next() % 100 < u64::from(args.rwmixread),
         };
-        let request = if is_read {
-            ns.read(lba, buffer, token)
-        } else {
-            ns.write(lba, buffer, false, token)
-        };
+        let request = if is_read { ns.read(lba, buffer, token) } else { ns.write(lba, buffer, false, token) };
         request.map(|r| (r, is_read)).map_err(|e| e.to_string())
     };
 
@@ -271,9 +249,7 @@ fn worker(
             } else {
                 result.bytes += args.bs;
             }
-            let buffer = completion
-                .buffer
-                .ok_or("a data command came back without its buffer")?;
+            let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
             if stopping {
                 in_flight -= 1;
                 continue;
@@ -340,11 +316,7 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, total: &WorkerRe
         controller.transport().name(),
         ns.nsid(),
         seconds,
-        if controller.shadow_doorbells() {
-            "on"
-        } else {
-            "off"
-        }
+        if controller.shadow_doorbells() { "on" } else { "off" }
     );
     println!(
         "  {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",

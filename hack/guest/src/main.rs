@@ -13,10 +13,7 @@ use std::process::ExitCode;
 const DEBUG_EXIT_PORT: u16 = 0xf4;
 
 fn main() -> ExitCode {
-    let Some(code) = std::env::args()
-        .nth(1)
-        .and_then(|arg| arg.parse::<u32>().ok())
-    else {
+    let Some(code) = std::env::args().nth(1).and_then(|arg| arg.parse::<u32>().ok()) else {
         eprintln!("usage: rig-exit CODE");
         return ExitCode::from(2);
     };
