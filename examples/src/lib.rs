@@ -1,5 +1,6 @@
 //! Shared pieces of the tools: a latency histogram and size parsing.
 
+pub mod conformance;
 pub mod device;
 pub mod histogram;
 pub mod size;
