@@ -44,6 +44,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
         self.write32(offset + 4, (value >> 32) as u32);
     }
 
+    /// Called once per queue-pair poll pass: lets a simulated device advance
+    /// its clock and post completions. Hardware needs nothing.
+    fn tick(&self) {}
+
     /// A pointer for direct volatile stores to a doorbell register, when the
     /// registers are memory-mapped. `None` sends doorbell writes through
     /// [`Transport::write32`] instead (simulators, loopback sinks). The

@@ -421,6 +421,7 @@ impl QueuePair {
     /// number reaped.
     pub fn poll(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
         self.ring();
+        self.transport.tick();
         let old_head = self.cq_head;
         let mut reaped = 0;
         loop {
