@@ -96,9 +96,7 @@ impl Controller {
         self
     }
     fn zoned_mut(&mut self) -> &mut Zoned {
-        self.zoned
-            .as_mut()
-            .expect("zone options need a ZNS controller (Controller::zns)")
+        self.zoned.as_mut().expect("zone options need a ZNS controller (Controller::zns)")
     }
     pub fn zone_capacity(mut self, bytes: u64) -> Self {
         self.zoned_mut().zone_capacity_bytes = Some(bytes);
@@ -123,13 +121,8 @@ impl Controller {
         let mut parts = text.split(',');
         let size_bytes = parse_size(parts.next().unwrap_or_default())?;
         let mut controller = Controller::nvme(size_bytes);
-        let mut zone = Zoned {
-            zone_size_bytes: 0,
-            zone_capacity_bytes: None,
-            max_open: None,
-            max_active: None,
-            zasl: None,
-        };
+        let mut zone =
+            Zoned { zone_size_bytes: 0, zone_capacity_bytes: None, max_open: None, max_active: None, zasl: None };
         for part in parts {
             let (key, value) = match part.split_once('=') {
                 Some((key, value)) => (key, Some(value)),
@@ -140,8 +133,7 @@ impl Controller {
             }
             let number = |value: Option<&str>| -> Result<u32, Error> {
                 let v = need(key, value)?;
-                v.parse()
-                    .map_err(|_| Error::Spec(format!("option {key}={v}: not a number")))
+                v.parse().map_err(|_| Error::Spec(format!("option {key}={v}: not a number")))
             };
             match (key, zoned) {
                 ("lba", _) => controller.lba_bytes = number(value)?,
@@ -150,11 +142,7 @@ impl Controller {
                     controller.discard = match need(key, value)? {
                         "unmap" => Discard::Unmap,
                         "ignore" => Discard::Ignore,
-                        other => {
-                            return Err(Error::Spec(format!(
-                                "discard={other}: expected unmap or ignore"
-                            )))
-                        }
+                        other => return Err(Error::Spec(format!("discard={other}: expected unmap or ignore"))),
                     }
                 }
                 ("intel-id", false) if value.is_none() => controller.intel_id = true,
@@ -166,9 +154,7 @@ impl Controller {
                 ("zasl", true) => zone.zasl = Some(small(key, number(value)?)?),
                 _ => {
                     let kind = if zoned { "--zns" } else { "--nvme" };
-                    return Err(Error::Spec(format!(
-                        "unknown {kind} option {part:?} in {text:?}"
-                    )));
+                    return Err(Error::Spec(format!("unknown {kind} option {part:?} in {text:?}")));
                 }
             }
         }
@@ -186,18 +172,13 @@ impl Controller {
             return fail(format!("lba={}: expected 512 or 4096", self.lba_bytes));
         }
         if self.size_bytes == 0 || !self.size_bytes.is_multiple_of(u64::from(self.lba_bytes)) {
-            return fail(format!(
-                "size {} is not a non-zero multiple of the block size",
-                self.size_bytes
-            ));
+            return fail(format!("size {} is not a non-zero multiple of the block size", self.size_bytes));
         }
         if let Some(zoned) = &self.zoned {
             if zoned.zone_size_bytes == 0 {
                 return fail("a ZNS controller needs zone=SIZE".into());
             }
-            if zoned.zone_size_bytes % u64::from(self.lba_bytes) != 0
-                || zoned.zone_size_bytes > self.size_bytes
-            {
+            if zoned.zone_size_bytes % u64::from(self.lba_bytes) != 0 || zoned.zone_size_bytes > self.size_bytes {
                 return fail(format!(
                     "zone={} must be a multiple of the block size and at most the namespace size",
                     format_size(zoned.zone_size_bytes)
@@ -205,10 +186,7 @@ impl Controller {
             }
             if let Some(cap) = zoned.zone_capacity_bytes {
                 if cap == 0 || cap > zoned.zone_size_bytes || cap % u64::from(self.lba_bytes) != 0 {
-                    return fail(format!(
-                        "cap={} must be a block multiple no larger than the zone",
-                        format_size(cap)
-                    ));
+                    return fail(format!("cap={} must be a block multiple no larger than the zone", format_size(cap)));
                 }
             }
             if let (Some(open), Some(active)) = (zoned.max_open, zoned.max_active) {
@@ -264,10 +242,7 @@ impl Controller {
 }
 
 fn small(key: &str, value: u32) -> Result<u8, Error> {
-    u8::try_from(value)
-        .ok()
-        .filter(|v| *v <= 31)
-        .ok_or_else(|| Error::Spec(format!("{key}={value}: expected 0..=31")))
+    u8::try_from(value).ok().filter(|v| *v <= 31).ok_or_else(|| Error::Spec(format!("{key}={value}: expected 0..=31")))
 }
 
 #[cfg(test)]
@@ -276,28 +251,14 @@ mod tests {
 
     #[test]
     fn parses_nvme_options() {
-        let c =
-            Controller::parse("1G,lba=4096,mdts=5,discard=unmap,intel-id,kernel", false).unwrap();
-        assert_eq!(
-            c,
-            Controller::nvme(1 << 30)
-                .lba(4096)
-                .mdts(5)
-                .discard(Discard::Unmap)
-                .intel_id()
-                .kernel()
-        );
+        let c = Controller::parse("1G,lba=4096,mdts=5,discard=unmap,intel-id,kernel", false).unwrap();
+        assert_eq!(c, Controller::nvme(1 << 30).lba(4096).mdts(5).discard(Discard::Unmap).intel_id().kernel());
     }
 
     #[test]
     fn parses_zns_options() {
-        let c =
-            Controller::parse("2G,zone=64M,cap=48M,max-open=8,max-active=12,zasl=5", true).unwrap();
-        let want = Controller::zns(2 << 30, 64 << 20)
-            .zone_capacity(48 << 20)
-            .max_open(8)
-            .max_active(12)
-            .zasl(5);
+        let c = Controller::parse("2G,zone=64M,cap=48M,max-open=8,max-active=12,zasl=5", true).unwrap();
+        let want = Controller::zns(2 << 30, 64 << 20).zone_capacity(48 << 20).max_open(8).max_active(12).zasl(5);
         assert_eq!(c, want);
     }
 
@@ -322,21 +283,11 @@ mod tests {
 
     #[test]
     fn qemu_args_name_the_configured_geometry() {
-        let c = Controller::zns(2 << 30, 64 << 20)
-            .max_open(8)
-            .max_active(8)
-            .zasl(5)
-            .lba(4096);
+        let c = Controller::zns(2 << 30, 64 << 20).max_open(8).max_active(8).zasl(5).lba(4096);
         let args = c.qemu_args(1, "/tmp/x.img", 0x11).join(" ");
-        assert!(
-            args.contains("nvme,id=nvme1,serial=rig1,bus=pcie.0,addr=0x11,zoned.zasl=5"),
-            "{args}"
-        );
+        assert!(args.contains("nvme,id=nvme1,serial=rig1,bus=pcie.0,addr=0x11,zoned.zasl=5"), "{args}");
         assert!(args.contains("zoned=on,zoned.zone_size=67108864"), "{args}");
-        assert!(
-            args.contains("zoned.max_open=8,zoned.max_active=8"),
-            "{args}"
-        );
+        assert!(args.contains("zoned.max_open=8,zoned.max_active=8"), "{args}");
         assert!(args.contains("logical_block_size=4096"), "{args}");
     }
 }

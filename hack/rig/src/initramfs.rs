@@ -17,11 +17,7 @@ pub struct Archive<W: Write> {
 
 impl<W: Write> Archive<W> {
     pub fn new(out: W) -> Self {
-        Archive {
-            out,
-            next_inode: 1,
-            written: 0,
-        }
+        Archive { out, next_inode: 1, written: 0 }
     }
 
     pub fn dir(&mut self, path: &str) -> io::Result<()> {
@@ -44,14 +40,10 @@ impl<W: Write> Archive<W> {
 
     fn entry(&mut self, path: &str, mode: u32, data: &[u8]) -> io::Result<()> {
         let name = path.trim_start_matches('/');
-        let size = u32::try_from(data.len()).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{path}: larger than 4 GiB"),
-            )
-        })?;
-        let name_size = u32::try_from(name.len() + 1)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name too long"))?;
+        let size = u32::try_from(data.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: larger than 4 GiB")))?;
+        let name_size =
+            u32::try_from(name.len() + 1).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name too long"))?;
         let inode = self.next_inode;
         self.next_inode += 1;
         let nlink = if mode & MODE_DIR != 0 { 2 } else { 1 };

@@ -8,6 +8,12 @@
 //! device (`rig-exit`). A hard timeout kills QEMU; nothing here waits
 //! without a bound.
 //!
+//! Besides our static tools, a run can carry dynamically linked host
+//! programs ([`Vm::host_program`]: the binary, every library `ldd` lists and
+//! the dynamic loader, at their host paths) and extra kernel command-line
+//! arguments ([`Vm::append`], e.g. `nvme.poll_queues=1` for polled I/O on
+//! kernel-owned controllers).
+//!
 //! ```no_run
 //! use vm_rig::{Controller, Vm};
 //! let outcome = Vm::new()
@@ -25,27 +31,21 @@ mod size;
 pub use devices::{Controller, Discard, Zoned};
 pub use size::{format_size, parse_size};
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// The vfio modules the guest loads, in dependency order.
-const VFIO_MODULES: [&str; 6] = [
-    "irqbypass",
-    "vfio",
-    "vfio_iommu_type1",
-    "vfio_virqfd",
-    "vfio-pci-core",
-    "vfio-pci",
-];
+const VFIO_MODULES: [&str; 6] = ["irqbypass", "vfio", "vfio_iommu_type1", "vfio_virqfd", "vfio-pci-core", "vfio-pci"];
 
 /// First PCI slot on the root bus for our controllers; controller N sits at
 /// `00:(FIRST_SLOT+N).0`, so controllers appear in the guest in the order
@@ -57,6 +57,16 @@ pub const MAX_CONTROLLERS: usize = 15;
 
 /// The console line `/init` prints with the command's exact exit status.
 const STATUS_MARKER: &str = "rig: exit status ";
+
+/// The x86 kernel's command-line limit (`COMMAND_LINE_SIZE`), terminator
+/// included; a longer line is silently cut, so the rig refuses it.
+const KERNEL_CMDLINE_MAX_BYTES: usize = 2048;
+
+/// How long `ldd` may take to list a host program's libraries.
+const LDD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Directories the initramfs always has, created before anything else.
+const BASE_DIRS: [&str; 7] = ["bin", "dev", "proc", "sys", "tmp", "rig", "rig/modules"];
 
 /// Everything that can go wrong in the rig, each with enough context to act on.
 #[derive(Debug)]
@@ -72,11 +82,7 @@ pub enum Error {
     /// QEMU did not finish within the timeout and was killed.
     Timeout { seconds: u64, console_tail: String },
     /// QEMU ended without the guest reporting a status.
-    Guest {
-        reason: String,
-        console_tail: String,
-        qemu_stderr: String,
-    },
+    Guest { reason: String, console_tail: String, qemu_stderr: String },
 }
 
 impl fmt::Display for Error {
@@ -86,17 +92,10 @@ impl fmt::Display for Error {
             Error::Missing(msg) => write!(f, "{msg} (hack/deps installs what the rig needs)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
             Error::Build(msg) => write!(f, "building guest binaries failed:\n{msg}"),
-            Error::Timeout {
-                seconds,
-                console_tail,
-            } => {
+            Error::Timeout { seconds, console_tail } => {
                 write!(f, "VM timed out after {seconds} s and was killed; guest console ends with:\n{console_tail}")
             }
-            Error::Guest {
-                reason,
-                console_tail,
-                qemu_stderr,
-            } => {
+            Error::Guest { reason, console_tail, qemu_stderr } => {
                 write!(f, "{reason}")?;
                 if !qemu_stderr.trim().is_empty() {
                     write!(f, "\nqemu: {}", qemu_stderr.trim())?;
@@ -135,6 +134,17 @@ impl Outcome {
     }
 }
 
+/// Called with each line of the guest command's output as it arrives
+/// (without its line ending); see [`Vm::on_line`].
+#[derive(Clone)]
+struct LineObserver(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl fmt::Debug for LineObserver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LineObserver")
+    }
+}
+
 /// One VM run's configuration. See the crate docs for an example.
 #[derive(Debug, Clone)]
 pub struct Vm {
@@ -145,7 +155,10 @@ pub struct Vm {
     hugepages: u32,
     timeout: Duration,
     stream: bool,
+    on_line: Option<LineObserver>,
     extra_binaries: Vec<PathBuf>,
+    host_programs: Vec<PathBuf>,
+    cmdline_extra: Vec<String>,
 }
 
 impl Default for Vm {
@@ -164,7 +177,10 @@ impl Vm {
             hugepages: 128,
             timeout: Duration::from_secs(300),
             stream: false,
+            on_line: None,
             extra_binaries: Vec::new(),
+            host_programs: Vec::new(),
+            cmdline_extra: Vec::new(),
         }
     }
 
@@ -209,9 +225,35 @@ impl Vm {
         self
     }
 
-    /// Adds a host binary (static) to the guest's /bin.
+    /// Calls `observer` with each line of the guest command's output as it
+    /// arrives (line ending removed), e.g. to report progress. The whole
+    /// output is still returned in [`Outcome::output`].
+    pub fn on_line(mut self, observer: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_line = Some(LineObserver(Arc::new(observer)));
+        self
+    }
+
+    /// Adds a static host binary to the guest's /bin.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.extra_binaries.push(path.into());
+        self
+    }
+
+    /// Adds a host program, static or dynamically linked, at its own path
+    /// (e.g. `/usr/bin/fio`), with every shared library `ldd` lists and the
+    /// dynamic loader, each at the path `ldd` names. Libraries a program
+    /// opens at run time (`dlopen`) are not found this way. The guest's
+    /// `PATH` includes `/usr/bin`, `/sbin` and `/usr/sbin` after `/bin`.
+    pub fn host_program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.host_programs.push(path.into());
+        self
+    }
+
+    /// Appends `args` (one or more space-separated words, e.g.
+    /// `nvme.poll_queues=1`) to the guest kernel's command line, after the
+    /// rig's own arguments.
+    pub fn append(mut self, args: impl Into<String>) -> Self {
+        self.cmdline_extra.push(args.into());
         self
     }
 
@@ -222,23 +264,27 @@ impl Vm {
             return Err(Error::Spec("no guest command given".into()));
         }
         if self.controllers.len() > MAX_CONTROLLERS {
-            return Err(Error::Spec(format!(
-                "at most {MAX_CONTROLLERS} controllers per VM"
-            )));
+            return Err(Error::Spec(format!("at most {MAX_CONTROLLERS} controllers per VM")));
         }
         for controller in &self.controllers {
             controller.validate()?;
         }
+        let cmdline = self.kernel_cmdline();
+        check_cmdline(&cmdline)?;
         let kernel = find_kernel()?;
         let busybox = find_busybox()?;
-        let qemu = which("qemu-system-x86_64")
-            .ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into()))?;
+        let qemu = which("qemu-system-x86_64").ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into()))?;
         let mut binaries = guest_binaries()?.to_vec();
         binaries.extend(self.extra_binaries.iter().cloned());
+        let mut host_files = BTreeSet::new();
+        for program in &self.host_programs {
+            host_files.extend(host_program_files(program)?);
+        }
 
         let work = WorkDir::new()?;
         let initrd = work.path.join("initrd.cpio");
-        self.write_initramfs(&initrd, &kernel, &busybox, &binaries, command)?;
+        let contents = Contents { kernel: &kernel, busybox: &busybox, binaries: &binaries, host_files: &host_files };
+        self.write_initramfs(&initrd, &contents, command)?;
         let images = self.prepare_images(&work.path)?;
 
         let _slot = VmSlot::acquire()?;
@@ -266,7 +312,7 @@ impl Vm {
             "-initrd".into(),
             initrd.display().to_string(),
             "-append".into(),
-            self.kernel_cmdline(),
+            cmdline,
             "-serial".into(),
             format!("file:{}", console_path.display()),
             "-chardev".into(),
@@ -290,8 +336,9 @@ impl Vm {
             .spawn()
             .map_err(io_error("starting qemu-system-x86_64"))?;
         let stream = self.stream;
+        let on_line = self.on_line.clone();
         let stdout = child.stdout.take().expect("piped");
-        let reader = thread::spawn(move || collect_output(stdout, stream));
+        let reader = thread::spawn(move || collect_output(stdout, stream, on_line));
         let mut stderr_pipe = child.stderr.take().expect("piped");
         let stderr_reader = thread::spawn(move || {
             let mut text = String::new();
@@ -299,39 +346,22 @@ impl Vm {
             text
         });
 
-        let exit = wait_bounded(&mut child, self.timeout)?;
+        let exit = wait_bounded(&mut child, self.timeout, "waiting for qemu")?;
         let elapsed = started.elapsed();
         let output = reader.join().unwrap_or_default();
         let qemu_stderr = stderr_reader.join().unwrap_or_default();
-        let console = fs::read(&console_path)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
+        let console = fs::read(&console_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
 
         let Some(exit) = exit else {
-            return Err(Error::Timeout {
-                seconds: self.timeout.as_secs(),
-                console_tail: tail(&console, 40),
-            });
+            return Err(Error::Timeout { seconds: self.timeout.as_secs(), console_tail: tail(&console, 40) });
         };
-        let reported = console.lines().rev().find_map(|line| {
-            line.trim()
-                .strip_prefix(STATUS_MARKER)?
-                .trim()
-                .parse::<i32>()
-                .ok()
-        });
+        let reported =
+            console.lines().rev().find_map(|line| line.trim().strip_prefix(STATUS_MARKER)?.trim().parse::<i32>().ok());
         // isa-debug-exit makes QEMU exit with (code << 1) | 1; only the low
         // seven bits of the code survive an 8-bit process status.
         match (exit.code(), reported) {
-            (Some(qemu_code), Some(status))
-                if qemu_code & 1 == 1 && (qemu_code >> 1) == (status & 0x7f) =>
-            {
-                Ok(Outcome {
-                    status,
-                    output,
-                    console,
-                    elapsed,
-                })
+            (Some(qemu_code), Some(status)) if qemu_code & 1 == 1 && (qemu_code >> 1) == (status & 0x7f) => {
+                Ok(Outcome { status, output, console, elapsed })
             }
             (code, _) => Err(Error::Guest {
                 reason: format!("the guest ended without reporting a status (qemu exit {code:?})"),
@@ -357,6 +387,13 @@ impl Vm {
             cmdline += &format!(" rig.kernel={}", kernel_owned.join(","));
         }
         cmdline += &format!(" rig.hugepages={}", self.hugepages);
+        for extra in &self.cmdline_extra {
+            let extra = extra.trim();
+            if !extra.is_empty() {
+                cmdline.push(' ');
+                cmdline += extra;
+            }
+        }
         cmdline
     }
 
@@ -384,10 +421,8 @@ impl Vm {
                 }
                 _ => {
                     // Sparse, like `truncate -s`.
-                    let file = File::create(&path)
-                        .map_err(io_error(format!("creating {}", path.display())))?;
-                    file.set_len(controller.size_bytes)
-                        .map_err(io_error(format!("sizing {}", path.display())))?;
+                    let file = File::create(&path).map_err(io_error(format!("creating {}", path.display())))?;
+                    file.set_len(controller.size_bytes).map_err(io_error(format!("sizing {}", path.display())))?;
                 }
             }
             images.push(path);
@@ -395,33 +430,38 @@ impl Vm {
         Ok(images)
     }
 
-    fn write_initramfs<S: AsRef<str>>(
-        &self,
-        path: &Path,
-        kernel: &Kernel,
-        busybox: &Path,
-        binaries: &[PathBuf],
-        command: &[S],
-    ) -> Result<(), Error> {
+    fn write_initramfs<S: AsRef<str>>(&self, path: &Path, contents: &Contents<'_>, command: &[S]) -> Result<(), Error> {
         let file = File::create(path).map_err(io_error(format!("creating {}", path.display())))?;
         let mut archive = initramfs::Archive::new(io::BufWriter::new(file));
         let read = |p: &Path| fs::read(p).map_err(io_error(format!("reading {}", p.display())));
         let pack = |archive: &mut initramfs::Archive<io::BufWriter<File>>| -> Result<(), Error> {
-            for dir in ["bin", "dev", "proc", "sys", "tmp", "rig", "rig/modules"] {
+            let mut dirs: BTreeSet<String> = BTreeSet::new();
+            for dir in BASE_DIRS {
                 archive.dir(dir)?;
+                dirs.insert(dir.to_owned());
             }
-            archive.file("bin/busybox", 0o755, &read(busybox)?)?;
+            archive.file("bin/busybox", 0o755, &read(contents.busybox)?)?;
             archive.symlink("bin/sh", "busybox")?;
-            for binary in binaries {
-                let name = binary.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-                    Error::Spec(format!(
-                        "guest binary {} has no usable file name",
-                        binary.display()
-                    ))
-                })?;
+            for binary in contents.binaries {
+                let name = binary
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| Error::Spec(format!("guest binary {} has no usable file name", binary.display())))?;
                 archive.file(&format!("bin/{name}"), 0o755, &read(binary)?)?;
             }
-            for (name, module) in &kernel.modules {
+            for host_file in contents.host_files {
+                let guest_path = guest_path(host_file)?;
+                // Parents before children, each once.
+                for parent in parent_dirs(&guest_path) {
+                    if dirs.insert(parent.clone()) {
+                        archive.dir(&parent)?;
+                    }
+                }
+                // fs::read follows symbolic links: the guest gets the
+                // library's contents under the name the loader asks for.
+                archive.file(&guest_path, 0o755, &read(host_file)?)?;
+            }
+            for (name, module) in &contents.kernel.modules {
                 archive.file(&format!("rig/modules/{name}.ko"), 0o644, &read(module)?)?;
             }
             archive.file("rig/command.sh", 0o644, shell_command(command).as_bytes())?;
@@ -429,19 +469,125 @@ impl Vm {
             Ok(())
         };
         pack(&mut archive)?;
-        archive
-            .finish()
-            .and_then(|mut w| w.flush())
-            .map_err(io_error(format!("writing {}", path.display())))
+        archive.finish().and_then(|mut w| w.flush()).map_err(io_error(format!("writing {}", path.display())))
     }
+}
+
+/// What goes into one run's initramfs besides `/init` and the command.
+struct Contents<'a> {
+    kernel: &'a Kernel,
+    busybox: &'a Path,
+    /// Static binaries, each to `/bin/<name>`.
+    binaries: &'a [PathBuf],
+    /// Host files (programs, libraries, the loader), each at its own path.
+    host_files: &'a BTreeSet<PathBuf>,
+}
+
+/// A host file's path inside the initramfs: absolute, normal components
+/// only, stripped of its leading `/`.
+fn guest_path(host_file: &Path) -> Result<String, Error> {
+    let normal = host_file.is_absolute() && host_file.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
+    match host_file.to_str() {
+        Some(text) if normal => Ok(text.trim_start_matches('/').to_owned()),
+        _ => Err(Error::Spec(format!("host file {} needs a plain absolute UTF-8 path", host_file.display()))),
+    }
+}
+
+/// The directories above a relative path, outermost first:
+/// `usr/lib/x/libc.so` gives `usr`, `usr/lib`, `usr/lib/x`.
+fn parent_dirs(relative: &str) -> Vec<String> {
+    let mut parents = Vec::new();
+    let mut at = 0;
+    while let Some(slash) = relative[at..].find('/') {
+        at += slash;
+        parents.push(relative[..at].to_owned());
+        at += 1;
+    }
+    parents
+}
+
+/// Refuses a kernel command line the kernel would cut or misread.
+fn check_cmdline(cmdline: &str) -> Result<(), Error> {
+    if cmdline.len() >= KERNEL_CMDLINE_MAX_BYTES {
+        return Err(Error::Spec(format!(
+            "the kernel command line is {} bytes; the limit is {}",
+            cmdline.len(),
+            KERNEL_CMDLINE_MAX_BYTES - 1
+        )));
+    }
+    if let Some(bad) = cmdline.chars().find(|c| c.is_control()) {
+        return Err(Error::Spec(format!("kernel command-line arguments may not contain control characters ({bad:?})")));
+    }
+    Ok(())
+}
+
+/// A host program and the shared objects it loads at start-up: the program
+/// itself, then every library and the dynamic loader, as `ldd` lists them.
+fn host_program_files(program: &Path) -> Result<Vec<PathBuf>, Error> {
+    if !program.is_file() {
+        return Err(Error::Missing(format!("host program {} not found", program.display())));
+    }
+    let ldd = which("ldd")
+        .ok_or_else(|| Error::Missing("ldd not found (package libc-bin); needed for host programs".into()))?;
+    let HostOutput { status: exit, stdout: listing, stderr: errors } =
+        host_command(Command::new(ldd).arg(program), LDD_TIMEOUT)?;
+    let libraries = match parse_ldd(&listing) {
+        Ok(Linkage::Static) => Vec::new(),
+        Ok(Linkage::Dynamic(libraries)) if exit.success() => libraries,
+        Ok(Linkage::Dynamic(_)) => {
+            return Err(Error::Spec(format!("ldd {} failed ({exit}): {}", program.display(), errors.trim())))
+        }
+        Err(message) => return Err(Error::Missing(format!("{}: {message}", program.display()))),
+    };
+    let mut files = vec![program.to_path_buf()];
+    files.extend(libraries);
+    Ok(files)
+}
+
+/// How a program is linked, from `ldd`'s listing.
+#[derive(Debug, PartialEq, Eq)]
+enum Linkage {
+    /// Nothing to load besides the program.
+    Static,
+    /// The libraries and the loader, by absolute path, in `ldd`'s order.
+    Dynamic(Vec<PathBuf>),
+}
+
+/// Parses glibc `ldd` output. Lines have three shapes:
+/// `libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)` (a library),
+/// `/lib64/ld-linux-x86-64.so.2 (0x...)` (the loader) and
+/// `linux-vdso.so.1 (0x...)` (provided by the kernel: nothing to copy).
+/// A static program gives `statically linked` or `not a dynamic executable`.
+fn parse_ldd(listing: &str) -> Result<Linkage, String> {
+    let mut libraries = Vec::new();
+    for line in listing.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line == "statically linked" || line == "not a dynamic executable" {
+            return Ok(Linkage::Static);
+        }
+        let (name, target) = match line.split_once("=>") {
+            Some((name, target)) => (name.trim(), target.trim()),
+            None => (line, line),
+        };
+        if target.starts_with("not found") {
+            return Err(format!("library {name} not found"));
+        }
+        // The path ends at the load address, " (0x...)".
+        let path = target.rsplit_once(" (").map_or(target, |(path, _)| path).trim();
+        if path.starts_with('/') {
+            libraries.push(PathBuf::from(path));
+        } else if !path.is_empty() && !path.starts_with('(') && target != line {
+            return Err(format!("unexpected ldd line {line:?}"));
+        }
+    }
+    if libraries.is_empty() {
+        return Err(format!("ldd listed no libraries:\n{listing}"));
+    }
+    Ok(Linkage::Dynamic(libraries))
 }
 
 impl From<io::Error> for Error {
     fn from(source: io::Error) -> Self {
-        Error::Io {
-            context: "writing the initramfs".into(),
-            source,
-        }
+        Error::Io { context: "writing the initramfs".into(), source }
     }
 }
 
@@ -449,7 +595,7 @@ impl From<io::Error> for Error {
 /// the command line; everything else of class 0x010802 goes to vfio-pci.
 const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin
+export PATH=/bin:/usr/bin:/sbin:/usr/sbin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -499,14 +645,11 @@ poweroff -f
 
 /// The guest command as a shell script line, each word single-quoted.
 fn shell_command<S: AsRef<str>>(command: &[S]) -> String {
-    let words: Vec<String> = command
-        .iter()
-        .map(|w| format!("'{}'", w.as_ref().replace('\'', r"'\''")))
-        .collect();
+    let words: Vec<String> = command.iter().map(|w| format!("'{}'", w.as_ref().replace('\'', r"'\''"))).collect();
     format!("exec {}\n", words.join(" "))
 }
 
-fn collect_output(stdout: impl Read, stream: bool) -> String {
+fn collect_output(stdout: impl Read, stream: bool, on_line: Option<LineObserver>) -> String {
     let mut reader = BufReader::new(stdout);
     let mut all = String::new();
     let mut line = Vec::new();
@@ -522,6 +665,9 @@ fn collect_output(stdout: impl Read, stream: bool) -> String {
                     let _ = out.write_all(text.as_bytes());
                     let _ = out.flush();
                 }
+                if let Some(LineObserver(observer)) = &on_line {
+                    observer(text.trim_end_matches('\n'));
+                }
                 all.push_str(&text);
             }
         }
@@ -529,14 +675,58 @@ fn collect_output(stdout: impl Read, stream: bool) -> String {
     all
 }
 
+/// What a host command printed and how it ended.
+#[derive(Debug, Clone)]
+pub struct HostOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a host command with stdin closed and waits for it at most
+/// `timeout`; one still running then is killed and reported as an
+/// `Error::Io` of kind `TimedOut`. Output is read as it comes, so a chatty
+/// command cannot block on a full pipe.
+pub fn host_command(command: &mut Command, timeout: Duration) -> Result<HostOutput, Error> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io_error(format!("starting {program}")))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out_reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err_reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let exit = wait_bounded(&mut child, timeout, &format!("waiting for {program}"))?;
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    match exit {
+        Some(status) => Ok(HostOutput { status, stdout, stderr }),
+        None => Err(Error::Io {
+            context: format!("running {program}"),
+            source: io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("did not finish in {} s and was killed", timeout.as_secs()),
+            ),
+        }),
+    }
+}
+
 /// Waits for `child` at most `timeout`; kills it and returns `None` past that.
-fn wait_bounded(
-    child: &mut Child,
-    timeout: Duration,
-) -> Result<Option<std::process::ExitStatus>, Error> {
+fn wait_bounded(child: &mut Child, timeout: Duration, context: &str) -> Result<Option<ExitStatus>, Error> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(status) = child.try_wait().map_err(io_error("waiting for qemu"))? {
+        if let Some(status) = child.try_wait().map_err(io_error(context))? {
             return Ok(Some(status));
         }
         if Instant::now() >= deadline {
@@ -591,11 +781,7 @@ impl VmSlot {
         let slots = std::env::var("RIG_JOBS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or_else(|| {
-                thread::available_parallelism()
-                    .map(|n| n.get() / 2)
-                    .unwrap_or(1)
-            });
+            .unwrap_or_else(|| thread::available_parallelism().map(|n| n.get() / 2).unwrap_or(1));
         let slots = slots.max(1);
         let dir = workspace_root().join("target").join("vm-rig");
         fs::create_dir_all(&dir).map_err(io_error(format!("creating {}", dir.display())))?;
@@ -616,10 +802,7 @@ impl VmSlot {
                 }
             }
             if started.elapsed() > Self::WAIT_LIMIT {
-                return Err(Error::Spec(format!(
-                    "no free VM slot in {} s",
-                    Self::WAIT_LIMIT.as_secs()
-                )));
+                return Err(Error::Spec(format!("no free VM slot in {} s", Self::WAIT_LIMIT.as_secs())));
             }
             thread::sleep(Duration::from_millis(200));
         }
@@ -635,11 +818,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|dir| Path::new(dir).join(program))
-        .find(|path| path.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|path| path.is_file())
 }
 
 /// The guest kernel image and the vfio modules to load, by name.
@@ -658,9 +837,9 @@ fn find_kernel() -> Result<Kernel, Error> {
         .filter(|version| version.ends_with("cloud-amd64"))
         .collect();
     versions.sort_by_key(|v| version_key(v));
-    let version = versions.pop().ok_or_else(|| {
-        Error::Missing("no /boot/vmlinuz-*cloud-amd64 (package linux-image-cloud-amd64)".into())
-    })?;
+    let version = versions
+        .pop()
+        .ok_or_else(|| Error::Missing("no /boot/vmlinuz-*cloud-amd64 (package linux-image-cloud-amd64)".into()))?;
     let module_root = PathBuf::from(format!("/lib/modules/{version}/kernel"));
     let mut found = Vec::new();
     find_files(&module_root, &mut found);
@@ -669,29 +848,18 @@ fn find_kernel() -> Result<Kernel, Error> {
         .map(|name| {
             found
                 .iter()
-                .find(|path| {
-                    path.file_name().and_then(|n| n.to_str()) == Some(&format!("{name}.ko"))
-                })
+                .find(|path| path.file_name().and_then(|n| n.to_str()) == Some(&format!("{name}.ko")))
                 .map(|path| (name.to_string(), path.clone()))
                 .ok_or_else(|| {
-                    Error::Missing(format!(
-                        "uncompressed module {name}.ko not found under {}",
-                        module_root.display()
-                    ))
+                    Error::Missing(format!("uncompressed module {name}.ko not found under {}", module_root.display()))
                 })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    Ok(Kernel {
-        image: PathBuf::from(format!("/boot/vmlinuz-{version}")),
-        modules,
-    })
+    Ok(Kernel { image: PathBuf::from(format!("/boot/vmlinuz-{version}")), modules })
 }
 
 fn version_key(version: &str) -> Vec<u64> {
-    version
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse().ok())
-        .collect()
+    version.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect()
 }
 
 fn find_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -746,47 +914,26 @@ fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
         .current_dir(&root)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env("CARGO_TARGET_DIR", &target_dir)
-        .args([
-            "build",
-            "--quiet",
-            "--profile",
-            "guest",
-            "--target",
-            GUEST_TARGET,
-        ])
+        .args(["build", "--quiet", "--profile", "guest", "--target", GUEST_TARGET])
         .args(["-p", "nvme-examples", "-p", "rig-guest", "--bins"])
         .stdin(Stdio::null())
         .output()
         .map_err(io_error("running cargo build for the guest"))?;
     if !output.status.success() {
-        return Err(Error::Build(
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        ));
+        return Err(Error::Build(String::from_utf8_lossy(&output.stderr).into_owned()));
     }
     let bin_dir = target_dir.join(GUEST_TARGET).join("guest");
     let mut binaries = Vec::new();
-    for entry in fs::read_dir(&bin_dir)
-        .map_err(io_error(format!("reading {}", bin_dir.display())))?
-        .flatten()
-    {
+    for entry in fs::read_dir(&bin_dir).map_err(io_error(format!("reading {}", bin_dir.display())))?.flatten() {
         let path = entry.path();
-        let is_exe = entry
-            .metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false);
-        let plain_name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| !n.contains('.'));
+        let is_exe = entry.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+        let plain_name = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.contains('.'));
         if is_exe && plain_name {
             binaries.push(path);
         }
     }
     if !binaries.iter().any(|p| p.ends_with("rig-exit")) {
-        return Err(Error::Build(format!(
-            "rig-exit missing from {}",
-            bin_dir.display()
-        )));
+        return Err(Error::Build(format!("rig-exit missing from {}", bin_dir.display())));
     }
     Ok(binaries)
 }
@@ -797,10 +944,7 @@ mod tests {
 
     #[test]
     fn shell_command_quotes_every_word() {
-        assert_eq!(
-            shell_command(&["sh", "-c", "echo 'hi' $X"]),
-            "exec 'sh' '-c' 'echo '\\''hi'\\'' $X'\n"
-        );
+        assert_eq!(shell_command(&["sh", "-c", "echo 'hi' $X"]), "exec 'sh' '-c' 'echo '\\''hi'\\'' $X'\n");
     }
 
     #[test]
@@ -814,12 +958,86 @@ mod tests {
     }
 
     #[test]
+    fn kernel_cmdline_appends_extra_arguments_last() {
+        let vm = Vm::new().append("nvme.poll_queues=1").append("  ").append(" loglevel=4 mitigations=off ");
+        let cmdline = vm.kernel_cmdline();
+        assert!(cmdline.ends_with(" nvme.poll_queues=1 loglevel=4 mitigations=off"), "{cmdline}");
+        check_cmdline(&cmdline).unwrap();
+    }
+
+    #[test]
+    fn kernel_cmdline_limits_are_checked() {
+        assert!(check_cmdline(&"x".repeat(KERNEL_CMDLINE_MAX_BYTES - 1)).is_ok());
+        assert!(check_cmdline(&"x".repeat(KERNEL_CMDLINE_MAX_BYTES)).is_err());
+        assert!(check_cmdline("quiet\ninit=/bin/sh").is_err());
+        let vm = Vm::new().append("a".repeat(KERNEL_CMDLINE_MAX_BYTES));
+        assert!(matches!(vm.run(&["true"]), Err(Error::Spec(_))));
+    }
+
+    /// `ldd /usr/bin/fio` on Debian 12, shortened.
+    const LDD_FIO: &str = "\tlinux-vdso.so.1 (0x00007ffd5a9e8000)
+\tlibnuma.so.1 => /lib/x86_64-linux-gnu/libnuma.so.1 (0x00007f72929f7000)
+\tlibaio.so.1 => /lib/x86_64-linux-gnu/libaio.so.1 (0x00007f72928f3000)
+\tlibceph-common.so.2 => /usr/lib/x86_64-linux-gnu/ceph/libceph-common.so.2 (0x00007f7288600000)
+\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f729181e000)
+\t/lib64/ld-linux-x86-64.so.2 (0x00007f7292a1a000)
+";
+
+    #[test]
+    fn parse_ldd_lists_libraries_and_the_loader() {
+        let want: Vec<PathBuf> = [
+            "/lib/x86_64-linux-gnu/libnuma.so.1",
+            "/lib/x86_64-linux-gnu/libaio.so.1",
+            "/usr/lib/x86_64-linux-gnu/ceph/libceph-common.so.2",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(parse_ldd(LDD_FIO), Ok(Linkage::Dynamic(want)));
+    }
+
+    #[test]
+    fn parse_ldd_knows_static_programs_and_missing_libraries() {
+        assert_eq!(parse_ldd("\tstatically linked\n"), Ok(Linkage::Static));
+        assert_eq!(parse_ldd("\tnot a dynamic executable\n"), Ok(Linkage::Static));
+        // Older glibc printed the vDSO with an empty target.
+        assert_eq!(
+            parse_ldd("\tlinux-vdso.so.1 =>  (0x00007ffd)\n\t/lib64/ld-linux-x86-64.so.2 (0x1)\n"),
+            Ok(Linkage::Dynamic(vec![PathBuf::from("/lib64/ld-linux-x86-64.so.2")]))
+        );
+        let missing = parse_ldd("\tlibgone.so.3 => not found\n\tlibc.so.6 => /lib/libc.so.6 (0x1)\n");
+        assert_eq!(missing, Err("library libgone.so.3 not found".into()));
+        assert!(parse_ldd("").is_err());
+        assert!(parse_ldd("\tlibx.so => relative/libx.so (0x1)\n").is_err());
+    }
+
+    #[test]
+    fn host_files_keep_their_paths_with_parents_first() {
+        assert_eq!(
+            guest_path(Path::new("/usr/lib/x86_64-linux-gnu/libz.so.1")).unwrap(),
+            "usr/lib/x86_64-linux-gnu/libz.so.1"
+        );
+        assert!(guest_path(Path::new("lib/libz.so.1")).is_err());
+        assert!(guest_path(Path::new("/lib/../etc/passwd")).is_err());
+        assert_eq!(parent_dirs("usr/lib/x86_64-linux-gnu/libz.so.1"), ["usr", "usr/lib", "usr/lib/x86_64-linux-gnu"]);
+        assert!(parent_dirs("init").is_empty());
+    }
+
+    /// Runs the host's `ldd`: the rig finds a dynamically linked program's
+    /// loader and C library (any Debian host has /bin/sh as dash).
+    #[test]
+    fn host_program_files_follow_ldd() {
+        let files = host_program_files(Path::new("/bin/sh")).unwrap();
+        assert_eq!(files[0], Path::new("/bin/sh"));
+        assert!(files.iter().any(|f| f.to_string_lossy().contains("libc.so")), "{files:?}");
+        assert!(matches!(host_program_files(Path::new("/nonexistent/program")), Err(Error::Missing(_))));
+    }
+
+    #[test]
     fn version_key_orders_numerically() {
-        let mut versions = [
-            "6.1.0-9-cloud-amd64",
-            "6.1.0-57-cloud-amd64",
-            "6.1.0-10-cloud-amd64",
-        ];
+        let mut versions = ["6.1.0-9-cloud-amd64", "6.1.0-57-cloud-amd64", "6.1.0-10-cloud-amd64"];
         versions.sort_by_key(|v| version_key(v));
         assert_eq!(versions.last(), Some(&"6.1.0-57-cloud-amd64"));
     }

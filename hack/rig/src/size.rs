@@ -5,17 +5,10 @@ use crate::Error;
 
 /// Parses `N[K|M|G|T]` (case-insensitive, optional trailing `B` or `iB`).
 pub fn parse_size(text: &str) -> Result<u64, Error> {
-    let bad = || {
-        Error::Spec(format!(
-            "invalid size {text:?}: expected N, NK, NM, NG or NT"
-        ))
-    };
+    let bad = || Error::Spec(format!("invalid size {text:?}: expected N, NK, NM, NG or NT"));
     let trimmed = text.trim();
     let lower = trimmed.to_ascii_lowercase();
-    let body = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
+    let body = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
     let (digits, shift) = match body.chars().last() {
         Some('k') => (&body[..body.len() - 1], 10),
         Some('m') => (&body[..body.len() - 1], 20),
@@ -53,15 +46,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in [
-            "",
-            "G",
-            "1.5G",
-            "-1",
-            "12Q",
-            "99999999999999999999",
-            "16777216T",
-        ] {
+        for bad in ["", "G", "1.5G", "-1", "12Q", "99999999999999999999", "16777216T"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
     }

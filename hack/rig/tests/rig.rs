@@ -6,32 +6,17 @@ use vm_rig::{Controller, Error, Vm};
 
 #[test]
 fn exit_status_and_output_come_back() {
-    let outcome = Vm::new()
-        .run(&[
-            "sh",
-            "-c",
-            "echo hello from the guest; echo to stderr >&2; exit 200",
-        ])
-        .unwrap();
+    let outcome = Vm::new().run(&["sh", "-c", "echo hello from the guest; echo to stderr >&2; exit 200"]).unwrap();
     assert_eq!(outcome.status, 200);
-    assert!(
-        outcome.output.contains("hello from the guest\n"),
-        "{}",
-        outcome.output
-    );
+    assert!(outcome.output.contains("hello from the guest\n"), "{}", outcome.output);
     assert!(outcome.output.contains("to stderr"), "{}", outcome.output);
 }
 
 #[test]
 fn a_hung_guest_is_killed_at_the_timeout() {
     let started = std::time::Instant::now();
-    let result = Vm::new()
-        .timeout(Duration::from_secs(20))
-        .run(&["sleep", "600"]);
-    assert!(
-        matches!(result, Err(Error::Timeout { seconds: 20, .. })),
-        "{result:?}"
-    );
+    let result = Vm::new().timeout(Duration::from_secs(20)).run(&["sleep", "600"]);
+    assert!(matches!(result, Err(Error::Timeout { seconds: 20, .. })), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
@@ -46,44 +31,22 @@ fn kernel_controllers_and_kept_images() {
         .images(&images)
         .controller(Controller::nvme(64 << 20))
         .controller(Controller::nvme(32 << 20).kernel());
-    let drivers = "for d in 0000:00:10.0 0000:00:11.0; do echo $d=$(basename $(readlink /sys/bus/pci/devices/$d/driver)); done";
-    let write = format!(
-        "{drivers}; echo kept-across-boots | dd of=/dev/ctrl1n1 bs=512 conv=sync 2>/dev/null"
-    );
+    let drivers =
+        "for d in 0000:00:10.0 0000:00:11.0; do echo $d=$(basename $(readlink /sys/bus/pci/devices/$d/driver)); done";
+    let write = format!("{drivers}; echo kept-across-boots | dd of=/dev/ctrl1n1 bs=512 conv=sync 2>/dev/null");
     let outcome = vm.run(&["sh", "-c", &write]).unwrap();
     assert_eq!(outcome.status, 0, "{}", outcome.output);
-    assert!(
-        outcome.output.contains("0000:00:10.0=vfio-pci"),
-        "{}",
-        outcome.output
-    );
-    assert!(
-        outcome.output.contains("0000:00:11.0=nvme"),
-        "{}",
-        outcome.output
-    );
+    assert!(outcome.output.contains("0000:00:10.0=vfio-pci"), "{}", outcome.output);
+    assert!(outcome.output.contains("0000:00:11.0=nvme"), "{}", outcome.output);
 
-    let outcome = vm
-        .run(&[
-            "sh",
-            "-c",
-            "dd if=/dev/ctrl1n1 bs=512 count=1 2>/dev/null | head -c 17",
-        ])
-        .unwrap();
+    let outcome = vm.run(&["sh", "-c", "dd if=/dev/ctrl1n1 bs=512 count=1 2>/dev/null | head -c 17"]).unwrap();
     assert_eq!(outcome.status, 0, "{}", outcome.output);
     assert_eq!(outcome.output.trim(), "kept-across-boots");
     std::fs::remove_dir_all(&images).unwrap();
 
     // A fresh image (no --images) starts empty.
-    let fresh = Vm::new()
-        .controller(Controller::nvme(64 << 20))
-        .controller(Controller::nvme(32 << 20).kernel());
-    let outcome = fresh
-        .run(&[
-            "sh",
-            "-c",
-            "dd if=/dev/ctrl1n1 bs=512 count=1 2>/dev/null | tr -d '\\0' | wc -c",
-        ])
-        .unwrap();
+    let fresh = Vm::new().controller(Controller::nvme(64 << 20)).controller(Controller::nvme(32 << 20).kernel());
+    let outcome =
+        fresh.run(&["sh", "-c", "dd if=/dev/ctrl1n1 bs=512 count=1 2>/dev/null | tr -d '\\0' | wc -c"]).unwrap();
     assert_eq!(outcome.output.trim(), "0");
 }

@@ -23,12 +23,24 @@ Options:
   --smp N          guest vCPUs (default 2)
   --hugepages N    2 MiB hugepages reserved in the guest (default 128)
   --timeout SECS   hard limit for the whole run (default 300)
+  --append ARGS    add ARGS to the guest kernel's command line (repeatable),
+                   e.g. 'nvme.poll_queues=1' for polled I/O (io_uring hipri)
+                   on kernel-owned controllers
+  --host-program PATH
+                   copy a host program into the guest at PATH, with every
+                   shared library ldd lists and the dynamic loader, each at
+                   its host path (repeatable), e.g. /usr/bin/fio
   -h, --help       this text
 
-COMMAND is one of our tools (identify, ...), a busybox applet, or sh -c '...'.
+COMMAND is one of our tools (identify, perf, ...), a busybox applet, a host
+program added with --host-program, or sh -c '...'. The guest's PATH is
+/bin:/usr/bin:/sbin:/usr/sbin.
 
-Example:
-  hack/vm --nvme 1G --zns 2G,zone=64M,max-open=8,max-active=8 -- identify --json";
+Examples:
+  hack/vm --nvme 1G --zns 2G,zone=64M,max-open=8,max-active=8 -- identify --json
+  hack/vm --nvme 256M,kernel --append nvme.poll_queues=1 --host-program /usr/bin/fio -- \\
+      fio --name=poll --filename=/dev/ctrl0n1 --direct=1 --ioengine=io_uring --hipri \\
+          --rw=randread --bs=4k --time_based --runtime=5";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -45,32 +57,21 @@ fn run(args: Vec<String>) -> Result<ExitCode, String> {
     let mut args = args.into_iter();
     let mut command = Vec::new();
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"))
-        };
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"));
         match arg.as_str() {
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
             }
-            "--nvme" => {
-                vm = vm.controller(
-                    Controller::parse(&value("--nvme")?, false).map_err(|e| e.to_string())?,
-                )
-            }
-            "--zns" => {
-                vm = vm.controller(
-                    Controller::parse(&value("--zns")?, true).map_err(|e| e.to_string())?,
-                )
-            }
+            "--nvme" => vm = vm.controller(Controller::parse(&value("--nvme")?, false).map_err(|e| e.to_string())?),
+            "--zns" => vm = vm.controller(Controller::parse(&value("--zns")?, true).map_err(|e| e.to_string())?),
             "--images" => vm = vm.images(value("--images")?),
             "--mem" => vm = vm.mem(parse_size(&value("--mem")?).map_err(|e| e.to_string())?),
             "--smp" => vm = vm.smp(number(&value("--smp")?)?),
             "--hugepages" => vm = vm.hugepages(number(&value("--hugepages")?)?),
-            "--timeout" => {
-                vm = vm.timeout(Duration::from_secs(number(&value("--timeout")?)?.into()))
-            }
+            "--timeout" => vm = vm.timeout(Duration::from_secs(number(&value("--timeout")?)?.into())),
+            "--append" => vm = vm.append(value("--append")?),
+            "--host-program" => vm = vm.host_program(value("--host-program")?),
             "--" => {
                 command.extend(args.by_ref());
                 break;
@@ -86,6 +87,5 @@ fn run(args: Vec<String>) -> Result<ExitCode, String> {
 }
 
 fn number(text: &str) -> Result<u32, String> {
-    text.parse()
-        .map_err(|_| format!("{text:?} is not a number"))
+    text.parse().map_err(|_| format!("{text:?} is not a number"))
 }
