@@ -14,6 +14,8 @@
 //! - [`namespace`]: geometry, limits and validated request builders.
 //! - [`loopback`]: the queue-pair logic over host memory, for benchmarks
 //!   and tests without hardware.
+//! - [`sim`]: a deterministic simulated NVMe/ZNS controller behind the
+//!   [`Transport`] seam, with seeded faults and power cuts.
 //!
 //! ```no_run
 //! use nvme_driver::{vfio::VfioPci, Controller, ControllerOptions, IoBuffer, Transport};
@@ -39,6 +41,7 @@ pub mod loopback;
 pub mod mmio;
 pub mod namespace;
 pub mod queue;
+pub mod sim;
 pub mod spec;
 pub mod transport;
 pub mod vfio;

@@ -1,0 +1,812 @@
+//! The simulated controller's state machine: registers (NVMe Base 2.0
+//! §3.1.3), queues, command fetch, completion posting, the clock, resets
+//! and power cuts. Admin and I/O command execution live in `admin.rs` and
+//! `io.rs`; host memory is reached only through `dma.rs`.
+
+use super::config::{FaultConfig, SimConfig};
+use super::dma::{DmaTable, HostRange, PAGE_SIZE};
+use super::fault::{PowerCutReport, RangeFaults, SimStats, ZoneRewind};
+use super::namespace::Namespace;
+use super::prng::{mix, Prng};
+use crate::spec::command::{Command, SQE_SIZE};
+use crate::spec::completion::{Completion, CQE_SIZE, STATUS_WORD_OFFSET};
+use crate::spec::registers::{self as reg, Aqa, Cc, Shn, CC_CSS_ALL_IO, CC_CSS_NVM};
+use crate::spec::status::Status;
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{fence, Ordering};
+
+/// CSTS bits (NVMe Base 2.0 §3.1.3.6).
+const CSTS_RDY: u32 = 1 << 0;
+const CSTS_CFS: u32 = 1 << 1;
+const CSTS_SHST_SHIFT: u32 = 2;
+const SHST_COMPLETE: u32 = 0b10;
+/// CAP.CSS bits 37 (NVM) and 43 (I/O command sets).
+const CAP_CSS_NVM: u64 = 1 << 37;
+const CAP_CSS_IO_COMMAND_SETS: u64 = 1 << 43;
+const CAP_CQR: u64 = 1 << 16;
+/// Error log entries kept (ELPE + 1).
+pub(crate) const ERROR_LOG_ENTRIES: usize = 64;
+/// Most Asynchronous Event Requests outstanding (AERL + 1).
+pub(crate) const AER_MAX: usize = 4;
+/// Bound on completions waiting (delayed or for room in their CQ): a
+/// backstop against a host that floods queues it never reaps.
+const WAITING_COMPLETIONS_MAX: usize = 1 << 22;
+
+/// A completion on its way to a completion queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub(crate) sqid: u16,
+    pub(crate) cid: u16,
+    pub(crate) status: Status,
+    pub(crate) dw0: u32,
+    pub(crate) dw1: u32,
+}
+
+/// A completion waiting for its tick.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    due: u64,
+    seq: u64,
+    cqid: u16,
+    entry: Entry,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    /// Reversed, so the max-heap pops the earliest (due, seq) first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (other.due, other.seq).cmp(&(self.due, self.seq))
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct SubmissionQueue {
+    pub(crate) ring: HostRange,
+    pub(crate) mapping: u64,
+    pub(crate) size: u32,
+    pub(crate) head: u32,
+    pub(crate) tail: u32,
+    pub(crate) cqid: u16,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompletionQueue {
+    pub(crate) ring: HostRange,
+    pub(crate) mapping: u64,
+    pub(crate) size: u32,
+    pub(crate) head: u32,
+    pub(crate) tail: u32,
+    pub(crate) phase: bool,
+    /// Completions waiting for room (the host has not consumed enough).
+    pub(crate) backlog: VecDeque<Entry>,
+    /// Submission queues completing here.
+    pub(crate) sqs: u32,
+}
+
+impl CompletionQueue {
+    fn is_full(&self) -> bool {
+        (self.tail + 1) % self.size == self.head
+    }
+}
+
+/// Feature values (Set/Get Features) that a reset restores.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Features {
+    /// I/O queues granted (Number of Queues), 1-based.
+    pub(crate) sq_count: u16,
+    pub(crate) cq_count: u16,
+    pub(crate) volatile_write_cache: bool,
+    pub(crate) arbitration: u32,
+    pub(crate) power_management: u32,
+    pub(crate) temperature_threshold: u32,
+    pub(crate) interrupt_coalescing: u32,
+    pub(crate) async_event_config: u32,
+}
+
+impl Features {
+    pub(crate) fn new(config: &SimConfig) -> Self {
+        Features {
+            sq_count: config.max_io_queue_pairs,
+            cq_count: config.max_io_queue_pairs,
+            volatile_write_cache: config.volatile_write_cache,
+            arbitration: 0,
+            power_management: 0,
+            // 343 K, like WCTEMP.
+            temperature_threshold: 343,
+            interrupt_coalescing: 0,
+            async_event_config: 0,
+        }
+    }
+}
+
+/// One Error Information log entry, as recorded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ErrorEntry {
+    pub(crate) count: u64,
+    pub(crate) sqid: u16,
+    pub(crate) cid: u16,
+    pub(crate) status: Status,
+    pub(crate) nsid: u32,
+    pub(crate) lba: u64,
+    pub(crate) opcode: u8,
+    pub(crate) csi: u8,
+}
+
+/// SMART / Health counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Smart {
+    pub(crate) read_bytes: u128,
+    pub(crate) written_bytes: u128,
+    pub(crate) host_reads: u128,
+    pub(crate) host_writes: u128,
+    pub(crate) power_cycles: u128,
+    pub(crate) unsafe_shutdowns: u128,
+    pub(crate) media_errors: u128,
+}
+
+/// What executing a command produced.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Outcome {
+    Complete {
+        status: Status,
+        dw0: u32,
+        dw1: u32,
+    },
+    /// No completion until something happens (an Asynchronous Event
+    /// Request).
+    Held,
+}
+
+impl Outcome {
+    pub(crate) fn from_result(result: Result<(u32, u32), Status>) -> Self {
+        match result {
+            Ok((dw0, dw1)) => Outcome::Complete { status: Status::SUCCESS, dw0, dw1 },
+            Err(status) => Outcome::Complete { status, dw0: 0, dw1: 0 },
+        }
+    }
+}
+
+/// Everything behind the simulator's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) config: SimConfig,
+    pub(crate) rng: Prng,
+    pub(crate) now: u64,
+    // Registers.
+    cc: u32,
+    aqa: u32,
+    asq: u64,
+    acq: u64,
+    intms: u32,
+    ready: bool,
+    pub(crate) fatal: bool,
+    shst: u32,
+    pub(crate) removed: bool,
+    // Queues.
+    pub(crate) dma: DmaTable,
+    pub(crate) sqs: Vec<Option<SubmissionQueue>>,
+    pub(crate) cqs: Vec<Option<CompletionQueue>>,
+    pending: BinaryHeap<Pending>,
+    due: Vec<Pending>,
+    seq: u64,
+    pub(crate) aers: Vec<u16>,
+    // Media and features.
+    pub(crate) namespaces: Vec<Namespace>,
+    pub(crate) features: Features,
+    // Faults.
+    pub(crate) faults: RangeFaults,
+    pub(crate) fault_config: FaultConfig,
+    pub(crate) drop_io: u32,
+    pub(crate) drop_admin: u32,
+    // Logs and counters.
+    pub(crate) error_log: VecDeque<ErrorEntry>,
+    pub(crate) error_count: u64,
+    pub(crate) smart: Smart,
+    pub(crate) stats: SimStats,
+    pub(crate) trace: u64,
+    // Scratch, reused by every command.
+    pub(crate) segments: Vec<HostRange>,
+    pub(crate) buffer: Vec<u8>,
+    /// The data of a Copy, between reading its sources and writing.
+    pub(crate) copy_data: Vec<u8>,
+}
+
+// SAFETY: the raw pointers inside (`HostRange`s of queue rings, the DMA
+// table's host addresses) point into memory the driver mapped for the
+// device and keeps allocated until `unmap_dma`; they are only used with
+// the state's mutex held (see `dma::HostRange`), so moving the state to
+// another thread, and with it the right to use them, is sound.
+unsafe impl Send for State {}
+
+fn status_word_for(entry: &Entry, phase: bool) -> u16 {
+    Completion::status_word(entry.status, phase)
+}
+
+impl State {
+    pub(crate) fn new(config: SimConfig) -> Self {
+        config.validate();
+        let namespaces = config
+            .namespaces
+            .iter()
+            .enumerate()
+            .map(|(index, ns)| Namespace::new(index as u32 + 1, ns, config.memory_limit_bytes))
+            .collect();
+        let queues = usize::from(config.max_io_queue_pairs) + 1;
+        State {
+            rng: Prng::new(config.seed),
+            now: 0,
+            cc: 0,
+            aqa: 0,
+            asq: 0,
+            acq: 0,
+            intms: 0,
+            ready: false,
+            fatal: false,
+            shst: 0,
+            removed: false,
+            dma: DmaTable::new(),
+            sqs: (0..queues).map(|_| None).collect(),
+            cqs: (0..queues).map(|_| None).collect(),
+            pending: BinaryHeap::with_capacity(1024),
+            due: Vec::with_capacity(1024),
+            seq: 0,
+            aers: Vec::with_capacity(AER_MAX),
+            namespaces,
+            features: Features::new(&config),
+            faults: RangeFaults::default(),
+            fault_config: config.faults.clone(),
+            drop_io: 0,
+            drop_admin: 0,
+            error_log: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
+            error_count: 0,
+            smart: Smart { power_cycles: 1, ..Smart::default() },
+            stats: SimStats::default(),
+            trace: 0,
+            segments: Vec::with_capacity(PAGE_SIZE / 8 + 2),
+            buffer: Vec::with_capacity(2 * PAGE_SIZE),
+            copy_data: Vec::new(),
+            config,
+        }
+    }
+
+    /// Commands are fetched and completions posted only while this holds.
+    pub(crate) fn processing(&self) -> bool {
+        self.ready && !self.fatal && !self.removed
+    }
+
+    pub(crate) fn css(&self) -> u8 {
+        Cc(self.cc).css()
+    }
+
+    fn cap(&self) -> u64 {
+        u64::from(self.config.mqes)
+            | CAP_CQR
+            | u64::from(self.config.timeout_500ms) << 24
+            | CAP_CSS_NVM
+            | CAP_CSS_IO_COMMAND_SETS
+        // DSTRD, MPSMIN and MPSMAX are 0: 4-byte doorbell stride, 4 KiB pages.
+    }
+
+    // ---- registers ----
+
+    pub(crate) fn read_register(&self, offset: usize) -> u32 {
+        if self.removed {
+            return u32::MAX;
+        }
+        match offset {
+            reg::CAP => self.cap() as u32,
+            o if o == reg::CAP + 4 => (self.cap() >> 32) as u32,
+            reg::VS => self.config.version.0,
+            reg::INTMS | reg::INTMC => self.intms,
+            reg::CC => self.cc,
+            reg::CSTS => {
+                (u32::from(self.ready) * CSTS_RDY) | (u32::from(self.fatal) * CSTS_CFS) | (self.shst << CSTS_SHST_SHIFT)
+            }
+            reg::AQA => self.aqa,
+            reg::ASQ => self.asq as u32,
+            o if o == reg::ASQ + 4 => (self.asq >> 32) as u32,
+            reg::ACQ => self.acq as u32,
+            o if o == reg::ACQ + 4 => (self.acq >> 32) as u32,
+            // Reserved registers and the write-only doorbells read 0.
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn write_register(&mut self, offset: usize, value: u32) {
+        if self.removed {
+            return;
+        }
+        match offset {
+            reg::INTMS => self.intms |= value,
+            reg::INTMC => self.intms &= !value,
+            reg::CC => self.write_cc(value),
+            reg::AQA => self.aqa = value,
+            reg::ASQ => self.asq = self.asq & !0xFFFF_FFFF | u64::from(value),
+            o if o == reg::ASQ + 4 => self.asq = self.asq & 0xFFFF_FFFF | u64::from(value) << 32,
+            reg::ACQ => self.acq = self.acq & !0xFFFF_FFFF | u64::from(value),
+            o if o == reg::ACQ + 4 => self.acq = self.acq & 0xFFFF_FFFF | u64::from(value) << 32,
+            o if o >= reg::DOORBELL_BASE => self.doorbell(o, value),
+            // Read-only and unimplemented registers (NSSR: CAP.NSSRS = 0).
+            _ => {}
+        }
+    }
+
+    /// CC writes: shutdown notification, enable and reset, in QEMU 7.2's
+    /// order (hw/nvme/ctrl.c, `nvme_write_bar`).
+    fn write_cc(&mut self, value: u32) {
+        let old = Cc(self.cc);
+        let new = Cc(value);
+        self.cc = value;
+        if !old.enable() && new.enable() {
+            self.start();
+        } else if old.enable() && !new.enable() {
+            self.reset();
+        }
+        let notified = |cc: Cc| matches!(cc.shn(), Some(Shn::Normal | Shn::Abrupt) | None);
+        if notified(new) && !notified(old) {
+            self.shutdown();
+            self.shst = SHST_COMPLETE;
+        } else if !notified(new) && notified(old) {
+            self.shst = 0;
+        }
+    }
+
+    /// CC.EN 0 → 1: the admin queues from AQA/ASQ/ACQ. A configuration the
+    /// controller cannot run with ends in CSTS.CFS, as in QEMU.
+    fn start(&mut self) {
+        let cc = Cc(self.cc);
+        let aqa = Aqa(self.aqa);
+        let css_ok = cc.css() == CC_CSS_NVM || cc.css() == CC_CSS_ALL_IO;
+        let entries_ok = cc.iosqes() == 6 && cc.iocqes() == 4;
+        let sizes_ok = aqa.asqs() >= 1 && aqa.acqs() >= 1;
+        let aligned = self.asq != 0
+            && self.acq != 0
+            && self.asq.is_multiple_of(PAGE_SIZE as u64)
+            && self.acq.is_multiple_of(PAGE_SIZE as u64);
+        if self.fatal || !css_ok || !entries_ok || cc.mps() != 0 || !sizes_ok || !aligned {
+            self.fatal = true;
+            return;
+        }
+        let sq_size = u32::from(aqa.asqs()) + 1;
+        let cq_size = u32::from(aqa.acqs()) + 1;
+        let sq = self.dma.translate(self.asq, sq_size as usize * SQE_SIZE);
+        let cq = self.dma.translate(self.acq, cq_size as usize * CQE_SIZE);
+        let (Some((sq_ring, sq_mapping)), Some((cq_ring, cq_mapping))) = (sq, cq) else {
+            self.stats.dma_errors += 1;
+            self.fatal = true;
+            return;
+        };
+        self.cqs[0] = Some(CompletionQueue {
+            ring: cq_ring,
+            mapping: cq_mapping,
+            size: cq_size,
+            head: 0,
+            tail: 0,
+            phase: true,
+            backlog: VecDeque::new(),
+            sqs: 1,
+        });
+        self.sqs[0] =
+            Some(SubmissionQueue { ring: sq_ring, mapping: sq_mapping, size: sq_size, head: 0, tail: 0, cqid: 0 });
+        self.ready = true;
+    }
+
+    /// A Controller Level Reset (CC.EN 1 → 0): queues, outstanding commands
+    /// and feature settings are gone; cached data and zones stay. Open zones
+    /// close (Closed, or Empty without data), as on a shutdown: the open
+    /// state belongs to the controller session that opened them.
+    fn reset(&mut self) {
+        self.drop_queues();
+        self.ready = false;
+        self.fatal = false;
+        self.features = Features::new(&self.config);
+        for namespace in &mut self.namespaces {
+            if let Some(zones) = &mut namespace.zones {
+                zones.close_open_zones();
+            }
+        }
+    }
+
+    /// Queues, waiting completions and held requests go; returns how many
+    /// completions were never posted.
+    fn drop_queues(&mut self) -> u64 {
+        let mut discarded = self.pending.len() as u64 + self.aers.len() as u64;
+        self.pending.clear();
+        self.aers.clear();
+        for cq in self.cqs.iter_mut().filter_map(Option::take) {
+            discarded += cq.backlog.len() as u64;
+        }
+        for sq in &mut self.sqs {
+            *sq = None;
+        }
+        discarded
+    }
+
+    /// A normal or abrupt shutdown notification: the cache is written back
+    /// and open zones close.
+    fn shutdown(&mut self) {
+        for namespace in &mut self.namespaces {
+            namespace.storage.flush();
+            if let Some(zones) = &mut namespace.zones {
+                zones.close_open_zones();
+            }
+        }
+    }
+
+    // ---- doorbells and command fetch ----
+
+    fn doorbell(&mut self, offset: usize, value: u32) {
+        if !self.processing() {
+            return;
+        }
+        let index = (offset - reg::DOORBELL_BASE) / 4;
+        if !offset.is_multiple_of(4) || index / 2 >= self.sqs.len() {
+            self.stats.doorbell_errors += 1;
+            return;
+        }
+        let qid = index / 2;
+        // Acquire: the queue entries the host wrote before the doorbell
+        // (behind its Release fence) are visible from here on.
+        fence(Ordering::Acquire);
+        if index.is_multiple_of(2) {
+            match &mut self.sqs[qid] {
+                Some(sq) if value < sq.size => sq.tail = value,
+                _ => {
+                    self.stats.doorbell_errors += 1;
+                    return;
+                }
+            }
+            self.process(qid);
+        } else {
+            let valid = match &mut self.cqs[qid] {
+                // The new head may not pass entries not yet posted.
+                Some(cq)
+                    if value < cq.size
+                        && (value + cq.size - cq.head) % cq.size <= (cq.tail + cq.size - cq.head) % cq.size =>
+                {
+                    cq.head = value;
+                    true
+                }
+                _ => false,
+            };
+            if valid {
+                self.drain_backlog(qid);
+            } else {
+                self.stats.doorbell_errors += 1;
+            }
+        }
+    }
+
+    /// Fetches and executes every command between the SQ's head and tail,
+    /// in order.
+    fn process(&mut self, qid: usize) {
+        loop {
+            if !self.processing() {
+                return;
+            }
+            let Some(sq) = &mut self.sqs[qid] else { return };
+            if sq.head == sq.tail {
+                return;
+            }
+            let bytes = sq.ring.read_volatile::<SQE_SIZE>(sq.head as usize * SQE_SIZE);
+            sq.head = (sq.head + 1) % sq.size;
+            let command = Command::from_bytes(&bytes);
+            let sqid = qid as u16;
+            let outcome = if qid == 0 { self.admin(&command) } else { self.io(&command) };
+            if let Outcome::Complete { status, dw0, dw1 } = outcome {
+                self.complete(sqid, &command, Entry { sqid, cid: command.cid, status, dw0, dw1 });
+            }
+        }
+    }
+
+    /// Routes a finished command's completion: recorded in the error log if
+    /// it failed, dropped if a fault says so, posted now or queued for a
+    /// later tick.
+    pub(crate) fn complete(&mut self, sqid: u16, command: &Command, entry: Entry) {
+        if !entry.status.is_success() {
+            self.stats.errors += 1;
+            self.log_error(sqid, command, entry.status);
+        }
+        let dropped = if sqid == 0 {
+            let drop = self.drop_admin > 0;
+            self.drop_admin = self.drop_admin.saturating_sub(1);
+            drop
+        } else if self.drop_io > 0 {
+            self.drop_io -= 1;
+            true
+        } else {
+            self.rng.chance(self.fault_config.dropped_completion_probability)
+        };
+        if dropped {
+            self.stats.completions_dropped += 1;
+            self.stats.faults.dropped_completions += 1;
+            return;
+        }
+        let cqid = self.sqs[usize::from(sqid)].as_ref().map_or(0, |sq| sq.cqid);
+        let (min, max) = self.config.completion_delay_ticks;
+        let delay = self.rng.between(u64::from(min), u64::from(max));
+        if delay == 0 && !self.config.reorder {
+            self.post(cqid, entry);
+            return;
+        }
+        assert!(
+            self.pending.len() < WAITING_COMPLETIONS_MAX,
+            "more than {WAITING_COMPLETIONS_MAX} completions waiting"
+        );
+        self.seq += 1;
+        self.pending.push(Pending { due: self.now + delay, seq: self.seq, cqid, entry });
+    }
+
+    fn log_error(&mut self, sqid: u16, command: &Command, status: Status) {
+        self.error_count += 1;
+        let namespace = command.nsid.checked_sub(1).and_then(|index| self.namespaces.get(index as usize));
+        if self.error_log.len() == ERROR_LOG_ENTRIES {
+            self.error_log.pop_back();
+        }
+        self.error_log.push_front(ErrorEntry {
+            count: self.error_count,
+            sqid,
+            cid: command.cid,
+            status,
+            nsid: command.nsid,
+            lba: if sqid == 0 { 0 } else { u64::from(command.cdw10) | u64::from(command.cdw11) << 32 },
+            opcode: command.opcode,
+            csi: namespace.map_or(0, Namespace::csi),
+        });
+        if status.is_media_error() {
+            self.smart.media_errors += 1;
+        }
+    }
+
+    /// Writes a completion to its CQ, or queues it behind earlier ones when
+    /// the CQ is full (a full CQ is never overwritten).
+    pub(crate) fn post(&mut self, cqid: u16, entry: Entry) {
+        let Some(cq) = &mut self.cqs[usize::from(cqid)] else {
+            // Its queue was deleted: the completion has nowhere to go.
+            return;
+        };
+        if !cq.backlog.is_empty() || cq.is_full() {
+            assert!(cq.backlog.len() < WAITING_COMPLETIONS_MAX, "completion backlog overflow");
+            cq.backlog.push_back(entry);
+            return;
+        }
+        self.write_entry(usize::from(cqid), entry);
+    }
+
+    fn write_entry(&mut self, cqid: usize, entry: Entry) {
+        let sq_head = self.sqs[usize::from(entry.sqid)].as_ref().map_or(0, |sq| sq.head as u16);
+        let cq = self.cqs[cqid].as_mut().expect("posting to a live CQ");
+        debug_assert!(!cq.is_full());
+        let at = cq.tail as usize * CQE_SIZE;
+        let slot = cq.ring.sub(at, CQE_SIZE);
+        // Everything but the status word first, then (Release) the status
+        // word with the phase tag: the host never sees a new phase tag
+        // before the rest of the entry.
+        slot.write_u32(0, entry.dw0);
+        slot.write_u32(4, entry.dw1);
+        slot.write_u16(8, sq_head);
+        slot.write_u16(10, entry.sqid);
+        slot.write_u16(12, entry.cid);
+        fence(Ordering::Release);
+        slot.write_u16(STATUS_WORD_OFFSET, status_word_for(&entry, cq.phase));
+        cq.tail += 1;
+        if cq.tail == cq.size {
+            cq.tail = 0;
+            cq.phase = !cq.phase;
+        }
+        self.stats.completions_posted += 1;
+        for value in [
+            self.now,
+            u64::from(entry.sqid),
+            u64::from(entry.cid),
+            u64::from(entry.status.to_field()),
+            u64::from(entry.dw0),
+            u64::from(entry.dw1),
+        ] {
+            self.trace = mix(self.trace, value);
+        }
+    }
+
+    fn drain_backlog(&mut self, cqid: usize) {
+        loop {
+            let Some(cq) = &mut self.cqs[cqid] else { return };
+            if cq.is_full() {
+                return;
+            }
+            let Some(entry) = cq.backlog.pop_front() else { return };
+            self.write_entry(cqid, entry);
+        }
+    }
+
+    /// One tick of the clock: every completion due by now is posted (in a
+    /// seeded random order with `reorder`).
+    pub(crate) fn tick(&mut self) {
+        self.now += 1;
+        self.stats.ticks = self.now;
+        if !self.processing() || self.pending.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        while self.pending.peek().is_some_and(|pending| pending.due <= self.now) {
+            due.push(self.pending.pop().expect("peeked"));
+        }
+        if self.config.reorder {
+            self.rng.shuffle(&mut due);
+        }
+        for pending in due.drain(..) {
+            self.post(pending.cqid, pending.entry);
+        }
+        self.due = due;
+    }
+
+    /// Creates an I/O queue's bookkeeping (the admin command checked the
+    /// request).
+    pub(crate) fn add_cq(&mut self, qid: u16, ring: HostRange, mapping: u64, size: u32) {
+        self.cqs[usize::from(qid)] = Some(CompletionQueue {
+            ring,
+            mapping,
+            size,
+            head: 0,
+            tail: 0,
+            phase: true,
+            backlog: VecDeque::new(),
+            sqs: 0,
+        });
+    }
+
+    pub(crate) fn add_sq(&mut self, qid: u16, ring: HostRange, mapping: u64, size: u32, cqid: u16) {
+        self.cqs[usize::from(cqid)].as_mut().expect("checked").sqs += 1;
+        self.sqs[usize::from(qid)] = Some(SubmissionQueue { ring, mapping, size, head: 0, tail: 0, cqid });
+    }
+
+    /// Deletes an I/O SQ: completions still waiting for it are posted now
+    /// with Command Aborted due to SQ Deletion (NVMe Base 2.0, "Delete I/O
+    /// Submission Queue command").
+    pub(crate) fn delete_sq(&mut self, qid: u16) {
+        let sq = self.sqs[usize::from(qid)].take().expect("checked");
+        let mut aborted = Vec::new();
+        self.pending.retain(|pending| {
+            let keep = pending.entry.sqid != qid;
+            if !keep {
+                aborted.push(*pending);
+            }
+            keep
+        });
+        aborted.sort_by_key(|pending| pending.seq);
+        for pending in aborted {
+            let status = Status::from(crate::spec::status::GenericStatus::AbortedSqDeletion);
+            self.post(pending.cqid, Entry { status, dw0: 0, dw1: 0, ..pending.entry });
+        }
+        if let Some(cq) = &mut self.cqs[usize::from(sq.cqid)] {
+            cq.sqs -= 1;
+        }
+    }
+
+    pub(crate) fn delete_cq(&mut self, qid: u16) {
+        let cq = self.cqs[usize::from(qid)].take().expect("checked");
+        debug_assert_eq!(cq.sqs, 0);
+        self.pending.retain(|pending| pending.cqid != qid);
+    }
+
+    /// The driver unmapped memory: a queue whose ring lived there can never
+    /// be touched again. That is a driver bug (queues are deleted before
+    /// their memory goes), so the controller also reports a fatal status.
+    pub(crate) fn unmapped(&mut self, mapping: u64) {
+        let mut broken = false;
+        for qid in 0..self.sqs.len() {
+            if self.sqs[qid].as_ref().is_some_and(|sq| sq.mapping == mapping) {
+                self.sqs[qid] = None;
+                broken = true;
+            }
+            if self.cqs[qid].as_ref().is_some_and(|cq| cq.mapping == mapping) {
+                self.cqs[qid] = None;
+                broken = true;
+            }
+        }
+        // A removed device has stopped anyway; the driver freeing its
+        // memory then is expected.
+        if broken && !self.removed {
+            self.fatal = true;
+            self.stats.faults.controller_fatal += 1;
+        }
+    }
+
+    // ---- power ----
+
+    /// Power loss: the controller resets and forgets its registers, unflushed
+    /// cached blocks persist or are lost one by one (seeded), and zone write
+    /// pointers move back to the end of what persisted.
+    ///
+    /// Zones: within a zone the cached blocks lie past the durable ones
+    /// (writes go to the write pointer; Flush and FUA persist prefixes), and
+    /// each is kept with probability `power_cut_keep_probability` until the
+    /// first one lost; every later block of that zone is lost too. The write
+    /// pointer becomes the first lost block, so a zone never reads data past
+    /// its write pointer. Open zones become Closed (Empty at their start);
+    /// a Full zone that lost data becomes Closed, or stays Full (finished by
+    /// the controller) if no active resource is free.
+    pub(crate) fn power_cut(&mut self) -> PowerCutReport {
+        let mut report = PowerCutReport { completions_discarded: self.drop_queues(), ..PowerCutReport::default() };
+        let keep_probability = self.fault_config.power_cut_keep_probability;
+        let rng = &mut self.rng;
+        for namespace in &mut self.namespaces {
+            let nsid = namespace.nsid;
+            let mut first_lost: Vec<(usize, u64)> = Vec::new();
+            match &namespace.zones {
+                None => namespace.storage.power_loss(|lba| {
+                    let keep = rng.chance(keep_probability);
+                    if keep {
+                        report.kept_blocks += 1;
+                    } else {
+                        report.record_lost(nsid, lba);
+                    }
+                    keep
+                }),
+                Some(zones) => {
+                    let mut zone_losing: Option<usize> = None;
+                    namespace.storage.power_loss(|lba| {
+                        let index = zones.index(lba);
+                        let keep = zone_losing != Some(index) && rng.chance(keep_probability);
+                        if keep {
+                            report.kept_blocks += 1;
+                        } else {
+                            if zone_losing != Some(index) {
+                                zone_losing = Some(index);
+                                first_lost.push((index, lba));
+                            }
+                            report.record_lost(nsid, lba);
+                        }
+                        keep
+                    });
+                }
+            }
+            if let Some(zones) = &mut namespace.zones {
+                zones.close_open_zones();
+                for (index, lost_lba) in first_lost {
+                    let before = zones.zone(index).wp;
+                    if !zones.rewind(index, lost_lba) {
+                        // Read Only or Offline: the blocks are simply gone.
+                        continue;
+                    }
+                    report.rewound_zones.push(ZoneRewind {
+                        nsid,
+                        zslba: zones.zslba(index),
+                        wp_before: before,
+                        wp_after: zones.zone(index).wp,
+                    });
+                    // Nothing from the first lost block on may read as
+                    // written (in a zone finished for lack of an active
+                    // resource, the blocks up to its boundary neither).
+                    let boundary = zones.write_boundary(index);
+                    namespace.storage.zero(lost_lba, boundary - lost_lba, true);
+                }
+                zones.check_invariants();
+            }
+        }
+        self.cc = 0;
+        self.aqa = 0;
+        self.asq = 0;
+        self.acq = 0;
+        self.intms = 0;
+        self.ready = false;
+        self.fatal = false;
+        self.shst = 0;
+        self.removed = false;
+        self.features = Features::new(&self.config);
+        self.smart.power_cycles += 1;
+        self.smart.unsafe_shutdowns += 1;
+        self.stats.power_cuts += 1;
+        report
+    }
+}

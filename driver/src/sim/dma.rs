@@ -1,0 +1,473 @@
+//! The simulated device's side of DMA: the IOVA table that
+//! [`crate::Transport::map_dma`] fills, translation of PRPs (NVMe Base 2.0
+//! §4.1.1) into host memory, and the copies in and out of it.
+//!
+//! This is the only module of the simulator that touches host memory, and
+//! it does so only through raw pointers: `ptr::copy_nonoverlapping` and
+//! `write_bytes` for data, volatile loads and stores for queue entries and
+//! PRP lists. No Rust reference into mapped memory is ever formed, because
+//! the driver accesses the same memory volatilely (see `dma::DmaMemory`).
+//!
+//! IOVAs are chosen here, by a bump allocator from [`IOVA_BASE`] with an
+//! unmapped guard page after every mapping, and never equal the host
+//! address: a driver that hands the device a host pointer instead of an
+//! IOVA gets a Data Transfer Error rather than a lucky hit.
+
+use crate::spec::status::{GenericStatus, Status};
+use std::ptr::NonNull;
+
+/// The memory page size the simulator supports (CC.MPS = 0; CAP.MPSMIN =
+/// CAP.MPSMAX = 0).
+pub(crate) const PAGE_SIZE: usize = 4096;
+const PAGE: u64 = PAGE_SIZE as u64;
+/// First IOVA handed out: above 4 GiB, so a truncated address is caught too.
+pub const IOVA_BASE: u64 = 0x1_0000_0000;
+/// Most mappings at once.
+const MAPPINGS_MAX: usize = 1 << 16;
+
+/// One `map_dma` call.
+#[derive(Debug)]
+struct Mapping {
+    id: u64,
+    iova: u64,
+    len: u64,
+    host: NonNull<u8>,
+}
+
+/// `len` bytes of host memory that a live mapping covers.
+///
+/// Invariant (what every `unsafe` block below relies on): a `HostRange` is
+/// only made by [`DmaTable::translate`] from a mapping whose memory the
+/// `map_dma` caller keeps allocated until `unmap_dma` returns; it is used
+/// only while the simulator's state lock is held, which `unmap_dma` takes
+/// too; and a `HostRange` kept across calls (a queue's ring) is dropped by
+/// the simulator when its mapping is unmapped. So the memory is allocated
+/// for every access made through it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostRange {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl HostRange {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A raw pointer to `offset`, with `offset + count` checked against the
+    /// range.
+    fn at(&self, offset: usize, count: usize) -> *mut u8 {
+        assert!(offset.checked_add(count).is_some_and(|end| end <= self.len), "host access outside its range");
+        self.ptr.as_ptr().wrapping_add(offset)
+    }
+
+    /// `len` bytes from `offset` of this range.
+    pub(crate) fn sub(&self, offset: usize, len: usize) -> HostRange {
+        let start = self.at(offset, len);
+        HostRange { ptr: NonNull::new(start).expect("inside a non-null range"), len }
+    }
+
+    /// Copies `source` into host memory at `offset` (device to host).
+    pub(crate) fn put(&self, offset: usize, source: &[u8]) {
+        let destination = self.at(offset, source.len());
+        // SAFETY: `destination` is valid for `source.len()` bytes (bounds
+        // checked above, memory allocated per the type's invariant).
+        // `source` is simulator-owned memory, so the two cannot overlap. The
+        // driver does not touch a data buffer between submission and
+        // completion, so no access races this one.
+        unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), destination, source.len()) };
+    }
+
+    /// Zeroes `count` bytes of host memory at `offset`.
+    pub(crate) fn put_zeroes(&self, offset: usize, count: usize) {
+        let destination = self.at(offset, count);
+        // SAFETY: valid for `count` bytes, as in `put`.
+        unsafe { destination.write_bytes(0, count) };
+    }
+
+    /// Copies host memory at `offset` into `destination` (host to device).
+    pub(crate) fn take(&self, offset: usize, destination: &mut [u8]) {
+        let source = self.at(offset, destination.len());
+        // SAFETY: `source` is valid for `destination.len()` bytes, as in
+        // `put`; `destination` is simulator-owned, so they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(source, destination.as_mut_ptr(), destination.len()) };
+    }
+
+    /// A volatile read of `N` bytes at `offset` (queue entries, PRP list
+    /// entries: memory the driver writes with volatile stores).
+    pub(crate) fn read_volatile<const N: usize>(&self, offset: usize) -> [u8; N] {
+        let source = self.at(offset, N).cast::<[u8; N]>();
+        // SAFETY: valid for N bytes; a byte array needs no alignment.
+        unsafe { source.read_volatile() }
+    }
+
+    /// A volatile little-endian store of a `u32` at `offset`.
+    pub(crate) fn write_u32(&self, offset: usize, value: u32) {
+        let destination = self.at(offset, 4).cast::<u32>();
+        assert!(destination.is_aligned(), "unaligned u32 store");
+        // SAFETY: valid for 4 bytes and aligned (checked above).
+        unsafe { destination.write_volatile(value.to_le()) };
+    }
+
+    /// A volatile little-endian store of a `u16` at `offset`.
+    pub(crate) fn write_u16(&self, offset: usize, value: u16) {
+        let destination = self.at(offset, 2).cast::<u16>();
+        assert!(destination.is_aligned(), "unaligned u16 store");
+        // SAFETY: valid for 2 bytes and aligned (checked above).
+        unsafe { destination.write_volatile(value.to_le()) };
+    }
+
+    /// Flips bit `bit` (0..8) of the byte at `offset`.
+    pub(crate) fn flip_bit(&self, offset: usize, bit: u8) {
+        let byte = self.at(offset, 1);
+        // SAFETY: valid for 1 byte (checked above).
+        let value = unsafe { byte.read_volatile() };
+        // SAFETY: as above.
+        unsafe { byte.write_volatile(value ^ (1 << (bit & 7))) };
+    }
+}
+
+/// The IOVA space: every live mapping, in IOVA order (the bump allocator
+/// hands out increasing addresses, so pushing keeps the order).
+#[derive(Debug)]
+pub(crate) struct DmaTable {
+    mappings: Vec<Mapping>,
+    next_iova: u64,
+    next_id: u64,
+    /// Index of the mapping the last translation hit.
+    last: usize,
+}
+
+impl DmaTable {
+    pub(crate) fn new() -> Self {
+        DmaTable { mappings: Vec::with_capacity(64), next_iova: IOVA_BASE, next_id: 1, last: 0 }
+    }
+
+    /// Live mappings.
+    pub(crate) fn len(&self) -> usize {
+        self.mappings.len()
+    }
+
+    /// Records a mapping of `len` bytes at `host` and returns its IOVA.
+    /// Like VFIO, it takes whole pages only.
+    pub(crate) fn map(&mut self, host: NonNull<u8>, len: usize) -> Result<u64, String> {
+        if len == 0 || !len.is_multiple_of(PAGE_SIZE) || !(host.as_ptr() as usize).is_multiple_of(PAGE_SIZE) {
+            return Err(format!("DMA mapping of {len} bytes at {host:p}: not whole pages"));
+        }
+        if self.mappings.len() >= MAPPINGS_MAX {
+            return Err(format!("more than {MAPPINGS_MAX} DMA mappings"));
+        }
+        let len = len as u64;
+        let iova = self.next_iova;
+        // One unmapped guard page after each mapping catches overruns.
+        self.next_iova = iova.checked_add(len + PAGE).ok_or("IOVA space exhausted")?;
+        let id = self.next_id;
+        self.next_id += 1;
+        debug_assert!(self.mappings.last().is_none_or(|last| last.iova + last.len <= iova));
+        self.mappings.push(Mapping { id, iova, len, host });
+        Ok(iova)
+    }
+
+    /// Removes the mapping made at `iova` for `len` bytes; returns its id.
+    pub(crate) fn unmap(&mut self, iova: u64, len: usize) -> Result<u64, String> {
+        let index = self
+            .mappings
+            .binary_search_by_key(&iova, |mapping| mapping.iova)
+            .map_err(|_| format!("unmap of IOVA {iova:#x}: not mapped"))?;
+        if self.mappings[index].len != len as u64 {
+            return Err(format!("unmap of IOVA {iova:#x}: mapped {} bytes, not {len}", self.mappings[index].len));
+        }
+        self.last = 0;
+        Ok(self.mappings.remove(index).id)
+    }
+
+    /// The host memory behind `[iova, iova + len)`, and its mapping's id, if
+    /// one mapping covers all of it.
+    pub(crate) fn translate(&mut self, iova: u64, len: usize) -> Option<(HostRange, u64)> {
+        assert!(len > 0, "a translation of nothing");
+        let end = iova.checked_add(len as u64)?;
+        let covers = |mapping: &Mapping| iova >= mapping.iova && end <= mapping.iova + mapping.len;
+        let index = match self.mappings.get(self.last) {
+            Some(mapping) if covers(mapping) => self.last,
+            _ => {
+                let after = self.mappings.partition_point(|mapping| mapping.iova <= iova);
+                let index = after.checked_sub(1)?;
+                if !covers(&self.mappings[index]) {
+                    return None;
+                }
+                self.last = index;
+                index
+            }
+        };
+        let mapping = &self.mappings[index];
+        let offset = (iova - mapping.iova) as usize;
+        let ptr = mapping.host.as_ptr().wrapping_add(offset);
+        Some((HostRange { ptr: NonNull::new(ptr).expect("inside a mapping"), len }, mapping.id))
+    }
+}
+
+/// Data Transfer Error: a PRP entry points outside every mapping.
+fn data_transfer_error() -> Status {
+    Status::from(GenericStatus::DataTransferError)
+}
+
+/// PRP Offset Invalid: an entry that must be page aligned is not (or one
+/// that must be dword aligned is not).
+fn prp_offset_invalid() -> Status {
+    Status::from(GenericStatus::PrpOffsetInvalid).with_dnr()
+}
+
+/// Resolves the PRP1/PRP2 data pointer of a `len`-byte transfer into host
+/// memory segments (appended to `out`, adjacent ones merged), following PRP
+/// lists and chained list pages. Fails without side effects on the data: a
+/// command whose data pointer does not resolve transfers nothing.
+pub(crate) fn resolve_prps(
+    table: &mut DmaTable,
+    prp1: u64,
+    prp2: u64,
+    len: usize,
+    out: &mut Vec<HostRange>,
+) -> Result<(), Status> {
+    out.clear();
+    if len == 0 {
+        return Ok(());
+    }
+    if prp1 & 0b11 != 0 {
+        return Err(prp_offset_invalid());
+    }
+    let first = len.min(PAGE_SIZE - (prp1 % PAGE) as usize);
+    push(out, table.translate(prp1, first).ok_or_else(data_transfer_error)?.0);
+    let mut remaining = len - first;
+    if remaining == 0 {
+        return Ok(());
+    }
+    if remaining <= PAGE_SIZE {
+        if !prp2.is_multiple_of(PAGE) {
+            return Err(prp_offset_invalid());
+        }
+        push(out, table.translate(prp2, remaining).ok_or_else(data_transfer_error)?.0);
+        return Ok(());
+    }
+    // PRP2 is a PRP list pointer (qword aligned, any offset in its page).
+    if prp2 & 0b111 != 0 {
+        return Err(prp_offset_invalid());
+    }
+    let mut list = prp2;
+    // Each list page holds at least one data entry (or it is the last
+    // one), so the pages bound the list pages walked.
+    let pages_max = remaining.div_ceil(PAGE_SIZE);
+    for _ in 0..pages_max {
+        let entries = ((PAGE - list % PAGE) / 8) as usize;
+        let (page, _) = table.translate(list, entries * 8).ok_or_else(data_transfer_error)?;
+        for index in 0..entries {
+            let entry = u64::from_le_bytes(page.read_volatile::<8>(index * 8));
+            let last_slot = index + 1 == entries;
+            if last_slot && remaining > PAGE_SIZE {
+                // The last entry of a full list page chains to the next.
+                if entry & 0b111 != 0 {
+                    return Err(prp_offset_invalid());
+                }
+                list = entry;
+                break;
+            }
+            if entry % PAGE != 0 {
+                return Err(prp_offset_invalid());
+            }
+            let count = remaining.min(PAGE_SIZE);
+            push(out, table.translate(entry, count).ok_or_else(data_transfer_error)?.0);
+            remaining -= count;
+            if remaining == 0 {
+                return Ok(());
+            }
+        }
+    }
+    // Only reachable through a chain that never ends.
+    Err(data_transfer_error())
+}
+
+fn push(out: &mut Vec<HostRange>, range: HostRange) {
+    if let Some(last) = out.last_mut() {
+        if last.ptr.as_ptr().wrapping_add(last.len) == range.ptr.as_ptr() {
+            last.len += range.len;
+            return;
+        }
+    }
+    out.push(range);
+}
+
+/// A cursor over the host segments of one transfer, consumed in order.
+#[derive(Debug)]
+pub(crate) struct Transfer<'a> {
+    segments: &'a [HostRange],
+    index: usize,
+    offset: usize,
+}
+
+impl<'a> Transfer<'a> {
+    pub(crate) fn new(segments: &'a [HostRange]) -> Self {
+        Transfer { segments, index: 0, offset: 0 }
+    }
+
+    /// Calls `step(segment, offset, count)` for the next `len` bytes,
+    /// segment by segment.
+    fn advance(&mut self, len: usize, mut step: impl FnMut(&HostRange, usize, usize, usize)) {
+        let mut done = 0;
+        while done < len {
+            let segment = self.segments.get(self.index).expect("a transfer longer than its segments");
+            let count = (segment.len - self.offset).min(len - done);
+            step(segment, self.offset, count, done);
+            done += count;
+            self.offset += count;
+            if self.offset == segment.len {
+                self.index += 1;
+                self.offset = 0;
+            }
+        }
+    }
+
+    /// Copies `source` to the host (device to host).
+    pub(crate) fn put(&mut self, source: &[u8]) {
+        self.advance(source.len(), |segment, offset, count, done| segment.put(offset, &source[done..done + count]));
+    }
+
+    /// Zeroes the next `len` bytes of the host buffer.
+    pub(crate) fn put_zeroes(&mut self, len: usize) {
+        self.advance(len, |segment, offset, count, _| segment.put_zeroes(offset, count));
+    }
+
+    /// Copies the next `destination.len()` host bytes into `destination`.
+    pub(crate) fn take(&mut self, destination: &mut [u8]) {
+        self.advance(destination.len(), |segment, offset, count, done| {
+            segment.take(offset, &mut destination[done..done + count])
+        });
+    }
+
+    /// Flips bit `bit` of the byte at `position` from the transfer's start
+    /// (the cursor does not move).
+    pub(crate) fn flip_bit(&self, position: usize, bit: u8) {
+        let mut at = position;
+        for segment in self.segments {
+            if at < segment.len {
+                segment.flip_bit(at, bit);
+                return;
+            }
+            at -= segment.len;
+        }
+        panic!("bit flip at {position}, past the transfer");
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+    /// Page-aligned, zeroed host memory, reached only through its raw
+    /// pointer (as DMA memory must be).
+    pub(crate) struct TestMemory {
+        ptr: NonNull<u8>,
+        layout: Layout,
+    }
+
+    impl TestMemory {
+        pub(crate) fn new(pages: usize) -> Self {
+            let layout = Layout::from_size_align(pages * PAGE_SIZE, PAGE_SIZE).unwrap();
+            // SAFETY: the layout has a non-zero size.
+            let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).expect("allocation");
+            TestMemory { ptr, layout }
+        }
+
+        pub(crate) fn ptr(&self) -> NonNull<u8> {
+            self.ptr
+        }
+
+        pub(crate) fn all(&self) -> HostRange {
+            HostRange { ptr: self.ptr, len: self.layout.size() }
+        }
+
+        pub(crate) fn byte(&self, offset: usize) -> u8 {
+            self.all().read_volatile::<1>(offset)[0]
+        }
+    }
+
+    impl Drop for TestMemory {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        }
+    }
+
+    #[test]
+    fn iovas_are_not_host_addresses_and_have_guard_pages() {
+        let memory = TestMemory::new(4);
+        let host = memory.ptr();
+        let mut table = DmaTable::new();
+        let first = table.map(host, 2 * PAGE_SIZE).unwrap();
+        let second = table.map(host, PAGE_SIZE).unwrap();
+        assert_eq!(first, IOVA_BASE);
+        assert_ne!(first, host.as_ptr() as u64);
+        assert_eq!(second, first + 3 * PAGE, "a guard page between mappings");
+        assert!(table.translate(first, 2 * PAGE_SIZE).is_some());
+        assert!(table.translate(first + 2 * PAGE, 1).is_none(), "the guard page is unmapped");
+        assert!(table.translate(first + PAGE, PAGE_SIZE + 1).is_none(), "runs past the mapping");
+        assert!(table.translate(host.as_ptr() as u64, 8).is_none(), "a host address is no IOVA");
+        assert!(table.map(host, 100).is_err(), "whole pages only");
+        assert!(table.unmap(first, PAGE_SIZE).is_err(), "length must match");
+        table.unmap(first, 2 * PAGE_SIZE).unwrap();
+        assert!(table.translate(first, 8).is_none());
+        assert!(table.translate(second, 8).is_some());
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn prps_one_two_and_list_pages() {
+        let memory = TestMemory::new(4);
+        let mut table = DmaTable::new();
+        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE).unwrap();
+        let mut out = Vec::new();
+        resolve_prps(&mut table, iova + 512, 0, 1024, &mut out).unwrap();
+        assert_eq!((out.len(), out[0].len()), (1, 1024));
+        // Two pages through PRP2; adjacent host pages merge.
+        resolve_prps(&mut table, iova, iova + PAGE, 2 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!((out.len(), out[0].len()), (1, 2 * PAGE_SIZE));
+        assert_eq!(resolve_prps(&mut table, iova, iova + 8, 2 * PAGE_SIZE, &mut out), Err(prp_offset_invalid()));
+        assert_eq!(resolve_prps(&mut table, iova + 2, 0, 8, &mut out), Err(prp_offset_invalid()));
+        assert_eq!(resolve_prps(&mut table, 0x1000, 0, 8, &mut out), Err(data_transfer_error()));
+        // A list in page 3 naming pages 2 and 1: not adjacent in that order.
+        let host = memory.all();
+        host.put(3 * PAGE_SIZE, &(iova + 2 * PAGE).to_le_bytes());
+        host.put(3 * PAGE_SIZE + 8, &(iova + PAGE).to_le_bytes());
+        resolve_prps(&mut table, iova, iova + 3 * PAGE, 3 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+        let total: usize = out.iter().map(HostRange::len).sum();
+        assert_eq!(total, 3 * PAGE_SIZE);
+    }
+
+    #[test]
+    fn prp_lists_chain_across_list_pages() {
+        let memory = TestMemory::new(8);
+        let mut table = DmaTable::new();
+        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE).unwrap();
+        let host = memory.all();
+        // Data: pages 0 (PRP1), 1, 2, 3. The list starts in the last two
+        // slots of page 7: page 1, then a chain to a list at page 6 that
+        // names pages 2 and 3.
+        let start = 8 * PAGE_SIZE - 16;
+        host.put(start, &(iova + PAGE).to_le_bytes());
+        host.put(start + 8, &(iova + 6 * PAGE).to_le_bytes());
+        host.put(6 * PAGE_SIZE, &(iova + 2 * PAGE).to_le_bytes());
+        host.put(6 * PAGE_SIZE + 8, &(iova + 3 * PAGE).to_le_bytes());
+        let mut out = Vec::new();
+        resolve_prps(&mut table, iova, iova + start as u64, 4 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!(out.len(), 1, "four adjacent pages merge into one segment");
+        assert_eq!(out[0].len(), 4 * PAGE_SIZE);
+        let mut transfer = Transfer::new(&out);
+        transfer.put(&[7u8; 4 * PAGE_SIZE]);
+        assert_eq!(memory.byte(3 * PAGE_SIZE + 100), 7);
+        assert_eq!(memory.byte(4 * PAGE_SIZE), 0, "nothing past the transfer");
+        transfer = Transfer::new(&out);
+        transfer.flip_bit(PAGE_SIZE + 1, 3);
+        assert_eq!(memory.byte(PAGE_SIZE + 1), 7 ^ 8);
+    }
+}

@@ -1,0 +1,263 @@
+//! Faults a test injects, what the simulator counts, and what a power cut
+//! reports.
+
+/// A fault injected with [`super::Simulator::inject`]. Range faults stay
+/// until [`super::Simulator::clear_faults`]; the others fire once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Reads (Read, Compare, Verify, Copy sources) touching these blocks
+    /// complete with Unrecovered Read Error (SCT 2h / SC 81h) and transfer
+    /// nothing. A successful write of a block heals it, as a drive remaps a
+    /// bad block on write.
+    UnrecoveredRead { nsid: u32, slba: u64, blocks: u64 },
+    /// Reads touching these blocks succeed, but the data arrives with one
+    /// bit (chosen by the PRNG) flipped in one of them. The stored data is
+    /// intact.
+    ReadBitFlip { nsid: u32, slba: u64, blocks: u64 },
+    /// Writes touching these blocks complete with Write Fault (SCT 2h /
+    /// SC 80h) and write nothing.
+    WriteFault { nsid: u32, slba: u64, blocks: u64 },
+    /// The next `count` I/O commands execute, but their completions are
+    /// never posted.
+    DropCompletions { count: u32 },
+    /// The next `count` admin commands execute, but their completions are
+    /// never posted.
+    DropAdminCompletions { count: u32 },
+    /// CSTS.CFS = 1: the controller stops processing commands until a reset
+    /// (CC.EN = 0).
+    ControllerFatal,
+    /// The device is gone: every register reads all ones, nothing is
+    /// processed. [`super::Simulator::power_cut`] brings it back.
+    SurpriseRemoval,
+    /// The zone starting at `zslba` becomes Read Only (ZSRO).
+    ZoneReadOnly { nsid: u32, zslba: u64 },
+    /// The zone starting at `zslba` becomes Offline (ZSO).
+    ZoneOffline { nsid: u32, zslba: u64 },
+}
+
+/// Most range faults at once.
+pub(crate) const RANGE_FAULTS_MAX: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RangeKind {
+    UnrecoveredRead,
+    ReadBitFlip,
+    WriteFault,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RangeFault {
+    kind: RangeKind,
+    nsid: u32,
+    start: u64,
+    end: u64,
+}
+
+/// The range faults in force.
+#[derive(Debug, Default)]
+pub(crate) struct RangeFaults {
+    ranges: Vec<RangeFault>,
+}
+
+impl RangeFaults {
+    pub(crate) fn add(&mut self, kind: RangeKind, nsid: u32, slba: u64, blocks: u64) {
+        assert!(blocks > 0, "a fault over no blocks");
+        assert!(self.ranges.len() < RANGE_FAULTS_MAX, "more than {RANGE_FAULTS_MAX} range faults");
+        let end = slba.checked_add(blocks).expect("fault range overflows");
+        self.ranges.push(RangeFault { kind, nsid, start: slba, end });
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The first block of `[slba, slba + blocks)` a fault of `kind` covers.
+    pub(crate) fn first_hit(&self, kind: RangeKind, nsid: u32, slba: u64, blocks: u64) -> Option<u64> {
+        let end = slba + blocks;
+        self.ranges
+            .iter()
+            .filter(|fault| fault.kind == kind && fault.nsid == nsid && fault.start < end && slba < fault.end)
+            .map(|fault| fault.start.max(slba))
+            .min()
+    }
+
+    /// Removes the unrecovered-read faults of the written blocks.
+    pub(crate) fn heal(&mut self, nsid: u32, slba: u64, blocks: u64) {
+        let end = slba + blocks;
+        let mut index = 0;
+        while index < self.ranges.len() {
+            let fault = self.ranges[index];
+            let hit =
+                fault.kind == RangeKind::UnrecoveredRead && fault.nsid == nsid && fault.start < end && slba < fault.end;
+            if !hit {
+                index += 1;
+                continue;
+            }
+            self.ranges.swap_remove(index);
+            // What lies outside the written blocks stays bad.
+            if fault.start < slba {
+                self.ranges.push(RangeFault { end: slba, ..fault });
+            }
+            if fault.end > end {
+                self.ranges.push(RangeFault { start: end, ..fault });
+            }
+        }
+        // Keep a stable order: determinism does not depend on it (lookups
+        // take the minimum), but readers of a Debug print might.
+        self.ranges.sort_by_key(|fault| (fault.nsid, fault.start));
+    }
+}
+
+/// Faults fired so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    pub unrecovered_reads: u64,
+    pub read_bit_flips: u64,
+    pub write_faults: u64,
+    pub dropped_completions: u64,
+    pub controller_fatal: u64,
+    pub surprise_removals: u64,
+    pub corrupted_at_rest: u64,
+}
+
+/// What the simulator did, for tests and benchmarks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimStats {
+    /// Admin commands fetched, by opcode.
+    pub admin_commands: [u64; 256],
+    /// I/O commands fetched, by opcode.
+    pub io_commands: [u64; 256],
+    /// Completion queue entries written.
+    pub completions_posted: u64,
+    /// Completions executed but never posted (a dropped-completion fault).
+    pub completions_dropped: u64,
+    /// Completions that completed with an error status.
+    pub errors: u64,
+    pub faults: FaultStats,
+    pub power_cuts: u64,
+    /// Accesses through an IOVA no mapping covers.
+    pub dma_errors: u64,
+    /// Doorbell writes naming a queue that does not exist or a value out of
+    /// range (ignored, as the spec lets a controller do).
+    pub doorbell_errors: u64,
+    /// Ticks so far.
+    pub ticks: u64,
+}
+
+impl Default for SimStats {
+    fn default() -> Self {
+        SimStats {
+            admin_commands: [0; 256],
+            io_commands: [0; 256],
+            completions_posted: 0,
+            completions_dropped: 0,
+            errors: 0,
+            faults: FaultStats::default(),
+            power_cuts: 0,
+            dma_errors: 0,
+            doorbell_errors: 0,
+            ticks: 0,
+        }
+    }
+}
+
+impl SimStats {
+    /// Admin commands fetched with `opcode`.
+    pub fn admin(&self, opcode: u8) -> u64 {
+        self.admin_commands[usize::from(opcode)]
+    }
+
+    /// I/O commands fetched with `opcode`.
+    pub fn io(&self, opcode: u8) -> u64 {
+        self.io_commands[usize::from(opcode)]
+    }
+}
+
+/// Unflushed blocks a power cut lost, as a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostRange {
+    pub nsid: u32,
+    pub slba: u64,
+    pub blocks: u64,
+}
+
+/// A zone whose write pointer a power cut moved back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneRewind {
+    pub nsid: u32,
+    pub zslba: u64,
+    /// The write pointer before the cut (the write boundary for a Full
+    /// zone).
+    pub wp_before: u64,
+    /// The write pointer after: the end of the zone's persisted prefix.
+    pub wp_after: u64,
+}
+
+/// What [`super::Simulator::power_cut`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PowerCutReport {
+    /// Lost blocks, in (NSID, LBA) order, adjacent ones merged.
+    pub lost: Vec<LostRange>,
+    pub lost_blocks: u64,
+    /// Unflushed blocks that persisted anyway.
+    pub kept_blocks: u64,
+    pub rewound_zones: Vec<ZoneRewind>,
+    /// Commands executed whose completions were still waiting to be posted.
+    pub completions_discarded: u64,
+}
+
+impl PowerCutReport {
+    /// Whether block `lba` of `nsid` was lost.
+    pub fn is_lost(&self, nsid: u32, lba: u64) -> bool {
+        self.lost.iter().any(|range| range.nsid == nsid && (range.slba..range.slba + range.blocks).contains(&lba))
+    }
+
+    pub(crate) fn record_lost(&mut self, nsid: u32, lba: u64) {
+        self.lost_blocks += 1;
+        if let Some(last) = self.lost.last_mut() {
+            if last.nsid == nsid && last.slba + last.blocks == lba {
+                last.blocks += 1;
+                return;
+            }
+        }
+        self.lost.push(LostRange { nsid, slba: lba, blocks: 1 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_faults_hit_and_heal() {
+        let mut faults = RangeFaults::default();
+        faults.add(RangeKind::UnrecoveredRead, 1, 100, 10);
+        faults.add(RangeKind::WriteFault, 1, 50, 1);
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 90, 20), Some(100));
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 105, 1), Some(105));
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 2, 100, 1), None);
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 110, 1), None);
+        faults.heal(1, 103, 2);
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 103, 2), None);
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 100, 5), Some(100));
+        assert_eq!(faults.first_hit(RangeKind::UnrecoveredRead, 1, 104, 6), Some(105));
+        assert_eq!(faults.first_hit(RangeKind::WriteFault, 1, 0, 100), Some(50), "writes do not heal write faults");
+    }
+
+    #[test]
+    fn lost_ranges_merge() {
+        let mut report = PowerCutReport::default();
+        for lba in [1, 2, 3, 7] {
+            report.record_lost(1, lba);
+        }
+        report.record_lost(2, 8);
+        assert_eq!(report.lost.len(), 3);
+        assert_eq!(report.lost[0], LostRange { nsid: 1, slba: 1, blocks: 3 });
+        assert!(report.is_lost(1, 3) && !report.is_lost(1, 4) && report.is_lost(2, 8));
+        assert_eq!(report.lost_blocks, 5);
+    }
+}

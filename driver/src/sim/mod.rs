@@ -1,0 +1,320 @@
+//! A deterministic simulated NVMe controller, with conventional (NVM
+//! Command Set) and zoned (ZNS Command Set 1.1) namespaces, behind the
+//! same [`Transport`] seam as real hardware: the real
+//! [`crate::Controller::init`] brings it up and real
+//! [`crate::QueuePair`]s drive it.
+//!
+//! In the manner of TigerBeetle's simulated storage: one seed
+//! ([`SimConfig::seed`]) drives one PRNG behind every random choice
+//! (completion delays and order, fault draws, which unflushed blocks a
+//! power cut keeps), time is a tick counter advanced by
+//! [`Transport::tick`] (once per queue-pair poll pass), everything has a
+//! limit, and invariants are asserted.
+//!
+//! # Determinism and threads
+//!
+//! Registers, queues and media sit behind one mutex, so the driver may use
+//! the simulator from several threads (each queue pair on its own). The
+//! results are then correct but depend on how the threads interleave. With
+//! one thread, the same seed, configuration and sequence of driver calls
+//! give bit-identical results: [`Simulator::trace_hash`] folds every
+//! completion posted (tick, SQ, CID, status, DW0, DW1) into one number to
+//! compare runs by.
+//!
+//! # What the device does
+//!
+//! - **Registers**: CAP (MQES configurable, CQR = 1, TO, DSTRD = 0, CSS =
+//!   NVM and I/O command sets, MPSMIN = MPSMAX = 0), VS, CC, CSTS (RDY
+//!   follows CC.EN; SHST reports complete after CC.SHN; CFS after a fault
+//!   or an enable it cannot honour), AQA, ASQ, ACQ, doorbells at `1000h +
+//!   8 * qid` (SQ tail) and `+ 4` (CQ head).
+//! - **Commands** are fetched and executed, in order, when the host writes
+//!   an SQ tail doorbell. Each completion is posted at once, or after
+//!   [`SimConfig::completion_delay_ticks`] ticks (in a seeded random order
+//!   within a tick with [`SimConfig::reorder`]). A full CQ is never
+//!   overwritten: completions wait for the host to move its head.
+//! - **DMA**: [`Transport::map_dma`] returns IOVAs the simulator chooses
+//!   ([`IOVA_BASE`] upward, a guard page between mappings), never host
+//!   addresses. Every PRP is translated through that table; one outside it
+//!   fails the command with Data Transfer Error (SCT 0h / SC 04h).
+//!   Unmapping a live queue's memory is a driver bug the simulator answers
+//!   with CSTS.CFS.
+//! - **Media**: sparse 64 KiB chunks (gigabytes of virtual capacity cost
+//!   nothing until written; unwritten blocks read zeroes) behind a volatile
+//!   write cache (VWC = 1 by default): writes land in the cache unless FUA,
+//!   reads see the cache, Flush makes everything durable.
+//!
+//! # Zones (ZNS 1.1)
+//!
+//! Writes must start at the write pointer (else Zone Invalid Write, BCh)
+//! and end by ZSLBA + ZCAP (else Zone Boundary Error, B8h); a Full zone
+//! answers Zone Is Full (B9h). A write to an Empty or Closed zone opens it
+//! implicitly, within the open and active limits (else Too Many Open
+//! Zones, BEh, or Too Many Active Zones, BDh, as QEMU 7.2: no implicit
+//! close of another zone). Finish moves the write pointer to ZSLBA + ZCAP
+//! internally. Report Zones gives the Write Pointer of a Full, Read Only
+//! or Offline zone as all ones: ZNS 1.1 says the field is not valid in
+//! those states, and all ones is also what QEMU reports
+//! ([`FullZoneWritePointer`] lets a test report another value to prove
+//! the driver ignores it). Closing a zone with nothing written makes it
+//! Empty (as QEMU). A controller reset or shutdown closes open zones.
+//!
+//! # Power cuts
+//!
+//! [`Simulator::power_cut`] resets the controller (queues gone, CSTS.RDY =
+//! 0, CC = 0) and decides, block by block and in LBA order, whether each
+//! unflushed cached block persists (probability
+//! [`FaultConfig::power_cut_keep_probability`]) or is lost; durable data
+//! stays. In a zone, blocks persist only as a prefix: the first lost block
+//! loses every later one of that zone, and the write pointer moves back to
+//! it (FUA writes and Flush persist the zone's whole prefix, so durable
+//! data is always one). Open zones become Closed (Empty when at their
+//! start); a Full zone that lost data becomes Closed again, or stays Full
+//! when no active resource is free. Zone states survive the cut because the
+//! simulator object does (unlike QEMU, whose zone states are not
+//! persistent). The controller then waits, disabled, for the driver's next
+//! bring-up.
+
+mod admin;
+mod config;
+mod controller;
+mod dma;
+mod fault;
+mod io;
+mod namespace;
+mod prng;
+mod storage;
+mod zones;
+
+pub use config::{
+    DeallocateBehavior, FaultConfig, FullZoneWritePointer, NamespaceConfig, SimConfig, ZonedConfig,
+    COMPLETION_DELAY_TICKS_MAX, COPY_BYTES_MAX, DLFEAT_READ_ZEROES, IO_QUEUE_PAIRS_MAX, NAMESPACES_MAX,
+    NAMESPACE_BYTES_MAX, ZONES_MAX,
+};
+pub use dma::IOVA_BASE;
+pub use fault::{Fault, FaultStats, LostRange, PowerCutReport, SimStats, ZoneRewind};
+
+use crate::error::{Error, Result};
+use crate::spec::zns::ZoneDescriptor;
+use crate::transport::{PciId, Transport};
+use controller::State;
+use fault::RangeKind;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use zones::Condition;
+
+/// A simulated NVMe controller. See the [module documentation](self).
+pub struct Simulator {
+    state: Mutex<State>,
+    seed: u64,
+    pci_id: PciId,
+}
+
+impl fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Simulator")
+            .field("seed", &self.seed)
+            .field("pci_id", &self.pci_id)
+            .field("tick", &state.now)
+            .field("namespaces", &state.namespaces.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulator {
+    /// A powered-on controller, disabled (CC.EN = 0) until the driver
+    /// enables it. Panics on a configuration outside the simulator's limits
+    /// ([`NAMESPACES_MAX`], [`ZONES_MAX`], ...) or the spec's.
+    pub fn new(config: SimConfig) -> Arc<Self> {
+        let seed = config.seed;
+        let pci_id = config.pci_id;
+        Arc::new(Simulator { state: Mutex::new(State::new(config)), seed, pci_id })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic under the lock (a failed assertion) already failed the
+        // test; keep the state reachable for its report.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The seed of every random choice.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Ticks so far.
+    pub fn now(&self) -> u64 {
+        self.lock().now
+    }
+
+    /// A hash of every completion posted so far (tick, SQ, CID, status, DW0,
+    /// DW1, in posting order): equal for equal runs.
+    pub fn trace_hash(&self) -> u64 {
+        self.lock().trace
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.lock().stats.clone()
+    }
+
+    /// DMA mappings currently made.
+    pub fn mappings(&self) -> usize {
+        self.lock().dma.len()
+    }
+
+    /// Injects a fault. Panics when it names a namespace, block or zone that
+    /// does not exist.
+    pub fn inject(&self, fault: Fault) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let check_range = |state: &State, nsid: u32, slba: u64, blocks: u64| {
+            let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+            assert!(namespace.check_range(slba, blocks).is_ok() && blocks > 0, "fault outside namespace {nsid}");
+        };
+        match fault {
+            Fault::UnrecoveredRead { nsid, slba, blocks } => {
+                check_range(state, nsid, slba, blocks);
+                state.faults.add(RangeKind::UnrecoveredRead, nsid, slba, blocks);
+            }
+            Fault::ReadBitFlip { nsid, slba, blocks } => {
+                check_range(state, nsid, slba, blocks);
+                state.faults.add(RangeKind::ReadBitFlip, nsid, slba, blocks);
+            }
+            Fault::WriteFault { nsid, slba, blocks } => {
+                check_range(state, nsid, slba, blocks);
+                state.faults.add(RangeKind::WriteFault, nsid, slba, blocks);
+            }
+            Fault::DropCompletions { count } => state.drop_io = state.drop_io.saturating_add(count),
+            Fault::DropAdminCompletions { count } => state.drop_admin = state.drop_admin.saturating_add(count),
+            Fault::ControllerFatal => {
+                state.fatal = true;
+                state.stats.faults.controller_fatal += 1;
+            }
+            Fault::SurpriseRemoval => {
+                state.removed = true;
+                state.stats.faults.surprise_removals += 1;
+            }
+            Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
+                let condition =
+                    if matches!(fault, Fault::ZoneReadOnly { .. }) { Condition::ReadOnly } else { Condition::Offline };
+                let namespace = state.namespaces.get_mut((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+                let zones = namespace.zones.as_mut().expect("a zone fault on a namespace without zones");
+                let index = zones.start(zslba).expect("ZSLBA does not start a zone");
+                zones.force(index, condition);
+                zones.check_invariants();
+            }
+        }
+    }
+
+    /// Removes every range fault and pending dropped completion.
+    pub fn clear_faults(&self) {
+        let mut state = self.lock();
+        state.faults.clear();
+        state.drop_io = 0;
+        state.drop_admin = 0;
+    }
+
+    /// Replaces the fault probabilities (say, after a clean bring-up).
+    pub fn set_fault_config(&self, faults: FaultConfig) {
+        let mut state = self.lock();
+        let mut config = state.config.clone();
+        config.faults = faults.clone();
+        config.validate();
+        state.fault_config = faults;
+    }
+
+    /// Flips bit `bit` (0 = the least significant bit of the block's first
+    /// byte) of block `lba` where reads find it: the cached copy if the
+    /// block is dirty, else the media. Silent corruption at rest.
+    pub fn corrupt_at_rest(&self, nsid: u32, lba: u64, bit: u64) {
+        let mut state = self.lock();
+        let namespace = state.namespaces.get_mut((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
+        namespace.storage.flip_bit(lba, bit);
+        state.stats.faults.corrupted_at_rest += 1;
+    }
+
+    /// Cuts the power and turns it back on: see the [module
+    /// documentation](self#power-cuts). The surprise removal and fatal
+    /// status of the old power cycle are gone too.
+    pub fn power_cut(&self) -> PowerCutReport {
+        self.lock().power_cut()
+    }
+
+    /// Completes one held Asynchronous Event Request with DW0 = `event_type`
+    /// (bits 2:0) | `information` << 8 | `log_page` << 16. False when none
+    /// is outstanding.
+    pub fn async_event(&self, event_type: u8, information: u8, log_page: u8) -> bool {
+        self.lock().async_event(event_type, information, log_page)
+    }
+
+    /// The zones of `nsid` as Report Zones describes them.
+    pub fn zones(&self, nsid: u32) -> Vec<ZoneDescriptor> {
+        let state = self.lock();
+        let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        let zones = namespace.zones.as_ref().expect("a namespace without zones");
+        (0..zones.count()).map(|index| zones.descriptor(index)).collect()
+    }
+
+    /// Block `lba` of `nsid` as a read would return it (no faults applied).
+    pub fn read_block(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.block(nsid, lba, false)
+    }
+
+    /// Block `lba` of `nsid` as the media holds it: what a power cut that
+    /// loses every cached block would leave.
+    pub fn durable_block(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.block(nsid, lba, true)
+    }
+
+    fn block(&self, nsid: u32, lba: u64, media_only: bool) -> Vec<u8> {
+        let state = self.lock();
+        let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
+        namespace.storage.block(lba, media_only)
+    }
+
+    /// Blocks of `nsid` in the write cache, not yet durable.
+    pub fn dirty_blocks(&self, nsid: u32) -> u64 {
+        let state = self.lock();
+        state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage.dirty_blocks()
+    }
+}
+
+impl Transport for Simulator {
+    fn read32(&self, offset: usize) -> u32 {
+        self.lock().read_register(offset)
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        self.lock().write_register(offset, value);
+    }
+
+    fn tick(&self) {
+        self.lock().tick();
+    }
+
+    unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
+        self.lock().dma.map(vaddr, len).map_err(Error::Dma)
+    }
+
+    fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
+        let mut state = self.lock();
+        let mapping = state.dma.unmap(iova, len).map_err(Error::Dma)?;
+        state.unmapped(mapping);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn pci_id(&self) -> PciId {
+        self.pci_id
+    }
+}
+
+#[cfg(test)]
+mod tests;

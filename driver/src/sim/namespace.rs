@@ -1,0 +1,52 @@
+//! One simulated namespace: its geometry, its storage and, when zoned, its
+//! zones.
+
+use super::config::{DeallocateBehavior, NamespaceConfig};
+use super::storage::Storage;
+use super::zones::Zones;
+use crate::spec::identify::{CSI_NVM, CSI_ZONED};
+use crate::spec::status::{GenericStatus, Status};
+
+#[derive(Debug)]
+pub(crate) struct Namespace {
+    pub(crate) nsid: u32,
+    pub(crate) config: NamespaceConfig,
+    pub(crate) block_size: u64,
+    pub(crate) capacity_blocks: u64,
+    pub(crate) storage: Storage,
+    pub(crate) zones: Option<Zones>,
+}
+
+impl Namespace {
+    pub(crate) fn new(nsid: u32, config: &NamespaceConfig, memory_limit_bytes: u64) -> Self {
+        Namespace {
+            nsid,
+            block_size: u64::from(config.block_size),
+            capacity_blocks: config.capacity_blocks,
+            storage: Storage::new(config.block_size, memory_limit_bytes),
+            zones: config.zoned.as_ref().map(|zoned| Zones::new(zoned, config.capacity_blocks)),
+            config: config.clone(),
+        }
+    }
+
+    pub(crate) fn csi(&self) -> u8 {
+        if self.zones.is_some() {
+            CSI_ZONED
+        } else {
+            CSI_NVM
+        }
+    }
+
+    /// LBA Out of Range unless `[slba, slba + blocks)` lies inside the
+    /// namespace.
+    pub(crate) fn check_range(&self, slba: u64, blocks: u64) -> Result<(), Status> {
+        match slba.checked_add(blocks) {
+            Some(end) if end <= self.capacity_blocks => Ok(()),
+            _ => Err(Status::from(GenericStatus::LbaOutOfRange).with_dnr()),
+        }
+    }
+
+    pub(crate) fn deallocate_zeroes(&self) -> bool {
+        self.config.deallocate == DeallocateBehavior::Zeroes
+    }
+}

@@ -1,0 +1,83 @@
+//! The simulator's command path allocates nothing once warm: reads,
+//! cached and FUA writes and flushes, driver and device side together,
+//! counted by a global allocator. (One test in this binary, so no other
+//! test allocates concurrently.)
+
+mod sim_support;
+
+use nvme_driver::dma::DmaMemory;
+use nvme_driver::sim::SimConfig;
+use nvme_driver::{IoBuffer, IoCompletion};
+use sim_support::Rig;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn the_command_path_allocates_nothing_once_warm() {
+    let mut rig = Rig::new(SimConfig::nvm(1 << 16, 512));
+    let mut buffers: Vec<Option<IoBuffer>> = (0..32).map(|_| Some(rig.buffer(4096))).collect();
+    for buffer in buffers.iter().flatten() {
+        buffer.buffer().fill(0, 4096, 0xA5);
+    }
+    let mut completions: Vec<IoCompletion> = Vec::with_capacity(64);
+    let mut cycle = |rig: &mut Rig, completions: &mut Vec<IoCompletion>| {
+        for (token, slot) in buffers.iter_mut().enumerate() {
+            let lba = token as u64 * 8;
+            let request = match token % 3 {
+                0 => rig.ns.read(lba, slot.take().unwrap(), token as u64),
+                1 => rig.ns.write(lba, slot.take().unwrap(), false, token as u64),
+                _ => rig.ns.write(lba, slot.take().unwrap(), true, token as u64),
+            };
+            rig.pair.submit(request.unwrap()).map_err(|(error, _)| error).unwrap();
+        }
+        rig.pair.submit(rig.ns.flush(99)).map_err(|(error, _)| error).unwrap();
+        while completions.len() < 33 {
+            rig.pair.poll(|done| completions.push(done));
+        }
+        for completion in completions.drain(..) {
+            completion.status.unwrap();
+            if let Some(buffer) = completion.buffer {
+                buffers[completion.token as usize] = Some(buffer);
+            }
+        }
+    };
+    // Warm up: chunks, maps and scratch reach their working size.
+    for _ in 0..4 {
+        cycle(&mut rig, &mut completions);
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..100 {
+        cycle(&mut rig, &mut completions);
+    }
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "allocations on the command path");
+}
