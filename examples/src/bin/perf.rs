@@ -5,7 +5,9 @@
 use clap::{Parser, ValueEnum};
 use nvme_driver::dma::{DmaMemory, DmaPool, HUGE_PAGE_SIZE};
 use nvme_driver::queue::QueueStats;
-use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request};
+use nvme_driver::sim::{SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request, Transport};
+use std::sync::Arc;
 use nvme_examples::device::open_controller;
 use nvme_examples::histogram::Histogram;
 use nvme_examples::size::parse_size;
@@ -59,6 +61,15 @@ struct Args {
     /// Seed for the random offsets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run against the in-process simulator instead of a device.
+    #[arg(long, conflicts_with = "pci")]
+    sim: bool,
+    /// Simulated namespace size.
+    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "sim")]
+    sim_capacity: u64,
+    /// Simulated block size (512 or 4096).
+    #[arg(long, default_value_t = 512, requires = "sim")]
+    sim_lba: u32,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -92,7 +103,16 @@ fn run(args: &Args) -> Result<(), String> {
         return Err("--qd, --qpairs and --time must be at least 1".into());
     }
     let options = ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, ..ControllerOptions::default() };
-    let controller = open_controller(args.pci.as_deref(), options)?;
+    let controller = if args.sim {
+        if args.sim_lba != 512 && args.sim_lba != 4096 {
+            return Err(format!("--sim-lba {}: expected 512 or 4096", args.sim_lba));
+        }
+        let config = SimConfig::nvm(args.sim_capacity / u64::from(args.sim_lba), args.sim_lba).with_seed(args.seed);
+        let transport: Arc<dyn Transport> = Simulator::new(config);
+        Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?
+    } else {
+        open_controller(args.pci.as_deref(), options)?
+    };
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
     if args.bs == 0 || !args.bs.is_multiple_of(block) || args.bs > ns.max_transfer_bytes() {
