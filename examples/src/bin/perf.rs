@@ -7,12 +7,12 @@ use nvme_driver::dma::{DmaMemory, DmaPool, HUGE_PAGE_SIZE};
 use nvme_driver::queue::QueueStats;
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request, Transport};
-use std::sync::Arc;
 use nvme_examples::device::open_controller;
 use nvme_examples::histogram::Histogram;
 use nvme_examples::size::parse_size;
 use serde_json::json;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
