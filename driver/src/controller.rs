@@ -7,6 +7,7 @@ use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::queue::{DoorbellConfig, IoCompletion, QueuePair, ShadowPages, ShadowPolicy};
+use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
 use crate::spec::identify::{
     self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns,
@@ -16,6 +17,7 @@ use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
 use crate::spec::zns::{parse_report_zones, ZoneDescriptor, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
 use crate::transport::Transport;
+use crate::zeroout::{ZeroCapabilities, ZeroState};
 use serde::Serialize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,6 +35,9 @@ pub struct ControllerOptions {
     pub shutdown_timeout: Duration,
     /// Use shadow doorbells (Doorbell Buffer Config) when offered.
     pub shadow_doorbells: bool,
+    /// Quirks to add or remove for matching devices, applied after the
+    /// built-in table (like Linux's `quirks=VID:DID:flags`).
+    pub quirk_overrides: Vec<QuirkOverride>,
 }
 
 impl Default for ControllerOptions {
@@ -43,6 +48,7 @@ impl Default for ControllerOptions {
             io_queue_pairs: 64,
             shutdown_timeout: Duration::from_secs(10),
             shadow_doorbells: true,
+            quirk_overrides: Vec::new(),
         }
     }
 }
@@ -225,6 +231,9 @@ pub struct Controller {
     identify_zns: Option<IdentifyControllerZns>,
     namespaces: Vec<NamespaceInfo>,
     io_queue_pairs: u16,
+    quirks: Quirks,
+    /// One zero-out state per namespace, shared by all its handles.
+    zero_states: Mutex<Vec<(u32, Arc<ZeroState>)>>,
 }
 
 /// A queue depth that suits most callers (Linux's io_queue_depth default is
@@ -326,6 +335,14 @@ impl Controller {
             shared.admin().queue.use_shadow(pages, ShadowPolicy::Always);
         }
 
+        let pci = shared.transport.pci_id();
+        let quirks = crate::quirks::effective(
+            pci.vendor,
+            pci.device,
+            &identify.mn,
+            &identify.fr,
+            &shared.options.quirk_overrides,
+        );
         Ok(Controller {
             shared: Arc::new(shared),
             vs,
@@ -335,6 +352,8 @@ impl Controller {
             identify_zns,
             namespaces,
             io_queue_pairs,
+            quirks,
+            zero_states: Mutex::new(Vec::new()),
         })
     }
 
@@ -435,7 +454,48 @@ impl Controller {
             .iter()
             .find(|ns| ns.nsid == nsid)
             .ok_or_else(|| Error::InvalidArgument(format!("namespace {nsid} is not active on this controller")))?;
-        Ok(Namespace::new(self, info))
+        let namespace = Namespace::new(self, info);
+        let mut states = self.zero_states.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match states.iter().find(|(id, _)| *id == nsid) {
+            Some((_, state)) => Arc::clone(state),
+            None => {
+                let state = Arc::new(ZeroState::new(
+                    self.zero_capabilities(info, &namespace),
+                    Arc::clone(&self.shared.transport),
+                ));
+                states.push((nsid, Arc::clone(&state)));
+                state
+            }
+        };
+        Ok(namespace.with_zero_state(state))
+    }
+
+    /// The effective quirks: the built-in table, then the overrides.
+    pub fn quirks(&self) -> Quirks {
+        self.quirks
+    }
+
+    fn zero_capabilities(&self, info: &NamespaceInfo, namespace: &Namespace) -> ZeroCapabilities {
+        let id = &info.identify;
+        // NPDG/NPDA are valid only with NSFEAT.OPTPERF (bit 4); 0-based.
+        let optperf = id.nsfeat & (1 << 4) != 0;
+        let preferred = |value: u16| if optperf { u64::from(value) + 1 } else { 1 };
+        ZeroCapabilities {
+            block_size: info.block_size,
+            capacity_blocks: info.capacity_blocks,
+            oncs: self.identify.oncs,
+            quirks: self.quirks,
+            dlfeat: id.dlfeat,
+            write_zeroes_max_bytes: self
+                .identify_nvm
+                .as_ref()
+                .and_then(|nvm| nvm.write_zeroes_size_limit_bytes(self.shared.cap.min_page_size())),
+            max_transfer_bytes: namespace.max_transfer_bytes(),
+            dsm: *namespace.range_limits(),
+            deallocate_granularity_blocks: preferred(id.npdg),
+            deallocate_alignment_blocks: preferred(id.npda),
+            zone_size_blocks: info.zoned.as_ref().map(|z| z.zone_size_blocks),
+        }
     }
 
     /// Whether queue pairs use shadow doorbells.

@@ -41,13 +41,16 @@ pub mod loopback;
 pub mod mmio;
 pub mod namespace;
 pub mod queue;
+pub mod quirks;
 pub mod sim;
 pub mod spec;
 pub mod transport;
 pub mod vfio;
+pub mod zeroout;
 
 pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH};
 pub use error::{Error, RequestError, Result};
 pub use namespace::{Namespace, RangeLimits, ZoneGeometry};
 pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};
+pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};

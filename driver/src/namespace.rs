@@ -10,10 +10,14 @@ use crate::cmd::nvm::{self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_R
 use crate::cmd::zns::{self as zns_cmd, ReportFilter, ZoneSendAction};
 use crate::controller::{Controller, NamespaceInfo};
 use crate::dma::{DmaMemory, PAGE_SIZE};
+use crate::error::Error;
 use crate::error::RequestError;
+use crate::queue::QueuePair;
 use crate::queue::{prp, IoBuffer, Request};
 use crate::spec::identify::Oncs;
+use crate::zeroout::{ZeroState, ZeroStats, ZeroStrategy};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Zone geometry and limits of a zoned namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -64,6 +68,8 @@ pub struct Namespace {
     oncs: Oncs,
     zones: Option<ZoneGeometry>,
     limits: RangeLimits,
+    #[serde(skip)]
+    zero: Option<Arc<ZeroState>>,
 }
 
 type Checked<T> = Result<T, RequestError>;
@@ -115,6 +121,7 @@ impl Namespace {
             oncs: controller.identify().oncs,
             zones,
             limits,
+            zero: None,
         }
     }
 
@@ -127,7 +134,16 @@ impl Namespace {
         oncs: Oncs,
         zones: Option<ZoneGeometry>,
     ) -> Self {
-        Namespace { nsid, block_size, capacity_blocks, max_transfer_bytes, oncs, zones, limits: RangeLimits::default() }
+        Namespace {
+            nsid,
+            block_size,
+            capacity_blocks,
+            max_transfer_bytes,
+            oncs,
+            zones,
+            limits: RangeLimits::default(),
+            zero: None,
+        }
     }
 
     /// The same namespace with other range limits, for tests and simulators.
@@ -138,6 +154,42 @@ impl Namespace {
 
     pub fn range_limits(&self) -> &RangeLimits {
         &self.limits
+    }
+
+    pub(crate) fn with_zero_state(mut self, state: Arc<ZeroState>) -> Self {
+        self.zero = Some(state);
+        self
+    }
+
+    fn zero_state(&self) -> Result<&Arc<ZeroState>, Error> {
+        self.zero.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("this namespace handle has no controller (use Controller::namespace)".into())
+        })
+    }
+
+    /// Zeroes `[slba, slba + blocks)` with the namespace's zero-out
+    /// strategy (see [`crate::zeroout`]), on `pair`, which must have nothing
+    /// else in flight. `allow_unmap` lets the device deallocate instead of
+    /// writing (DEAC, zone resets of whole zones). A command the device
+    /// rejects as unsupported downgrades the strategy once, for every
+    /// handle of this namespace, and the range is still zeroed.
+    pub fn zeroout(&self, pair: &mut QueuePair, slba: u64, blocks: u64, allow_unmap: bool) -> Result<(), Error> {
+        crate::zeroout::zeroout(self.zero_state()?, self.nsid, pair, slba, blocks, allow_unmap)
+    }
+
+    /// The zero-out strategy in use.
+    pub fn zero_strategy(&self) -> Option<ZeroStrategy> {
+        self.zero.as_ref().map(|z| z.strategy())
+    }
+
+    /// Commands, bytes and downgrades per zero-out strategy.
+    pub fn zero_stats(&self) -> Option<ZeroStats> {
+        self.zero.as_ref().map(|z| z.stats())
+    }
+
+    /// Forces an allowed zero-out strategy (benchmarks, tests).
+    pub fn set_zero_strategy(&self, strategy: ZeroStrategy) -> Result<(), Error> {
+        self.zero_state()?.set_strategy(strategy)
     }
 
     pub fn nsid(&self) -> u32 {

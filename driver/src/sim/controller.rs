@@ -209,6 +209,8 @@ pub(crate) struct State {
     pub(crate) fault_config: FaultConfig,
     pub(crate) drop_io: u32,
     pub(crate) drop_admin: u32,
+    /// I/O opcodes answered with Invalid Command Opcode ([`crate::sim::Fault::RejectOpcode`]).
+    pub(crate) rejected_opcodes: [bool; 256],
     // Logs and counters.
     pub(crate) error_log: VecDeque<ErrorEntry>,
     pub(crate) error_count: u64,
@@ -268,6 +270,7 @@ impl State {
             fault_config: config.faults.clone(),
             drop_io: 0,
             drop_admin: 0,
+            rejected_opcodes: [false; 256],
             error_log: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
             error_count: 0,
             smart: Smart { power_cycles: 1, ..Smart::default() },

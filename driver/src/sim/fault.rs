@@ -33,6 +33,11 @@ pub enum Fault {
     ZoneReadOnly { nsid: u32, zslba: u64 },
     /// The zone starting at `zslba` becomes Offline (ZSO).
     ZoneOffline { nsid: u32, zslba: u64 },
+    /// Every I/O command with this opcode completes with Invalid Command
+    /// Opcode (SCT 0h / SC 01h, DNR) and does nothing, although Identify
+    /// still advertises it: firmware that disabled a command ONCS reports
+    /// (the drives behind the Linux 6.12 zero-out regression).
+    RejectOpcode { opcode: u8 },
 }
 
 /// Most range faults at once.

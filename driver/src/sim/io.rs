@@ -61,6 +61,9 @@ impl State {
         if c.psdt() != 0 || c.fuse() != 0 {
             return Err(invalid_field());
         }
+        if self.rejected_opcodes[usize::from(c.opcode)] {
+            return Err(invalid_opcode());
+        }
         if c.opcode == op::FLUSH {
             return self.flush(c);
         }

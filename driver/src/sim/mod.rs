@@ -196,6 +196,7 @@ impl Simulator {
                 state.removed = true;
                 state.stats.faults.surprise_removals += 1;
             }
+            Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
             Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
                 let condition =
                     if matches!(fault, Fault::ZoneReadOnly { .. }) { Condition::ReadOnly } else { Condition::Offline };

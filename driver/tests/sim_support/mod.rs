@@ -44,6 +44,11 @@ impl Rig {
 
     pub fn on(sim: Arc<Simulator>) -> Self {
         let controller = init(&sim);
+        Self::on_controller(sim, controller)
+    }
+
+    /// A rig around a controller already brought up on `sim`.
+    pub fn on_controller(sim: Arc<Simulator>, controller: Controller) -> Self {
         let ns = controller.namespace(1).unwrap();
         let pair = controller.create_queue_pair(64).unwrap();
         let pool = DmaPool::new(controller.transport(), 128 * 1024, 48).unwrap();
