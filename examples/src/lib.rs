@@ -3,4 +3,5 @@
 pub mod conformance;
 pub mod device;
 pub mod histogram;
+pub mod logging;
 pub mod size;

@@ -32,6 +32,9 @@ struct Args {
     /// of the report (for bug reports and test fixtures).
     #[arg(long, conflicts_with_all = ["json", "logs"])]
     dump_pages: bool,
+    /// Add or remove quirks: VID:DID:FLAGS, FLAGS a hex mask or +NAME,-NAME (repeatable).
+    #[arg(long = "quirks", value_name = "VID:DID:FLAGS")]
+    quirks: Vec<nvme_driver::quirks::QuirkOverride>,
 }
 
 fn main() -> ExitCode {
@@ -60,8 +63,8 @@ fn run(args: &Args) -> Result<(), String> {
     for bdf in &bdfs {
         let device = container.open(bdf).map_err(|e| e.to_string())?;
         let transport: Arc<dyn Transport> = device;
-        let mut controller =
-            Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("{bdf}: {e}"))?;
+        let options = ControllerOptions { quirk_overrides: args.quirks.clone(), ..ControllerOptions::default() };
+        let mut controller = Controller::init(transport, options).map_err(|e| format!("{bdf}: {e}"))?;
         if args.dump_pages {
             dump_pages(&mut controller).map_err(|e| format!("{bdf}: {e}"))?;
             continue;
@@ -140,6 +143,7 @@ fn describe(controller: &mut Controller, logs: bool) -> nvme_driver::Result<Valu
         "dmsl": nvm.as_ref().map(|n| n.dmsl),
         "zasl": zasl,
         "zone_append_max_bytes": zone_append_max,
+        "quirks": controller.quirks().names(),
         "namespaces": namespaces,
     });
     if logs {
@@ -204,6 +208,11 @@ fn describe_namespace(controller: &mut Controller, ns: &NamespaceInfo) -> nvme_d
         "npdg": id.npdg,
         "npda": id.npda,
     });
+    let handle = controller.namespace(ns.nsid)?;
+    if let Some(stats) = handle.zero_stats() {
+        value["zero_strategy"] = json!(stats.strategy.name());
+        value["zero_strategies_allowed"] = json!(stats.allowed.iter().map(|s| s.name()).collect::<Vec<_>>());
+    }
     if let Some(zoned) = &ns.zoned {
         // Zone capacity lives in the zone descriptors, not in Identify.
         let first = controller.report_zones(ns.nsid, 0, 1)?;
@@ -249,6 +258,8 @@ fn print_text(c: &Value) {
     if !c["wzsl"].is_null() {
         println!("  nvm limits    wzsl {}, dmrl {}, dmrsl {}, dmsl {}", c["wzsl"], c["dmrl"], c["dmrsl"], c["dmsl"]);
     }
+    let quirks = c["quirks"].as_array().map(|q| q.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+    println!("  quirks        {}", if quirks.is_empty() { "none".to_string() } else { quirks });
     if !c["zasl"].is_null() {
         println!("  zasl          {} ({})", c["zasl"], bytes(&c["zone_append_max_bytes"]));
     }
@@ -268,6 +279,10 @@ fn print_text(c: &Value) {
             s(&ns["dlfeat"]["read_behavior"]),
             if ns["dlfeat"]["write_zeroes_deac"].as_bool() == Some(true) { "supported" } else { "not supported" }
         );
+        if let Some(allowed) = ns["zero_strategies_allowed"].as_array() {
+            let allowed: Vec<String> = allowed.iter().map(s).collect();
+            println!("    zero-out    {} (allowed: {})", s(&ns["zero_strategy"]), allowed.join(", "));
+        }
         let z = &ns["zoned"];
         if !z.is_null() {
             println!(

@@ -1,0 +1,183 @@
+//! `zeroout`: zeroes a range of a namespace with the driver's zero-out
+//! strategy (like `blkdiscard -z`), and reports the strategy, the commands
+//! and the time it took.
+
+use clap::Parser;
+use nvme_driver::dma::{DmaMemory, DmaPool};
+use nvme_driver::quirks::QuirkOverride;
+use nvme_driver::zeroout::ZeroStrategy;
+use nvme_driver::{ControllerOptions, IoBuffer};
+use nvme_examples::device::open_controller;
+use nvme_examples::size::parse_size;
+use serde_json::json;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Zero a range of an NVMe namespace, choosing the command from what the device really offers.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
+    #[arg(long, value_name = "BDF")]
+    pci: Option<String>,
+    /// Namespace ID.
+    #[arg(long, default_value_t = 1)]
+    ns: u32,
+    /// Start of the range, in bytes (a multiple of the block size).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: u64,
+    /// Length of the range in bytes; default: to the end of the namespace.
+    #[arg(long, value_parser = parse_size)]
+    length: Option<u64>,
+    /// Let the device deallocate instead of writing (DEAC, zone resets).
+    #[arg(long)]
+    allow_unmap: bool,
+    /// Force a strategy the device allows: write-zeroes, deallocate-as-zeroes, zero-buffer.
+    #[arg(long)]
+    strategy: Option<String>,
+    /// Add or remove quirks: VID:DID:FLAGS, FLAGS a hex mask or +NAME,-NAME (repeatable).
+    #[arg(long = "quirks", value_name = "VID:DID:FLAGS")]
+    quirks: Vec<QuirkOverride>,
+    /// Queue depth for the zero-out commands.
+    #[arg(long, default_value_t = 64)]
+    qd: u16,
+    /// Read the range back afterwards and check every byte is zero.
+    #[arg(long)]
+    verify: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    nvme_examples::logging::init("zeroout");
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("zeroout: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let options = ControllerOptions { quirk_overrides: args.quirks.clone(), ..ControllerOptions::default() };
+    let controller = open_controller(args.pci.as_deref(), options)?;
+    let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
+    let block = u64::from(ns.block_size());
+    let capacity = ns.capacity_blocks() * block;
+    let length = args.length.unwrap_or(capacity.saturating_sub(args.offset));
+    if !args.offset.is_multiple_of(block) || !length.is_multiple_of(block) {
+        return Err(format!("--offset and --length must be multiples of the {block}-byte block"));
+    }
+    if let Some(name) = &args.strategy {
+        let strategy = ZeroStrategy::from_name(name)
+            .ok_or_else(|| format!("--strategy {name}: expected write-zeroes, deallocate-as-zeroes or zero-buffer"))?;
+        ns.set_zero_strategy(strategy).map_err(|e| format!("--strategy {name}: {e}"))?;
+    }
+    let mut pair = controller.create_queue_pair(args.qd.max(2)).map_err(|e| e.to_string())?;
+    let before = ns.zero_stats().expect("a controller's namespace has zero-out state");
+    let started = Instant::now();
+    ns.zeroout(&mut pair, args.offset / block, length / block, args.allow_unmap).map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    let after = ns.zero_stats().expect("zero-out state");
+
+    let verified = if args.verify {
+        Some(verify(&controller, &ns, &mut pair, args.offset / block, length / block)?)
+    } else {
+        None
+    };
+
+    let per_strategy: Vec<_> = after
+        .per_strategy
+        .iter()
+        .zip(&before.per_strategy)
+        .map(|(a, b)| {
+            json!({
+                "strategy": a.strategy.name(),
+                "commands": a.commands - b.commands,
+                "bytes": a.bytes - b.bytes,
+                "downgrades": a.downgrades - b.downgrades,
+            })
+        })
+        .collect();
+    let commands: u64 = after.per_strategy.iter().zip(&before.per_strategy).map(|(a, b)| a.commands - b.commands).sum();
+    let mib_s = length as f64 / elapsed.as_secs_f64().max(1e-9) / (1 << 20) as f64;
+    if args.json {
+        let out = json!({
+            "pci": controller.transport().name(),
+            "nsid": ns.nsid(),
+            "quirks": controller.quirks().names(),
+            "allowed": after.allowed.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "strategy_before": before.strategy.name(),
+            "strategy_after": after.strategy.name(),
+            "offset": args.offset,
+            "length": length,
+            "seconds": elapsed.as_secs_f64(),
+            "mib_s": mib_s,
+            "commands": commands,
+            "per_strategy": per_strategy,
+            "verified_zero": verified,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "zeroout: {} ns {}: {} bytes at {} in {:.3} s ({:.1} MiB/s), {} commands, strategy {}{}",
+            controller.transport().name(),
+            ns.nsid(),
+            length,
+            args.offset,
+            elapsed.as_secs_f64(),
+            mib_s,
+            commands,
+            after.strategy.name(),
+            if after.strategy != before.strategy {
+                format!(" (downgraded from {})", before.strategy.name())
+            } else {
+                String::new()
+            }
+        );
+        if let Some(ok) = verified {
+            println!("zeroout: read back: {}", if ok { "all zeroes" } else { "NOT ZERO" });
+        }
+    }
+    match verified {
+        Some(false) => Err("the range does not read back as zeroes".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Reads the range back in 128 KiB pieces; true if every byte is zero.
+fn verify(
+    controller: &nvme_driver::Controller,
+    ns: &nvme_driver::Namespace,
+    pair: &mut nvme_driver::QueuePair,
+    slba: u64,
+    blocks: u64,
+) -> Result<bool, String> {
+    let chunk_blocks = (128 * 1024 / u64::from(ns.block_size())).max(1);
+    let chunk_bytes = (chunk_blocks * u64::from(ns.block_size())) as usize;
+    let pool = DmaPool::new(controller.transport(), chunk_bytes, 1).map_err(|e| e.to_string())?;
+    let mut buffer = Some(pool.get().ok_or("DMA pool empty")?);
+    let mut lba = slba;
+    let mut page = vec![0u8; chunk_bytes];
+    while lba < slba + blocks {
+        let n = chunk_blocks.min(slba + blocks - lba);
+        let len = (n * u64::from(ns.block_size())) as usize;
+        let data = buffer.take().expect("one buffer, always returned");
+        data.fill(0, len, 0xAA);
+        let request = ns.read(lba, IoBuffer::range(data, 0, len), lba).map_err(|e| e.to_string())?;
+        let done = pair.execute(request, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+        if let Err(status) = done.status {
+            return Err(format!("read back at LBA {lba}: {status}"));
+        }
+        let data = done.buffer.expect("the buffer comes back").into_buffer();
+        data.copy_out(0, &mut page[..len]);
+        if page[..len].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        buffer = Some(data);
+        lba += n;
+    }
+    Ok(true)
+}
