@@ -177,6 +177,14 @@ impl Namespace {
         crate::zeroout::zeroout(self.zero_state()?, self.nsid, pair, slba, blocks, allow_unmap)
     }
 
+    /// Deallocates `[slba, slba + blocks)` with as many Dataset Management
+    /// commands as DMRL/DMRSL/DMSL require, on `pair` (nothing else in
+    /// flight). A hint: the blocks read back as DLFEAT says, which devices
+    /// do not always honour; use [`Namespace::zeroout`] to get zeroes.
+    pub fn deallocate_range(&self, pair: &mut QueuePair, slba: u64, blocks: u64) -> Result<(), Error> {
+        crate::zeroout::deallocate(self.zero_state()?, self.nsid, pair, slba, blocks)
+    }
+
     /// The zero-out strategy in use.
     pub fn zero_strategy(&self) -> Option<ZeroStrategy> {
         self.zero.as_ref().map(|z| z.strategy())

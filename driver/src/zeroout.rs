@@ -451,6 +451,48 @@ pub(crate) fn zeroout(
     }
 }
 
+/// Deallocate commands for `[slba, slba + blocks)`: ranges of at most
+/// DMRSL blocks, at most DMRL ranges and DMSL blocks per command. A hint to
+/// the device, not a zero-out: what the blocks read afterwards is DLFEAT's
+/// business.
+pub fn plan_deallocate(caps: &ZeroCapabilities, slba: u64, blocks: u64) -> Vec<ZeroOp> {
+    let mut ops = Vec::new();
+    let mut command: Vec<(u64, u32)> = Vec::new();
+    let mut command_blocks = 0u64;
+    for (start, len) in chunks(slba, blocks, caps.dsm.dsm_range_blocks) {
+        if command.len() == caps.dsm.dsm_ranges || command_blocks + u64::from(len) > caps.dsm.dsm_total_blocks {
+            ops.push(ZeroOp::Deallocate { ranges: std::mem::take(&mut command) });
+            command_blocks = 0;
+        }
+        command.push((start, len));
+        command_blocks += u64::from(len);
+    }
+    if !command.is_empty() {
+        ops.push(ZeroOp::Deallocate { ranges: command });
+    }
+    ops
+}
+
+/// Deallocates `[slba, slba + blocks)` on `pair` (nothing else in flight).
+pub(crate) fn deallocate(state: &ZeroState, nsid: u32, pair: &mut QueuePair, slba: u64, blocks: u64) -> Result<()> {
+    if pair.in_flight() != 0 {
+        return Err(Error::InvalidArgument("deallocate needs a queue pair with nothing in flight".into()));
+    }
+    if !state.caps.oncs.contains(Oncs::DATASET_MANAGEMENT) {
+        return Err(RequestError::Unsupported { command: "Dataset Management" }.into());
+    }
+    if slba.checked_add(blocks).is_none_or(|end| end > state.caps.capacity_blocks) {
+        return Err(RequestError::LbaOutOfRange { slba, blocks, capacity_blocks: state.caps.capacity_blocks }.into());
+    }
+    let ops = plan_deallocate(&state.caps, slba, blocks);
+    match run(state, nsid, pair, ZeroStrategy::DeallocateAsZeroes, &ops)? {
+        None => Ok(()),
+        Some((status, _)) => {
+            Err(Error::Command { opcode: crate::spec::command::opcode::nvm::DATASET_MANAGEMENT, admin: false, status })
+        }
+    }
+}
+
 /// Runs `ops` with as many in flight as the pair allows. Returns the
 /// ranges whose commands the device rejected as unsupported.
 #[allow(clippy::type_complexity)]

@@ -106,3 +106,18 @@ fn the_deallocate_quirk_needs_dsm() {
     assert_zero(&mut rig, 0, 1024);
     assert_eq!(rig.sim.stats().io(op::DATASET_MANAGEMENT), 0);
 }
+
+#[test]
+fn deallocate_range_splits_by_the_device_limits() {
+    let config = SimConfig { dmrl: 2, dmrsl: 100, ..SimConfig::nvm(1 << 20, 512) };
+    let mut rig = Rig::new(config);
+    fill(&mut rig, 0, 1024);
+    rig.ns.deallocate_range(&mut rig.pair, 0, 1000).unwrap();
+    // 10 ranges of 100 blocks, 2 per command.
+    assert_eq!(rig.sim.stats().io(op::DATASET_MANAGEMENT), 5);
+    assert_zero(&mut rig, 0, 768);
+    let mut config = SimConfig::nvm(1 << 20, 512);
+    config.oncs.remove(Oncs::DATASET_MANAGEMENT);
+    let mut rig = Rig::new(config);
+    assert!(rig.ns.deallocate_range(&mut rig.pair, 0, 8).is_err());
+}
