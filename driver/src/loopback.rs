@@ -120,41 +120,64 @@ impl LoopbackDevice {
     /// Completes every command the queue pair has published with the SQ
     /// doorbell, in order. Returns how many; 0 once the pair is gone.
     pub fn complete_all(&mut self) -> usize {
-        if self.state.compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return 0;
-        }
-        let tail = (self.transport.read32(self.sq_tail_offset) as u16) % self.depth;
         let mut done = 0;
-        while self.sq_head != tail {
-            let sqe = self.sq.as_ptr().wrapping_add(usize::from(self.sq_head));
-            // SAFETY: BUSY holds the rings alive; sq_head < depth.
-            let command = unsafe { sqe.read_volatile() };
-            self.sq_head = (self.sq_head + 1) % self.depth;
-            let status = Completion::status_word(self.status, self.phase);
-            let entry =
-                Completion { dw0: command.cdw10, dw1: 0, sq_head: self.sq_head, sq_id: 1, cid: command.cid, status };
-            let slot = self.cq.as_ptr().wrapping_add(usize::from(self.cq_tail)).cast::<u8>();
-            // Everything but the phase-carrying status word first, then the
-            // status word, so the host never sees a half-written entry.
-            let bytes = entry.to_bytes();
-            for (i, byte) in bytes[..STATUS_WORD_OFFSET].iter().enumerate() {
-                // SAFETY: inside the 16-byte entry at cq_tail < depth, which
-                // BUSY keeps alive.
-                unsafe { slot.wrapping_add(i).write_volatile(*byte) };
-            }
-            fence(Ordering::Release);
-            let status_word = slot.wrapping_add(STATUS_WORD_OFFSET).cast::<u16>();
-            // SAFETY: the status word lies inside the entry, 2-byte aligned.
-            unsafe { status_word.write_volatile(entry.status) };
-            self.cq_tail += 1;
-            if self.cq_tail == self.depth {
-                self.cq_tail = 0;
-                self.phase = !self.phase;
+        while let Some(command) = self.fetch() {
+            if !self.post(command.cid, self.status, command.cdw10) {
+                break;
             }
             done += 1;
         }
-        self.state.store(IDLE, Ordering::Release);
         done
+    }
+
+    /// Takes the next published command off the SQ without completing it
+    /// (for completing out of order, or never). `None` when the SQ is empty
+    /// or the pair is gone.
+    pub fn fetch(&mut self) -> Option<Command> {
+        if self.state.compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        let tail = (self.transport.read32(self.sq_tail_offset) as u16) % self.depth;
+        let command = (self.sq_head != tail).then(|| {
+            let sqe = self.sq.as_ptr().wrapping_add(usize::from(self.sq_head));
+            self.sq_head = (self.sq_head + 1) % self.depth;
+            // SAFETY: BUSY holds the rings alive; the index is < depth.
+            unsafe { sqe.read_volatile() }
+        });
+        self.state.store(IDLE, Ordering::Release);
+        command
+    }
+
+    /// Posts a completion for `cid` with `status` and `dw0`: any `cid`, even
+    /// one the host never submitted or already saw completed (a misbehaving
+    /// device). The caller keeps the CQ from overflowing. `false` once the
+    /// pair is gone.
+    pub fn post(&mut self, cid: u16, status: Status, dw0: u32) -> bool {
+        if self.state.compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        let status = Completion::status_word(status, self.phase);
+        let entry = Completion { dw0, dw1: 0, sq_head: self.sq_head, sq_id: 1, cid, status };
+        let slot = self.cq.as_ptr().wrapping_add(usize::from(self.cq_tail)).cast::<u8>();
+        // Everything but the phase-carrying status word first, then the
+        // status word, so the host never sees a half-written entry.
+        let bytes = entry.to_bytes();
+        for (i, byte) in bytes[..STATUS_WORD_OFFSET].iter().enumerate() {
+            // SAFETY: inside the 16-byte entry at cq_tail < depth, which BUSY
+            // keeps alive.
+            unsafe { slot.wrapping_add(i).write_volatile(*byte) };
+        }
+        fence(Ordering::Release);
+        let status_word = slot.wrapping_add(STATUS_WORD_OFFSET).cast::<u16>();
+        // SAFETY: the status word lies inside the entry, 2-byte aligned.
+        unsafe { status_word.write_volatile(entry.status) };
+        self.cq_tail += 1;
+        if self.cq_tail == self.depth {
+            self.cq_tail = 0;
+            self.phase = !self.phase;
+        }
+        self.state.store(IDLE, Ordering::Release);
+        true
     }
 }
 
