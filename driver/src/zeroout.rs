@@ -234,19 +234,7 @@ pub fn plan(
             other_way(&mut ops, slba, middle_start - slba);
             // Ranges of at most DMRSL blocks, kept on unit boundaries.
             let range_max = (caps.dsm.dsm_range_blocks / unit * unit).max(unit);
-            let mut command: Vec<(u64, u32)> = Vec::new();
-            let mut command_blocks = 0u64;
-            for (start, len) in chunks(middle_start, middle_end - middle_start, range_max) {
-                if command.len() == caps.dsm.dsm_ranges || command_blocks + u64::from(len) > caps.dsm.dsm_total_blocks {
-                    ops.push(ZeroOp::Deallocate { ranges: std::mem::take(&mut command) });
-                    command_blocks = 0;
-                }
-                command.push((start, len));
-                command_blocks += u64::from(len);
-            }
-            if !command.is_empty() {
-                ops.push(ZeroOp::Deallocate { ranges: command });
-            }
+            ops.extend(deallocate_commands(caps, middle_start, middle_end - middle_start, range_max));
             other_way(&mut ops, middle_end, end - middle_end);
             ops
         }
@@ -456,10 +444,16 @@ pub(crate) fn zeroout(
 /// the device, not a zero-out: what the blocks read afterwards is DLFEAT's
 /// business.
 pub fn plan_deallocate(caps: &ZeroCapabilities, slba: u64, blocks: u64) -> Vec<ZeroOp> {
+    deallocate_commands(caps, slba, blocks, caps.dsm.dsm_range_blocks)
+}
+
+/// Ranges of at most `range_max` blocks, grouped into DSM commands of at
+/// most DMRL ranges and DMSL blocks.
+fn deallocate_commands(caps: &ZeroCapabilities, slba: u64, blocks: u64, range_max: u64) -> Vec<ZeroOp> {
     let mut ops = Vec::new();
     let mut command: Vec<(u64, u32)> = Vec::new();
     let mut command_blocks = 0u64;
-    for (start, len) in chunks(slba, blocks, caps.dsm.dsm_range_blocks) {
+    for (start, len) in chunks(slba, blocks, range_max) {
         if command.len() == caps.dsm.dsm_ranges || command_blocks + u64::from(len) > caps.dsm.dsm_total_blocks {
             ops.push(ZeroOp::Deallocate { ranges: std::mem::take(&mut command) });
             command_blocks = 0;
