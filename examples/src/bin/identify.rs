@@ -261,7 +261,7 @@ fn print_text(c: &Value) {
     let quirks = c["quirks"].as_array().map(|q| q.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default();
     println!("  quirks        {}", if quirks.is_empty() { "none".to_string() } else { quirks });
     if !c["zasl"].is_null() {
-        println!("  zasl          {} ({})", c["zasl"], bytes(&c["zone_append_max_bytes"]));
+        println!("  zasl          {} (zone append up to {})", c["zasl"], bytes(&c["zone_append_max_bytes"]));
     }
     for ns in c["namespaces"].as_array().into_iter().flatten() {
         println!(
