@@ -68,25 +68,52 @@ pub trait DmaMemory {
         unsafe { self.pointer::<T>(offset).write_volatile(value) }
     }
 
-    /// Copies out of device memory with volatile loads.
+    /// Copies `out.len()` bytes out of device memory from `offset`.
+    ///
+    /// One bounds check, then a raw-pointer copy: no reference into the
+    /// DMA memory is formed. Call it only while no command that writes this
+    /// range is in flight (a completed read is ordered before by the
+    /// queue pair's Acquire fence on the completion's phase tag).
     fn copy_out(&self, offset: usize, out: &mut [u8]) {
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = self.read::<u8>(offset + i);
-        }
+        let (base, len, _) = self.raw_parts();
+        assert!(
+            offset.checked_add(out.len()).is_some_and(|end| end <= len),
+            "DMA copy {offset}+{} outside {len}",
+            out.len()
+        );
+        let source = base.as_ptr().wrapping_add(offset);
+        // SAFETY: the range was checked to lie inside the mapping; `out` is
+        // host memory that cannot overlap it; bytes are valid for any bits.
+        unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) }
     }
 
-    /// Copies into device memory with volatile stores.
+    /// Copies `data` into device memory at `offset`: one bounds check,
+    /// then a raw-pointer copy. Call it only while no command that reads
+    /// or writes this range is in flight (submission publishes the bytes
+    /// with the queue pair's Release fence before the doorbell).
     fn copy_in(&self, offset: usize, data: &[u8]) {
-        for (i, byte) in data.iter().enumerate() {
-            self.write::<u8>(offset + i, *byte);
-        }
+        let (base, len, _) = self.raw_parts();
+        assert!(
+            offset.checked_add(data.len()).is_some_and(|end| end <= len),
+            "DMA copy {offset}+{} outside {len}",
+            data.len()
+        );
+        let destination = base.as_ptr().wrapping_add(offset);
+        // SAFETY: as in `copy_out`, with the roles swapped.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), destination, data.len()) }
     }
 
     /// Fills `[offset, offset + len)` with `byte`.
     fn fill(&self, offset: usize, len: usize, byte: u8) {
-        for i in 0..len {
-            self.write::<u8>(offset + i, byte);
-        }
+        let (base, region_len, _) = self.raw_parts();
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= region_len),
+            "DMA fill {offset}+{len} outside {region_len}"
+        );
+        let destination = base.as_ptr().wrapping_add(offset);
+        // SAFETY: the range lies inside the mapping (checked above); same
+        // rule as `copy_in` about commands in flight.
+        unsafe { std::ptr::write_bytes(destination, byte, len) }
     }
 }
 

@@ -208,6 +208,9 @@ pub(crate) struct State {
     pub(crate) faults: RangeFaults,
     pub(crate) fault_config: FaultConfig,
     pub(crate) drop_io: u32,
+    /// I/O commands left before a scheduled power cut.
+    pub(crate) power_cut_after: Option<u64>,
+    pub(crate) scheduled_power_cut: Option<PowerCutReport>,
     pub(crate) drop_admin: u32,
     /// I/O opcodes answered with Invalid Command Opcode ([`crate::sim::Fault::RejectOpcode`]).
     pub(crate) rejected_opcodes: [bool; 256],
@@ -269,6 +272,8 @@ impl State {
             faults: RangeFaults::default(),
             fault_config: config.faults.clone(),
             drop_io: 0,
+            power_cut_after: None,
+            scheduled_power_cut: None,
             drop_admin: 0,
             rejected_opcodes: [false; 256],
             error_log: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
@@ -502,6 +507,19 @@ impl State {
             if sq.head == sq.tail {
                 return;
             }
+            if qid != 0 {
+                match self.power_cut_after {
+                    Some(0) => {
+                        self.power_cut_after = None;
+                        let report = self.power_cut();
+                        self.scheduled_power_cut = Some(report);
+                        return;
+                    }
+                    Some(left) => self.power_cut_after = Some(left - 1),
+                    None => {}
+                }
+            }
+            let Some(sq) = &mut self.sqs[qid] else { return };
             let bytes = sq.ring.read_volatile::<SQE_SIZE>(sq.head as usize * SQE_SIZE);
             sq.head = (sq.head + 1) % sq.size;
             let command = Command::from_bytes(&bytes);

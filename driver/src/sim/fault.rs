@@ -38,6 +38,13 @@ pub enum Fault {
     /// still advertises it: firmware that disabled a command ONCS reports
     /// (the drives behind the Linux 6.12 zero-out regression).
     RejectOpcode { opcode: u8 },
+    /// The power fails just before the controller fetches its
+    /// `io_commands + 1`-th I/O command from now, as
+    /// [`super::Simulator::power_cut`] would (that command and every later
+    /// one are never executed), for crash tests that cut at a chosen point
+    /// of a sequence. [`super::Simulator::take_power_cut`] returns the
+    /// report.
+    PowerCutAfter { io_commands: u64 },
 }
 
 /// Most range faults at once.

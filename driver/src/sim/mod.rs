@@ -197,6 +197,7 @@ impl Simulator {
                 state.stats.faults.surprise_removals += 1;
             }
             Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
+            Fault::PowerCutAfter { io_commands } => state.power_cut_after = Some(io_commands),
             Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
                 let condition =
                     if matches!(fault, Fault::ZoneReadOnly { .. }) { Condition::ReadOnly } else { Condition::Offline };
@@ -215,6 +216,7 @@ impl Simulator {
         state.faults.clear();
         state.drop_io = 0;
         state.drop_admin = 0;
+        state.power_cut_after = None;
     }
 
     /// Replaces the fault probabilities (say, after a clean bring-up).
@@ -242,6 +244,12 @@ impl Simulator {
     /// status of the old power cycle are gone too.
     pub fn power_cut(&self) -> PowerCutReport {
         self.lock().power_cut()
+    }
+
+    /// The report of the power cut a [`Fault::PowerCutAfter`] caused, once
+    /// it has happened.
+    pub fn take_power_cut(&self) -> Option<PowerCutReport> {
+        self.lock().scheduled_power_cut.take()
     }
 
     /// Completes one held Asynchronous Event Request with DW0 = `event_type`

@@ -226,8 +226,15 @@ impl Zones {
     /// checks as a write there.
     pub(crate) fn check_append(&self, index: usize, blocks: u64) -> Result<u64, Status> {
         let zone = self.zones[index];
-        let wp = if zone.condition.has_write_pointer() { zone.wp } else { self.write_boundary(index) };
-        self.check_write(wp, blocks).map(|_| wp)
+        match zone.condition {
+            // Checked here: a Full zone's boundary may be the next zone's
+            // start, which `check_write` would judge instead.
+            Condition::Full => return Err(status(CommandSpecificStatus::ZoneIsFull)),
+            Condition::ReadOnly => return Err(status(CommandSpecificStatus::ZoneIsReadOnly)),
+            Condition::Offline => return Err(status(CommandSpecificStatus::ZoneIsOffline)),
+            _ => {}
+        }
+        self.check_write(zone.wp, blocks).map(|_| zone.wp)
     }
 
     fn set(&mut self, index: usize, condition: Condition) {

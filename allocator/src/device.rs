@@ -1,0 +1,325 @@
+//! One namespace as the volume uses it: its queue pair, a pool of DMA
+//! buffers, its zones (hardware or software), and blocking helpers for the
+//! rare commands (flush, zone management, metadata I/O) that share the
+//! pair with asynchronous data writes.
+//!
+//! Completions of asynchronous commands that arrive while a blocking
+//! helper waits are kept (not dropped) and handed to the volume at its
+//! next poll, so the two styles mix safely on one pair.
+
+use crate::error::{Error, Result};
+use crate::BLOCK_SIZE;
+use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
+use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool};
+use nvme_driver::spec::zns::{parse_report_zones, ZoneDescriptor, ZoneState, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
+use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Request};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Tokens of blocking commands have this bit set; the volume's own tokens
+/// never do.
+pub(crate) const SYNC_TOKEN: u64 = 1 << 63;
+
+/// How a device is opened for a volume.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceOptions {
+    /// Queue pair entries (at most `depth - 1` commands in flight).
+    pub queue_depth: u16,
+    /// DMA buffers, each of the largest extent; bounds writes in flight.
+    pub buffers: u32,
+    /// Bound on every blocking command.
+    pub timeout: Duration,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions { queue_depth: 128, buffers: 64, timeout: Duration::from_secs(30) }
+    }
+}
+
+/// One zone's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ZoneGeometry {
+    pub start_lba: u64,
+    /// Usable 4 KiB blocks.
+    pub capacity_blocks: u32,
+}
+
+/// A namespace opened for a volume. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Device {
+    pub(crate) ns: Namespace,
+    pub(crate) pair: QueuePair,
+    pub(crate) pool: DmaPool,
+    pub(crate) lbas_per_block: u64,
+    pub(crate) stash: VecDeque<IoCompletion>,
+    next_token: u64,
+    timeout: Duration,
+    /// Largest transfer in bytes (MDTS and the pool buffer size).
+    pub(crate) max_transfer_bytes: usize,
+    /// Zone Append limit in bytes; 0 on conventional namespaces.
+    pub(crate) append_max_bytes: usize,
+    pub(crate) zones: Vec<ZoneGeometry>,
+    /// The zone size in LBAs (hardware or software).
+    pub(crate) zone_size_lbas: u64,
+}
+
+impl Device {
+    /// Opens namespace `nsid` of `controller`: a queue pair and a buffer
+    /// pool. The volume sets up zones when it formats or opens.
+    pub fn open(controller: &Controller, nsid: u32, options: DeviceOptions) -> Result<Device> {
+        let ns = controller.namespace(nsid)?;
+        let block_size = ns.block_size() as usize;
+        if block_size > BLOCK_SIZE || !BLOCK_SIZE.is_multiple_of(block_size) {
+            return Err(Error::InvalidConfig(format!(
+                "namespace {nsid}: LBA size {block_size} does not divide the 4 KiB volume block"
+            )));
+        }
+        let max_transfer = (ns.max_transfer_bytes() as usize / BLOCK_SIZE * BLOCK_SIZE).min(1 << 20);
+        if max_transfer < BLOCK_SIZE {
+            return Err(Error::InvalidConfig(format!("namespace {nsid}: transfers below 4 KiB")));
+        }
+        let append_max_bytes = ns.zones().map_or(0, |z| z.zone_append_max_bytes as usize / BLOCK_SIZE * BLOCK_SIZE);
+        let pair = controller.create_queue_pair(options.queue_depth)?;
+        let pool = DmaPool::new(controller.transport(), max_transfer, options.buffers.max(4))?;
+        Ok(Device {
+            lbas_per_block: (BLOCK_SIZE / block_size) as u64,
+            ns,
+            pair,
+            pool,
+            stash: VecDeque::new(),
+            next_token: 0,
+            timeout: options.timeout,
+            max_transfer_bytes: max_transfer,
+            append_max_bytes,
+            zones: Vec::new(),
+            zone_size_lbas: 0,
+        })
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    /// Whether the namespace has hardware zones.
+    pub fn is_zoned(&self) -> bool {
+        self.ns.zones().is_some()
+    }
+
+    /// The queue pair, for engines (scrub) that issue their own reads.
+    /// Completions whose token has [`SYNC_TOKEN`] set belong to the volume.
+    pub fn queue_pair(&mut self) -> &mut QueuePair {
+        &mut self.pair
+    }
+
+    /// The DMA buffer pool (buffers of [`Device::max_transfer_bytes`]).
+    pub fn pool(&self) -> &DmaPool {
+        &self.pool
+    }
+
+    pub fn max_transfer_bytes(&self) -> usize {
+        self.max_transfer_bytes
+    }
+
+    /// The first LBA of 4 KiB block `offset` of `zone`.
+    pub(crate) fn lba(&self, zone: u32, offset: u32) -> u64 {
+        self.zones[zone as usize].start_lba + u64::from(offset) * self.lbas_per_block
+    }
+
+    /// Sets up zones: the hardware zones of a zoned namespace (from Report
+    /// Zones), or software zones of `software_zone_blocks` on a
+    /// conventional one. Returns the zone descriptors of a zoned namespace.
+    pub(crate) fn load_zones(&mut self, software_zone_blocks: u32) -> Result<Vec<ZoneDescriptor>> {
+        if let Some(geometry) = self.ns.zones().copied() {
+            let descriptors = self.report_zones()?;
+            self.zone_size_lbas = geometry.zone_size_blocks;
+            self.zones = descriptors
+                .iter()
+                .map(|d| ZoneGeometry {
+                    start_lba: d.zslba,
+                    capacity_blocks: (d.zcap / self.lbas_per_block).min(u64::from(u32::MAX)) as u32,
+                })
+                .collect();
+            Ok(descriptors)
+        } else {
+            if software_zone_blocks == 0 {
+                return Err(Error::InvalidConfig("software zones of 0 blocks".into()));
+            }
+            let zone_lbas = u64::from(software_zone_blocks) * self.lbas_per_block;
+            let count = self.ns.capacity_blocks() / zone_lbas;
+            self.zone_size_lbas = zone_lbas;
+            self.zones = (0..count)
+                .map(|z| ZoneGeometry { start_lba: z * zone_lbas, capacity_blocks: software_zone_blocks })
+                .collect();
+            Ok(Vec::new())
+        }
+    }
+
+    /// Every zone's descriptor, in LBA order.
+    pub(crate) fn report_zones(&mut self) -> Result<Vec<ZoneDescriptor>> {
+        let geometry = *self.ns.zones().ok_or_else(|| Error::InvalidArgument("not a zoned namespace".into()))?;
+        let mut zones = Vec::with_capacity(geometry.zone_count as usize);
+        let mut data = vec![0u8; self.max_transfer_bytes];
+        while (zones.len() as u64) < geometry.zone_count {
+            let slba = zones.len() as u64 * geometry.zone_size_blocks;
+            let buffer = self.buffer()?;
+            let request = self.ns.report_zones(slba, ReportFilter::All, true, IoBuffer::new(buffer), 0)?;
+            let completion = self.run(request, "Report Zones")?;
+            let buffer = completion.buffer.expect("report zones has a buffer");
+            buffer.buffer().copy_out(0, &mut data);
+            let (_, batch) = parse_report_zones(&data).map_err(nvme_driver::Error::Parse)?;
+            if batch.is_empty() {
+                return Err(Error::Corrupt(format!("Report Zones from LBA {slba} returned no zone")));
+            }
+            let room = (data.len() - REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE;
+            debug_assert!(batch.len() <= room);
+            for zone in batch {
+                if zone.zslba != zones.len() as u64 * geometry.zone_size_blocks {
+                    return Err(Error::Corrupt(format!("zone at LBA {} out of order", zone.zslba)));
+                }
+                zones.push(zone);
+                if zones.len() as u64 == geometry.zone_count {
+                    break;
+                }
+            }
+        }
+        Ok(zones)
+    }
+
+    /// A free DMA buffer, polling (and stashing completions) until one
+    /// returns, for at most the timeout.
+    pub(crate) fn buffer(&mut self) -> Result<DmaBuffer> {
+        if let Some(buffer) = self.pool.get() {
+            return Ok(buffer);
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let stash = &mut self.stash;
+            self.pair.poll(|c| stash.push_back(c));
+            if let Some(buffer) = self.pool.get() {
+                return Ok(buffer);
+            }
+            if self.stash.iter().any(|c| c.buffer.is_some()) {
+                // Buffers are held by completions the volume has not
+                // processed yet: it must poll.
+                return Err(Error::Timeout { what: "a free DMA buffer (poll the volume)" });
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "a free DMA buffer" });
+            }
+        }
+    }
+
+    /// Submits `request`, polling (and stashing completions) while the
+    /// queue is full.
+    pub(crate) fn submit(&mut self, request: Request) -> Result<()> {
+        let mut request = request;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.pair.submit(request) {
+                Ok(()) => return Ok(()),
+                Err((nvme_driver::queue::SubmitError::QueueFull, back)) => {
+                    request = back;
+                    let stash = &mut self.stash;
+                    self.pair.poll(|c| stash.push_back(c));
+                    if Instant::now() > deadline {
+                        return Err(Error::Timeout { what: "a submission queue slot" });
+                    }
+                }
+                Err((error, _)) => return Err(nvme_driver::Error::from(error).into()),
+            }
+        }
+    }
+
+    /// Reaps completions into `out`: stashed ones first.
+    pub(crate) fn poll(&mut self, out: &mut Vec<IoCompletion>) {
+        out.extend(self.stash.drain(..));
+        self.pair.poll(|c| out.push(c));
+    }
+
+    /// Runs one command to completion (its token is replaced), keeping
+    /// other completions for the next poll.
+    pub(crate) fn run(&mut self, mut request: Request, what: &'static str) -> Result<IoCompletion> {
+        self.next_token += 1;
+        let token = SYNC_TOKEN | self.next_token;
+        request.token = token;
+        self.submit(request)?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let mut found = None;
+            let stash = &mut self.stash;
+            self.pair.poll(|c| if c.token == token { found = Some(c) } else { stash.push_back(c) });
+            if let Some(completion) = found {
+                return match status(&completion) {
+                    Ok(()) => Ok(completion),
+                    Err(status) => Err(Error::Command { what, status }),
+                };
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what });
+            }
+        }
+    }
+
+    /// Flush: everything completed so far is durable.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        let request = self.ns.flush(0);
+        self.run(request, "Flush").map(drop)
+    }
+
+    /// A zone management action on `zone` (zoned namespaces only).
+    pub(crate) fn zone_action(&mut self, zone: u32, action: ZoneSendAction) -> Result<()> {
+        let zslba = self.zones[zone as usize].start_lba;
+        let request = self.ns.zone_send(zslba, action, false, 0)?;
+        let what = match action {
+            ZoneSendAction::Finish => "Zone Finish",
+            ZoneSendAction::Reset => "Zone Reset",
+            ZoneSendAction::Open => "Zone Open",
+            ZoneSendAction::Close => "Zone Close",
+            _ => "Zone Management Send",
+        };
+        self.run(request, what).map(drop)
+    }
+
+    /// Writes `data` (whole 4 KiB blocks) at `lba`, in transfers of at most
+    /// the pool buffer size, one at a time (ordered, as a zone's write
+    /// pointer requires).
+    pub(crate) fn write_at(&mut self, lba: u64, data: &[u8]) -> Result<()> {
+        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE));
+        for (index, chunk) in data.chunks(self.max_transfer_bytes).enumerate() {
+            let buffer = self.buffer()?;
+            buffer.copy_in(0, chunk);
+            let slba = lba + (index * self.max_transfer_bytes / BLOCK_SIZE) as u64 * self.lbas_per_block;
+            let request = self.ns.write(slba, IoBuffer::range(buffer, 0, chunk.len()), false, 0)?;
+            self.run(request, "Write")?;
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`.
+    pub(crate) fn read_at(&mut self, lba: u64, out: &mut [u8]) -> Result<()> {
+        debug_assert!(out.len().is_multiple_of(BLOCK_SIZE));
+        let step = self.max_transfer_bytes;
+        for (index, chunk) in out.chunks_mut(step).enumerate() {
+            let buffer = self.buffer()?;
+            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
+            let len = chunk.len();
+            let request = self.ns.read(slba, IoBuffer::range(buffer, 0, len), 0)?;
+            let completion = self.run(request, "Read")?;
+            completion.buffer.expect("reads have a buffer").buffer().copy_out(0, chunk);
+        }
+        Ok(())
+    }
+}
+
+/// The device status of a completion. The one place the allocator reads
+/// a completion's outcome.
+pub(crate) fn status(completion: &IoCompletion) -> std::result::Result<(), nvme_driver::spec::status::Status> {
+    completion.status
+}
+
+/// Whether a zone in `state` holds a write pointer that counts.
+pub(crate) fn zone_has_write_pointer(state: ZoneState) -> bool {
+    matches!(state, ZoneState::Empty | ZoneState::ImplicitlyOpened | ZoneState::ExplicitlyOpened | ZoneState::Closed)
+}

@@ -1,0 +1,76 @@
+//! The allocator's one error type.
+
+use crate::ExtentId;
+use nvme_driver::spec::status::Status;
+use std::fmt;
+
+/// Everything a volume reports, typed so callers can act on it.
+#[derive(Debug)]
+pub enum Error {
+    /// The driver failed (bring-up, a refused request, a timeout).
+    Driver(nvme_driver::Error),
+    /// A command completed with an error status.
+    Command { what: &'static str, status: Status },
+    /// The devices do not fit the requested volume (too small, limits too
+    /// tight for the streams asked for, an LBA size that does not divide
+    /// 4 KiB, ...). Nothing was written.
+    InvalidConfig(String),
+    /// A caller argument is out of range (unknown stream, bad length).
+    InvalidArgument(String),
+    /// No extent with this ID.
+    NoSuchExtent(ExtentId),
+    /// Every zone is in use: free extents, commit and reclaim, then retry.
+    NoSpace,
+    /// No volume on these devices (no valid checkpoint in the metadata
+    /// zones).
+    NoVolume,
+    /// The metadata on disk contradicts itself or the device.
+    Corrupt(String),
+    /// Every copy of these blocks failed its checksum or could not be read.
+    Uncorrectable { extent: ExtentId, owner: u64, blocks: Vec<u32> },
+    /// A wait exceeded its bound.
+    Timeout { what: &'static str },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver(error) => write!(f, "driver: {error}"),
+            Error::Command { what, status } => write!(f, "{what} failed: {status}"),
+            Error::InvalidConfig(why) => write!(f, "invalid volume configuration: {why}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::NoSuchExtent(id) => write!(f, "no extent {id}"),
+            Error::NoSpace => write!(f, "no space left on the volume (free, commit and reclaim, then retry)"),
+            Error::NoVolume => write!(f, "no volume found on these devices"),
+            Error::Corrupt(why) => write!(f, "volume metadata is corrupt: {why}"),
+            Error::Uncorrectable { extent, owner, blocks } => {
+                write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")
+            }
+            Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Driver(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<nvme_driver::Error> for Error {
+    fn from(error: nvme_driver::Error) -> Self {
+        Error::Driver(error)
+    }
+}
+
+impl From<nvme_driver::RequestError> for Error {
+    fn from(error: nvme_driver::RequestError) -> Self {
+        Error::Driver(nvme_driver::Error::InvalidRequest(error))
+    }
+}
+
+/// The allocator's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,449 @@
+//! The metadata journal's wire format: records, operations, checkpoints.
+//!
+//! A record is a 64-byte header and a payload, padded to whole 4 KiB
+//! blocks. The header carries a magic number, the volume ID, the metadata
+//! segment's generation, a sequence number, the payload length and crc32c,
+//! and its own crc32c. A reader accepts a record only when every one of
+//! those checks out and the generation and sequence are the ones it
+//! expects next, so a torn tail (some blocks of a record lost in a power
+//! cut) and stale records of an older generation both end the log.
+//!
+//! Payloads are little-endian. A delta carries the operations since the
+//! last commit; a checkpoint carries the volume configuration, every
+//! extent and the zone table.
+
+use crate::checksum::crc;
+use crate::error::{Error, Result};
+use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
+
+pub(crate) const HEADER_BYTES: usize = 64;
+const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
+const VERSION: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Checkpoint = 1,
+    Delta = 2,
+}
+
+/// A decoded record header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: Kind,
+    pub volume_id: u64,
+    pub generation: u64,
+    pub seq: u64,
+    pub payload_bytes: u64,
+    pub payload_crc: u32,
+}
+
+impl Header {
+    /// Blocks the whole record occupies.
+    pub fn record_blocks(&self) -> u64 {
+        (HEADER_BYTES as u64 + self.payload_bytes).div_ceil(BLOCK_SIZE as u64)
+    }
+
+    /// Decodes the first 64 bytes of a block; `None` when it is not a
+    /// valid header (zeroes, garbage, a torn write).
+    pub fn decode(bytes: &[u8]) -> Option<Header> {
+        let mut r = Reader::new(&bytes[..HEADER_BYTES]);
+        let magic = r.u64().ok()?;
+        let kind = r.u8().ok()?;
+        let version = r.u8().ok()?;
+        r.skip(6).ok()?;
+        let volume_id = r.u64().ok()?;
+        let generation = r.u64().ok()?;
+        let seq = r.u64().ok()?;
+        let payload_bytes = r.u64().ok()?;
+        let payload_crc = r.u32().ok()?;
+        r.skip(8).ok()?;
+        let header_crc = r.u32().ok()?;
+        if magic != MAGIC || version != VERSION || header_crc != crc(&bytes[..HEADER_BYTES - 4]) {
+            return None;
+        }
+        let kind = match kind {
+            1 => Kind::Checkpoint,
+            2 => Kind::Delta,
+            _ => return None,
+        };
+        Some(Header { kind, volume_id, generation, seq, payload_bytes, payload_crc })
+    }
+}
+
+/// Builds a whole record: header, payload, zero padding to 4 KiB.
+pub(crate) fn encode_record(kind: Kind, volume_id: u64, generation: u64, seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u64(MAGIC);
+    w.u8(kind as u8);
+    w.u8(VERSION);
+    w.bytes(&[0; 6]);
+    w.u64(volume_id);
+    w.u64(generation);
+    w.u64(seq);
+    w.u64(payload.len() as u64);
+    w.u32(crc(payload));
+    w.u64(0);
+    let header_crc = crc(&w.0);
+    w.u32(header_crc);
+    debug_assert_eq!(w.0.len(), HEADER_BYTES);
+    w.bytes(payload);
+    let padded = w.0.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+    w.0.resize(padded, 0);
+    w.0
+}
+
+/// One extent as the journal stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ExtentRecord {
+    pub id: ExtentId,
+    pub owner: u64,
+    pub stream: u8,
+    pub blocks: u32,
+    /// One per copy (lane).
+    pub locations: Vec<Location>,
+    pub crcs: Vec<u32>,
+}
+
+/// A change to the volume, journaled at commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Add(ExtentRecord),
+    Free(ExtentId),
+    /// The copy in `lane` now lives at `to`.
+    Move {
+        id: ExtentId,
+        lane: u8,
+        to: Location,
+    },
+}
+
+const OP_ADD: u8 = 1;
+const OP_FREE: u8 = 2;
+const OP_MOVE: u8 = 3;
+
+/// What a checkpoint records about the volume's shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Superblock {
+    pub profile: Profile,
+    pub streams: u8,
+    pub software_zone_blocks: u32,
+    pub meta_zones_per_segment: u32,
+    pub reserve_zones: u32,
+    pub max_extent_blocks: u32,
+    pub finish_threshold_blocks: u32,
+    /// Per device: NSID, LBA size, capacity in LBAs, zoned.
+    pub devices: Vec<(u32, u32, u64, bool)>,
+}
+
+/// A whole checkpoint: configuration, next extent ID, extents, and per
+/// lane each zone's (allocated, valid) blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Checkpoint {
+    pub superblock: Superblock,
+    pub next_id: ExtentId,
+    pub extents: Vec<ExtentRecord>,
+    pub zone_valid: Vec<Vec<u32>>,
+}
+
+pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(ops.len() as u32);
+    for op in ops {
+        match op {
+            Op::Add(extent) => {
+                w.u8(OP_ADD);
+                w.extent(extent);
+            }
+            Op::Free(id) => {
+                w.u8(OP_FREE);
+                w.u64(*id);
+            }
+            Op::Move { id, lane, to } => {
+                w.u8(OP_MOVE);
+                w.u64(*id);
+                w.u8(*lane);
+                w.location(*to);
+            }
+        }
+    }
+    w.0
+}
+
+pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
+    let mut r = Reader::new(payload);
+    let count = r.u32()? as usize;
+    let mut ops = Vec::with_capacity(count.min(payload.len()));
+    for _ in 0..count {
+        let op = match r.u8()? {
+            OP_ADD => Op::Add(r.extent()?),
+            OP_FREE => Op::Free(r.u64()?),
+            OP_MOVE => Op::Move { id: r.u64()?, lane: r.u8()?, to: r.location()? },
+            other => return Err(corrupt(format!("unknown journal operation {other}"))),
+        };
+        ops.push(op);
+    }
+    r.finish()?;
+    Ok(ops)
+}
+
+pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
+    let mut w = Writer::default();
+    let s = &checkpoint.superblock;
+    w.u8(s.profile as u8);
+    w.u8(s.streams);
+    w.u32(s.software_zone_blocks);
+    w.u32(s.meta_zones_per_segment);
+    w.u32(s.reserve_zones);
+    w.u32(s.max_extent_blocks);
+    w.u32(s.finish_threshold_blocks);
+    w.u8(s.devices.len() as u8);
+    for &(nsid, lba_size, capacity, zoned) in &s.devices {
+        w.u32(nsid);
+        w.u32(lba_size);
+        w.u64(capacity);
+        w.u8(u8::from(zoned));
+    }
+    w.u64(checkpoint.next_id);
+    w.u64(checkpoint.extents.len() as u64);
+    for extent in &checkpoint.extents {
+        w.extent(extent);
+    }
+    w.u8(checkpoint.zone_valid.len() as u8);
+    for lane in &checkpoint.zone_valid {
+        w.u32(lane.len() as u32);
+        for &valid in lane {
+            w.u32(valid);
+        }
+    }
+    w.0
+}
+
+pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
+    let mut r = Reader::new(payload);
+    let profile = match r.u8()? {
+        0 => Profile::Single,
+        1 => Profile::Dup,
+        2 => Profile::Mirror,
+        other => return Err(corrupt(format!("unknown profile {other}"))),
+    };
+    let streams = r.u8()?;
+    let software_zone_blocks = r.u32()?;
+    let meta_zones_per_segment = r.u32()?;
+    let reserve_zones = r.u32()?;
+    let max_extent_blocks = r.u32()?;
+    let finish_threshold_blocks = r.u32()?;
+    let device_count = r.u8()?;
+    let mut devices = Vec::new();
+    for _ in 0..device_count {
+        devices.push((r.u32()?, r.u32()?, r.u64()?, r.u8()? != 0));
+    }
+    let next_id = r.u64()?;
+    let extent_count = r.u64()?;
+    let mut extents = Vec::with_capacity((extent_count as usize).min(payload.len() / 32));
+    for _ in 0..extent_count {
+        extents.push(r.extent()?);
+    }
+    let lanes = r.u8()?;
+    let mut zone_valid = Vec::new();
+    for _ in 0..lanes {
+        let zones = r.u32()? as usize;
+        let mut lane = Vec::with_capacity(zones.min(payload.len() / 4));
+        for _ in 0..zones {
+            lane.push(r.u32()?);
+        }
+        zone_valid.push(lane);
+    }
+    r.finish()?;
+    Ok(Checkpoint {
+        superblock: Superblock {
+            profile,
+            streams,
+            software_zone_blocks,
+            meta_zones_per_segment,
+            reserve_zones,
+            max_extent_blocks,
+            finish_threshold_blocks,
+            devices,
+        },
+        next_id,
+        extents,
+        zone_valid,
+    })
+}
+
+/// Bytes an extent record takes with `copies` locations and `blocks`
+/// checksums: for sizing metadata.
+pub(crate) fn extent_record_bytes(copies: usize, blocks: usize) -> usize {
+    1 + 8 + 8 + 1 + 4 + 1 + copies * 8 + blocks * 4
+}
+
+fn corrupt(why: String) -> Error {
+    Error::Corrupt(why)
+}
+
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.0.extend_from_slice(v);
+    }
+    fn location(&mut self, l: Location) {
+        self.u32(l.zone);
+        self.u32(l.offset);
+    }
+    fn extent(&mut self, e: &ExtentRecord) {
+        self.u64(e.id);
+        self.u64(e.owner);
+        self.u8(e.stream);
+        self.u32(e.blocks);
+        self.u8(e.locations.len() as u8);
+        for &l in &e.locations {
+            self.location(l);
+        }
+        debug_assert_eq!(e.crcs.len(), e.blocks as usize);
+        for &c in &e.crcs {
+            self.u32(c);
+        }
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Reader { data, at: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&end| end <= self.data.len());
+        let Some(end) = end else {
+            return Err(corrupt(format!("record ends at {} of {} bytes", self.at + n, self.data.len())));
+        };
+        let slice = &self.data[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+    fn skip(&mut self, n: usize) -> Result<()> {
+        self.take(n).map(drop)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn location(&mut self) -> Result<Location> {
+        Ok(Location { zone: self.u32()?, offset: self.u32()? })
+    }
+    fn extent(&mut self) -> Result<ExtentRecord> {
+        let id = self.u64()?;
+        let owner = self.u64()?;
+        let stream = self.u8()?;
+        let blocks = self.u32()?;
+        let copies = self.u8()?;
+        if copies == 0 || copies > 2 || blocks == 0 {
+            return Err(corrupt(format!("extent {id}: {copies} copies of {blocks} blocks")));
+        }
+        let mut locations = Vec::with_capacity(usize::from(copies));
+        for _ in 0..copies {
+            locations.push(self.location()?);
+        }
+        let raw = self.take(blocks as usize * 4)?;
+        let crcs = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        Ok(ExtentRecord { id, owner, stream, blocks, locations, crcs })
+    }
+    fn finish(&self) -> Result<()> {
+        if self.at == self.data.len() {
+            Ok(())
+        } else {
+            Err(corrupt(format!("{} trailing bytes in a record", self.data.len() - self.at)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(id: u64) -> ExtentRecord {
+        ExtentRecord {
+            id,
+            owner: 99,
+            stream: 1,
+            blocks: 2,
+            locations: vec![Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }],
+            crcs: vec![7, 8],
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_pad_to_blocks() {
+        let ops =
+            vec![Op::Add(extent(1)), Op::Free(2), Op::Move { id: 1, lane: 1, to: Location { zone: 9, offset: 0 } }];
+        let payload = encode_ops(&ops);
+        let record = encode_record(Kind::Delta, 42, 3, 17, &payload);
+        assert_eq!(record.len() % BLOCK_SIZE, 0);
+        let header = Header::decode(&record).unwrap();
+        assert_eq!(header.kind, Kind::Delta);
+        assert_eq!((header.volume_id, header.generation, header.seq), (42, 3, 17));
+        assert_eq!(header.record_blocks(), 1);
+        let body = &record[HEADER_BYTES..HEADER_BYTES + header.payload_bytes as usize];
+        assert_eq!(crc(body), header.payload_crc);
+        assert_eq!(decode_ops(body).unwrap(), ops);
+    }
+
+    #[test]
+    fn any_flipped_header_bit_is_rejected() {
+        let record = encode_record(Kind::Checkpoint, 1, 1, 1, b"payload");
+        for bit in 0..HEADER_BYTES * 8 {
+            let mut copy = record.clone();
+            copy[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(Header::decode(&copy), None, "bit {bit}");
+        }
+        assert_eq!(Header::decode(&[0u8; 64]), None);
+    }
+
+    #[test]
+    fn checkpoints_round_trip() {
+        let checkpoint = Checkpoint {
+            superblock: Superblock {
+                profile: Profile::Mirror,
+                streams: 3,
+                software_zone_blocks: 0,
+                meta_zones_per_segment: 2,
+                reserve_zones: 1,
+                max_extent_blocks: 128,
+                finish_threshold_blocks: 0,
+                devices: vec![(1, 512, 1 << 20, true), (1, 4096, 1 << 17, false)],
+            },
+            next_id: 10,
+            extents: vec![extent(1), extent(4)],
+            zone_valid: vec![vec![1, 2, 3], vec![4, 5]],
+        };
+        let payload = encode_checkpoint(&checkpoint);
+        assert_eq!(decode_checkpoint(&payload).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn truncated_payloads_are_typed_errors() {
+        let payload = encode_ops(&[Op::Add(extent(1))]);
+        for len in 0..payload.len() {
+            assert!(matches!(decode_ops(&payload[..len]), Err(Error::Corrupt(_))), "length {len}");
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The volume on the simulator: each profile and kind of namespace, zone
+//! limits, checksums and repair, free and reclaim, reopening.
+
+mod support;
+
+use nvme_driver::sim::{Fault, NamespaceConfig, SimConfig};
+use support::{conventional, pattern, volume_options, zns, Harness};
+use zoned_allocator::{Error, Profile, ReclaimProgress, Volume, VolumeOptions, WriteMode, BLOCK_SIZE};
+
+fn write_read_reopen(harness: &mut Harness, options: &VolumeOptions) {
+    let mut volume = harness.format(options);
+    let mut written = Vec::new();
+    for i in 0..40u64 {
+        let blocks = 1 + (i as usize * 7) % 32;
+        let data = pattern(i, blocks);
+        let id = volume.write((i % u64::from(options.streams)) as u8, &data, i).unwrap();
+        written.push((id, data));
+    }
+    volume.commit().unwrap();
+    volume.check_invariants();
+    for (id, data) in &written {
+        let mut back = vec![0u8; data.len()];
+        volume.read(*id, &mut back).unwrap();
+        assert_eq!(&back, data, "extent {id}");
+    }
+    // Uncommitted writes vanish with the process.
+    let lost = volume.write(0, &pattern(999, 4), 999).unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(options).unwrap();
+    volume.check_invariants();
+    assert!(volume.extent(lost).is_none(), "an uncommitted extent survived");
+    assert_eq!(volume.stats().extents, written.len() as u64);
+    for (id, data) in &written {
+        let mut back = vec![0u8; data.len()];
+        volume.read(*id, &mut back).unwrap();
+        assert_eq!(&back, data, "extent {id} after reopening");
+    }
+    // The reopened volume keeps working.
+    let more = pattern(1000, 8);
+    let id = volume.write(0, &more, 1).unwrap();
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(options).unwrap();
+    let mut back = vec![0u8; more.len()];
+    volume.read(id, &mut back).unwrap();
+    assert_eq!(back, more);
+}
+
+#[test]
+fn zns_single() {
+    write_read_reopen(&mut Harness::single(zns(64, 1024)), &volume_options());
+}
+
+#[test]
+fn zns_ordered_writes() {
+    let options = VolumeOptions { write_mode: WriteMode::Ordered, ..volume_options() };
+    write_read_reopen(&mut Harness::single(zns(64, 1024)), &options);
+}
+
+#[test]
+fn conventional_single_with_streams() {
+    let options = VolumeOptions { streams: 3, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    write_read_reopen(&mut Harness::single(conventional(64)), &options);
+}
+
+#[test]
+fn zns_dup() {
+    let options = VolumeOptions { profile: Profile::Dup, ..volume_options() };
+    write_read_reopen(&mut Harness::single(zns(64, 1024)), &options);
+}
+
+#[test]
+fn mirror_across_two_controllers_zns_and_conventional() {
+    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    let mut harness = Harness::new(vec![zns(64, 1024), conventional(64)], vec![(0, 1), (1, 1)]);
+    write_read_reopen(&mut harness, &options);
+}
+
+#[test]
+fn zone_capacity_below_size_and_4k_lbas() {
+    // 4 KiB LBAs, zones of 1 MiB with 768 KiB usable.
+    let config = SimConfig::zoned(64 * 256, 4096, 256, 192);
+    let mut harness = Harness::single(config);
+    write_read_reopen(&mut harness, &volume_options());
+    let volume = harness.open(&volume_options()).unwrap();
+    let table = volume.zone_table(0);
+    for zone in 0..table.zone_count() {
+        assert!(table.zone(zone).allocated <= 192, "zone {zone} used past its capacity");
+    }
+}
+
+#[test]
+fn open_and_active_limits_are_respected() {
+    let namespace = NamespaceConfig::zoned(64 * 2048, 512, 2048, 2048).max_open_zones(2).max_active_zones(3);
+    let mut harness = Harness::single(SimConfig::empty().with_namespace(namespace));
+    write_read_reopen(&mut harness, &volume_options());
+    // Two streams need 2 + reclaim + metadata = 4 active zones: refused
+    // at format with a clear error, nothing written.
+    let options = VolumeOptions { streams: 2, ..volume_options() };
+    match Volume::format(harness.devices(), &options) {
+        Err(Error::InvalidConfig(why)) => assert!(why.contains("active"), "{why}"),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[test]
+fn fills_a_limited_device_to_the_end_then_reports_no_space() {
+    let namespace = NamespaceConfig::zoned(32 * 512, 512, 512, 448).max_open_zones(2).max_active_zones(3);
+    let harness = Harness::single(SimConfig::empty().with_namespace(namespace));
+    let mut volume = harness.format(&volume_options());
+    let mut ids = Vec::new();
+    let error = loop {
+        match volume.submit_write(0, &pattern(ids.len() as u64, 8), 0) {
+            Ok(id) => ids.push(id),
+            Err(error) => break error,
+        }
+        while let Some(done) = volume.next_done() {
+            done.result.unwrap();
+        }
+    };
+    assert!(matches!(error, Error::NoSpace), "{error:?}");
+    volume.commit().unwrap();
+    volume.check_invariants();
+    let stats = volume.stats();
+    assert!(stats.valid_bytes * 100 / stats.capacity_bytes >= 90, "{stats:?}");
+}
+
+#[test]
+fn checksum_mismatch_reads_the_mirror_and_records_the_bad_block() {
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let harness = Harness::new(vec![zns(64, 1024), zns(64, 1024)], vec![(0, 1), (1, 1)]);
+    let mut volume = harness.format(&options);
+    let data = pattern(5, 16);
+    let id = volume.write(0, &data, 77).unwrap();
+    volume.commit().unwrap();
+    // Flip a bit of block 3 of the first copy, at rest.
+    let location = volume.location(id, 0).unwrap();
+    let lba = volume.lba(0, location) + 3 * 8;
+    harness.sims[0].corrupt_at_rest(1, lba, 12);
+    let mut back = vec![0u8; data.len()];
+    let outcome = volume.read(id, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(outcome.repaired, vec![3]);
+    assert_eq!(volume.bad_blocks().len(), 1);
+    assert_eq!((volume.bad_blocks()[0].lane, volume.bad_blocks()[0].block), (0, 3));
+    // Repair: rewrite the bad copy elsewhere (ZNS cannot overwrite).
+    let new = volume.rewrite_copy(id, 0, &back).unwrap();
+    assert_ne!(new, location);
+    volume.commit().unwrap();
+    let mut copy = vec![0u8; data.len()];
+    volume.read_copy(id, 0, &mut copy).unwrap();
+    assert_eq!(copy, data);
+}
+
+#[test]
+fn media_errors_read_the_dup_copy_and_both_bad_is_uncorrectable() {
+    let options = VolumeOptions { profile: Profile::Dup, ..volume_options() };
+    let harness = Harness::single(zns(64, 1024));
+    let mut volume = harness.format(&options);
+    let data = pattern(6, 8);
+    let id = volume.write(0, &data, 5).unwrap();
+    volume.commit().unwrap();
+    let first = volume.lba(0, volume.location(id, 0).unwrap());
+    harness.sims[0].inject(Fault::UnrecoveredRead { nsid: 1, slba: first + 8, blocks: 8 });
+    let mut back = vec![0u8; data.len()];
+    let outcome = volume.read(id, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(outcome.repaired.len(), 8, "the whole unreadable transfer came from the other copy");
+    let second = volume.lba(1, volume.location(id, 1).unwrap());
+    harness.sims[0].corrupt_at_rest(1, second + 8, 0);
+    match volume.read(id, &mut back) {
+        Err(Error::Uncorrectable { extent, owner, blocks }) => {
+            assert_eq!((extent, owner), (id, 5));
+            assert_eq!(blocks, vec![1]);
+        }
+        other => panic!("expected Uncorrectable, got {other:?}"),
+    }
+}
+
+#[test]
+fn single_copy_mismatch_is_uncorrectable() {
+    let harness = Harness::single(conventional(64));
+    let mut volume = harness.format(&volume_options());
+    let data = pattern(7, 4);
+    let id = volume.write(0, &data, 1).unwrap();
+    let lba = volume.lba(0, volume.location(id, 0).unwrap());
+    harness.sims[0].corrupt_at_rest(1, lba, 100);
+    let mut back = vec![0u8; data.len()];
+    assert!(matches!(volume.read(id, &mut back), Err(Error::Uncorrectable { .. })));
+}
+
+#[test]
+fn free_then_reclaim_returns_space_and_keeps_data() {
+    for config in [zns(24, 256), conventional(8)] {
+        let options = VolumeOptions { software_zone_bytes: Some(256 << 10), ..volume_options() };
+        let harness = Harness::single(config);
+        let mut volume = harness.format(&options);
+        // Fill the volume with 16 KiB extents until it is full.
+        let mut live = Vec::new();
+        loop {
+            let data = pattern(live.len() as u64, 4);
+            match volume.write(0, &data, 0) {
+                Ok(id) => live.push((id, data)),
+                Err(Error::NoSpace) => break,
+                Err(error) => panic!("{error:?}"),
+            }
+        }
+        volume.commit().unwrap();
+        // Free two of every three: no zone is empty, every one is a third
+        // full, so only reclaim brings space back.
+        let mut kept = Vec::new();
+        for (index, (id, data)) in live.into_iter().enumerate() {
+            if index % 3 == 0 {
+                kept.push((id, data));
+            } else {
+                volume.free(id).unwrap();
+            }
+        }
+        volume.commit().unwrap();
+        assert!(matches!(volume.write(0, &pattern(1, 4), 0), Err(Error::NoSpace)));
+        let mut reclaimed = 0;
+        for _ in 0..1000 {
+            match volume.reclaim_step(16).unwrap() {
+                ReclaimProgress::Idle => break,
+                ReclaimProgress::InProgress { moved_blocks, .. } => assert!(moved_blocks <= 16 + 4),
+                ReclaimProgress::Reclaimed { .. } => reclaimed += 1,
+            }
+        }
+        assert!(reclaimed >= 2, "reclaimed {reclaimed} zones");
+        volume.check_invariants();
+        // Space is back, and everything kept reads back.
+        let id = volume.write(0, &pattern(2, 4), 0).unwrap();
+        volume.commit().unwrap();
+        for (id, data) in &kept {
+            let mut back = vec![0u8; data.len()];
+            volume.read(*id, &mut back).unwrap();
+            assert_eq!(&back, data);
+        }
+        assert!(volume.stats().relocated_bytes > 0);
+        assert!(volume.extent(id).is_some());
+    }
+}
+
+#[test]
+fn reclaim_uses_copy_where_offered_and_read_write_otherwise() {
+    for copy in [true, false] {
+        let mut config = zns(24, 256);
+        if !copy {
+            config.oncs.remove(nvme_driver::spec::identify::Oncs::COPY);
+        }
+        let harness = Harness::single(config);
+        let mut volume = harness.format(&volume_options());
+        let mut ids = Vec::new();
+        for i in 0..64 {
+            ids.push((volume.write(0, &pattern(i, 4), 0).unwrap(), pattern(i, 4)));
+        }
+        for (id, _) in ids.iter().skip(1).step_by(2) {
+            volume.free(*id).unwrap();
+        }
+        volume.commit().unwrap();
+        while volume.reclaim_step(1000).unwrap() != ReclaimProgress::Idle {}
+        let stats = volume.stats();
+        assert!(stats.relocated_bytes > 0);
+        assert_eq!(stats.copy_commands > 0, copy, "{stats:?}");
+        for (id, data) in ids.iter().step_by(2) {
+            let mut back = vec![0u8; data.len()];
+            volume.read(*id, &mut back).unwrap();
+            assert_eq!(&back, data);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_changes_nothing() {
+    let harness = Harness::single(zns(64, 1024));
+    let mut volume = harness.format(&volume_options());
+    assert!(matches!(volume.write(0, &[0u8; 100], 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(volume.write(0, &[], 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(volume.write(5, &[0u8; BLOCK_SIZE], 0), Err(Error::InvalidArgument(_))));
+    let too_big = vec![0u8; volume.max_extent_bytes() + BLOCK_SIZE];
+    assert!(matches!(volume.write(0, &too_big, 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(volume.free(12345), Err(Error::NoSuchExtent(12345))));
+    let mut out = [0u8; BLOCK_SIZE];
+    assert!(matches!(volume.read(12345, &mut out), Err(Error::NoSuchExtent(_))));
+    assert_eq!(volume.uncommitted_ops(), 0);
+    // No volume on a blank device; a mirror's devices in a single volume.
+    let blank = Harness::single(zns(64, 1024));
+    assert!(matches!(blank.open(&volume_options()), Err(Error::NoVolume)));
+    let mirror = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    assert!(matches!(Volume::format(blank.devices(), &mirror), Err(Error::InvalidConfig(_))));
+}
+
+#[test]
+fn many_writes_in_flight_per_zone_with_zone_append() {
+    let harness = Harness::single(zns(64, 1024).with_completion_delay(0, 3).with_reorder(true));
+    let mut volume = harness.format(&volume_options());
+    let mut expected = std::collections::HashMap::new();
+    let mut most_in_flight = 0;
+    for i in 0..200u64 {
+        let data = pattern(i, 4);
+        let id = volume.submit_write(0, &data, i).unwrap();
+        expected.insert(id, data);
+        most_in_flight = most_in_flight.max(volume.writes_in_flight());
+        if i % 24 == 23 {
+            volume.poll();
+        }
+    }
+    volume.wait_idle().unwrap();
+    let mut done = 0;
+    while let Some(d) = volume.next_done() {
+        d.result.unwrap();
+        done += 1;
+    }
+    assert_eq!(done, 200);
+    assert!(most_in_flight >= 8, "only {most_in_flight} writes were ever in flight");
+    volume.commit().unwrap();
+    volume.check_invariants();
+    for (id, data) in &expected {
+        let mut back = vec![0u8; data.len()];
+        volume.read(*id, &mut back).unwrap();
+        assert_eq!(&back, data);
+    }
+}

@@ -1,0 +1,137 @@
+//! Helpers for the allocator's simulator tests: controllers with short
+//! bounds, devices, restarts and power cuts, data patterns.
+#![allow(dead_code)]
+
+use nvme_driver::sim::{SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions};
+use std::sync::Arc;
+use std::time::Duration;
+use zoned_allocator::{Device, DeviceOptions, Volume, VolumeOptions};
+
+/// Bounds short enough that a dead device costs milliseconds: the
+/// simulator answers at once, so a wait only ever waits for a device that
+/// lost power.
+pub const TIMEOUT: Duration = Duration::from_millis(200);
+
+pub fn controller_options() -> ControllerOptions {
+    ControllerOptions {
+        admin_timeout: TIMEOUT,
+        shutdown_timeout: TIMEOUT,
+        io_queue_pairs: 4,
+        ..ControllerOptions::default()
+    }
+}
+
+pub fn device_options() -> DeviceOptions {
+    DeviceOptions { queue_depth: 64, buffers: 32, timeout: TIMEOUT }
+}
+
+pub fn volume_options() -> VolumeOptions {
+    VolumeOptions { timeout: TIMEOUT, ..VolumeOptions::default() }
+}
+
+/// Simulated controllers and the namespaces a volume uses.
+pub struct Harness {
+    pub sims: Vec<Arc<Simulator>>,
+    pub controllers: Vec<Controller>,
+    /// (controller, NSID) per volume device.
+    pub layout: Vec<(usize, u32)>,
+}
+
+impl Harness {
+    /// One controller with `config`'s namespaces; the volume uses NSID 1.
+    pub fn single(config: SimConfig) -> Self {
+        Self::new(vec![config], vec![(0, 1)])
+    }
+
+    pub fn new(configs: Vec<SimConfig>, layout: Vec<(usize, u32)>) -> Self {
+        let sims: Vec<Arc<Simulator>> = configs.into_iter().map(Simulator::new).collect();
+        let controllers = sims.iter().map(init).collect();
+        Harness { sims, controllers, layout }
+    }
+
+    pub fn devices(&self) -> Vec<Device> {
+        self.layout
+            .iter()
+            .map(|&(c, nsid)| Device::open(&self.controllers[c], nsid, device_options()).expect("open the device"))
+            .collect()
+    }
+
+    pub fn format(&self, options: &VolumeOptions) -> Volume {
+        Volume::format(self.devices(), options).expect("format")
+    }
+
+    pub fn open(&self, options: &VolumeOptions) -> zoned_allocator::Result<Volume> {
+        Volume::open(self.devices(), options)
+    }
+
+    /// A new process: the old one's controllers shut down cleanly (the
+    /// volume must have been dropped), then bring-up again.
+    pub fn restart(&mut self) {
+        self.controllers.clear();
+        self.controllers = self.sims.iter().map(init).collect();
+    }
+
+    /// A power cut now (unless one already happened), then a new process.
+    /// The volume must have been dropped.
+    pub fn power_cut(&mut self) {
+        for sim in &self.sims {
+            if sim.take_power_cut().is_none() {
+                sim.power_cut();
+            }
+        }
+        // The controllers are disabled: dropping them has nothing to shut
+        // down.
+        self.controllers.clear();
+        self.controllers = self.sims.iter().map(init).collect();
+    }
+}
+
+fn init(sim: &Arc<Simulator>) -> Controller {
+    Controller::init(sim.clone(), controller_options()).expect("bring-up over the simulator")
+}
+
+/// A ZNS namespace of `zones` zones of `zone_kib` KiB (512-byte LBAs).
+pub fn zns(zones: u64, zone_kib: u64) -> SimConfig {
+    let zone_lbas = zone_kib * 2;
+    SimConfig::zoned(zones * zone_lbas, 512, zone_lbas, zone_lbas)
+}
+
+/// A conventional namespace of `mib` MiB (512-byte LBAs).
+pub fn conventional(mib: u64) -> SimConfig {
+    SimConfig::nvm(mib * 2048, 512)
+}
+
+/// `blocks` 4 KiB blocks of data that differ per seed.
+pub fn pattern(seed: u64, blocks: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut data = vec![0u8; blocks * 4096];
+    for chunk in data.chunks_exact_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes());
+    }
+    data
+}
+
+/// A small seeded PRNG (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
+    }
+}
