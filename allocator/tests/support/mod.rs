@@ -13,21 +13,37 @@ use zoned_allocator::{Device, DeviceOptions, Volume, VolumeOptions};
 /// lost power.
 pub const TIMEOUT: Duration = Duration::from_millis(200);
 
+/// For crash tests, where every power cut costs a few timed-out waits.
+pub const CRASH_TIMEOUT: Duration = Duration::from_millis(15);
+
+thread_local! {
+    static BOUND: std::cell::Cell<Duration> = const { std::cell::Cell::new(TIMEOUT) };
+}
+
+/// Sets the bound the helpers use on this thread.
+pub fn set_timeout(timeout: Duration) {
+    BOUND.with(|b| b.set(timeout));
+}
+
+fn bound() -> Duration {
+    BOUND.with(std::cell::Cell::get)
+}
+
 pub fn controller_options() -> ControllerOptions {
     ControllerOptions {
-        admin_timeout: TIMEOUT,
-        shutdown_timeout: TIMEOUT,
+        admin_timeout: bound(),
+        shutdown_timeout: bound(),
         io_queue_pairs: 4,
         ..ControllerOptions::default()
     }
 }
 
 pub fn device_options() -> DeviceOptions {
-    DeviceOptions { queue_depth: 64, buffers: 32, timeout: TIMEOUT }
+    DeviceOptions { queue_depth: 64, buffers: 32, timeout: bound() }
 }
 
 pub fn volume_options() -> VolumeOptions {
-    VolumeOptions { timeout: TIMEOUT, ..VolumeOptions::default() }
+    VolumeOptions { timeout: bound(), ..VolumeOptions::default() }
 }
 
 /// Simulated controllers and the namespaces a volume uses.
