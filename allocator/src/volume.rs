@@ -808,6 +808,27 @@ impl Volume {
     /// [`Volume::next_done`]. Every copy is written; the extent exists
     /// once all succeed.
     pub fn submit_write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
+        self.submit_write_inner(stream, data, owner, None)
+    }
+
+    /// [`Volume::submit_write`] with the blocks' checksums computed by the
+    /// caller ([`crate::checksum::block_crcs`]), say on worker threads so
+    /// that checksumming overlaps I/O. Wrong checksums are the caller's
+    /// bug: reads of the extent will report them as corruption.
+    pub fn submit_write_with_checksums(
+        &mut self,
+        stream: u8,
+        data: &[u8],
+        owner: u64,
+        crcs: Vec<u32>,
+    ) -> Result<ExtentId> {
+        if crcs.len() * BLOCK_SIZE != data.len() {
+            return Err(Error::InvalidArgument(format!("{} checksums for {} bytes", crcs.len(), data.len())));
+        }
+        self.submit_write_inner(stream, data, owner, Some(crcs))
+    }
+
+    fn submit_write_inner(&mut self, stream: u8, data: &[u8], owner: u64, crcs: Option<Vec<u32>>) -> Result<ExtentId> {
         if stream >= self.superblock.streams {
             return Err(Error::InvalidArgument(format!(
                 "stream {stream}: the volume has {} stream(s)",
@@ -830,10 +851,16 @@ impl Volume {
                 return Err(Error::NoSpace);
             }
         }
-        let started = Instant::now();
-        let mut crcs = Vec::with_capacity(blocks as usize);
-        block_crcs(data, &mut crcs);
-        self.stats.checksum_ns += started.elapsed().as_nanos() as u64;
+        let crcs = match crcs {
+            Some(crcs) => crcs,
+            None => {
+                let started = Instant::now();
+                let mut crcs = Vec::with_capacity(blocks as usize);
+                block_crcs(data, &mut crcs);
+                self.stats.checksum_ns += started.elapsed().as_nanos() as u64;
+                crcs
+            }
+        };
         let id = self.next_id;
         self.next_id += 1;
         let copies = self.lanes.len();

@@ -5,3 +5,4 @@ pub mod device;
 pub mod histogram;
 pub mod logging;
 pub mod size;
+pub mod svg;

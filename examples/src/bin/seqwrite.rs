@@ -1,0 +1,585 @@
+//! seqwrite: sequential writes through the zoned allocator, like
+//! `fio --rw=write`, with fio-format bandwidth, IOPS and latency logs, a
+//! flatness figure and an SVG plot. It owns the namespace(s): a volume is
+//! created when none is found, and `--format` recreates it.
+
+use clap::{Parser, ValueEnum};
+use nvme_driver::sim::{SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::histogram::Histogram;
+use nvme_examples::size::parse_size;
+use nvme_examples::svg::{line_chart, Series};
+use nvme_examples::{device, logging};
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zoned_allocator::{checksum, Device, DeviceOptions, Error, Profile, Volume, VolumeOptions, WriteMode, BLOCK_SIZE};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProfileArg {
+    Single,
+    Dup,
+    Mirror,
+}
+
+/// Sequential writes through the zoned allocator (fio --rw=write style).
+/// WARNING: the tool owns the namespaces it is given and overwrites them.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Controller PCI address; give two for a mirror across controllers.
+    /// Default: the first NVMe function bound to vfio-pci.
+    #[arg(long = "pci", value_name = "BDF")]
+    pci: Vec<String>,
+    /// Namespace ID, per device (one, or two for a mirror).
+    #[arg(long = "ns", default_value = "1", value_delimiter = ',')]
+    ns: Vec<u32>,
+    /// Copies: single, dup (two on one namespace) or mirror (two namespaces).
+    #[arg(long, value_enum, default_value = "single")]
+    profile: ProfileArg,
+    /// Recreate the volume (destroys its contents).
+    #[arg(long)]
+    format: bool,
+    /// Don't ask before formatting.
+    #[arg(long)]
+    yes: bool,
+    /// Block size of each write (a multiple of 4k).
+    #[arg(long, default_value = "256k", value_parser = parse_size)]
+    bs: u64,
+    /// Bytes to write, or a percentage of the volume's capacity ("95%").
+    #[arg(long, default_value = "95%")]
+    size: String,
+    /// Writes in flight.
+    #[arg(long, default_value_t = 1)]
+    iodepth: usize,
+    /// Stop after this many seconds even if --size is not reached.
+    #[arg(long)]
+    runtime: Option<f64>,
+    /// Zone Append on zoned namespaces (the default when the device has it).
+    #[arg(long, conflicts_with = "ordered")]
+    zone_append: bool,
+    /// Writes at the write pointer, one in flight per zone.
+    #[arg(long)]
+    ordered: bool,
+    /// Stream (lifetime class) to write to.
+    #[arg(long, default_value_t = 0)]
+    stream: u8,
+    /// Streams of a new volume.
+    #[arg(long, default_value_t = 1)]
+    streams: u8,
+    /// Software zone size on conventional namespaces (default: from the capacity).
+    #[arg(long, value_parser = parse_size)]
+    software_zone: Option<u64>,
+    /// Interval of the logs and the flatness figure, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    log_interval: u64,
+    /// Write fio-format logs PREFIX_bw.1.log, PREFIX_iops.1.log and PREFIX_lat.1.log.
+    #[arg(long, value_name = "PREFIX")]
+    write_log: Option<String>,
+    /// Draw bandwidth over time to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Threads computing checksums ahead of the writer; 0 checksums on the
+    /// submitting thread.
+    #[arg(long, default_value_t = 1)]
+    checksum_threads: usize,
+    /// Commit after every this many bytes (and at the end).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    commit_every: u64,
+    /// Read everything back and verify it afterwards.
+    #[arg(long)]
+    verify: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Run on the in-process simulator instead of a device.
+    #[arg(long, conflicts_with = "pci")]
+    sim: bool,
+    /// Simulated namespace size.
+    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "sim")]
+    sim_capacity: u64,
+    /// Simulated zone size; 0 simulates a conventional namespace.
+    #[arg(long, default_value = "64M", value_parser = parse_size, requires = "sim")]
+    sim_zone: u64,
+}
+
+/// One log interval.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+struct Interval {
+    end_ms: u64,
+    bytes: u64,
+    writes: u64,
+    latency_ns_sum: u64,
+    duration_ms: u64,
+}
+
+impl Interval {
+    fn kib_s(&self) -> f64 {
+        self.bytes as f64 / 1024.0 / (self.duration_ms as f64 / 1000.0)
+    }
+}
+
+fn main() -> ExitCode {
+    logging::init("seqwrite");
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("seqwrite: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open_devices(args: &Args, controllers: &[Controller]) -> Result<Vec<Device>, String> {
+    let options =
+        DeviceOptions { queue_depth: 256, buffers: (args.iodepth as u32 * 2).max(64), ..DeviceOptions::default() };
+    let wanted = match args.profile {
+        ProfileArg::Mirror => 2,
+        _ => 1,
+    };
+    let mut devices = Vec::new();
+    for index in 0..wanted {
+        let controller = &controllers[index.min(controllers.len() - 1)];
+        let nsid = *args.ns.get(index).or(args.ns.last()).unwrap_or(&1);
+        let nsid = if controllers.len() == 1 && index == 1 && args.ns.len() < 2 { nsid + 1 } else { nsid };
+        devices.push(Device::open(controller, nsid, options).map_err(|e| format!("namespace {nsid}: {e}"))?);
+    }
+    Ok(devices)
+}
+
+fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
+    let options = ControllerOptions::default();
+    if args.sim {
+        let lba = 512u64;
+        let blocks = args.sim_capacity / lba;
+        let config = if args.sim_zone == 0 {
+            SimConfig::nvm(blocks, lba as u32)
+        } else {
+            let zone = args.sim_zone / lba;
+            SimConfig::zoned(blocks / zone * zone, lba as u32, zone, zone)
+        };
+        let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
+        let mut config =
+            SimConfig { namespaces: Vec::new(), ..config.clone() }.with_namespace(config.namespaces[0].clone());
+        if namespaces == 2 {
+            config = config.clone().with_namespace(config.namespaces[0].clone());
+        }
+        let transport: Arc<dyn Transport> = Simulator::new(config);
+        return Ok(vec![Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?]);
+    }
+    if args.pci.is_empty() {
+        return Ok(vec![device::open_controller(None, options)?]);
+    }
+    args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect()
+}
+
+fn confirm_format(args: &Args) -> Result<(), String> {
+    if args.yes || args.sim {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err("--format destroys the volume: confirm with --yes".into());
+    }
+    eprint!("seqwrite: --format destroys everything on the namespace(s). Type 'yes' to go on: ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer).map_err(|e| e.to_string())?;
+    if answer.trim() == "yes" {
+        Ok(())
+    } else {
+        Err("not formatted".into())
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.bs == 0 || !args.bs.is_multiple_of(BLOCK_SIZE as u64) {
+        return Err(format!("--bs {}: expected a nonzero multiple of 4096", args.bs));
+    }
+    if args.iodepth == 0 || args.iodepth > 1024 {
+        return Err(format!("--iodepth {}: expected 1..=1024", args.iodepth));
+    }
+    if args.log_interval == 0 {
+        return Err("--log-interval must be positive".into());
+    }
+    let controllers = controllers(args)?;
+    let profile = match args.profile {
+        ProfileArg::Single => Profile::Single,
+        ProfileArg::Dup => Profile::Dup,
+        ProfileArg::Mirror => Profile::Mirror,
+    };
+    let options = VolumeOptions {
+        profile,
+        streams: args.streams,
+        software_zone_bytes: args.software_zone,
+        write_mode: if args.ordered {
+            WriteMode::Ordered
+        } else if args.zone_append {
+            WriteMode::Append
+        } else {
+            WriteMode::Auto
+        },
+        ..VolumeOptions::default()
+    };
+    let mut created = false;
+    let mut volume = if args.format {
+        confirm_format(args)?;
+        created = true;
+        Volume::format(open_devices(args, &controllers)?, &options).map_err(|e| format!("format: {e}"))?
+    } else {
+        match Volume::open(open_devices(args, &controllers)?, &options) {
+            Ok(volume) => volume,
+            Err(Error::NoVolume) => {
+                created = true;
+                Volume::format(open_devices(args, &controllers)?, &options).map_err(|e| format!("format: {e}"))?
+            }
+            Err(e) => return Err(format!("open: {e}")),
+        }
+    };
+    let capacity = volume.capacity_bytes();
+    let free = capacity.saturating_sub(volume.stats().valid_bytes);
+    let target = match args.size.strip_suffix('%') {
+        Some(percent) => {
+            let percent: f64 = percent.trim().parse().map_err(|_| format!("--size {}: bad percentage", args.size))?;
+            if !(0.0..=100.0).contains(&percent) {
+                return Err(format!("--size {}: expected 0..=100%", args.size));
+            }
+            (capacity as f64 * percent / 100.0) as u64 / args.bs * args.bs
+        }
+        None => parse_size(&args.size)? / args.bs * args.bs,
+    };
+    if target > free {
+        return Err(format!(
+            "--size {}: {} bytes asked, {} free of {} (free extents, or --format)",
+            args.size, target, free, capacity
+        ));
+    }
+    if args.bs as usize > volume.max_extent_bytes() {
+        return Err(format!("--bs {}: the volume's largest extent is {}", args.bs, volume.max_extent_bytes()));
+    }
+    if args.stream >= volume.streams() {
+        return Err(format!("--stream {}: the volume has {} stream(s)", args.stream, volume.streams()));
+    }
+    let namespace_bytes = {
+        let first = volume.lane_device(0);
+        let ns = volume.devices_mut()[first].namespace();
+        ns.capacity_blocks() * u64::from(ns.block_size())
+    };
+
+    // Data and checksums, made ahead on worker threads.
+    let bs = args.bs as usize;
+    let writes_total = target / args.bs;
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<(Vec<u8>, Vec<u32>)>(args.iodepth * 2 + 2);
+    let (spent_tx, spent_rx) = mpsc::channel::<Vec<u8>>();
+    let spent_rx = Arc::new(std::sync::Mutex::new(spent_rx));
+    let next_write = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..args.checksum_threads {
+        let ready_tx = ready_tx.clone();
+        let spent_rx = Arc::clone(&spent_rx);
+        let next_write = Arc::clone(&next_write);
+        workers.push(std::thread::spawn(move || loop {
+            let sequence = next_write.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if sequence >= writes_total {
+                return;
+            }
+            let reused = spent_rx.lock().ok().and_then(|rx| rx.try_recv().ok());
+            let mut data = reused.unwrap_or_else(|| vec![0u8; bs]);
+            fill(&mut data, sequence);
+            let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
+            checksum::block_crcs(&data, &mut crcs);
+            if ready_tx.send((data, crcs)).is_err() {
+                return;
+            }
+        }));
+    }
+    drop(ready_tx);
+
+    let progress = std::io::stderr().is_terminal() && !args.json;
+    let interval_length = Duration::from_millis(args.log_interval);
+    let runtime = args.runtime.map(Duration::from_secs_f64);
+    let mut latency = Histogram::new();
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut current = Interval { end_ms: 0, bytes: 0, writes: 0, latency_ns_sum: 0, duration_ms: 0 };
+    let mut submitted_at: HashMap<u64, Instant> = HashMap::new();
+    let (mut submitted, mut written, mut since_commit, mut commits) = (0u64, 0u64, 0u64, 0u32);
+    let mut inline_data = vec![0u8; bs];
+    let started = Instant::now();
+    let mut interval_start = started;
+    let mut last_progress = started;
+    let mut commit_time = Duration::ZERO;
+    let checksum_before = volume.stats().checksum_ns;
+    let mut failure: Option<String> = None;
+    'run: while written < target {
+        if runtime.is_some_and(|limit| started.elapsed() >= limit) {
+            break;
+        }
+        while submitted_at.len() < args.iodepth && submitted < target {
+            let sequence = submitted / args.bs;
+            let result = if args.checksum_threads == 0 {
+                fill(&mut inline_data, sequence);
+                volume.submit_write(args.stream, &inline_data, sequence)
+            } else {
+                let Ok((data, crcs)) = ready_rx.recv() else {
+                    failure = Some("the checksum threads stopped".into());
+                    break 'run;
+                };
+                let result = volume.submit_write_with_checksums(args.stream, &data, sequence, crcs);
+                let _ = spent_tx.send(data);
+                result
+            };
+            match result {
+                Ok(id) => {
+                    submitted_at.insert(id, Instant::now());
+                    submitted += args.bs;
+                }
+                Err(e) => {
+                    failure = Some(format!("write at {submitted}: {e}"));
+                    break 'run;
+                }
+            }
+        }
+        volume.poll();
+        let now = Instant::now();
+        while let Some(done) = volume.next_done() {
+            if let Err(e) = done.result {
+                failure = Some(format!("write: {e}"));
+                break 'run;
+            }
+            let issued = submitted_at.remove(&done.id).unwrap_or(now);
+            let ns = now.duration_since(issued).as_nanos() as u64;
+            latency.record(ns);
+            current.bytes += args.bs;
+            current.writes += 1;
+            current.latency_ns_sum += ns;
+            written += args.bs;
+            since_commit += args.bs;
+        }
+        if now.duration_since(interval_start) >= interval_length {
+            current.duration_ms = now.duration_since(interval_start).as_millis() as u64;
+            current.end_ms = now.duration_since(started).as_millis() as u64;
+            intervals.push(current);
+            current = Interval { end_ms: 0, bytes: 0, writes: 0, latency_ns_sum: 0, duration_ms: 0 };
+            interval_start = now;
+        }
+        if since_commit >= args.commit_every {
+            let t = Instant::now();
+            if let Err(e) = volume.commit() {
+                failure = Some(format!("commit: {e}"));
+                break;
+            }
+            // Writes completed during the commit's wait count now.
+            while let Some(done) = volume.next_done() {
+                if let Err(e) = done.result {
+                    failure = Some(format!("write: {e}"));
+                    break 'run;
+                }
+                let issued = submitted_at.remove(&done.id).unwrap_or(now);
+                latency.record(Instant::now().duration_since(issued).as_nanos() as u64);
+                current.bytes += args.bs;
+                current.writes += 1;
+                written += args.bs;
+            }
+            commit_time += t.elapsed();
+            since_commit = 0;
+            commits += 1;
+        }
+        if progress && now.duration_since(last_progress) >= Duration::from_millis(250) {
+            last_progress = now;
+            let fraction = written as f64 / target as f64;
+            let rate = written as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            let eta = (target - written) as f64 / (1 << 20) as f64 / rate.max(1e-9);
+            let bar: String = (0..30).map(|i| if (i as f64) < fraction * 30.0 { '#' } else { '.' }).collect();
+            eprint!("\r[{bar}] {:5.1}% {rate:8.1} MiB/s ETA {eta:5.0} s ", fraction * 100.0);
+        }
+    }
+    drop(ready_rx);
+    for worker in workers {
+        let _ = worker.join();
+    }
+    let t = Instant::now();
+    let committed = volume.commit();
+    commit_time += t.elapsed();
+    let elapsed = started.elapsed();
+    if progress {
+        eprintln!();
+    }
+    if let Err(e) = committed {
+        failure.get_or_insert(format!("final commit: {e}"));
+    }
+    if let Some(message) = failure {
+        return Err(message);
+    }
+    commits += 1;
+    if current.writes > 0 {
+        current.duration_ms = interval_start.elapsed().as_millis().max(1) as u64;
+        current.end_ms = elapsed.as_millis() as u64;
+        intervals.push(current);
+    }
+
+    // Only whole intervals count for flatness.
+    let whole: Vec<f64> =
+        intervals.iter().filter(|i| i.duration_ms * 10 >= args.log_interval * 9).map(|i| i.kib_s() / 1024.0).collect();
+    let flatness = flatness(&whole);
+    let mib_s = written as f64 / (1 << 20) as f64 / elapsed.as_secs_f64();
+    let stats = volume.stats();
+    let checksum_s =
+        if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
+
+    if args.verify {
+        verify(&mut volume, bs).map_err(|e| format!("verify: {e}"))?;
+    }
+    if let Some(prefix) = &args.write_log {
+        write_logs(prefix, &intervals, args.bs).map_err(|e| format!("logs: {e}"))?;
+    }
+    if let Some(path) = &args.plot {
+        let points = intervals.iter().map(|i| (i.end_ms as f64 / 1000.0, i.kib_s() / 1024.0)).collect();
+        let title = format!(
+            "seqwrite bs={} iodepth={} ({:.0}% of the namespace), flatness {:.3}",
+            args.bs,
+            args.iodepth,
+            written as f64 / namespace_bytes as f64 * 100.0,
+            flatness.unwrap_or(f64::NAN)
+        );
+        let svg = line_chart(&title, "time (s)", "MiB/s", &[Series { label: "bandwidth".into(), points }]);
+        std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let fill_volume = stats.valid_bytes as f64 / capacity as f64 * 100.0;
+    let fill_namespace = stats.valid_bytes as f64 / namespace_bytes as f64 * 100.0;
+    if args.json {
+        let json = serde_json::json!({
+            "tool": "seqwrite",
+            "created": created,
+            "bs": args.bs,
+            "iodepth": args.iodepth,
+            "bytes": written,
+            "seconds": elapsed.as_secs_f64(),
+            "mib_s": mib_s,
+            "iops": written as f64 / args.bs as f64 / elapsed.as_secs_f64(),
+            "flatness": flatness,
+            "intervals_mib_s": whole,
+            "lat_us": {
+                "min": latency.min() as f64 / 1e3,
+                "mean": latency.mean() / 1e3,
+                "p50": latency.quantile(0.5) as f64 / 1e3,
+                "p99": latency.quantile(0.99) as f64 / 1e3,
+                "max": latency.max() as f64 / 1e3,
+            },
+            "commits": commits,
+            "commit_seconds": commit_time.as_secs_f64(),
+            "checksum_threads": args.checksum_threads,
+            "checksum_seconds_on_writer": if checksum_s.is_nan() { None } else { Some(checksum_s) },
+            "volume_fill_percent": fill_volume,
+            "namespace_fill_percent": fill_namespace,
+            "volume": stats,
+        });
+        println!("{json}");
+    } else {
+        println!(
+            "seqwrite: bs={}, iodepth={}, {} {}",
+            args.bs,
+            args.iodepth,
+            if created { "new volume" } else { "existing volume" },
+            match options.write_mode {
+                WriteMode::Ordered => "(ordered writes)",
+                _ => "(zone append where available)",
+            }
+        );
+        println!(
+            "  write: IOPS={:.0}, BW={:.1}MiB/s ({:.1}MB/s)({:.1}MiB/{}msec)",
+            written as f64 / args.bs as f64 / elapsed.as_secs_f64(),
+            mib_s,
+            written as f64 / 1e6 / elapsed.as_secs_f64(),
+            written as f64 / (1 << 20) as f64,
+            elapsed.as_millis()
+        );
+        println!(
+            "    lat (usec): min={:.0}, max={:.0}, avg={:.1}, p50={:.0}, p99={:.0}",
+            latency.min() as f64 / 1e3,
+            latency.max() as f64 / 1e3,
+            latency.mean() / 1e3,
+            latency.quantile(0.5) as f64 / 1e3,
+            latency.quantile(0.99) as f64 / 1e3
+        );
+        match flatness {
+            Some(f) => println!("  flatness: {f:.3} (mean of the last 10% of intervals / the first 10%)"),
+            None => println!("  flatness: n/a (fewer than two whole intervals)"),
+        }
+        println!(
+            "  volume: {:.1}% full ({:.1}% of the namespace), {} commits taking {:.2} s",
+            fill_volume,
+            fill_namespace,
+            commits,
+            commit_time.as_secs_f64()
+        );
+        if args.verify {
+            println!("  verify: every extent read back and matched its checksums");
+        }
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(())
+}
+
+/// Mean of the last 10% of `values` over the mean of the first 10%.
+fn flatness(values: &[f64]) -> Option<f64> {
+    if values.len() < 2 {
+        return None;
+    }
+    let k = (values.len() / 10).max(1);
+    let first: f64 = values[..k].iter().sum::<f64>() / k as f64;
+    let last: f64 = values[values.len() - k..].iter().sum::<f64>() / k as f64;
+    (first > 0.0).then(|| last / first)
+}
+
+/// Deterministic data for write `sequence`: a fixed random pattern with
+/// the write's sequence number and block index stamped in each block, so
+/// no two blocks are equal.
+fn fill(data: &mut [u8], sequence: u64) {
+    if data.iter().take(64).all(|&b| b == 0) {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for chunk in data.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes());
+        }
+    }
+    for (index, block) in data.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+        block[..8].copy_from_slice(&sequence.to_le_bytes());
+        block[8..16].copy_from_slice(&(index as u64).to_le_bytes());
+    }
+}
+
+fn verify(volume: &mut Volume, bs: usize) -> Result<(), Error> {
+    let ids: Vec<u64> = volume.extent_ids().collect();
+    let mut buffer = vec![0u8; bs];
+    for id in ids {
+        let (len, owner) = volume.extent(id).expect("listed");
+        buffer.resize(len, 0);
+        volume.read(id, &mut buffer)?;
+        let mut expected = vec![0u8; len];
+        fill(&mut expected, owner);
+        if buffer != expected {
+            return Err(Error::Corrupt(format!("extent {id} (write {owner}) holds other data")));
+        }
+    }
+    Ok(())
+}
+
+/// fio's log format: `time (ms), value, direction (1 = write), block size, offset`.
+fn write_logs(prefix: &str, intervals: &[Interval], bs: u64) -> std::io::Result<()> {
+    let mut bw = std::fs::File::create(format!("{prefix}_bw.1.log"))?;
+    let mut iops = std::fs::File::create(format!("{prefix}_iops.1.log"))?;
+    let mut lat = std::fs::File::create(format!("{prefix}_lat.1.log"))?;
+    for i in intervals {
+        let seconds = i.duration_ms as f64 / 1000.0;
+        writeln!(bw, "{}, {:.0}, 1, {bs}, 0", i.end_ms, i.kib_s())?;
+        writeln!(iops, "{}, {:.0}, 1, {bs}, 0", i.end_ms, i.writes as f64 / seconds)?;
+        let mean = i.latency_ns_sum.checked_div(i.writes).unwrap_or(0);
+        writeln!(lat, "{}, {mean}, 1, {bs}, 0", i.end_ms)?;
+    }
+    Ok(())
+}
