@@ -49,8 +49,8 @@ pub mod vfio;
 pub mod zeroout;
 
 pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH};
-pub use error::{Error, RequestError, Result};
+pub use error::{Error, IoError, RequestError, Result};
 pub use namespace::{Namespace, RangeLimits, ZoneGeometry};
-pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};
+pub use queue::{IoBuffer, IoCompletion, QueuePair, Request, SubmitError};
 pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};
