@@ -221,7 +221,7 @@ fn a_dropped_admin_completion_times_out_and_the_reset_brings_io_back() {
 fn a_timed_out_command_keeps_its_slot_until_it_ends() {
     // Depth 2: one slot. While the timed-out command waits for its abort to
     // take effect, the slot is not handed out again.
-    let mut rig = rig(SimConfig::nvm(1 << 16, 512));
+    let rig = rig(SimConfig::nvm(1 << 16, 512));
     let mut pair = rig.controller.create_queue_pair(2).unwrap();
     pair.set_timeout(Some(DEADLINE));
     rig.sim.inject(Fault::DeclineAborts);
