@@ -196,7 +196,15 @@ impl Admin {
         }
     }
 
+    /// The device is gone, or the host wants it back: a best-effort,
+    /// bounded disable first, so a device still there stops its DMA before
+    /// the pairs hand buffers back (a gone one reads all ones and returns at
+    /// once).
     fn device_gone(&mut self) {
+        if self.epoch.condition() == Condition::Gone {
+            return;
+        }
+        let _ = disable(&*self.setup.transport, self.setup.ready_timeout);
         // Condition first: a pair that sees the new generation must find
         // the device gone.
         self.epoch.set_condition(Condition::Gone);
@@ -416,8 +424,7 @@ impl QueueHost for Shared {
     }
 
     fn device_gone(&self) {
-        self.epoch.set_condition(Condition::Gone);
-        self.epoch.advance();
+        self.admin().device_gone();
     }
 
     fn recreate_queues(&self, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<u64> {

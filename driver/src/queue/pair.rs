@@ -350,8 +350,9 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 ///   the command has not completed another timeout later, the pair resets
 ///   the controller.
 /// - At most every 10 ms, at a deadline check with commands in flight, the
-///   pair reads CSTS: all ones means the device is gone; CSTS.CFS, or RDY
-///   clear, means the controller needs a reset.
+///   pair reads CSTS: all ones (or the host asking for the device back,
+///   [`Transport::removal_requested`]) means the device is gone; CSTS.CFS,
+///   or RDY clear, means the controller needs a reset.
 /// - A controller reset (from any pair, the admin path, or
 ///   [`crate::Controller::reset`]) ends every command in flight on every
 ///   pair: each pair notices at its next poll, completes them with
@@ -782,7 +783,7 @@ impl QueuePair {
             if now.duration_since(self.health_checked) >= HEALTH_CHECK_INTERVAL {
                 self.health_checked = now;
                 let raw = self.transport.read32(CSTS);
-                if raw == u32::MAX {
+                if raw == u32::MAX || self.transport.removal_requested() {
                     host.device_gone();
                     return self.recover(on_completion);
                 }
@@ -1023,7 +1024,7 @@ impl QueuePair {
             if polls.is_multiple_of(256) {
                 if self.host.is_none() {
                     let csts = self.transport.read32(CSTS);
-                    if csts == u32::MAX {
+                    if csts == u32::MAX || self.transport.removal_requested() {
                         return Err(Error::DeviceGone);
                     }
                     if Csts(csts).cfs() {
