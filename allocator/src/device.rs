@@ -253,7 +253,7 @@ impl Device {
             if let Some(completion) = found {
                 return match status(&completion) {
                     Ok(()) => Ok(completion),
-                    Err(status) => Err(Error::Command { what, status }),
+                    Err(error) => Err(Error::Command { what, error }),
                 };
             }
             if Instant::now() > deadline {
@@ -313,9 +313,8 @@ impl Device {
     }
 }
 
-/// The device status of a completion. The one place the allocator reads
-/// a completion's outcome.
-pub(crate) fn status(completion: &IoCompletion) -> std::result::Result<(), nvme_driver::spec::status::Status> {
+/// A completion's outcome. The one place the allocator reads it.
+pub(crate) fn status(completion: &IoCompletion) -> std::result::Result<(), nvme_driver::IoError> {
     completion.status
 }
 

@@ -1,7 +1,7 @@
 //! The allocator's one error type.
 
 use crate::ExtentId;
-use nvme_driver::spec::status::Status;
+use nvme_driver::IoError;
 use std::fmt;
 
 /// Everything a volume reports, typed so callers can act on it.
@@ -9,8 +9,9 @@ use std::fmt;
 pub enum Error {
     /// The driver failed (bring-up, a refused request, a timeout).
     Driver(nvme_driver::Error),
-    /// A command completed with an error status.
-    Command { what: &'static str, status: Status },
+    /// A command failed: an error status from the device, a timeout, a
+    /// controller reset or the device gone.
+    Command { what: &'static str, error: IoError },
     /// The devices do not fit the requested volume (too small, limits too
     /// tight for the streams asked for, an LBA size that does not divide
     /// 4 KiB, ...). Nothing was written.
@@ -36,7 +37,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Driver(error) => write!(f, "driver: {error}"),
-            Error::Command { what, status } => write!(f, "{what} failed: {status}"),
+            Error::Command { what, error } => write!(f, "{what} failed: {error}"),
             Error::InvalidConfig(why) => write!(f, "invalid volume configuration: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NoSuchExtent(id) => write!(f, "no extent {id}"),

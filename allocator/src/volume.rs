@@ -1106,8 +1106,8 @@ impl Volume {
                     pending.locations[lane] = Some(Location { zone, offset: offset as u32 });
                 }
             }
-            Err(status) => {
-                pending.error.get_or_insert(Error::Command { what: "data write", status });
+            Err(error) => {
+                pending.error.get_or_insert(Error::Command { what: "data write", error });
             }
         }
         pending.remaining -= 1;
@@ -1465,13 +1465,15 @@ impl Volume {
         if self.copy_supported[device] {
             match self.copy_blocks(device, from, to, blocks) {
                 Ok(()) => copied = true,
-                Err(Error::Command { status, .. })
+                Err(Error::Command { error, .. })
                     if matches!(
-                        status.code(),
-                        StatusCode::Generic(GenericStatus::InvalidCommandOpcode | GenericStatus::InvalidFieldInCommand)
+                        error.device_status().map(|status| status.code()),
+                        Some(StatusCode::Generic(
+                            GenericStatus::InvalidCommandOpcode | GenericStatus::InvalidFieldInCommand
+                        ))
                     ) && self.lanes[lane].table.zone(zone).allocated == offset + blocks =>
                 {
-                    log::info!("namespace {}: Copy refused ({status}); relocating by read and write", device);
+                    log::info!("namespace {}: Copy refused ({error}); relocating by read and write", device);
                     self.copy_supported[device] = false;
                 }
                 Err(error) => return Err(error),

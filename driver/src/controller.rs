@@ -6,7 +6,9 @@ use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
-use crate::queue::{DoorbellConfig, IoCompletion, QueuePair, ShadowPages, ShadowPolicy};
+use crate::queue::{
+    AbortOutcome, Condition, DoorbellConfig, Epoch, IoCompletion, QueueHost, QueuePair, ShadowPages, ShadowPolicy,
+};
 use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
 use crate::spec::identify::{
@@ -19,6 +21,7 @@ use crate::spec::zns::{parse_report_zones, ZoneDescriptor, REPORT_HEADER_SIZE, Z
 use crate::transport::Transport;
 use crate::zeroout::{ZeroCapabilities, ZeroState};
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -31,6 +34,10 @@ pub struct ControllerOptions {
     pub admin_timeout: Duration,
     /// I/O queue pairs to ask for with Set Features Number of Queues.
     pub io_queue_pairs: u16,
+    /// Deadline of each I/O command on new queue pairs (Linux's io_timeout
+    /// is 30 s); `None` for none. [`QueuePair::set_timeout`] changes it per
+    /// pair.
+    pub io_timeout: Option<Duration>,
     /// Bound for the shutdown notification on drop (CSTS.SHST).
     pub shutdown_timeout: Duration,
     /// Use shadow doorbells (Doorbell Buffer Config) when offered.
@@ -46,6 +53,7 @@ impl Default for ControllerOptions {
             admin_queue_entries: 32,
             admin_timeout: Duration::from_secs(60),
             io_queue_pairs: 64,
+            io_timeout: Some(crate::queue::DEFAULT_IO_TIMEOUT),
             shutdown_timeout: Duration::from_secs(10),
             shadow_doorbells: true,
             quirk_overrides: Vec::new(),
@@ -83,8 +91,34 @@ impl NamespaceInfo {
     }
 }
 
+/// What a controller reset needs to bring the controller back as
+/// [`Controller::init`] left it.
+#[derive(Debug)]
+struct Setup {
+    transport: Arc<dyn Transport>,
+    /// Bound for CSTS.RDY transitions: CAP.TO (at least 500 ms).
+    ready_timeout: Duration,
+    admin_timeout: Duration,
+    /// CC.CSS chosen at bring-up.
+    css: u8,
+    /// Admin queue entries (AQA).
+    admin_entries: u16,
+    /// I/O queues asked for with Set Features Number of Queues.
+    io_queues_requested: u16,
+    /// The Asynchronous Event Configuration value set at bring-up, if the
+    /// controller took one.
+    async_event_config: Option<u32>,
+}
+
+/// Asynchronous Event Request completions kept until
+/// [`Controller::poll_events`] turns them into events; more are dropped
+/// (and counted).
+const EVENTS_MAX: usize = 64;
+/// The token of the outstanding Asynchronous Event Request.
+const AER_TOKEN: u64 = u64::MAX;
+
 /// What the admin lock guards: the admin queue and everything that issues
-/// admin commands or hands out queue ids.
+/// admin commands, hands out queue ids or resets the controller.
 #[derive(Debug)]
 struct Admin {
     /// Queue 0, driven through the queue pair's blocking helpers.
@@ -93,13 +127,29 @@ struct Admin {
     scratch: DmaRegion,
     /// `qid_in_use[q]` for q in 1..=granted I/O queues.
     qid_in_use: Vec<bool>,
+    /// Shadow doorbell and EventIdx pages, if Doorbell Buffer Config ran.
+    shadow: Option<ShadowBuffers>,
+    setup: Setup,
+    epoch: Arc<Epoch>,
+    /// An Asynchronous Event Request is outstanding.
+    aer_armed: bool,
+    /// Completions of Asynchronous Event Requests (DW0), oldest first.
+    aer_completions: VecDeque<u32>,
+    events_dropped: u64,
+    /// Zoned namespaces, whose Changed Zone List log re-arms a zone notice.
+    zoned_nsids: Vec<u32>,
+    resets: u64,
 }
 
 impl Admin {
-    /// Runs an admin command without data.
+    /// Runs an admin command without data. A timeout or a fatal status
+    /// resets the controller (as Linux does after an admin timeout); the
+    /// error is still returned.
     fn run(&mut self, command: Command, timeout: Duration) -> Result<IoCompletion> {
         // SAFETY: no data pointer.
-        unsafe { self.queue.run(command, 0, 0, timeout) }
+        let result = unsafe { self.run_raw(command, 0, 0, timeout) };
+        self.settle(&result);
+        result
     }
 
     /// Runs an admin command that transfers `len` bytes through the scratch
@@ -107,26 +157,159 @@ impl Admin {
     fn run_with_scratch(&mut self, command: Command, len: usize, timeout: Duration) -> Result<(IoCompletion, Vec<u8>)> {
         assert!(len <= SCRATCH_LEN);
         self.scratch.fill(0, len, 0);
+        let iova = self.scratch.iova();
         // SAFETY: the scratch region is mapped for this controller, owned by
         // this struct (behind the admin lock) and not touched by the host
-        // until the completion has been reaped.
-        let completion = unsafe { self.queue.run(command, self.scratch.iova(), len, timeout) }?;
+        // until the completion has been reaped (or a reset ended it).
+        let result = unsafe { self.run_raw(command, iova, len, timeout) };
+        self.settle(&result);
+        let completion = result?;
         let mut data = vec![0u8; len];
         self.scratch.copy_out(0, &mut data);
         Ok((completion, data))
+    }
+
+    /// Runs one command; completions of Asynchronous Event Requests that
+    /// arrive meanwhile are kept, late ones of abandoned commands dropped.
+    ///
+    /// # Safety
+    /// As [`QueuePair::execute_raw`].
+    unsafe fn run_raw(&mut self, command: Command, iova: u64, len: usize, timeout: Duration) -> Result<IoCompletion> {
+        let Admin { queue, aer_completions, aer_armed, events_dropped, .. } = self;
+        let route = |completion: IoCompletion| route_aer(completion, aer_completions, aer_armed, events_dropped);
+        // SAFETY: forwarded contract.
+        unsafe { queue.run_routing(command, iova, len, timeout, route) }
+    }
+
+    /// After an admin command: removal is recorded; a timeout or a fatal
+    /// status resets the controller; the event request is re-armed.
+    fn settle<T>(&mut self, result: &Result<T>) {
+        match result {
+            Err(Error::DeviceGone) => self.device_gone(),
+            Err(Error::ControllerFatal | Error::Timeout { .. }) => {
+                let _ = self.reset();
+            }
+            _ => {}
+        }
+        if !self.aer_armed && self.epoch.condition() == Condition::Live {
+            self.arm_aer();
+        }
+    }
+
+    /// The device is gone, or the host wants it back: a best-effort,
+    /// bounded disable first, so a device still there stops its DMA before
+    /// the pairs hand buffers back (a gone one reads all ones and returns at
+    /// once).
+    fn device_gone(&mut self) {
+        if self.epoch.condition() == Condition::Gone {
+            return;
+        }
+        let _ = disable(&*self.setup.transport, self.setup.ready_timeout);
+        // Condition first: a pair that sees the new generation must find
+        // the device gone.
+        self.epoch.set_condition(Condition::Gone);
+        self.epoch.advance();
+    }
+
+    /// Keeps one Asynchronous Event Request outstanding (NVMe Base 2.0
+    /// §5.2): it completes only when the controller has an event.
+    fn arm_aer(&mut self) {
+        // SAFETY: no data pointer.
+        if unsafe { self.queue.submit_raw(admin::async_event_request(), 0, 0, AER_TOKEN) }.is_ok() {
+            self.queue.ring();
+            self.aer_armed = true;
+        }
+    }
+
+    /// Reaps whatever the admin queue holds without waiting.
+    fn poll(&mut self) {
+        let Admin { queue, aer_completions, aer_armed, events_dropped, .. } = self;
+        queue.poll(|completion| route_aer(completion, aer_completions, aer_armed, events_dropped));
+    }
+
+    /// A controller reset (NVMe Base 2.0 §3.7.2, Controller Level Reset):
+    /// every queue pair learns of it through the epoch, the controller is
+    /// disabled (ending all its DMA) and brought up again with the admin
+    /// queue, Number of Queues, shadow doorbells, event configuration and
+    /// an Asynchronous Event Request. I/O queue pairs re-create their own
+    /// queues at their next poll.
+    fn reset(&mut self) -> Result<()> {
+        if self.epoch.condition() == Condition::Gone {
+            return Err(Error::DeviceGone);
+        }
+        self.resets += 1;
+        self.epoch.advance();
+        let result = self.bring_up();
+        self.epoch.set_condition(match &result {
+            Ok(()) => Condition::Live,
+            Err(Error::DeviceGone) => Condition::Gone,
+            Err(_) => Condition::Failed,
+        });
+        result
+    }
+
+    fn bring_up(&mut self) -> Result<()> {
+        let transport = Arc::clone(&self.setup.transport);
+        let ready_timeout = self.setup.ready_timeout;
+        disable(&*transport, ready_timeout)?;
+        // Disabled: nothing in flight on the admin queue will complete.
+        self.queue.reset_after_disable();
+        self.aer_armed = false;
+        self.aer_completions.clear();
+        enable(&*transport, &self.queue, self.setup.admin_entries, self.setup.css, ready_timeout)?;
+        let timeout = self.setup.admin_timeout;
+        let requested = self.setup.io_queues_requested;
+        // SAFETY: no data pointer.
+        unsafe { self.run_raw(admin::set_number_of_queues(requested, requested), 0, 0, timeout) }?;
+        if let Some(shadow) = &self.shadow {
+            // Zeroed pages: every queue starts at 0 again.
+            shadow.values.fill(0, PAGE_SIZE, 0);
+            shadow.event_idx.fill(0, PAGE_SIZE, 0);
+            let (values, event_idx, pages) = (shadow.values.iova(), shadow.event_idx.iova(), shadow.pages);
+            // SAFETY: no data pointer (the pages are named in PRP1/PRP2 and
+            // live with the controller).
+            unsafe { self.run_raw(admin::doorbell_buffer_config(values, event_idx), 0, 0, timeout) }?;
+            self.queue.use_shadow(pages, ShadowPolicy::Always);
+        }
+        if let Some(config) = self.setup.async_event_config {
+            let command = admin::set_features(admin::FID_ASYNC_EVENT_CONFIG, config, false);
+            // SAFETY: no data pointer.
+            unsafe { self.run_raw(command, 0, 0, timeout) }?;
+        }
+        self.arm_aer();
+        Ok(())
+    }
+}
+
+/// Keeps an Asynchronous Event Request's completion for
+/// [`Controller::poll_events`]; anything else arriving outside a wait is a
+/// late completion of an abandoned command, and dropped.
+fn route_aer(completion: IoCompletion, kept: &mut VecDeque<u32>, armed: &mut bool, dropped: &mut u64) {
+    if completion.token != AER_TOKEN {
+        return;
+    }
+    *armed = false;
+    // An error status (Abort, a reset ending it) is no event.
+    if completion.status.is_ok() {
+        if kept.len() == EVENTS_MAX {
+            kept.pop_front();
+            *dropped += 1;
+        }
+        kept.push_back(completion.dw0);
     }
 }
 
 /// The shadow doorbell and EventIdx pages, kept alive with the controller.
 #[derive(Debug)]
 struct ShadowBuffers {
-    _values: DmaRegion,
-    _event_idx: DmaRegion,
+    values: DmaRegion,
+    event_idx: DmaRegion,
     pages: ShadowPages,
 }
 
 // SAFETY: the pages are DMA memory owned by this struct and touched only
-// through volatile accesses by the one queue that owns each slot.
+// through volatile accesses by the one queue that owns each slot (or by a
+// reset, under the admin lock, while the controller is disabled).
 unsafe impl Send for ShadowBuffers {}
 // SAFETY: as above; shared access hands out slot pointers only.
 unsafe impl Sync for ShadowBuffers {}
@@ -139,7 +322,7 @@ struct Shared {
     options: ControllerOptions,
     cap: Cap,
     admin: Mutex<Admin>,
-    shadow: Option<ShadowBuffers>,
+    epoch: Arc<Epoch>,
 }
 
 impl Shared {
@@ -167,10 +350,6 @@ impl Shared {
         }
     }
 
-    fn shadow_pages(&self) -> Option<ShadowPages> {
-        self.shadow.as_ref().map(|s| s.pages)
-    }
-
     fn allocate_qid(admin: &mut Admin) -> Result<u16> {
         let free = admin.qid_in_use.iter().skip(1).position(|used| !used).map(|i| i + 1);
         let qid = free.ok_or_else(|| {
@@ -180,17 +359,17 @@ impl Shared {
         Ok(u16::try_from(qid).expect("qids fit the granted count"))
     }
 
-    /// Deletes an I/O queue pair's queues (SQ first, NVMe Base 2.0 §3.5.?
-    /// "Delete I/O Submission Queue" before its CQ) and frees the qid.
-    fn delete_queues(&self, qid: u16) -> bool {
-        let mut admin = self.admin();
+    /// Creates I/O queue pair `qid` on the controller: the completion queue
+    /// first, since the submission queue names it (NVMe Base 2.0 §5.4,
+    /// §5.5).
+    fn create_queues(&self, admin: &mut Admin, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<()> {
         let timeout = self.options.admin_timeout;
-        let deleted = admin.run(admin::delete_io_sq(qid), timeout).is_ok()
-            && admin.run(admin::delete_io_cq(qid), timeout).is_ok();
-        if let Some(used) = admin.qid_in_use.get_mut(usize::from(qid)) {
-            *used = !deleted;
+        admin.run(admin::create_io_cq(qid, depth, cq_iova, true, false, 0), timeout)?;
+        if let Err(error) = admin.run(admin::create_io_sq(qid, depth, sq_iova, qid, 0), timeout) {
+            let _ = admin.run(admin::delete_io_cq(qid), timeout);
+            return Err(error);
         }
-        deleted
+        Ok(())
     }
 
     /// A normal shutdown (CC.SHN, then a bounded wait for CSTS.SHST
@@ -198,7 +377,13 @@ impl Shared {
     /// touches no host memory after this returns. Queue pairs are gone by
     /// now: each holds this state alive and deletes its queues on drop.
     fn shutdown(&self) -> Result<()> {
+        if self.epoch.condition() == Condition::Gone {
+            return Err(Error::DeviceGone);
+        }
         let cc = Cc(self.transport.read32(registers::CC));
+        if cc.0 == u32::MAX {
+            return Err(Error::DeviceGone);
+        }
         if !cc.enable() {
             return Ok(());
         }
@@ -212,11 +397,127 @@ impl Shared {
     }
 }
 
+impl QueueHost for Shared {
+    fn abort(&self, qid: u16, cid: u16) -> AbortOutcome {
+        let mut admin = self.admin();
+        match self.epoch.condition() {
+            Condition::Live => {}
+            Condition::Gone => return AbortOutcome::Gone,
+            Condition::Failed => return AbortOutcome::Failed,
+        }
+        // NVMe Base 2.0 §5.1: DW0 bit 0 clear means the command was
+        // aborted (and completes with Command Abort Requested).
+        match admin.run(admin::abort(qid, cid), self.options.admin_timeout) {
+            Ok(completion) if completion.dw0 & 1 == 0 => AbortOutcome::Aborted,
+            Ok(_) => AbortOutcome::NotAborted,
+            Err(Error::DeviceGone) => AbortOutcome::Gone,
+            Err(_) => AbortOutcome::Failed,
+        }
+    }
+
+    fn reset(&self, generation: u64) {
+        let mut admin = self.admin();
+        // Someone else reset it since the caller looked: once is enough.
+        if self.epoch.generation() == generation {
+            let _ = admin.reset();
+        }
+    }
+
+    fn device_gone(&self) {
+        self.admin().device_gone();
+    }
+
+    fn recreate_queues(&self, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<u64> {
+        let mut admin = self.admin();
+        match self.epoch.condition() {
+            Condition::Live => {}
+            Condition::Gone => return Err(Error::DeviceGone),
+            Condition::Failed => return Err(Error::ControllerFailed),
+        }
+        // Under the admin lock, which resets also hold: the queues belong to
+        // this generation.
+        let generation = self.epoch.generation();
+        self.create_queues(&mut admin, qid, depth, sq_iova, cq_iova)?;
+        Ok(generation)
+    }
+
+    /// Deletes the SQ before its CQ (NVMe Base 2.0 §5.6, §5.7). Queues of
+    /// an older generation died with a reset, which disabled the
+    /// controller first: nothing to delete, and their memory is free.
+    fn delete_queues(&self, qid: u16, generation: u64) -> bool {
+        let mut admin = self.admin();
+        let deleted = match self.epoch.condition() {
+            Condition::Gone => true,
+            // The reset may not have stopped the controller.
+            Condition::Failed => false,
+            Condition::Live if self.epoch.generation() != generation => true,
+            Condition::Live => {
+                let timeout = self.options.admin_timeout;
+                admin.run(admin::delete_io_sq(qid), timeout).is_ok()
+                    && admin.run(admin::delete_io_cq(qid), timeout).is_ok()
+            }
+        };
+        if let Some(used) = admin.qid_in_use.get_mut(usize::from(qid)) {
+            *used = !deleted;
+        }
+        deleted
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
 }
+
+/// What an Asynchronous Event Request reported (NVMe Base 2.0 §5.2,
+/// Figures 146 to 151).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AsyncEvent {
+    /// Asynchronous Event Type (DW0 bits 2:0): 0h error, 1h SMART / health,
+    /// 2h notice, 6h I/O command set specific, 7h vendor specific.
+    pub event_type: u8,
+    /// Asynchronous Event Information (DW0 bits 15:8).
+    pub information: u8,
+    /// The log page that clears the event (DW0 bits 23:16).
+    pub log_page: u8,
+    pub kind: AsyncEventKind,
+}
+
+/// The events the driver names; the raw fields are in [`AsyncEvent`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum AsyncEventKind {
+    /// SMART / Health status (type 1h): information 00h reliability, 01h
+    /// temperature threshold, 02h spare below threshold. The critical
+    /// warning comes from the SMART / Health log, read to re-arm the event.
+    Smart { critical_warning: crate::spec::log::CriticalWarning },
+    /// Zone Descriptor Changed notice (type 2h, information EFh; NVMe ZNS
+    /// 1.1 §5.5): report zones again. The driver reads each zoned
+    /// namespace's Changed Zone List log (BFh) to re-arm it.
+    ZoneDescriptorChanged,
+    /// Namespace Attribute Changed notice (type 2h, information 00h).
+    NamespaceAttributeChanged,
+    /// An error status event (type 0h).
+    Error,
+    /// Anything else; see the raw fields.
+    Other,
+}
+
+/// Asynchronous Event Type values (NVMe Base 2.0 §5.2, Figure 146).
+const AER_TYPE_ERROR: u8 = 0;
+const AER_TYPE_SMART: u8 = 1;
+const AER_TYPE_NOTICE: u8 = 2;
+/// Notice information: Namespace Attribute Changed, Zone Descriptor Changed.
+const AER_NOTICE_NS_ATTRIBUTE: u8 = 0x00;
+const AER_NOTICE_ZONE_DESCRIPTOR_CHANGED: u8 = 0xEF;
+/// Changed Zone List log (NVMe ZNS 1.1 §5.5.1).
+const LOG_CHANGED_ZONE_LIST: u8 = 0xBF;
+/// Asynchronous Event Configuration (NVMe Base 2.0 §5.27.1.7): SMART /
+/// health critical warnings (bits 7:0), Namespace Attribute Notices (8),
+/// Firmware Activation Notices (9) and, in ZNS, Zone Descriptor Changed
+/// Notices (27); the notices only where OAES offers them.
+const AEC_SMART_WARNINGS: u32 = 0xFF;
+const AEC_NOTICES: u32 = 1 << 8 | 1 << 9 | 1 << 27;
 
 /// An NVMe controller brought up and identified. Cheap to share: admin
 /// commands take an internal lock; queue pairs are created through `&self`
@@ -274,22 +575,34 @@ impl Controller {
         let entries = u16::try_from(u32::from(entries).min(cap.max_queue_entries())).unwrap_or(entries);
         let doorbells = DoorbellConfig { dstrd: cap.dstrd(), shadow: None, policy: ShadowPolicy::Off };
         let queue = QueuePair::new(&transport, 0, entries, doorbells)?;
-        transport.write32(registers::AQA, Aqa::new(entries, entries).0);
-        transport.write64(registers::ASQ, queue.sq_iova());
-        transport.write64(registers::ACQ, queue.cq_iova());
-        let cc = Cc::new()
-            .with_css(css)
-            .with_mps(0)
-            .with_ams(registers::CC_AMS_ROUND_ROBIN)
-            .with_iosqes(6) // 64-byte SQEs
-            .with_iocqes(4) // 16-byte CQEs
-            .with_enable(true);
-        transport.write32(registers::CC, cc.0);
-        wait_ready(&*transport, true, ready_timeout)?;
+        enable(&*transport, &queue, entries, css, ready_timeout)?;
 
         let scratch = DmaRegion::allocate(&transport, SCRATCH_LEN)?;
-        let admin = Admin { queue, scratch, qid_in_use: vec![true] };
-        let mut shared = Shared { transport, options, cap, admin: Mutex::new(admin), shadow: None };
+        let epoch = Arc::new(Epoch::default());
+        let setup = Setup {
+            transport: Arc::clone(&transport),
+            ready_timeout,
+            admin_timeout: options.admin_timeout,
+            css,
+            admin_entries: entries,
+            io_queues_requested: options.io_queue_pairs.max(1),
+            async_event_config: None,
+        };
+        let admin = Admin {
+            queue,
+            scratch,
+            qid_in_use: vec![true],
+            shadow: None,
+            setup,
+            epoch: Arc::clone(&epoch),
+            // Armed at the end of bring-up.
+            aer_armed: true,
+            aer_completions: VecDeque::new(),
+            events_dropped: 0,
+            zoned_nsids: Vec::new(),
+            resets: 0,
+        };
+        let shared = Shared { transport, options, cap, admin: Mutex::new(admin), epoch };
 
         let identify = IdentifyController::parse(&shared.identify_page(admin::identify_controller(0))?)?;
         if identify.nn == 0 {
@@ -327,13 +640,16 @@ impl Controller {
         shared.admin().qid_in_use[0] = true;
 
         if shared.options.shadow_doorbells && identify.oacs.contains(Oacs::DOORBELL_BUFFER_CONFIG) {
-            shared.shadow = enable_shadow_doorbells(&shared, io_queue_pairs)?;
+            let shadow = enable_shadow_doorbells(&shared, io_queue_pairs)?;
+            let mut admin = shared.admin();
+            if let Some(shadow) = &shadow {
+                // Controllers differ in whether they read queue 0's shadow:
+                // write both the shadow and the register for the admin queue.
+                admin.queue.use_shadow(shadow.pages, ShadowPolicy::Always);
+            }
+            admin.shadow = shadow;
         }
-        if let Some(pages) = shared.shadow_pages() {
-            // Controllers differ in whether they read queue 0's shadow:
-            // write both the shadow and the register for the admin queue.
-            shared.admin().queue.use_shadow(pages, ShadowPolicy::Always);
-        }
+        configure_events(&shared, &identify, &namespaces)?;
 
         let pci = shared.transport.pci_id();
         let quirks = crate::quirks::effective(
@@ -355,6 +671,84 @@ impl Controller {
             quirks,
             zero_states: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Resets the controller (NVMe Base 2.0 §3.7.2) and brings it back as
+    /// [`Controller::init`] left it: every command in flight on every queue
+    /// pair completes with [`crate::IoError::ControllerReset`] at the
+    /// pair's next poll, and each pair re-creates its queues and goes on.
+    /// The driver resets by itself after a fatal status, an admin timeout,
+    /// or an I/O command that an Abort did not end; this is for owners that
+    /// want one (or to retry after [`Error::ControllerFailed`]).
+    pub fn reset(&self) -> Result<()> {
+        self.shared.admin().reset()
+    }
+
+    /// Controller resets so far (by the driver or [`Controller::reset`]).
+    pub fn resets(&self) -> u64 {
+        self.shared.admin().resets
+    }
+
+    /// Whether the device is gone (register reads returned all ones).
+    pub fn is_gone(&self) -> bool {
+        self.shared.epoch.condition() == Condition::Gone
+    }
+
+    /// Events the controller reported through Asynchronous Event Requests
+    /// since the last call, oldest first (NVMe Base 2.0 §5.2). The driver
+    /// keeps one request outstanding; the admin queue is polled here and
+    /// at every admin command, so call this now and then (say, once a
+    /// second). For each event the driver reads the log page that re-arms
+    /// it (the SMART / Health log for a SMART event, whose critical warning
+    /// the event carries). At most 64 events wait; older ones are dropped
+    /// ([`Controller::events_dropped`]).
+    pub fn poll_events(&self) -> Result<Vec<AsyncEvent>> {
+        let mut admin = self.shared.admin();
+        admin.poll();
+        let timeout = self.shared.options.admin_timeout;
+        let mut events = Vec::new();
+        while let Some(dw0) = admin.aer_completions.pop_front() {
+            let event_type = (dw0 & 0b111) as u8;
+            let information = (dw0 >> 8) as u8;
+            let log_page = (dw0 >> 16) as u8;
+            let kind = match (event_type, information) {
+                (AER_TYPE_SMART, _) => {
+                    // Reading the log with RAE clear re-arms SMART events.
+                    let command = admin::get_log_page(log::LOG_SMART_HEALTH, 0xFFFF_FFFF, 512, 0, 0, 0);
+                    let (_, data) = admin.run_with_scratch(command, 512, timeout)?;
+                    AsyncEventKind::Smart { critical_warning: SmartHealthLog::parse(&data)?.critical_warning }
+                }
+                (AER_TYPE_NOTICE, AER_NOTICE_ZONE_DESCRIPTOR_CHANGED) => {
+                    for nsid in admin.zoned_nsids.clone() {
+                        let command = admin::get_log_page(LOG_CHANGED_ZONE_LIST, nsid, 4096, 0, 0, 0);
+                        // A controller without the log has nothing to re-arm.
+                        let _ = admin.run_with_scratch(command, 4096, timeout);
+                    }
+                    AsyncEventKind::ZoneDescriptorChanged
+                }
+                (AER_TYPE_NOTICE, AER_NOTICE_NS_ATTRIBUTE) => {
+                    let command = admin::get_log_page(log::LOG_CHANGED_NAMESPACES, 0xFFFF_FFFF, 4096, 0, 0, 0);
+                    let _ = admin.run_with_scratch(command, 4096, timeout);
+                    AsyncEventKind::NamespaceAttributeChanged
+                }
+                (AER_TYPE_ERROR, _) => {
+                    let command = admin::get_log_page(log::LOG_ERROR_INFORMATION, 0, 64, 0, 0, 0);
+                    let _ = admin.run_with_scratch(command, 64, timeout);
+                    AsyncEventKind::Error
+                }
+                _ => AsyncEventKind::Other,
+            };
+            events.push(AsyncEvent { event_type, information, log_page, kind });
+        }
+        if !admin.aer_armed && self.shared.epoch.condition() == Condition::Live {
+            admin.arm_aer();
+        }
+        Ok(events)
+    }
+
+    /// Asynchronous event completions dropped because 64 were waiting.
+    pub fn events_dropped(&self) -> u64 {
+        self.shared.admin().events_dropped
     }
 
     /// Runs one admin command and waits (bounded) for its completion.
@@ -417,11 +811,15 @@ impl Controller {
             return Err(Error::InvalidArgument(format!("queue depth {depth}: expected 2..={max} (CAP.MQES+1)")));
         }
         let shared = &self.shared;
-        let timeout = shared.options.admin_timeout;
         let mut admin = shared.admin();
+        match shared.epoch.condition() {
+            Condition::Live => {}
+            Condition::Gone => return Err(Error::DeviceGone),
+            Condition::Failed => return Err(Error::ControllerFailed),
+        }
         let qid = Shared::allocate_qid(&mut admin)?;
-        let doorbells =
-            DoorbellConfig { dstrd: shared.cap.dstrd(), shadow: shared.shadow_pages(), policy: ShadowPolicy::EventIdx };
+        let shadow = admin.shadow.as_ref().map(|shadow| shadow.pages);
+        let doorbells = DoorbellConfig { dstrd: shared.cap.dstrd(), shadow, policy: ShadowPolicy::EventIdx };
         let release = |admin: &mut Admin| admin.qid_in_use[usize::from(qid)] = false;
         let mut pair = match QueuePair::new(&shared.transport, qid, depth, doorbells) {
             Ok(pair) => pair,
@@ -430,19 +828,15 @@ impl Controller {
                 return Err(error);
             }
         };
-        // Completion queue first: the submission queue names it.
-        if let Err(error) = admin.run(admin::create_io_cq(qid, depth, pair.cq_iova(), true, false, 0), timeout) {
-            release(&mut admin);
-            return Err(error);
-        }
-        if let Err(error) = admin.run(admin::create_io_sq(qid, depth, pair.sq_iova(), qid, 0), timeout) {
-            let _ = admin.run(admin::delete_io_cq(qid), timeout);
+        let generation = shared.epoch.generation();
+        if let Err(error) = shared.create_queues(&mut admin, qid, depth, pair.sq_iova(), pair.cq_iova()) {
             release(&mut admin);
             return Err(error);
         }
         drop(admin);
-        let owner = Arc::clone(shared);
-        pair.set_on_drop(Box::new(move |qid| owner.delete_queues(qid)));
+        let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
+        pair.attach(host, Arc::clone(&shared.epoch), generation);
+        pair.set_timeout(shared.options.io_timeout);
         Ok(pair)
     }
 
@@ -500,7 +894,7 @@ impl Controller {
 
     /// Whether queue pairs use shadow doorbells.
     pub fn shadow_doorbells(&self) -> bool {
-        self.shared.shadow.is_some()
+        self.shared.admin().shadow.is_some()
     }
 
     pub fn transport(&self) -> &Arc<dyn Transport> {
@@ -562,11 +956,36 @@ fn enable_shadow_doorbells(shared: &Shared, io_queue_pairs: u16) -> Result<Optio
     match shared.command(admin::doorbell_buffer_config(values.iova(), event_idx.iova())) {
         Ok(_) => {
             let pages = ShadowPages { values: values.raw_parts().0, event_idx: event_idx.raw_parts().0 };
-            Ok(Some(ShadowBuffers { _values: values, _event_idx: event_idx, pages }))
+            Ok(Some(ShadowBuffers { values, event_idx, pages }))
         }
         Err(Error::Command { .. }) => Ok(None),
         Err(other) => Err(other),
     }
+}
+
+/// Asynchronous Event Configuration: SMART critical warnings, and the
+/// notices OAES offers (NVMe Base 2.0 §5.27.1.7; QEMU raises a SMART event
+/// only for warning bits enabled here). A controller that refuses the
+/// value gets the SMART bits alone, and one that refuses those none. Then
+/// the first Asynchronous Event Request goes out.
+fn configure_events(shared: &Shared, identify: &IdentifyController, namespaces: &[NamespaceInfo]) -> Result<()> {
+    let mut admin = shared.admin();
+    admin.zoned_nsids = namespaces.iter().filter(|ns| ns.zoned.is_some()).map(|ns| ns.nsid).collect();
+    let timeout = shared.options.admin_timeout;
+    let wanted = AEC_SMART_WARNINGS | identify.oaes & AEC_NOTICES;
+    for config in [wanted, AEC_SMART_WARNINGS] {
+        match admin.run(admin::set_features(admin::FID_ASYNC_EVENT_CONFIG, config, false), timeout) {
+            Ok(_) => {
+                admin.setup.async_event_config = Some(config);
+                break;
+            }
+            Err(Error::Command { .. }) => continue,
+            Err(other) => return Err(other),
+        }
+    }
+    admin.aer_armed = false;
+    admin.arm_aer();
+    Ok(())
 }
 
 fn identify_namespace(shared: &Shared, nsid: u32) -> Result<NamespaceInfo> {
@@ -599,6 +1018,24 @@ fn identify_namespace(shared: &Shared, nsid: u32) -> Result<NamespaceInfo> {
         None
     };
     Ok(NamespaceInfo { nsid, csi, block_size, capacity_blocks: identify.nsze, identify, zoned })
+}
+
+/// Points the controller at the admin queue (AQA, ASQ, ACQ), enables it
+/// (NVMe Base 2.0 §3.5.1 steps 4 to 7) and waits for CSTS.RDY within
+/// CAP.TO.
+fn enable(transport: &dyn Transport, queue: &QueuePair, entries: u16, css: u8, timeout: Duration) -> Result<()> {
+    transport.write32(registers::AQA, Aqa::new(entries, entries).0);
+    transport.write64(registers::ASQ, queue.sq_iova());
+    transport.write64(registers::ACQ, queue.cq_iova());
+    let cc = Cc::new()
+        .with_css(css)
+        .with_mps(0)
+        .with_ams(registers::CC_AMS_ROUND_ROBIN)
+        .with_iosqes(6) // 64-byte SQEs
+        .with_iocqes(4) // 16-byte CQEs
+        .with_enable(true);
+    transport.write32(registers::CC, cc.0);
+    wait_ready(transport, true, timeout)
 }
 
 /// Clears CC.EN and waits for CSTS.RDY = 0 within CAP.TO.

@@ -30,6 +30,13 @@ pub enum Error {
     ControllerFatal,
     /// BAR reads return all ones: the device is gone.
     DeviceGone,
+    /// The controller could not be brought back by a reset (it did not
+    /// become ready, or reported a fatal status again); nothing more can be
+    /// submitted.
+    ControllerFailed,
+    /// A command sent with a blocking helper did not succeed for a reason
+    /// other than a device status: a timeout, an abort, a reset or removal.
+    NotCompleted { opcode: u8, admin: bool, error: IoError },
     /// The controller lacks something this driver needs.
     Unsupported(String),
     /// A command completed with an error status.
@@ -140,6 +147,15 @@ impl fmt::Display for Error {
             }
             Error::ControllerFatal => write!(f, "controller fatal status (CSTS.CFS)"),
             Error::DeviceGone => write!(f, "device gone: register reads return all ones"),
+            Error::ControllerFailed => write!(f, "controller failed: a reset did not bring it back"),
+            Error::NotCompleted { opcode, admin, error } => {
+                let name = if *admin {
+                    crate::spec::command::admin_opcode_name(*opcode)
+                } else {
+                    crate::spec::command::io_opcode_name(*opcode)
+                };
+                write!(f, "{name} (opcode {opcode:#04x}): {error}")
+            }
             Error::Unsupported(what) => write!(f, "unsupported: {what}"),
             Error::Command { opcode, admin, status } => {
                 let name = if *admin {
@@ -163,6 +179,7 @@ impl std::error::Error for Error {
             Error::Vfio { source, .. } => Some(source),
             Error::Io { source, .. } => Some(source),
             Error::Parse(source) => Some(source),
+            Error::NotCompleted { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -179,6 +196,80 @@ impl From<RequestError> for Error {
 impl From<ParseError> for Error {
     fn from(error: ParseError) -> Self {
         Error::Parse(error)
+    }
+}
+
+/// Why one command did not succeed: what [`crate::IoCompletion::status`]
+/// holds. Every command submitted to a queue pair completes exactly once,
+/// with `Ok(())` or one of these; none is lost and none completes twice.
+///
+/// Whether the owner may resubmit: [`IoError::is_retryable`]. A command
+/// that did not succeed may still have taken effect, in part or in full
+/// (a write whose completion was lost may have reached the media), so a
+/// resubmission must be idempotent or the owner must check first (a zone's
+/// write pointer, say, before appending again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoError {
+    /// The controller completed the command with an error status.
+    Device(Status),
+    /// The command's deadline passed
+    /// ([`crate::QueuePair::set_timeout`]). The driver aborted it, or
+    /// reset the controller when the abort did not end it; the device no
+    /// longer touches its buffer.
+    Timeout,
+    /// The controller ended the command with an abort status the driver
+    /// did not cause by a timeout: Command Abort Requested (an Abort from
+    /// elsewhere) or Command Aborted due to SQ Deletion (NVMe Base 2.0
+    /// §4.2.3, Figure 102, status 07h and 08h).
+    Aborted,
+    /// The device is gone (register reads return all ones): nothing will
+    /// complete, and nothing more can be submitted.
+    DeviceGone,
+    /// The controller was reset (after a fatal status, a command that would
+    /// not end, or [`crate::Controller::reset`]) while the command was in
+    /// flight. The queue pair is usable again; the command may be
+    /// resubmitted.
+    ControllerReset,
+}
+
+impl IoError {
+    /// The controller's status, for [`IoError::Device`].
+    pub fn device_status(&self) -> Option<Status> {
+        match self {
+            IoError::Device(status) => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether submitting the same command again may succeed: a device
+    /// status without Do Not Retry (NVMe Base 2.0 §4.2.3.1), a timeout, an
+    /// abort or a reset. Not after the device is gone.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            IoError::Device(status) => !status.dnr,
+            IoError::Timeout | IoError::Aborted | IoError::ControllerReset => true,
+            IoError::DeviceGone => false,
+        }
+    }
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoError::Device(status) => write!(f, "{status}"),
+            IoError::Timeout => write!(f, "command timed out and was aborted"),
+            IoError::Aborted => write!(f, "command aborted by the controller"),
+            IoError::DeviceGone => write!(f, "device gone"),
+            IoError::ControllerReset => write!(f, "command ended by a controller reset"),
+        }
+    }
+}
+
+impl std::error::Error for IoError {}
+
+impl From<Status> for IoError {
+    fn from(status: Status) -> Self {
+        IoError::Device(status)
     }
 }
 

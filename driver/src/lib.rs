@@ -17,6 +17,20 @@
 //! - [`sim`]: a deterministic simulated NVMe/ZNS controller behind the
 //!   [`Transport`] seam, with seeded faults and power cuts.
 //!
+//! # Resilience
+//!
+//! Every command completes exactly once through [`QueuePair::poll`], with
+//! success or an [`IoError`]: the device's status, a timeout (the driver
+//! aborted the command, or reset the controller when that did not end
+//! it), an abort, a controller reset, or removal. Deadlines are checked by
+//! the poll path itself (no timer thread); a fatal status (CSTS.CFS) or a
+//! controller that stopped being ready leads to a reset, after which every
+//! queue pair re-creates its queues and goes on; register reads of all
+//! ones mean the device is gone. [`Controller::poll_events`] surfaces
+//! asynchronous events (SMART critical warnings, zone and namespace
+//! notices). The [`QueuePair`] documentation has the details, and the
+//! README the resubmission policy for owners.
+//!
 //! ```no_run
 //! use nvme_driver::{vfio::VfioPci, Controller, ControllerOptions, IoBuffer, Transport};
 //! use nvme_driver::dma::DmaPool;
@@ -48,9 +62,11 @@ pub mod transport;
 pub mod vfio;
 pub mod zeroout;
 
-pub use controller::{Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH};
-pub use error::{Error, RequestError, Result};
+pub use controller::{
+    AsyncEvent, AsyncEventKind, Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH,
+};
+pub use error::{Error, IoError, RequestError, Result};
 pub use namespace::{Namespace, RangeLimits, ZoneGeometry};
-pub use queue::{IoBuffer, IoCompletion, QueuePair, Request};
+pub use queue::{IoBuffer, IoCompletion, QueuePair, Request, SubmitError};
 pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};

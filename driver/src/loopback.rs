@@ -301,7 +301,7 @@ mod tests {
         let mut got = None;
         pair.poll(|c| got = Some(c));
         let completion = got.unwrap();
-        let status = completion.status.unwrap_err();
+        let status = completion.device_status().unwrap();
         assert_eq!(status.code(), StatusCode::Generic(GenericStatus::LbaOutOfRange));
         assert!(status.dnr);
         assert_eq!(completion.dw0, 7, "echoes SLBA (CDW10)");

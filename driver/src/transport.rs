@@ -48,6 +48,15 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// its clock and post completions. Hardware needs nothing.
     fn tick(&self) {}
 
+    /// Whether the host asked for the device back: on Linux, vfio-pci's
+    /// device request (a hot-unplug in progress, or an unbind) that waits
+    /// for this process to close the device. The driver treats it as the
+    /// device being gone. Checked on the rare paths only (with the CSTS
+    /// health check); hardware without such a channel says no.
+    fn removal_requested(&self) -> bool {
+        false
+    }
+
     /// A pointer for direct volatile stores to a doorbell register, when the
     /// registers are memory-mapped. `None` sends doorbell writes through
     /// [`Transport::write32`] instead (simulators, loopback sinks). The

@@ -29,7 +29,7 @@
 use crate::cmd::nvm::{self, DsmAttributes, DsmRange, MAX_BLOCKS};
 use crate::cmd::zns::{self as zns_cmd, ZoneSendAction};
 use crate::dma::{DmaMemory, DmaPool, DmaRegion, PAGE_SIZE};
-use crate::error::{Error, RequestError, Result};
+use crate::error::{Error, IoError, RequestError, Result};
 use crate::namespace::RangeLimits;
 use crate::queue::{IoBuffer, QueuePair, Request};
 use crate::quirks::Quirks;
@@ -547,7 +547,7 @@ fn run(
                     counters.commands.fetch_add(1, Ordering::Relaxed);
                     counters.bytes.fetch_add(op.blocks() * block, Ordering::Relaxed);
                 }
-                Err(status) if is_unsupported(&status) && !matches!(op, ZeroOp::ZoneReset { .. }) => {
+                Err(IoError::Device(status)) if is_unsupported(&status) && !matches!(op, ZeroOp::ZoneReset { .. }) => {
                     let failed = &mut rejected.get_or_insert_with(|| (status, Vec::new())).1;
                     match op {
                         ZeroOp::WriteZeroes { slba, blocks, .. } | ZeroOp::ZeroWrite { slba, blocks } => {
@@ -557,8 +557,11 @@ fn run(
                         ZeroOp::ZoneReset { .. } => {}
                     }
                 }
-                Err(status) => {
+                Err(IoError::Device(status)) => {
                     failure.get_or_insert(Error::Command { opcode: op_opcode(op), admin: false, status });
+                }
+                Err(error) => {
+                    failure.get_or_insert(Error::NotCompleted { opcode: op_opcode(op), admin: false, error });
                 }
             }
         });

@@ -48,7 +48,7 @@ fn run(seed: u64) -> Outcome {
         }
         while rig.pair.in_flight() > 0 {
             rig.pair.poll(|done| {
-                let status = done.status.map_or_else(|status| status.to_field(), |()| 0);
+                let status = sim_support::device(done.status).map_or_else(|status| status.to_field(), |()| 0);
                 completions.push((done.token, status));
                 if let Some(buffer) = done.buffer {
                     // Reads fold the data they returned into the record.

@@ -215,7 +215,7 @@ fn an_unmapped_iova_is_a_data_transfer_error() {
         // these addresses.
         let completion =
             unsafe { rig.pair.execute_raw(nvm::read(1, 0, 8), iova, 4096, Duration::from_secs(1)).unwrap() };
-        let status = completion.status.unwrap_err();
+        let status = completion.device_status().unwrap();
         assert_eq!(status.code(), StatusCode::Generic(GenericStatus::DataTransferError));
     }
     assert_eq!(rig.sim.stats().dma_errors, 2);

@@ -47,7 +47,7 @@ fn state(rig: &Rig, zone: u64) -> (ZoneState, u64) {
 fn append(rig: &mut Rig, zslba: u64, data: &[u8]) -> Result<u64, Status> {
     let request = rig.ns.zone_append(zslba, rig.buffer_with(data), false, 0).unwrap();
     let completion = rig.run(request);
-    completion.status.map(|()| completion.result_u64())
+    sim_support::device(completion.status).map(|()| completion.result_u64())
 }
 
 fn report(rig: &mut Rig, slba: u64, filter: ReportFilter, partial: bool, len: usize) -> (u64, Vec<ZoneDescriptor>) {

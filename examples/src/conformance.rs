@@ -39,7 +39,7 @@ use nvme_driver::spec::status::{
     CommandSpecificStatus, GenericStatus, MediaStatus, Status, StatusCode, StatusCodeType,
 };
 use nvme_driver::spec::zns::{parse_report_zones, ZoneDescriptor, ZoneState, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
-use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Request, RequestError};
+use nvme_driver::{Controller, IoBuffer, IoCompletion, IoError, Namespace, QueuePair, Request, RequestError};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -418,8 +418,8 @@ fn run_expecting(
     let completion = execute(qpair, request, what)?;
     match completion.status {
         Ok(()) => Err(format!("{what}: succeeded, expected {}", want.name())),
-        Err(status) if status.code() == want => Ok(status),
-        Err(status) => Err(format!("{what}: {status}, expected {}", want.name())),
+        Err(IoError::Device(status)) if status.code() == want => Ok(status),
+        Err(error) => Err(format!("{what}: {error}, expected {}", want.name())),
     }
 }
 
@@ -1399,7 +1399,11 @@ impl<'a> Zones<'a> {
         let request = self.target.ns.zone_append(self.zslba(zone), IoBuffer::range(buffer, 0, len), false, 0);
         let what = format!("append {blocks} blocks to zone {zone}");
         let completion = execute(&mut self.qpair, request, &what)?;
-        Ok(completion.status.map(|()| completion.result_u64()))
+        match completion.status {
+            Ok(()) => Ok(Ok(completion.result_u64())),
+            Err(IoError::Device(status)) => Ok(Err(status)),
+            Err(error) => Err(format!("{what}: {error}")),
+        }
     }
 }
 

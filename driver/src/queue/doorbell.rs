@@ -40,6 +40,13 @@ pub(crate) struct ShadowPages {
     pub(crate) event_idx: NonNull<u8>,
 }
 
+// SAFETY: the pointers name DMA pages the controller owns and keeps alive
+// while any of its queues lives; they are only dereferenced (volatile) by
+// the one queue that owns each slot, or by a reset under the admin lock.
+unsafe impl Send for ShadowPages {}
+// SAFETY: as above; sharing hands out slot addresses only.
+unsafe impl Sync for ShadowPages {}
+
 impl ShadowPages {
     /// The slots for the doorbell at BAR offset `offset`.
     pub(crate) fn slot(&self, offset: usize) -> Shadow {
@@ -104,6 +111,19 @@ impl Doorbell {
         };
         let policy = if shadow.is_some() { policy } else { ShadowPolicy::Off };
         Doorbell { register, shadow, policy, mmio_writes: 0, updates: 0, transport: Arc::clone(transport) }
+    }
+
+    /// Zeroes the shadow doorbell and EventIdx slots, after a controller
+    /// reset and before the queue is created again: a new queue starts
+    /// at 0 on both sides.
+    pub(crate) fn clear_shadow(&self) {
+        if let Some(shadow) = self.shadow {
+            // SAFETY: `shadow` points into a live, aligned DMA page (see the
+            // Send impl); volatile, no reference formed.
+            unsafe { shadow.value.as_ptr().write_volatile(0) };
+            // SAFETY: as above.
+            unsafe { shadow.event_idx.as_ptr().write_volatile(0) };
+        }
     }
 
     /// Publishes `new` (the previous value was `old`). The caller has made

@@ -6,5 +6,5 @@ mod pair;
 pub mod prp;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
-pub(crate) use pair::DoorbellConfig;
-pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError};
+pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
+pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError, DEFAULT_IO_TIMEOUT};

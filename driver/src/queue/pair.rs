@@ -10,16 +10,16 @@
 use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
 use super::prp;
 use crate::dma::{DmaBuffer, DmaMemory, DmaRegion, PAGE_SIZE};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoError, Result};
 use crate::spec::command::Command;
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
 use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell, Csts, CSTS};
-use crate::spec::status::Status;
+use crate::spec::status::{GenericStatus, Status, StatusCode};
 use crate::transport::Transport;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,12 +96,15 @@ pub struct IoCompletion {
     pub token: u64,
     /// The command identifier the queue pair gave the command.
     pub cid: u16,
-    /// `Err` holds the controller's status.
-    pub status: std::result::Result<(), Status>,
-    /// Command specific result (e.g. the LBA a Zone Append wrote).
+    /// `Ok` on success; else why not: the controller's status, a timeout,
+    /// a reset, removal ([`IoError`]).
+    pub status: std::result::Result<(), IoError>,
+    /// Command specific result (e.g. the LBA a Zone Append wrote); 0 when
+    /// the controller did not complete the command itself.
     pub dw0: u32,
     pub dw1: u32,
-    /// The buffer given at submission, back to the caller.
+    /// The buffer given at submission, back to the caller: the device no
+    /// longer touches it.
     pub buffer: Option<IoBuffer>,
 }
 
@@ -109,6 +112,11 @@ impl IoCompletion {
     /// DW0 and DW1 as one 64-bit result (Zone Append's assigned LBA).
     pub fn result_u64(&self) -> u64 {
         u64::from(self.dw1) << 32 | u64::from(self.dw0)
+    }
+
+    /// The controller's error status, if it completed the command with one.
+    pub fn device_status(&self) -> Option<Status> {
+        self.status.err().and_then(|error| error.device_status())
     }
 }
 
@@ -119,6 +127,11 @@ pub enum SubmitError {
     QueueFull,
     /// PRPs cannot describe the buffer (misaligned or too large).
     Buffer(prp::PrpError),
+    /// The device is gone; nothing more can be submitted.
+    DeviceGone,
+    /// A controller reset failed to bring the controller back; nothing more
+    /// can be submitted.
+    ControllerFailed,
 }
 
 impl std::fmt::Display for SubmitError {
@@ -131,6 +144,8 @@ impl std::fmt::Display for SubmitError {
             SubmitError::Buffer(prp::PrpError::TooLarge { len }) => {
                 write!(f, "{len} bytes exceed one PRP list page")
             }
+            SubmitError::DeviceGone => write!(f, "device gone"),
+            SubmitError::ControllerFailed => write!(f, "controller failed and could not be reset"),
         }
     }
 }
@@ -150,6 +165,8 @@ impl From<SubmitError> for Error {
                     max_bytes: prp::MAX_TRANSFER_BYTES as u64,
                 })
             }
+            SubmitError::DeviceGone => Error::DeviceGone,
+            SubmitError::ControllerFailed => Error::ControllerFailed,
         }
     }
 }
@@ -166,12 +183,28 @@ pub struct QueueStats {
     /// Completions whose command identifier matched no command in flight
     /// (a misbehaving device); ignored.
     pub spurious_completions: u64,
+    /// Commands whose deadline passed.
+    pub timeouts: u64,
+    /// Abort commands sent for them.
+    pub aborts_sent: u64,
+    /// Controller resets this pair asked for: an abort that failed or did
+    /// not end its command, a fatal status, a controller no longer ready.
+    pub resets_requested: u64,
+    /// Controller resets this pair came back from, its queues re-created.
+    pub recoveries: u64,
 }
 
 #[derive(Debug, Default)]
 struct Tracker {
     token: u64,
     busy: bool,
+    /// Its deadline passed; the slot stays reserved until the device
+    /// completes the command or a reset ends it.
+    timed_out: bool,
+    /// When the command times out (or, once timed out, when the abort is
+    /// given up on). `None` until the first deadline check after
+    /// submission starts the clock.
+    deadline: Option<Instant>,
     buffer: Option<IoBuffer>,
 }
 
@@ -185,6 +218,111 @@ pub(crate) struct DoorbellConfig {
     pub(crate) policy: ShadowPolicy,
 }
 
+/// A controller's condition, as its queue pairs see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Condition {
+    Live,
+    /// Register reads return all ones. Final.
+    Gone,
+    /// A reset did not bring the controller back; another reset may.
+    Failed,
+}
+
+/// What a controller tells its queue pairs without a lock: a generation
+/// that every controller reset advances (queues of an older generation no
+/// longer exist on the controller), and its condition. The poll path reads
+/// the generation once per pass: one load of a line that is written only
+/// by a reset.
+#[derive(Debug, Default)]
+pub(crate) struct Epoch {
+    generation: AtomicU64,
+    condition: AtomicU8,
+}
+
+const LIVE: u8 = 0;
+const GONE: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Epoch {
+    pub(crate) fn generation(&self) -> u64 {
+        // Acquire: the reset's writes are visible once its generation is seen.
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A reset begins: every queue of the earlier generation is gone.
+    pub(crate) fn advance(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub(crate) fn condition(&self) -> Condition {
+        match self.condition.load(Ordering::Acquire) {
+            LIVE => Condition::Live,
+            GONE => Condition::Gone,
+            _ => Condition::Failed,
+        }
+    }
+
+    /// Records `condition`; a device once gone stays gone.
+    pub(crate) fn set_condition(&self, condition: Condition) {
+        let value = match condition {
+            Condition::Live => LIVE,
+            Condition::Gone => GONE,
+            Condition::Failed => FAILED,
+        };
+        let _ = self.condition.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| (old != GONE).then_some(value));
+    }
+}
+
+/// How an Abort command went (NVMe Base 2.0 §5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AbortOutcome {
+    /// DW0 bit 0 clear: the command is aborted; its own completion (with
+    /// Command Abort Requested) follows, or already came.
+    Aborted,
+    /// DW0 bit 0 set: not aborted (it may have completed meanwhile, or the
+    /// controller declined, as QEMU always does).
+    NotAborted,
+    /// The Abort failed or did not complete in time.
+    Failed,
+    /// The device is gone.
+    Gone,
+}
+
+/// What an I/O queue pair asks of its controller on the rare paths:
+/// timeouts, resets, removal and drop. Each call may take the controller's
+/// admin lock and wait (bounded); the submit path never calls it, and the
+/// poll path only when a deadline passed, the controller's status says so,
+/// or a reset happened.
+pub(crate) trait QueueHost: Send + Sync + std::fmt::Debug {
+    /// Sends Abort for command `cid` of queue `qid` and waits for its
+    /// completion (within the admin timeout).
+    fn abort(&self, qid: u16, cid: u16) -> AbortOutcome;
+    /// Resets the controller, unless a reset already began after
+    /// `generation`.
+    fn reset(&self, generation: u64);
+    /// Register reads returned all ones.
+    fn device_gone(&self);
+    /// Creates queue pair `qid` again after a reset, on the same memory:
+    /// the generation the new queues belong to.
+    fn recreate_queues(&self, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<u64>;
+    /// Deletes queue pair `qid` (created in `generation`) and frees the qid.
+    /// `false` if the controller may still use the memory.
+    fn delete_queues(&self, qid: u16, generation: u64) -> bool;
+}
+
+/// Polls between two deadline checks while completions keep coming: an
+/// `Instant::now()` (about 20 ns) every 64 polls costs well under 1 ns a
+/// poll.
+const DEADLINE_CHECK_POLLS: u32 = 64;
+/// Polls between two deadline checks while polls find nothing: an idle
+/// spinning owner notices sooner.
+const IDLE_DEADLINE_CHECK_POLLS: u32 = 8;
+/// At most one CSTS read per this interval, at a deadline check with
+/// commands in flight: an MMIO read costs a PCIe round trip (or a VM exit).
+const HEALTH_CHECK_INTERVAL: Duration = Duration::from_millis(10);
+/// The default deadline of an I/O command (Linux's io_timeout).
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One I/O submission/completion queue pair. Created by
 /// [`crate::Controller::create_queue_pair`]; deleted on the controller when
 /// dropped.
@@ -192,6 +330,39 @@ pub(crate) struct DoorbellConfig {
 /// Data pointers are PRPs, not SGLs: every controller supports PRPs, and
 /// one preallocated list page per slot covers any transfer up to MDTS
 /// (capped at 2 MiB), so the I/O path never allocates a descriptor.
+///
+/// # Deadlines, resets and removal
+///
+/// Every command completes exactly once, through [`QueuePair::poll`], with
+/// success or an [`IoError`]:
+/// - Each command has a deadline, [`DEFAULT_IO_TIMEOUT`] after submission
+///   unless [`QueuePair::set_timeout`] says otherwise. There is no timer
+///   thread: `poll` checks deadlines every 64 passes (every 8 when it finds
+///   nothing), so a deadline is noticed within that many polls after it
+///   passes, and the clock of a command starts at the first check after its
+///   submission. Poll often.
+/// - When a deadline passes, the pair sends Abort (NVMe Base 2.0 §5.1) for
+///   the command through the controller's admin queue (the only time the
+///   poll path takes a lock) and keeps its slot reserved: a late completion
+///   cannot land in a reused slot. The command completes when the device
+///   answers it (with [`IoError::Timeout`] if that answer is Command Abort
+///   Requested, else with the device's own result). If the Abort fails, or
+///   the command has not completed another timeout later, the pair resets
+///   the controller.
+/// - At most every 10 ms, at a deadline check with commands in flight, the
+///   pair reads CSTS: all ones (or the host asking for the device back,
+///   [`Transport::removal_requested`]) means the device is gone; CSTS.CFS,
+///   or RDY clear, means the controller needs a reset.
+/// - A controller reset (from any pair, the admin path, or
+///   [`crate::Controller::reset`]) ends every command in flight on every
+///   pair: each pair notices at its next poll, completes them with
+///   [`IoError::ControllerReset`] ([`IoError::Timeout`] for those already
+///   timed out), re-creates its queues on the same memory and goes on;
+///   the owner resubmits what it needs. If the controller could not be
+///   brought back, or the device is gone, in-flight commands complete
+///   with [`IoError::ControllerReset`] or [`IoError::DeviceGone`] and
+///   [`QueuePair::submit`] hands requests back with
+///   [`SubmitError::ControllerFailed`] or [`SubmitError::DeviceGone`].
 ///
 /// A pair belongs to one thread at a time: it is `Send` but not `Sync`.
 /// ```compile_fail
@@ -205,7 +376,7 @@ pub(crate) struct DoorbellConfig {
 pub struct QueuePair {
     qid: u16,
     depth: u16,
-    dstrd: u8,
+    doorbells: DoorbellConfig,
     // ManuallyDrop: leaked, not freed, if the controller could not delete
     // the queues (it may still write them).
     sq: ManuallyDrop<DmaRegion>,
@@ -221,7 +392,23 @@ pub struct QueuePair {
     free: Vec<u16>,
     stats: QueueStats,
     transport: Arc<dyn Transport>,
-    /// Deletes the queues on the controller; `false` if that failed.
+    /// The deadline of each command; `None` for none (the admin queue,
+    /// whose blocking helpers bound their own waits).
+    timeout: Option<Duration>,
+    /// Poll passes, for spacing deadline checks.
+    polls: u32,
+    /// The controller's reset generation and condition, and the generation
+    /// this pair's queues belong to.
+    epoch: Arc<Epoch>,
+    generation: u64,
+    health_checked: Instant,
+    /// Why submissions are refused, once the device is gone or the
+    /// controller failed.
+    dead: Option<SubmitError>,
+    /// Aborts, resets, queue re-creation and deletion on the controller.
+    host: Option<Arc<dyn QueueHost>>,
+    /// Runs instead of `host` on drop (the loopback device's detach);
+    /// `false` if the memory must leak.
     on_drop: Option<Box<dyn FnOnce(u16) -> bool + Send>>,
     /// One owner at a time: `Send`, never `Sync`.
     _not_sync: PhantomData<Cell<()>>,
@@ -238,6 +425,20 @@ impl std::fmt::Debug for QueuePair {
     }
 }
 
+/// The error of a command the controller completed with `status`.
+#[cold]
+fn failure(status: Status, timed_out: bool) -> IoError {
+    let aborted = matches!(
+        status.code(),
+        StatusCode::Generic(GenericStatus::CommandAbortRequested | GenericStatus::AbortedSqDeletion)
+    );
+    match (aborted, timed_out) {
+        (true, true) => IoError::Timeout,
+        (true, false) => IoError::Aborted,
+        (false, _) => IoError::Device(status),
+    }
+}
+
 impl QueuePair {
     /// Allocates rings, trackers and PRP list pages for queue `qid` with
     /// `depth` entries. The caller creates the queues on the controller.
@@ -251,15 +452,13 @@ impl QueuePair {
         // list page) each.
         let slots = usize::from(depth) - 1;
         let prp_lists = DmaRegion::allocate(transport, slots * PAGE_SIZE)?;
-        let sq_offset = sq_tail_doorbell(qid, doorbells.dstrd);
-        let cq_offset = cq_head_doorbell(qid, doorbells.dstrd);
-        let shadow = |offset: usize| doorbells.shadow.map(|pages| pages.slot(offset));
         let mut free: Vec<u16> = Vec::with_capacity(slots);
         free.extend((0..slots as u16).rev());
+        let (sq_doorbell, cq_doorbell) = Self::make_doorbells(transport, qid, doorbells);
         Ok(QueuePair {
             qid,
             depth,
-            dstrd: doorbells.dstrd,
+            doorbells,
             sq: ManuallyDrop::new(sq),
             cq: ManuallyDrop::new(cq),
             prp_lists: ManuallyDrop::new(prp_lists),
@@ -267,15 +466,32 @@ impl QueuePair {
             sq_published: 0,
             cq_head: 0,
             phase: true,
-            sq_doorbell: Doorbell::new(transport, sq_offset, shadow(sq_offset), doorbells.policy),
-            cq_doorbell: Doorbell::new(transport, cq_offset, shadow(cq_offset), doorbells.policy),
+            sq_doorbell,
+            cq_doorbell,
             trackers: (0..slots).map(|_| Tracker::default()).collect(),
             free,
             stats: QueueStats::default(),
             transport: Arc::clone(transport),
+            timeout: (qid != 0).then_some(DEFAULT_IO_TIMEOUT),
+            polls: 0,
+            epoch: Arc::new(Epoch::default()),
+            generation: 0,
+            health_checked: Instant::now(),
+            dead: None,
+            host: None,
             on_drop: None,
             _not_sync: PhantomData,
         })
+    }
+
+    fn make_doorbells(transport: &Arc<dyn Transport>, qid: u16, config: DoorbellConfig) -> (Doorbell, Doorbell) {
+        let sq_offset = sq_tail_doorbell(qid, config.dstrd);
+        let cq_offset = cq_head_doorbell(qid, config.dstrd);
+        let shadow = |offset: usize| config.shadow.map(|pages| pages.slot(offset));
+        (
+            Doorbell::new(transport, sq_offset, shadow(sq_offset), config.policy),
+            Doorbell::new(transport, cq_offset, shadow(cq_offset), config.policy),
+        )
     }
 
     pub(crate) fn sq_iova(&self) -> u64 {
@@ -289,20 +505,32 @@ impl QueuePair {
     /// Switches to shadow doorbells after Doorbell Buffer Config, keeping
     /// the published values.
     pub(crate) fn use_shadow(&mut self, pages: ShadowPages, policy: ShadowPolicy) {
-        let sq = sq_tail_doorbell(self.qid, self.dstrd);
-        let cq = cq_head_doorbell(self.qid, self.dstrd);
+        self.doorbells.shadow = Some(pages);
+        self.doorbells.policy = policy;
+        self.rebuild_doorbells();
+    }
+
+    /// New doorbells from `self.doorbells`, keeping the counters.
+    fn rebuild_doorbells(&mut self) {
         let (sq_stats, cq_stats) = (
             (self.sq_doorbell.updates, self.sq_doorbell.mmio_writes),
             (self.cq_doorbell.updates, self.cq_doorbell.mmio_writes),
         );
-        self.sq_doorbell = Doorbell::new(&self.transport, sq, Some(pages.slot(sq)), policy);
-        self.cq_doorbell = Doorbell::new(&self.transport, cq, Some(pages.slot(cq)), policy);
+        (self.sq_doorbell, self.cq_doorbell) = Self::make_doorbells(&self.transport, self.qid, self.doorbells);
         (self.sq_doorbell.updates, self.sq_doorbell.mmio_writes) = sq_stats;
         (self.cq_doorbell.updates, self.cq_doorbell.mmio_writes) = cq_stats;
     }
 
     pub(crate) fn set_on_drop(&mut self, on_drop: Box<dyn FnOnce(u16) -> bool + Send>) {
         self.on_drop = Some(on_drop);
+    }
+
+    /// Hands the rare paths (abort, reset, re-creation, deletion) to the
+    /// controller whose queues these are, in reset generation `generation`.
+    pub(crate) fn attach(&mut self, host: Arc<dyn QueueHost>, epoch: Arc<Epoch>, generation: u64) {
+        self.host = Some(host);
+        self.epoch = epoch;
+        self.generation = generation;
     }
 
     pub fn qid(&self) -> u16 {
@@ -319,8 +547,28 @@ impl QueuePair {
         self.trackers.len()
     }
 
+    /// Commands submitted and not yet completed, including timed-out ones
+    /// whose slots stay reserved.
     pub fn in_flight(&self) -> usize {
         self.trackers.len() - self.free.len()
+    }
+
+    /// Sets the deadline of commands, counted from the first deadline check
+    /// after their submission (see the [type documentation](Self)); `None`
+    /// for no deadline. Applies to commands already in flight whose clock
+    /// has not started yet.
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Why submissions are refused, if they are: the device is gone or the
+    /// controller failed.
+    pub fn unavailable(&self) -> Option<SubmitError> {
+        self.dead
     }
 
     pub fn stats(&self) -> QueueStats {
@@ -333,9 +581,13 @@ impl QueuePair {
     }
 
     /// Queues `request`. Its buffer belongs to the queue pair until the
-    /// completion returns it. A full queue, or a buffer PRPs cannot
-    /// describe, hands the request back untouched.
+    /// completion returns it. A full queue, a buffer PRPs cannot describe,
+    /// or a device gone or failed hands the request back untouched.
     pub fn submit(&mut self, request: Request) -> std::result::Result<(), (SubmitError, Request)> {
+        self.catch_up_if_idle();
+        if let Some(error) = self.dead {
+            return Err((error, request));
+        }
         let Some(&slot) = self.free.last() else {
             return Err((SubmitError::QueueFull, request));
         };
@@ -348,6 +600,8 @@ impl QueuePair {
         let tracker = &mut self.trackers[usize::from(slot)];
         debug_assert!(!tracker.busy, "a free slot is never busy");
         tracker.busy = true;
+        tracker.timed_out = false;
+        tracker.deadline = None;
         tracker.token = request.token;
         tracker.buffer = request.buffer;
         self.push(command, slot);
@@ -363,6 +617,10 @@ impl QueuePair {
     /// way that races with the device, until this command's completion has
     /// been returned by [`QueuePair::poll`].
     pub unsafe fn submit_raw(&mut self, mut command: Command, iova: u64, len: usize, token: u64) -> Result<()> {
+        self.catch_up_if_idle();
+        if let Some(error) = self.dead {
+            return Err(error.into());
+        }
         let Some(&slot) = self.free.last() else {
             return Err(Error::QueueFull);
         };
@@ -370,10 +628,23 @@ impl QueuePair {
         self.free.pop();
         let tracker = &mut self.trackers[usize::from(slot)];
         tracker.busy = true;
+        tracker.timed_out = false;
+        tracker.deadline = None;
         tracker.token = token;
         tracker.buffer = None;
         self.push(command, slot);
         Ok(())
+    }
+
+    /// After a reset, with nothing in flight there is nothing to report:
+    /// the queues are re-created before the submission instead of failing
+    /// it at the next poll. (With commands in flight, `poll` ends them and
+    /// then this submission too.)
+    #[inline]
+    fn catch_up_if_idle(&mut self) {
+        if self.epoch.generation() != self.generation && self.free.len() == self.trackers.len() {
+            self.recover(&mut |_| unreachable!("nothing in flight"));
+        }
     }
 
     fn fill_data_pointer(
@@ -418,12 +689,18 @@ impl QueuePair {
 
     /// Publishes queued submissions, then reaps every ready completion into
     /// `on_completion`, and updates the CQ head doorbell once. Returns the
-    /// number reaped.
+    /// number of commands completed. Now and then it also checks deadlines
+    /// and the controller's status, and after a controller reset it ends
+    /// the commands in flight and re-creates the queues (see the [type
+    /// documentation](Self)).
     pub fn poll(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
+        let mut reaped = 0;
+        if self.epoch.generation() != self.generation {
+            reaped += self.recover(&mut on_completion);
+        }
         self.ring();
         self.transport.tick();
         let old_head = self.cq_head;
-        let mut reaped = 0;
         loop {
             let offset = usize::from(self.cq_head) * CQE_SIZE;
             let status_word: u16 = self.cq.read(offset + STATUS_WORD_OFFSET);
@@ -446,7 +723,11 @@ impl QueuePair {
                     let completion = IoCompletion {
                         token: tracker.token,
                         cid: entry.cid,
-                        status: if entry.is_success() { Ok(()) } else { Err(entry.status()) },
+                        status: if entry.is_success() {
+                            Ok(())
+                        } else {
+                            Err(failure(entry.status(), tracker.timed_out))
+                        },
                         dw0: entry.dw0,
                         dw1: entry.dw1,
                         buffer: tracker.buffer.take(),
@@ -462,7 +743,175 @@ impl QueuePair {
         if self.cq_head != old_head {
             self.cq_doorbell.update(old_head, self.cq_head);
         }
+        self.polls = self.polls.wrapping_add(1);
+        let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
+            || (reaped == 0 && self.polls.is_multiple_of(IDLE_DEADLINE_CHECK_POLLS));
+        if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
+            reaped += self.check_deadlines(&mut on_completion);
+        }
         reaped
+    }
+
+    /// Completes `slot`'s command with `error` (the device is done with it).
+    fn complete_with(&mut self, slot: usize, error: IoError, on_completion: &mut impl FnMut(IoCompletion)) {
+        let tracker = &mut self.trackers[slot];
+        debug_assert!(tracker.busy);
+        tracker.busy = false;
+        let error = if tracker.timed_out && error == IoError::ControllerReset { IoError::Timeout } else { error };
+        let completion = IoCompletion {
+            token: tracker.token,
+            cid: slot as u16,
+            status: Err(error),
+            dw0: 0,
+            dw1: 0,
+            buffer: tracker.buffer.take(),
+        };
+        self.free.push(slot as u16);
+        self.stats.completed += 1;
+        on_completion(completion);
+    }
+
+    /// Starts the clock of new commands, reads CSTS now and then, and acts
+    /// on passed deadlines: abort first, reset when that does not end the
+    /// command. Returns the commands it completed.
+    #[cold]
+    #[inline(never)]
+    fn check_deadlines(&mut self, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
+        let Some(timeout) = self.timeout else { return 0 };
+        let now = Instant::now();
+        if let Some(host) = self.host.clone() {
+            if now.duration_since(self.health_checked) >= HEALTH_CHECK_INTERVAL {
+                self.health_checked = now;
+                let raw = self.transport.read32(CSTS);
+                if raw == u32::MAX || self.transport.removal_requested() {
+                    host.device_gone();
+                    return self.recover(on_completion);
+                }
+                let csts = Csts(raw);
+                if (csts.cfs() || !csts.rdy()) && self.epoch.generation() == self.generation {
+                    // NVMe Base 2.0 §9.5: a fatal status needs a reset;
+                    // RDY clear means the controller reset without us.
+                    self.stats.resets_requested += 1;
+                    host.reset(self.generation);
+                    return self.recover(on_completion);
+                }
+            }
+        }
+        let mut expired = false;
+        for tracker in self.trackers.iter_mut().filter(|tracker| tracker.busy) {
+            match tracker.deadline {
+                None => tracker.deadline = Some(now + timeout),
+                Some(deadline) => expired |= now >= deadline,
+            }
+        }
+        if expired {
+            self.expire(now, timeout, on_completion)
+        } else {
+            0
+        }
+    }
+
+    /// Acts on every command whose deadline passed.
+    fn expire(&mut self, now: Instant, timeout: Duration, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
+        for slot in 0..self.trackers.len() {
+            let tracker = &mut self.trackers[slot];
+            if !tracker.busy || tracker.deadline.is_none_or(|deadline| now < deadline) {
+                continue;
+            }
+            let Some(host) = self.host.clone() else {
+                // No controller to abort through (a loopback pair): count
+                // the timeout once; the command stays in flight.
+                if !tracker.timed_out {
+                    tracker.timed_out = true;
+                    self.stats.timeouts += 1;
+                }
+                tracker.deadline = Some(now + timeout);
+                continue;
+            };
+            if tracker.timed_out {
+                // Aborted a timeout ago and still not back: reset.
+                self.stats.resets_requested += 1;
+                host.reset(self.generation);
+                return self.recover(on_completion);
+            }
+            tracker.timed_out = true;
+            tracker.deadline = Some(now + timeout);
+            self.stats.timeouts += 1;
+            self.stats.aborts_sent += 1;
+            match host.abort(self.qid, slot as u16) {
+                // Its completion follows (or is already in the CQ); if it
+                // does not come within another timeout, the next check
+                // resets.
+                AbortOutcome::Aborted | AbortOutcome::NotAborted => {}
+                AbortOutcome::Failed => {
+                    self.stats.resets_requested += 1;
+                    host.reset(self.generation);
+                    return self.recover(on_completion);
+                }
+                AbortOutcome::Gone => {
+                    host.device_gone();
+                    return self.recover(on_completion);
+                }
+            }
+        }
+        0
+    }
+
+    /// After a controller reset (or removal): completes every command in
+    /// flight with [`IoError::ControllerReset`] ([`IoError::Timeout`] if
+    /// timed out) or [`IoError::DeviceGone`], empties the rings and
+    /// re-creates the queues on the controller. Returns the commands it
+    /// completed.
+    #[cold]
+    #[inline(never)]
+    fn recover(&mut self, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
+        let Some(host) = self.host.clone() else {
+            self.generation = self.epoch.generation();
+            return 0;
+        };
+        let gone = self.epoch.condition() == Condition::Gone;
+        let error = if gone { IoError::DeviceGone } else { IoError::ControllerReset };
+        let mut ended = 0;
+        for slot in 0..self.trackers.len() {
+            if self.trackers[slot].busy {
+                self.complete_with(slot, error, on_completion);
+                ended += 1;
+            }
+        }
+        // The controller forgot these queues (it was disabled, which ends
+        // all its DMA, NVMe Base 2.0 §3.7.2), so the rings start over.
+        self.sq_tail = 0;
+        self.sq_published = 0;
+        self.cq_head = 0;
+        self.phase = true;
+        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
+        self.sq_doorbell.clear_shadow();
+        self.cq_doorbell.clear_shadow();
+        self.rebuild_doorbells();
+        self.dead = match self.epoch.condition() {
+            Condition::Gone => Some(SubmitError::DeviceGone),
+            Condition::Failed => Some(SubmitError::ControllerFailed),
+            Condition::Live => None,
+        };
+        if self.dead.is_some() {
+            self.generation = self.epoch.generation();
+            return ended;
+        }
+        match host.recreate_queues(self.qid, self.depth, self.sq.iova(), self.cq.iova()) {
+            Ok(generation) => {
+                self.generation = generation;
+                self.stats.recoveries += 1;
+            }
+            Err(error) => {
+                self.generation = self.epoch.generation();
+                self.dead = Some(match error {
+                    Error::DeviceGone => SubmitError::DeviceGone,
+                    _ => SubmitError::ControllerFailed,
+                });
+            }
+        }
+        self.health_checked = Instant::now();
+        ended
     }
 
     /// Submits `request` and polls until it completes or `timeout` passes:
@@ -470,12 +919,12 @@ impl QueuePair {
     /// Completions of other commands that arrive meanwhile (say, late ones
     /// of an earlier timed-out command) are discarded, so don't mix it with
     /// asynchronous submissions on the same pair. Every few hundred polls
-    /// it checks CSTS: all ones is [`Error::DeviceGone`], CFS is
-    /// [`Error::ControllerFatal`].
+    /// the admin queue checks CSTS: all ones is [`Error::DeviceGone`], CFS
+    /// is [`Error::ControllerFatal`] (I/O queue pairs check it in `poll`).
     pub fn execute(&mut self, request: Request, timeout: Duration) -> Result<IoCompletion> {
         let cid = self.free.last().copied().ok_or(Error::QueueFull)?;
         self.submit(request).map_err(|(error, _)| Error::from(error))?;
-        self.wait_for(cid, timeout)
+        self.wait_for(cid, timeout, |_| {})
     }
 
     /// [`QueuePair::execute`] for a command whose data lies at `iova`.
@@ -491,14 +940,33 @@ impl QueuePair {
         len: usize,
         timeout: Duration,
     ) -> Result<IoCompletion> {
+        // SAFETY: forwarded contract.
+        unsafe { self.execute_raw_routing(command, iova, len, timeout, |_| {}) }
+    }
+
+    /// [`QueuePair::execute_raw`], handing completions of other commands
+    /// to `other` instead of discarding them (the admin queue's
+    /// Asynchronous Event Requests).
+    ///
+    /// # Safety
+    /// As [`QueuePair::execute_raw`].
+    pub(crate) unsafe fn execute_raw_routing(
+        &mut self,
+        command: Command,
+        iova: u64,
+        len: usize,
+        timeout: Duration,
+        other: impl FnMut(IoCompletion),
+    ) -> Result<IoCompletion> {
         let cid = self.free.last().copied().ok_or(Error::QueueFull)?;
         // SAFETY: the caller upholds submit_raw's contract.
         unsafe { self.submit_raw(command, iova, len, 0) }?;
-        self.wait_for(cid, timeout)
+        self.wait_for(cid, timeout, other)
     }
 
     /// Runs `command` (data at `iova`/`len`, or none) to completion and
-    /// turns an error status into [`Error::Command`].
+    /// turns an error status into [`Error::Command`], any other failure
+    /// into [`Error::Io`].
     ///
     /// # Safety
     /// As [`QueuePair::execute_raw`].
@@ -509,23 +977,44 @@ impl QueuePair {
         len: usize,
         timeout: Duration,
     ) -> Result<IoCompletion> {
-        let opcode = command.opcode;
         // SAFETY: forwarded contract.
-        let completion = unsafe { self.execute_raw(command, iova, len, timeout) }?;
+        unsafe { self.run_routing(command, iova, len, timeout, |_| {}) }
+    }
+
+    /// [`QueuePair::run`] with completions of other commands handed to
+    /// `other`.
+    ///
+    /// # Safety
+    /// As [`QueuePair::execute_raw`].
+    pub(crate) unsafe fn run_routing(
+        &mut self,
+        command: Command,
+        iova: u64,
+        len: usize,
+        timeout: Duration,
+        other: impl FnMut(IoCompletion),
+    ) -> Result<IoCompletion> {
+        let opcode = command.opcode;
+        let admin = self.qid == 0;
+        // SAFETY: forwarded contract.
+        let completion = unsafe { self.execute_raw_routing(command, iova, len, timeout, other) }?;
         match completion.status {
             Ok(()) => Ok(completion),
-            Err(status) => Err(Error::Command { opcode, admin: self.qid == 0, status }),
+            Err(IoError::Device(status)) => Err(Error::Command { opcode, admin, status }),
+            Err(error) => Err(Error::NotCompleted { opcode, admin, error }),
         }
     }
 
-    fn wait_for(&mut self, cid: u16, timeout: Duration) -> Result<IoCompletion> {
+    fn wait_for(&mut self, cid: u16, timeout: Duration, mut other: impl FnMut(IoCompletion)) -> Result<IoCompletion> {
         let started = Instant::now();
         let mut done = None;
         let mut polls = 0u32;
         loop {
             self.poll(|completion| {
-                if completion.cid == cid {
+                if completion.cid == cid && done.is_none() {
                     done = Some(completion);
+                } else {
+                    other(completion);
                 }
             });
             if let Some(completion) = done {
@@ -533,16 +1022,18 @@ impl QueuePair {
             }
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(256) {
-                let csts = self.transport.read32(CSTS);
-                if csts == u32::MAX {
-                    return Err(Error::DeviceGone);
-                }
-                if Csts(csts).cfs() {
-                    return Err(Error::ControllerFatal);
+                if self.host.is_none() {
+                    let csts = self.transport.read32(CSTS);
+                    if csts == u32::MAX || self.transport.removal_requested() {
+                        return Err(Error::DeviceGone);
+                    }
+                    if Csts(csts).cfs() {
+                        return Err(Error::ControllerFatal);
+                    }
                 }
                 if started.elapsed() > timeout {
                     // The command stays in flight: its slot is not reused
-                    // until its completion arrives.
+                    // until its completion arrives or a reset ends it.
                     let what = if self.qid == 0 { "an admin command" } else { "an I/O command" };
                     return Err(Error::Timeout { what, waited_ms: started.elapsed().as_millis() as u64 });
                 }
@@ -550,12 +1041,38 @@ impl QueuePair {
             std::hint::spin_loop();
         }
     }
+
+    /// Forgets every command in flight and empties the rings, for a
+    /// controller reset of the admin queue (the controller is disabled:
+    /// nothing in flight will complete or touch memory). Returns how many
+    /// were in flight.
+    pub(crate) fn reset_after_disable(&mut self) -> usize {
+        let mut ended = 0;
+        for slot in 0..self.trackers.len() {
+            if self.trackers[slot].busy {
+                self.complete_with(slot, IoError::ControllerReset, &mut |_| {});
+                ended += 1;
+            }
+        }
+        self.sq_tail = 0;
+        self.sq_published = 0;
+        self.cq_head = 0;
+        self.phase = true;
+        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
+        self.sq_doorbell.clear_shadow();
+        self.cq_doorbell.clear_shadow();
+        ended
+    }
 }
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // Delete the queues on the controller before their memory goes.
-        let deleted = self.on_drop.take().is_none_or(|delete| delete(self.qid));
+        let deleted = match (self.host.take(), self.on_drop.take()) {
+            (Some(host), _) => host.delete_queues(self.qid, self.generation),
+            (None, Some(delete)) => delete(self.qid),
+            (None, None) => true,
+        };
         if deleted {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.sq) };

@@ -32,6 +32,20 @@ const LBA_DATA_SIZES: [u8; 2] = [9, 12];
 pub(crate) const TRANSFER_BYTES_MAX: u64 = 2 << 20;
 /// VWC bits 2:1 = 11b: Flush with the broadcast NSID is supported.
 const VWC_FLUSH_BROADCAST: u8 = 0b110;
+/// Get Log Page CDW10 bit 15: Retain Asynchronous Event.
+const CDW10_RAE: u32 = 1 << 15;
+/// Asynchronous Event Types (NVMe Base 2.0 Figure 146).
+const AER_TYPE_ERROR: u8 = 0;
+const AER_TYPE_SMART: u8 = 1;
+/// SMART / Health status information (Figure 148).
+const AER_INFO_SMART_RELIABILITY: u8 = 0x00;
+const AER_INFO_SMART_TEMPERATURE: u8 = 0x01;
+const AER_INFO_SMART_SPARE: u8 = 0x02;
+/// Critical Warning bits (Figure 207): spare below threshold, temperature.
+const CRITICAL_WARNING_SPARE: u8 = 1 << 0;
+const CRITICAL_WARNING_TEMPERATURE: u8 = 1 << 1;
+/// Events kept while no request is outstanding (QEMU's aer_max_queued).
+const AER_QUEUED_MAX: usize = 64;
 /// Composite temperature reported, kelvin (50 °C).
 const TEMPERATURE_KELVIN: u16 = 323;
 
@@ -80,14 +94,14 @@ impl State {
             op::CREATE_IO_SQ => self.create_sq(command),
             op::DELETE_IO_SQ => self.delete_io_sq(command),
             op::DELETE_IO_CQ => self.delete_io_cq(command),
-            // DW0 bit 0 set: the command was not aborted (a controller may
-            // always decline).
-            op::ABORT => Ok((1, 0)),
+            op::ABORT => self.abort(command),
             op::ASYNC_EVENT_REQUEST => {
                 if self.aers.len() >= AER_MAX {
                     Err(specific(CommandSpecificStatus::AsyncEventRequestLimitExceeded))
                 } else {
                     self.aers.push(command.cid);
+                    // Complete it at once if an event was waiting for one.
+                    self.deliver_events();
                     return Outcome::Held;
                 }
             }
@@ -295,6 +309,20 @@ impl State {
         }
         self.buffer.copy_within(offset..offset + len, 0);
         self.send_buffer(command, len)?;
+        // Reading a log page with Retain Asynchronous Event clear (CDW10
+        // bit 15) unmasks the event type it belongs to (NVMe Base 2.0
+        // §5.16, §5.2), as QEMU does.
+        if command.cdw10 & CDW10_RAE == 0 {
+            let event_type = match lid {
+                LOG_ERROR_INFORMATION => Some(AER_TYPE_ERROR),
+                LOG_SMART_HEALTH => Some(AER_TYPE_SMART),
+                _ => None,
+            };
+            if let Some(event_type) = event_type {
+                self.aer_masked &= !(1 << event_type);
+                self.deliver_events();
+            }
+        }
         Ok((0, 0))
     }
 
@@ -319,6 +347,7 @@ impl State {
         let smart = self.smart;
         let units = |bytes: u128| (bytes / 512).div_ceil(DATA_UNIT_BYTES / 512);
         let page = &mut self.buffer;
+        page[smart_off::CRITICAL_WARNING] = self.critical_warning;
         put(page, smart_off::COMPOSITE_TEMPERATURE, &TEMPERATURE_KELVIN.to_le_bytes());
         page[smart_off::AVAILABLE_SPARE] = 100;
         page[smart_off::AVAILABLE_SPARE_THRESHOLD] = 10;
@@ -501,6 +530,74 @@ impl State {
         }
         self.delete_cq(qid);
         Ok((0, 0))
+    }
+
+    /// Abort (NVMe Base 2.0 §5.1): CDW10 bits 15:0 name the SQ, bits 31:16
+    /// the command. A command hung inside the controller (its completion
+    /// dropped by a fault) is aborted: it completes on its CQ with Command
+    /// Abort Requested and the Abort's DW0 bit 0 is clear. Every other
+    /// command has already completed here (commands execute when fetched),
+    /// so the answer is "not aborted", DW0 bit 0 set, as it is for every
+    /// command under [`crate::sim::Fault::DeclineAborts`]. A queue that
+    /// does not exist is Invalid Field in Command (QEMU answers the same).
+    fn abort(&mut self, command: &Command) -> Result<(u32, u32), Status> {
+        let sqid = command.cdw10 as u16;
+        let cid = (command.cdw10 >> 16) as u16;
+        if self.sqs.get(usize::from(sqid)).is_none_or(Option::is_none) {
+            return Err(invalid_field());
+        }
+        if self.decline_aborts {
+            return Ok((1, 0));
+        }
+        let Some(index) = self.hung.iter().position(|hung| hung.sqid == sqid && hung.cid == cid) else {
+            return Ok((1, 0));
+        };
+        let hung = self.hung.swap_remove(index);
+        let cqid = self.sqs[usize::from(sqid)].as_ref().map_or(0, |sq| sq.cqid);
+        let status = Status::from(GenericStatus::CommandAbortRequested);
+        self.stats.faults.aborted_commands += 1;
+        self.stats.errors += 1;
+        self.post(cqid, super::controller::Entry { status, dw0: 0, dw1: 0, ..hung });
+        Ok((0, 0))
+    }
+
+    /// Sets the SMART Critical Warning and queues a SMART event for each
+    /// newly set bit that Asynchronous Event Configuration enables (as
+    /// QEMU's `nvme_smart_event`; information per NVMe Base 2.0 Figure 148).
+    pub(crate) fn set_critical_warning(&mut self, value: u8) {
+        let new = value & !self.critical_warning;
+        self.critical_warning = value;
+        for bit in 0..8 {
+            let warning = 1u8 << bit;
+            if new & warning == 0 || self.features.async_event_config & u32::from(warning) == 0 {
+                continue;
+            }
+            let information = match warning {
+                CRITICAL_WARNING_SPARE => AER_INFO_SMART_SPARE,
+                CRITICAL_WARNING_TEMPERATURE => AER_INFO_SMART_TEMPERATURE,
+                _ => AER_INFO_SMART_RELIABILITY,
+            };
+            if self.aer_queue.len() < AER_QUEUED_MAX {
+                self.aer_queue.push_back((AER_TYPE_SMART, information, LOG_SMART_HEALTH));
+            }
+        }
+        self.deliver_events();
+    }
+
+    /// Completes held Asynchronous Event Requests with queued events whose
+    /// type is not masked, masking each type as it is reported until the
+    /// host reads its log page.
+    pub(crate) fn deliver_events(&mut self) {
+        while !self.aers.is_empty() && self.processing() {
+            let Some(index) =
+                self.aer_queue.iter().position(|(event_type, _, _)| self.aer_masked & (1 << event_type) == 0)
+            else {
+                return;
+            };
+            let (event_type, information, log_page) = self.aer_queue.remove(index).expect("found");
+            self.aer_masked |= 1 << event_type;
+            self.async_event(event_type, information, log_page);
+        }
     }
 
     /// Completes one held Asynchronous Event Request, if any: DW0 = event

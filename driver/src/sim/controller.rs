@@ -201,6 +201,16 @@ pub(crate) struct State {
     due: Vec<Pending>,
     seq: u64,
     pub(crate) aers: Vec<u16>,
+    /// Events waiting for an Asynchronous Event Request: (type,
+    /// information, log page).
+    pub(crate) aer_queue: VecDeque<(u8, u8, u8)>,
+    /// Event types reported and not yet cleared by reading their log page.
+    pub(crate) aer_masked: u8,
+    /// The SMART / Health Critical Warning.
+    pub(crate) critical_warning: u8,
+    /// Commands executed whose completions a fault dropped: they hang until
+    /// an Abort or a reset.
+    pub(crate) hung: Vec<Entry>,
     // Media and features.
     pub(crate) namespaces: Vec<Namespace>,
     pub(crate) features: Features,
@@ -212,6 +222,8 @@ pub(crate) struct State {
     pub(crate) power_cut_after: Option<u64>,
     pub(crate) scheduled_power_cut: Option<PowerCutReport>,
     pub(crate) drop_admin: u32,
+    /// Abort answers "not aborted" for everything.
+    pub(crate) decline_aborts: bool,
     /// I/O opcodes answered with Invalid Command Opcode ([`crate::sim::Fault::RejectOpcode`]).
     pub(crate) rejected_opcodes: [bool; 256],
     // Logs and counters.
@@ -267,6 +279,10 @@ impl State {
             due: Vec::with_capacity(1024),
             seq: 0,
             aers: Vec::with_capacity(AER_MAX),
+            aer_queue: VecDeque::new(),
+            aer_masked: 0,
+            critical_warning: 0,
+            hung: Vec::new(),
             namespaces,
             features: Features::new(&config),
             faults: RangeFaults::default(),
@@ -275,6 +291,7 @@ impl State {
             power_cut_after: None,
             scheduled_power_cut: None,
             drop_admin: 0,
+            decline_aborts: false,
             rejected_opcodes: [false; 256],
             error_log: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
             error_count: 0,
@@ -432,6 +449,10 @@ impl State {
         let mut discarded = self.pending.len() as u64 + self.aers.len() as u64;
         self.pending.clear();
         self.aers.clear();
+        // As QEMU's reset: queued events and masks go too.
+        self.aer_queue.clear();
+        self.aer_masked = 0;
+        self.hung.clear();
         for cq in self.cqs.iter_mut().filter_map(Option::take) {
             discarded += cq.backlog.len() as u64;
         }
@@ -552,6 +573,8 @@ impl State {
         if dropped {
             self.stats.completions_dropped += 1;
             self.stats.faults.dropped_completions += 1;
+            assert!(self.hung.len() < WAITING_COMPLETIONS_MAX, "more than {WAITING_COMPLETIONS_MAX} commands hung");
+            self.hung.push(entry);
             return;
         }
         let cqid = self.sqs[usize::from(sqid)].as_ref().map_or(0, |sq| sq.cqid);
@@ -696,6 +719,7 @@ impl State {
     /// Submission Queue command").
     pub(crate) fn delete_sq(&mut self, qid: u16) {
         let sq = self.sqs[usize::from(qid)].take().expect("checked");
+
         let mut aborted = Vec::new();
         self.pending.retain(|pending| {
             let keep = pending.entry.sqid != qid;
@@ -705,9 +729,19 @@ impl State {
             keep
         });
         aborted.sort_by_key(|pending| pending.seq);
+        let status = Status::from(crate::spec::status::GenericStatus::AbortedSqDeletion);
         for pending in aborted {
-            let status = Status::from(crate::spec::status::GenericStatus::AbortedSqDeletion);
             self.post(pending.cqid, Entry { status, dw0: 0, dw1: 0, ..pending.entry });
+        }
+        // Commands hung on it end the same way.
+        let mut index = 0;
+        while index < self.hung.len() {
+            if self.hung[index].sqid == qid {
+                let hung = self.hung.remove(index);
+                self.post(sq.cqid, Entry { status, dw0: 0, dw1: 0, ..hung });
+            } else {
+                index += 1;
+            }
         }
         if let Some(cq) = &mut self.cqs[usize::from(sq.cqid)] {
             cq.sqs -= 1;

@@ -18,11 +18,17 @@ pub enum Fault {
     /// SC 80h) and write nothing.
     WriteFault { nsid: u32, slba: u64, blocks: u64 },
     /// The next `count` I/O commands execute, but their completions are
-    /// never posted.
+    /// never posted: the commands hang inside the controller until an
+    /// Abort names them (then they complete with Command Abort Requested)
+    /// or a reset ends them.
     DropCompletions { count: u32 },
     /// The next `count` admin commands execute, but their completions are
-    /// never posted.
+    /// never posted (hung, as above).
     DropAdminCompletions { count: u32 },
+    /// Abort commands answer "not aborted" (DW0 bit 0 set) for every
+    /// command, as QEMU 7.2's controller does; a hung command then ends
+    /// only with a reset.
+    DeclineAborts,
     /// CSTS.CFS = 1: the controller stops processing commands until a reset
     /// (CC.EN = 0).
     ControllerFatal,
@@ -133,6 +139,8 @@ pub struct FaultStats {
     pub dropped_completions: u64,
     pub controller_fatal: u64,
     pub surprise_removals: u64,
+    /// Hung commands an Abort ended.
+    pub aborted_commands: u64,
     pub corrupted_at_rest: u64,
 }
 

@@ -196,6 +196,7 @@ impl Simulator {
                 state.removed = true;
                 state.stats.faults.surprise_removals += 1;
             }
+            Fault::DeclineAborts => state.decline_aborts = true,
             Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
             Fault::PowerCutAfter { io_commands } => state.power_cut_after = Some(io_commands),
             Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
@@ -210,13 +211,31 @@ impl Simulator {
         }
     }
 
-    /// Removes every range fault and pending dropped completion.
+    /// Removes every range fault and pending dropped completion, and
+    /// honours aborts again.
     pub fn clear_faults(&self) {
         let mut state = self.lock();
         state.faults.clear();
         state.drop_io = 0;
         state.drop_admin = 0;
         state.power_cut_after = None;
+        state.decline_aborts = false;
+    }
+
+    /// Sets the SMART / Health log's Critical Warning (NVMe Base 2.0
+    /// §5.16.1.3) and, like QEMU's `smart_critical_warning` property, raises
+    /// a SMART / Health asynchronous event for each newly set bit that the
+    /// host enabled in Asynchronous Event Configuration (bits 7:0): the
+    /// information is 02h for spare, 01h for temperature, 00h otherwise
+    /// (Figure 148). Events wait for an Asynchronous Event Request; the
+    /// SMART type is masked until the host reads the SMART / Health log.
+    pub fn set_smart_critical_warning(&self, value: u8) {
+        self.lock().set_critical_warning(value);
+    }
+
+    /// Commands hung inside the controller (executed, completion dropped).
+    pub fn hung_commands(&self) -> usize {
+        self.lock().hung.len()
     }
 
     /// Replaces the fault probabilities (say, after a clean bring-up).

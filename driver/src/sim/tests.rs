@@ -305,6 +305,72 @@ fn async_event_requests_wait_for_an_event() {
     assert!(!host.sim.async_event(1, 0, 0));
 }
 
+#[test]
+fn abort_ends_a_hung_command_and_declines_the_rest() {
+    let mut host = Host::enabled(SimConfig::default(), 8);
+    let (cq_page, sq_page) = (host.page(2), host.page(3));
+    host.admin_status(admin::create_io_cq(1, 8, cq_page, true, false, 0)).unwrap();
+    host.admin_status(admin::create_io_sq(1, 8, sq_page, 1, 0)).unwrap();
+    let mut sq = RawSq { qid: 1, page: 3, size: 8, tail: 0 };
+    let mut cq = RawCq { qid: 1, page: 2, size: 8, head: 0, phase: true };
+    host.sim.inject(Fault::DropCompletions { count: 1 });
+    host.push(&mut sq, Command { cid: 5, ..nvm::flush(1) });
+    host.push(&mut sq, Command { cid: 6, ..nvm::flush(1) });
+    host.ring(&sq);
+    let done = host.reap(&mut cq);
+    assert_eq!((done.len(), done[0].cid), (1, 6), "cid 5 hangs");
+    assert_eq!(host.sim.hung_commands(), 1);
+    // NVMe Base 2.0 §5.1: a command already completed is not aborted
+    // (DW0 bit 0 set); a hung one is, and completes with Command Abort
+    // Requested on its own CQ.
+    assert_eq!(host.admin(admin::abort(1, 6)).dw0 & 1, 1);
+    let abort = host.admin(admin::abort(1, 5));
+    assert!(abort.is_success() && abort.dw0 & 1 == 0);
+    let done = host.reap(&mut cq);
+    assert_eq!((done.len(), done[0].cid), (1, 5));
+    assert_eq!(done[0].status().code(), generic(GenericStatus::CommandAbortRequested));
+    assert_eq!(host.sim.stats().faults.aborted_commands, 1);
+    assert_eq!(host.admin(admin::abort(1, 5)).dw0 & 1, 1, "only once");
+    assert_eq!(
+        host.admin_status(admin::abort(7, 0)).unwrap_err().code(),
+        generic(GenericStatus::InvalidFieldInCommand)
+    );
+    // Declined aborts leave it hung; a reset discards it.
+    host.sim.inject(Fault::DeclineAborts);
+    host.sim.inject(Fault::DropCompletions { count: 1 });
+    host.push(&mut sq, Command { cid: 1, ..nvm::flush(1) });
+    host.ring(&sq);
+    assert_eq!(host.admin(admin::abort(1, 1)).dw0 & 1, 1);
+    assert!(host.reap(&mut cq).is_empty());
+    host.sim.write32(reg::CC, 0);
+    assert_eq!(host.sim.hung_commands(), 0);
+}
+
+#[test]
+fn smart_warnings_wait_for_a_request_and_stay_masked_until_the_log_is_read() {
+    let mut host = Host::enabled(SimConfig::default(), 4);
+    // Only warnings enabled in Asynchronous Event Configuration raise one.
+    host.sim.set_smart_critical_warning(0b10);
+    host.push_admin(Command { cid: 1, ..admin::async_event_request() });
+    assert!(host.reap_admin().is_empty());
+    host.sim.set_smart_critical_warning(0);
+    host.admin_status(admin::set_features(admin::FID_ASYNC_EVENT_CONFIG, 0xFF, false)).unwrap();
+    host.sim.set_smart_critical_warning(0b10);
+    let done = host.reap_admin();
+    assert_eq!((done.len(), done[0].cid, done[0].dw0), (1, 1, 0x0002_0101), "temperature, SMART log");
+    // Masked until the SMART log is read: the next warning waits.
+    host.push_admin(Command { cid: 2, ..admin::async_event_request() });
+    host.sim.set_smart_critical_warning(0b11);
+    assert!(host.reap_admin().is_empty());
+    let log = host.page(3);
+    host.push_admin(Command { cid: 3, ..admin::get_log_page(0x02, 0xFFFF_FFFF, 512, 0, log, 0) });
+    let done = host.reap_admin();
+    assert_eq!(done.len(), 2, "the log page and the event it unmasked");
+    assert!(done.iter().any(|c| c.cid == 3 && c.is_success()));
+    let event = done.iter().find(|c| c.cid == 2).expect("the event");
+    assert_eq!(event.dw0, 0x0002_0201, "spare, once the log was read");
+}
+
 impl Host {
     fn push_admin(&mut self, command: Command) {
         let mut sq = std::mem::replace(&mut self.admin_sq, RawSq { qid: 0, page: 0, size: 1, tail: 0 });

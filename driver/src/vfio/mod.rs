@@ -7,10 +7,17 @@
 //! [`VfioPci`]), which holds the [`Vfio`] container: no mapping outlives the
 //! device that makes it usable.
 //!
-//! Surprise removal: BAR0 stays mapped until the device drops. After a hot
-//! unplug, vfio-pci revokes the mapping's pages; reads then return all ones
-//! (which the controller code treats as "device gone") or, on some
-//! platforms, raise SIGBUS. This driver does not remap the BAR on SIGBUS.
+//! Removal: BAR0 stays mapped until the device drops, and Linux's vfio-pci
+//! does not finish removing a device while a process holds it open: it
+//! signals the device request eventfd ([`Transport::removal_requested`],
+//! `VFIO_PCI_REQ_IRQ_INDEX`) and waits. The driver takes that as the device
+//! being gone, stops the controller and fails everything, so the owner can
+//! drop it and let the removal finish. After a surprise removal, reads
+//! through the mapping return all ones (which the controller code treats
+//! as "device gone"). Should the kernel revoke the mapping while it is in
+//! use (memory decode disabled, a kernel-initiated reset), an access raises
+//! SIGBUS; SPDK remaps the BAR with a page of all ones in its SIGBUS
+//! handler, this driver does not handle SIGBUS.
 
 mod sys;
 
@@ -24,11 +31,13 @@ use std::fs;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_REQ_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
+use vmm_sys_util::eventfd::EventFd;
 
 const SYSFS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
 
@@ -239,7 +248,22 @@ impl Vfio {
         // memory is only reached through Mmio's volatile accesses.
         let mmio = unsafe { Mmio::new(base, bar_len) };
 
-        Ok(Arc::new(VfioPci { mmio, _bar0: bar0, device, vfio: Arc::clone(self), bdf, pci_id }))
+        // The device request channel: vfio-pci signals it when the device is
+        // to be removed and waits for us to close it. Kernels or devices
+        // without it just go without.
+        let removal_request = EventFd::new(libc::EFD_NONBLOCK)
+            .ok()
+            .filter(|eventfd| device.enable_irq(VFIO_PCI_REQ_IRQ_INDEX, vec![eventfd]).is_ok());
+        Ok(Arc::new(VfioPci {
+            mmio,
+            _bar0: bar0,
+            removal_request,
+            removal_seen: AtomicBool::new(false),
+            device,
+            vfio: Arc::clone(self),
+            bdf,
+            pci_id,
+        }))
     }
 
     /// The IOMMU's limits, known once a device is open.
@@ -281,6 +305,9 @@ pub struct VfioPci {
     // device, then (maybe) the container.
     mmio: Mmio,
     _bar0: MmapRaw,
+    /// Signalled by vfio-pci when the device is to be removed.
+    removal_request: Option<EventFd>,
+    removal_seen: AtomicBool,
     device: VfioDevice,
     vfio: Arc<Vfio>,
     bdf: String,
@@ -318,6 +345,18 @@ impl Transport for VfioPci {
 
     fn doorbell_pointer(&self, offset: usize) -> Option<NonNull<u32>> {
         Some(self.mmio.doorbell(offset))
+    }
+
+    fn removal_requested(&self) -> bool {
+        if self.removal_seen.load(Ordering::Relaxed) {
+            return true;
+        }
+        // Non-blocking: an error means no request is pending.
+        let requested = self.removal_request.as_ref().is_some_and(|eventfd| eventfd.read().is_ok_and(|n| n > 0));
+        if requested {
+            self.removal_seen.store(true, Ordering::Relaxed);
+        }
+        requested
     }
 
     unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {

@@ -5,7 +5,9 @@
 use nvme_driver::dma::{DmaMemory, DmaPool};
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::spec::status::{Status, StatusCode};
-use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, QueuePair, Request, Transport};
+use nvme_driver::{
+    Controller, ControllerOptions, IoBuffer, IoCompletion, IoError, Namespace, QueuePair, Request, Transport,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,9 +93,10 @@ impl Rig {
         self.pair.execute(request, Duration::from_secs(2)).expect("a completion")
     }
 
-    /// Runs a request and returns its status.
+    /// Runs a request and returns its status; anything but the device's
+    /// own status (a timeout, a reset) fails the test.
     pub fn status(&mut self, request: Request) -> Result<(), Status> {
-        self.run(request).status
+        device(self.run(request).status)
     }
 
     pub fn write(&mut self, lba: u64, data: &[u8], fua: bool) -> Result<(), Status> {
@@ -104,7 +107,7 @@ impl Rig {
     pub fn read(&mut self, lba: u64, len: usize) -> Result<Vec<u8>, Status> {
         let request = self.ns.read(lba, self.buffer(len), 0).unwrap();
         let completion = self.run(request);
-        completion.status?;
+        device(completion.status)?;
         let buffer = completion.buffer.unwrap();
         let mut data = vec![0u8; len];
         buffer.buffer().copy_out(buffer.offset(), &mut data);
@@ -128,6 +131,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             state as u8
         })
         .collect()
+}
+
+/// The device's status of a completion; panics on any other failure.
+pub fn device(status: Result<(), IoError>) -> Result<(), Status> {
+    status.map_err(|error| error.device_status().unwrap_or_else(|| panic!("not a device status: {error}")))
 }
 
 pub fn code(status: Result<(), Status>) -> StatusCode {

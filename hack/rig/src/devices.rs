@@ -44,6 +44,11 @@ pub struct Controller {
     pub intel_id: bool,
     /// Leave the controller to the guest kernel's nvme driver.
     pub kernel: bool,
+    /// Put the controller behind a PCIe root port of its own (at the
+    /// controller's slot), so it can be hot-unplugged with `device_del`.
+    /// The controller then appears in the guest on the root port's
+    /// secondary bus (`0000:01:00.0` for the first such controller).
+    pub hotplug: bool,
     pub zoned: Option<Zoned>,
 }
 
@@ -57,6 +62,7 @@ impl Controller {
             discard: Discard::Ignore,
             intel_id: false,
             kernel: false,
+            hotplug: false,
             zoned: None,
         }
     }
@@ -93,6 +99,11 @@ impl Controller {
     }
     pub fn kernel(mut self) -> Self {
         self.kernel = true;
+        self
+    }
+    /// See [`Controller::hotplug`](Controller#structfield.hotplug).
+    pub fn hotplug(mut self) -> Self {
+        self.hotplug = true;
         self
     }
     fn zoned_mut(&mut self) -> &mut Zoned {
@@ -205,7 +216,17 @@ impl Controller {
             Discard::Unmap => "unmap",
             Discard::Ignore => "ignore",
         };
-        let mut ctrl = format!("nvme,id=nvme{index},serial=rig{index},bus=pcie.0,addr={slot:#x}");
+        let mut args = Vec::new();
+        let mut ctrl = if self.hotplug {
+            let chassis = index + 1;
+            args.extend([
+                "-device".to_string(),
+                format!("pcie-root-port,id=rp{index},bus=pcie.0,addr={slot:#x},chassis={chassis},slot={chassis}"),
+            ]);
+            format!("nvme,id=nvme{index},serial=rig{index},bus=rp{index}")
+        } else {
+            format!("nvme,id=nvme{index},serial=rig{index},bus=pcie.0,addr={slot:#x}")
+        };
         if let Some(mdts) = self.mdts {
             ctrl += &format!(",mdts={mdts}");
         }
@@ -230,14 +251,15 @@ impl Controller {
                 zoned.max_active.unwrap_or(0)
             );
         }
-        vec![
+        args.extend([
             "-drive".into(),
             format!("file={image},if=none,id=drive{index},format=raw,discard={discard}"),
             "-device".into(),
             ctrl,
             "-device".into(),
             ns,
-        ]
+        ]);
+        args
     }
 }
 
@@ -279,6 +301,14 @@ mod tests {
         ] {
             assert!(Controller::parse(text, zoned).is_err(), "{text} accepted");
         }
+    }
+
+    #[test]
+    fn hotplug_controllers_sit_behind_a_root_port() {
+        let args = Controller::nvme(1 << 30).hotplug().qemu_args(0, "/tmp/x.img", 0x10).join(" ");
+        assert!(args.contains("-device pcie-root-port,id=rp0,bus=pcie.0,addr=0x10,chassis=1,slot=1"), "{args}");
+        assert!(args.contains("nvme,id=nvme0,serial=rig0,bus=rp0 "), "{args}");
+        assert!(!args.contains("bus=pcie.0,addr=0x10,mdts"), "{args}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -159,6 +159,15 @@ pub struct Vm {
     extra_binaries: Vec<PathBuf>,
     host_programs: Vec<PathBuf>,
     cmdline_extra: Vec<String>,
+    qmp_actions: Vec<QmpAction>,
+}
+
+/// QMP commands the rig sends when the guest prints a line containing
+/// `marker` (each action fires once).
+#[derive(Debug, Clone)]
+struct QmpAction {
+    marker: String,
+    commands: Vec<String>,
 }
 
 impl Default for Vm {
@@ -181,7 +190,20 @@ impl Vm {
             extra_binaries: Vec::new(),
             host_programs: Vec::new(),
             cmdline_extra: Vec::new(),
+            qmp_actions: Vec::new(),
         }
+    }
+
+    /// When a line of the guest command's output contains `marker`, sends
+    /// `commands` (QMP JSON, e.g. `{"execute":"device_del","arguments":
+    /// {"id":"nvme0"}}`) to QEMU's monitor, in order, once. Controllers are
+    /// QOM devices `nvme0`, `nvme1`, ... (paths `/machine/peripheral/nvme0`).
+    /// The responses are echoed to stderr as `rig: qmp ...` lines; a failed
+    /// command does not stop the run (the guest sees what happened).
+    pub fn qmp_on_output(mut self, marker: impl Into<String>, commands: &[&str]) -> Self {
+        self.qmp_actions
+            .push(QmpAction { marker: marker.into(), commands: commands.iter().map(|c| c.to_string()).collect() });
+        self
     }
 
     /// Adds a controller; controllers appear in the guest in this order.
@@ -327,6 +349,11 @@ impl Vm {
             args.extend(controller.qemu_args(index, &image.display().to_string(), slot));
         }
 
+        let qmp_socket = work.path.join("qmp.sock");
+        if !self.qmp_actions.is_empty() {
+            args.extend(["-qmp".into(), format!("unix:{},server=on,wait=off", qmp_socket.display())]);
+        }
+
         let started = Instant::now();
         let mut child = Command::new(qemu)
             .args(&args)
@@ -336,7 +363,7 @@ impl Vm {
             .spawn()
             .map_err(io_error("starting qemu-system-x86_64"))?;
         let stream = self.stream;
-        let on_line = self.on_line.clone();
+        let on_line = qmp_observer(self.on_line.clone(), &self.qmp_actions, &qmp_socket);
         let stdout = child.stdout.take().expect("piped");
         let reader = thread::spawn(move || collect_output(stdout, stream, on_line));
         let mut stderr_pipe = child.stderr.take().expect("piped");
@@ -642,6 +669,65 @@ echo "rig: exit status $status"
 /bin/rig-exit $status
 poweroff -f
 "#;
+
+/// Wraps `on_line` so that lines carrying a QMP action's marker send its
+/// commands (each action once).
+fn qmp_observer(on_line: Option<LineObserver>, actions: &[QmpAction], socket: &Path) -> Option<LineObserver> {
+    if actions.is_empty() {
+        return on_line;
+    }
+    let pending = Mutex::new(actions.to_vec());
+    let socket = socket.to_path_buf();
+    Some(LineObserver(Arc::new(move |line: &str| {
+        let due: Vec<QmpAction> = {
+            let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+            let (due, rest) = pending.drain(..).partition(|action: &QmpAction| line.contains(&action.marker));
+            *pending = rest;
+            due
+        };
+        for action in due {
+            match qmp_send(&socket, &action.commands) {
+                Ok(replies) => replies.iter().for_each(|reply| eprintln!("rig: qmp {reply}")),
+                Err(error) => eprintln!("rig: qmp failed: {error}"),
+            }
+        }
+        if let Some(LineObserver(observer)) = &on_line {
+            observer(line);
+        }
+    })))
+}
+
+/// Connects to QEMU's QMP socket, negotiates capabilities and sends each
+/// command, returning each reply line (events are skipped). Every read is
+/// bounded by a 10 s timeout.
+fn qmp_send(socket: &Path, commands: &[String]) -> io::Result<Vec<String>> {
+    let stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let reply = |reader: &mut BufReader<std::os::unix::net::UnixStream>| -> io::Result<String> {
+        for _ in 0..64 {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "QMP closed"));
+            }
+            if !line.contains("\"event\"") {
+                return Ok(line.trim().to_string());
+            }
+        }
+        Err(io::Error::other("no QMP reply among 64 events"))
+    };
+    reply(&mut reader)?; // the greeting
+    writer.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
+    reply(&mut reader)?;
+    let mut replies = Vec::new();
+    for command in commands {
+        writer.write_all(command.as_bytes())?;
+        writer.write_all(b"\n")?;
+        replies.push(format!("{command} -> {}", reply(&mut reader)?));
+    }
+    Ok(replies)
+}
 
 /// The guest command as a shell script line, each word single-quoted.
 fn shell_command<S: AsRef<str>>(command: &[S]) -> String {
