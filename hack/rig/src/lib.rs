@@ -157,6 +157,8 @@ pub struct Vm {
     stream: bool,
     on_line: Option<LineObserver>,
     extra_binaries: Vec<PathBuf>,
+    /// Kernel modules to load after the vfio ones (with their dependencies).
+    kernel_modules: Vec<String>,
     host_programs: Vec<PathBuf>,
     cmdline_extra: Vec<String>,
     qmp_actions: Vec<QmpAction>,
@@ -188,6 +190,7 @@ impl Vm {
             stream: false,
             on_line: None,
             extra_binaries: Vec::new(),
+            kernel_modules: Vec::new(),
             host_programs: Vec::new(),
             cmdline_extra: Vec::new(),
             qmp_actions: Vec::new(),
@@ -271,6 +274,14 @@ impl Vm {
         self
     }
 
+    /// Loads kernel module `name` (e.g. `btrfs`) in the guest, after the
+    /// vfio modules, with the modules it depends on (from `modinfo`) first.
+    /// The guest kernel's modules must be uncompressed, as Debian's are.
+    pub fn kernel_module(mut self, name: impl Into<String>) -> Self {
+        self.kernel_modules.push(name.into());
+        self
+    }
+
     /// Appends `args` (one or more space-separated words, e.g.
     /// `nvme.poll_queues=1`) to the guest kernel's command line, after the
     /// rig's own arguments.
@@ -293,7 +304,8 @@ impl Vm {
         }
         let cmdline = self.kernel_cmdline();
         check_cmdline(&cmdline)?;
-        let kernel = find_kernel()?;
+        let mut kernel = find_kernel()?;
+        kernel.extra_modules = resolve_modules(&kernel, &self.kernel_modules)?;
         let busybox = find_busybox()?;
         let qemu = which("qemu-system-x86_64").ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into()))?;
         let mut binaries = guest_binaries()?.to_vec();
@@ -488,9 +500,11 @@ impl Vm {
                 // library's contents under the name the loader asks for.
                 archive.file(&guest_path, 0o755, &read(host_file)?)?;
             }
-            for (name, module) in &contents.kernel.modules {
+            for (name, module) in contents.kernel.modules.iter().chain(&contents.kernel.extra_modules) {
                 archive.file(&format!("rig/modules/{name}.ko"), 0o644, &read(module)?)?;
             }
+            let extra: Vec<&str> = contents.kernel.extra_modules.iter().map(|(name, _)| name.as_str()).collect();
+            archive.file("rig/modules/extra", 0o644, extra.join("\n").as_bytes())?;
             archive.file("rig/command.sh", 0o644, shell_command(command).as_bytes())?;
             archive.file("init", 0o755, INIT_SCRIPT.as_bytes())?;
             Ok(())
@@ -627,7 +641,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 fail() { echo "rig: $*"; echo "rig: exit status 125"; /bin/rig-exit 125; poweroff -f; }
-for m in irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci; do
+for m in irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci $(cat /rig/modules/extra); do
     insmod /rig/modules/$m.ko || fail "insmod $m failed"
 done
 kernel_owned= ; hugepages=0
@@ -912,6 +926,9 @@ fn which(program: &str) -> Option<PathBuf> {
 struct Kernel {
     image: PathBuf,
     modules: Vec<(String, PathBuf)>,
+    /// Requested modules and their dependencies, dependencies first.
+    extra_modules: Vec<(String, PathBuf)>,
+    module_root: PathBuf,
 }
 
 /// Finds the newest `/boot/vmlinuz-*cloud-amd64` and its vfio modules.
@@ -941,7 +958,63 @@ fn find_kernel() -> Result<Kernel, Error> {
                 })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    Ok(Kernel { image: PathBuf::from(format!("/boot/vmlinuz-{version}")), modules })
+    Ok(Kernel {
+        image: PathBuf::from(format!("/boot/vmlinuz-{version}")),
+        modules,
+        extra_modules: Vec::new(),
+        module_root,
+    })
+}
+
+/// `names` and what they depend on (`modinfo -F depends`), dependencies
+/// first, without the vfio modules the guest loads anyway.
+fn resolve_modules(kernel: &Kernel, names: &[String]) -> Result<Vec<(String, PathBuf)>, Error> {
+    let mut all = Vec::new();
+    find_files(&kernel.module_root, &mut all);
+    let find = |name: &str| -> Result<PathBuf, Error> {
+        let wanted: Vec<String> = vec![
+            format!("{name}.ko"),
+            format!("{}.ko", name.replace('_', "-")),
+            format!("{}.ko", name.replace('-', "_")),
+        ];
+        all.iter()
+            .find(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| wanted.iter().any(|w| w == n)))
+            .cloned()
+            .ok_or_else(|| {
+                Error::Missing(format!(
+                    "uncompressed module {name}.ko not found under {}",
+                    kernel.module_root.display()
+                ))
+            })
+    };
+    let modinfo = which("modinfo").ok_or_else(|| Error::Missing("modinfo not found (package kmod)".into()))?;
+    let mut ordered: Vec<(String, PathBuf)> = Vec::new();
+    // Depth-first: a module after everything it depends on.
+    fn visit(
+        name: &str,
+        find: &dyn Fn(&str) -> Result<PathBuf, Error>,
+        modinfo: &Path,
+        ordered: &mut Vec<(String, PathBuf)>,
+        depth: usize,
+    ) -> Result<(), Error> {
+        if ordered.iter().any(|(n, _)| n == name) || VFIO_MODULES.contains(&name) {
+            return Ok(());
+        }
+        if depth > 32 {
+            return Err(Error::Spec(format!("module dependencies too deep at {name}")));
+        }
+        let path = find(name)?;
+        let output = host_command(Command::new(modinfo).args(["-F", "depends"]).arg(&path), LDD_TIMEOUT)?;
+        for dependency in output.stdout.trim().split(',').filter(|d| !d.is_empty()) {
+            visit(dependency, find, modinfo, ordered, depth + 1)?;
+        }
+        ordered.push((name.to_owned(), path));
+        Ok(())
+    }
+    for name in names {
+        visit(name, &find, &modinfo, &mut ordered, 0)?;
+    }
+    Ok(ordered)
 }
 
 fn version_key(version: &str) -> Vec<u64> {
