@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Tokens of blocking commands have this bit set; the volume's own tokens
 /// never do.
-pub(crate) const SYNC_TOKEN: u64 = 1 << 63;
+pub const SYNC_TOKEN: u64 = 1 << 63;
 
 /// How a device is opened for a volume.
 #[derive(Clone, Copy, Debug)]
@@ -232,8 +232,9 @@ impl Device {
         }
     }
 
-    /// Reaps completions into `out`: stashed ones first.
-    pub(crate) fn poll(&mut self, out: &mut Vec<IoCompletion>) {
+    /// Reaps completions into `out`: ones kept while a blocking command
+    /// waited first, then the queue pair's.
+    pub fn poll(&mut self, out: &mut Vec<IoCompletion>) {
         out.extend(self.stash.drain(..));
         self.pair.poll(|c| out.push(c));
     }

@@ -1544,6 +1544,37 @@ impl Volume {
         Ok(to)
     }
 
+    /// Writes `good` data (its checksums must match) over copy `lane` of
+    /// extent `id`, where it lies: how scrub repairs a copy on a
+    /// conventional namespace. Refused on zoned namespaces (use
+    /// [`Volume::rewrite_copy`]).
+    pub fn repair_in_place(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<()> {
+        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
+            return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
+        }
+        if self.lane_is_zoned(lane) {
+            return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
+        }
+        if !mismatches(good, &extent.crcs).is_empty() {
+            return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
+        }
+        let location = extent.locations[lane];
+        let device = self.lanes[lane].device;
+        let lba = self.devices[device].lba(location.zone, location.offset);
+        self.devices[device].write_at(lba, good)?;
+        self.devices[device].flush()
+    }
+
+    /// Waits for writes in flight, then hands out the namespaces for an
+    /// engine (scrub) that issues its own commands on their queue pairs.
+    /// Completions it reaps whose token has [`crate::device::SYNC_TOKEN`]
+    /// set are stale ones of the volume's and can be dropped.
+    pub fn quiesce(&mut self) -> Result<&mut [Device]> {
+        self.wait_idle()?;
+        Ok(&mut self.devices)
+    }
+
     // ---------------------------------------------------------------
     // inspection
     // ---------------------------------------------------------------
@@ -1575,6 +1606,11 @@ impl Volume {
         self.extents.get(&id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
     }
 
+    /// The extent's block checksums.
+    pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
+        self.extents.get(&id).map(|e| &e.crcs[..])
+    }
+
     /// The copy's location.
     pub fn location(&self, id: ExtentId, lane: usize) -> Option<Location> {
         self.extents.get(&id).and_then(|e| e.locations.get(lane).copied())
@@ -1583,6 +1619,23 @@ impl Volume {
     /// The first LBA of `location` on lane `lane`'s namespace.
     pub fn lba(&self, lane: usize, location: Location) -> u64 {
         self.devices[self.lanes[lane].device].lba(location.zone, location.offset)
+    }
+
+    /// The volume's identity (chosen at format), to tie saved state such as
+    /// a scrub checkpoint to this volume.
+    pub fn id(&self) -> u64 {
+        self.volume_id
+    }
+
+    /// Whether lane `lane` lies on a zoned namespace (where a copy cannot
+    /// be rewritten in place).
+    pub fn lane_is_zoned(&self, lane: usize) -> bool {
+        self.devices[self.lanes[lane].device].is_zoned()
+    }
+
+    /// Blocks of live data in each copy.
+    pub fn valid_blocks(&self) -> u64 {
+        self.lanes[0].table.valid_blocks()
     }
 
     pub fn profile(&self) -> Profile {

@@ -25,13 +25,16 @@ usage: hack/bench-zoned [--size SIZE] [--zone SIZE] [--fill PERCENT]
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with three identical ZNS
 controllers and runs, one after the other:
 
-  ours          seqwrite --bs 256k --iodepth 1 (checksums on a worker
-                thread), FILL of the namespace, flatness of the bandwidth
+  ours          seqwrite --bs 256k --iodepth 1 (checksums on two worker
+                threads), FILL of the namespace, flatness of the bandwidth
   ours-inline   the same with checksums on the writing thread, to measure
                 the time checksums take
+  ours-hw-crc   the same with the SSE4.2 crc32c forced (the faster table
+                implementation is what the calibration picks under TCG)
   ours-qdN      the same at --iodepth N (default 8)
   btrfs         mkfs.btrfs -O zoned; the seed's fio job (libaio, QD1,
                 --fallocate=none, 256k) writing BTRFS-FILL of the namespace
+  btrfs-qdN     the same job at --iodepth N on a fresh file system
   raw-zbd       fio --zonemode=zbd on the block device, FILL of it
 
 and prints MiB/s, flatness, the ratios, and writes the same as JSON
@@ -123,21 +126,24 @@ fn guest_script(options: &Options) -> String {
         )
     };
     let mut script = String::from("set -u\nmkdir -p /mnt\n");
-    script += &seqwrite("ours", "--checksum-threads 1");
+    script += &seqwrite("ours", "--checksum-threads 2");
     script += &seqwrite("ours-inline", "--checksum-threads 0");
-    script += &seqwrite(&format!("ours-qd{}", options.iodepth), "--checksum-threads 1")
+    script += &seqwrite("ours-hw-crc", "--checksum-threads 2 --crc32c hardware");
+    script += &seqwrite(&format!("ours-qd{}", options.iodepth), "--checksum-threads 2")
         .replace("--iodepth 1 ", &format!("--iodepth {} ", options.iodepth));
     if !options.skip_btrfs {
-        script += &format!(
-            "echo '== btrfs' >&2; {MKFS} -f -O zoned {BTRFS_DEVICE} > /tmp/mkfs.log 2>&1 || {{ cat /tmp/mkfs.log; exit 1; }}\n\
-             mount -t btrfs {BTRFS_DEVICE} /mnt || exit 1\n\
-             cd /mnt && {FIO} --filename=/mnt/testfile --direct=1 --rw=write --bs=256k --ioengine=libaio --iodepth=1 \
-             --fallocate=none --write_bw_log=/tmp/btrfs --log_avg_msec=1000 --size={btrfs} --name=seed \
-             --output-format=json > /tmp/btrfs.json || {{ cat /tmp/btrfs.json; exit 1; }}\n\
-             cd / && echo \"BENCH btrfs $(tr -d '\\n' < /tmp/btrfs.json)\"\n\
-             sed 's/^/BWLOG btrfs /' /tmp/btrfs_bw.1.log\n\
-             umount /mnt\n"
-        );
+        for (key, depth) in [("btrfs", 1), (&*format!("btrfs-qd{}", options.iodepth), options.iodepth)] {
+            script += &format!(
+                "echo '== {key}' >&2; {MKFS} -f -O zoned {BTRFS_DEVICE} > /tmp/mkfs.log 2>&1 || {{ cat /tmp/mkfs.log; exit 1; }}\n\
+                 mount -t btrfs {BTRFS_DEVICE} /mnt || exit 1\n\
+                 cd /mnt && {FIO} --filename=/mnt/testfile --direct=1 --rw=write --bs=256k --ioengine=libaio \
+                 --iodepth={depth} --fallocate=none --write_bw_log=/tmp/{key} --log_avg_msec=1000 --size={btrfs} \
+                 --name=seed --output-format=json > /tmp/{key}.json || {{ cat /tmp/{key}.json; exit 1; }}\n\
+                 cd / && echo \"BENCH {key} $(tr -d '\\n' < /tmp/{key}.json)\"\n\
+                 sed 's/^/BWLOG {key} /' /tmp/{key}_bw.1.log\n\
+                 umount /mnt\n"
+            );
+        }
     }
     script += &format!(
         "echo '== raw-zbd' >&2; {FIO} --filename={RAW_DEVICE} --direct=1 --rw=write --bs=256k --ioengine=libaio \
@@ -231,6 +237,8 @@ fn main() -> ExitCode {
         }
         if let Some(rest) = line.strip_prefix("BENCH ") {
             if let Some((key, body)) = rest.split_once(' ') {
+                // fio may print notes before its JSON.
+                let body = body.find('{').map_or(body, |at| &body[at..]);
                 match serde_json::from_str::<Value>(body) {
                     Ok(value) => {
                         results.insert(key.to_owned(), value);
@@ -260,7 +268,8 @@ fn main() -> ExitCode {
         ));
     }
     let mut summary = serde_json::Map::new();
-    for key in ["btrfs", "raw-zbd"] {
+    let btrfs_qd = format!("btrfs-qd{}", options.iodepth);
+    for key in ["btrfs", btrfs_qd.as_str(), "raw-zbd"] {
         if let Some(report) = results.get(key) {
             let mib_s = fio_mib_s(report).unwrap_or(f64::NAN);
             let bytes = fio_bytes(report).unwrap_or(0);
@@ -286,6 +295,11 @@ fn main() -> ExitCode {
         let seconds = inline["seconds"].as_f64().unwrap_or(f64::NAN);
         let checksum = inline["checksum_seconds_on_writer"].as_f64().unwrap_or(f64::NAN);
         summary.insert("checksum_share_inline".into(), json!(checksum / seconds));
+    }
+    let ours_qd = format!("ours-qd{}", options.iodepth);
+    if let (Some(ours), Some(btrfs)) = (results.get(&ours_qd), results.get(&btrfs_qd)) {
+        let ratio = ours["mib_s"].as_f64().unwrap_or(f64::NAN) / fio_mib_s(btrfs).unwrap_or(f64::NAN);
+        summary.insert(format!("ours_qd{0}_over_btrfs_qd{0}", options.iodepth), json!(ratio));
     }
     summary.insert("ours_mib_s".into(), json!(ours_mib_s));
     summary.insert("ours_flatness".into(), ours["flatness"].clone());
