@@ -1,0 +1,324 @@
+//! The scrub engine on the simulator: clean volumes, corruption and media
+//! errors in one copy or both, repair in place and by relocation,
+//! read-only runs, resume after a restart, the ablation, and thousands of
+//! seeded fault patterns with exactly predicted reports.
+
+#[path = "../../allocator/tests/support/mod.rs"]
+mod support;
+
+use nvme_driver::sim::Fault;
+use nvme_scrub::{scrub, Checkpoint, Control, Report, ScrubOptions};
+use std::collections::{BTreeMap, BTreeSet};
+use support::{conventional, pattern, volume_options, zns, Harness, Rng};
+use zoned_allocator::{Profile, Volume, VolumeOptions};
+
+fn run(volume: &mut Volume, options: &ScrubOptions) -> Report {
+    scrub(volume, options, &Control::new(), None, &mut |_| {}, &mut |_| {}).expect("scrub")
+}
+
+/// Writes `count` extents of 1..=`max_blocks` blocks; returns id → data.
+fn fill(volume: &mut Volume, count: u64, max_blocks: u64, seed: u64) -> BTreeMap<u64, Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let mut extents = BTreeMap::new();
+    for i in 0..count {
+        let data = pattern(seed * 1000 + i, 1 + rng.below(max_blocks) as usize);
+        let id = volume.write(0, &data, i).unwrap();
+        extents.insert(id, data);
+    }
+    volume.commit().unwrap();
+    extents
+}
+
+fn check_all(volume: &mut Volume, extents: &BTreeMap<u64, Vec<u8>>) {
+    for (&id, data) in extents {
+        let mut back = vec![0u8; data.len()];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(&back == data, "extent {id} reads back wrong");
+    }
+}
+
+fn mirror_zns() -> (Harness, VolumeOptions) {
+    (
+        Harness::new(vec![zns(64, 1024), zns(64, 1024)], vec![(0, 1), (1, 1)]),
+        VolumeOptions { profile: Profile::Mirror, ..volume_options() },
+    )
+}
+
+#[test]
+fn a_clean_volume_reads_everything_in_merged_requests() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 300, 8, 1);
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!(report.errors.total_blocks(), 0, "{report}");
+    assert_eq!(report.bytes_read, report.bytes_total);
+    assert_eq!(report.bytes_verified, report.bytes_total);
+    let bytes: usize = extents.values().map(Vec::len).sum();
+    assert_eq!(report.bytes_total, 2 * bytes as u64);
+    // Extents of up to 32 KiB, merged into requests many times larger.
+    let mean_extent = bytes as f64 / extents.len() as f64;
+    assert!(report.mean_request_bytes > 4.0 * mean_extent, "{report}");
+    // One index walk per refill of the plan, not one per extent or block.
+    assert!(report.plan_lookups * 20 < extents.len() as u64, "{report}");
+    assert_eq!(report.corrected_blocks, 0);
+}
+
+#[test]
+fn flipped_bytes_in_one_copy_are_repaired_by_relocation_on_zns() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 100, 8, 2);
+    let victims: Vec<u64> = extents.keys().copied().step_by(10).collect();
+    let mut before = BTreeMap::new();
+    for &id in &victims {
+        let location = volume.location(id, 0).unwrap();
+        before.insert(id, location);
+        harness.sims[0].corrupt_at_rest(1, volume.lba(0, location), 7);
+    }
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!(report.errors.checksum, victims.len() as u64, "{report}");
+    assert_eq!(report.corrected_blocks, victims.len() as u64, "{report}");
+    assert!(report.uncorrectable.is_empty());
+    for &id in &victims {
+        assert_ne!(volume.location(id, 0), Some(before[&id]), "extent {id} was repaired in place on ZNS");
+    }
+    let again = run(&mut volume, &ScrubOptions::default());
+    assert_eq!(again.errors.total_blocks(), 0, "second scrub: {again}");
+    check_all(&mut volume, &extents);
+    // The relocations are committed: they survive a restart.
+    drop(volume);
+    let mut harness = harness;
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    assert_eq!(run(&mut volume, &ScrubOptions::default()).errors.total_blocks(), 0);
+}
+
+#[test]
+fn conventional_copies_are_repaired_in_place() {
+    let harness = Harness::single(conventional(64));
+    let options = VolumeOptions { profile: Profile::Dup, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 50, 8, 3);
+    let id = *extents.keys().nth(7).unwrap();
+    let location = volume.location(id, 1).unwrap();
+    harness.sims[0].corrupt_at_rest(1, volume.lba(1, location) + 8, 3);
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (1, 1), "{report}");
+    assert_eq!(volume.location(id, 1), Some(location), "repaired in place");
+    assert_eq!(run(&mut volume, &ScrubOptions::default()).errors.total_blocks(), 0);
+    check_all(&mut volume, &extents);
+}
+
+#[test]
+fn media_errors_are_typed_narrowed_and_repaired() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 60, 8, 4);
+    let id = *extents.keys().nth(20).unwrap();
+    let lba = volume.lba(1, volume.location(id, 1).unwrap());
+    harness.sims[1].inject(Fault::UnrecoveredRead { nsid: 1, slba: lba, blocks: 8 });
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!(report.errors.failed_reads, 1, "{report}");
+    let blocks = extents[&id].len() as u64 / 4096;
+    assert_eq!(report.errors.media.get("Unrecovered Read Error"), Some(&blocks), "{report}");
+    assert_eq!(report.corrected_blocks, blocks, "{report}");
+    assert_eq!(run(&mut volume, &ScrubOptions::default()).errors.total_blocks(), 0);
+    check_all(&mut volume, &extents);
+}
+
+#[test]
+fn both_copies_bad_is_uncorrectable_and_changes_nothing() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 40, 4, 5);
+    let id = *extents.keys().nth(5).unwrap();
+    let (a, b) = (volume.location(id, 0).unwrap(), volume.location(id, 1).unwrap());
+    harness.sims[0].corrupt_at_rest(1, volume.lba(0, a), 1);
+    harness.sims[1].corrupt_at_rest(1, volume.lba(1, b), 2);
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!(report.corrected_blocks, 0, "{report}");
+    let lanes: BTreeSet<usize> = report.uncorrectable.iter().map(|u| u.lane).collect();
+    assert_eq!(lanes, BTreeSet::from([0, 1]), "{report}");
+    for u in &report.uncorrectable {
+        assert_eq!((u.extent, u.owner, u.blocks.clone()), (id, 5, vec![0]));
+    }
+    assert_eq!((volume.location(id, 0), volume.location(id, 1)), (Some(a), Some(b)), "nothing moved");
+    assert_eq!(volume.uncommitted_ops(), 0);
+}
+
+#[test]
+fn read_only_detects_and_changes_nothing() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 40, 4, 6);
+    let id = *extents.keys().next().unwrap();
+    let location = volume.location(id, 0).unwrap();
+    harness.sims[0].corrupt_at_rest(1, volume.lba(0, location), 9);
+    let read_only = ScrubOptions { repair: false, ..ScrubOptions::default() };
+    let report = run(&mut volume, &read_only);
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (1, 0), "{report}");
+    assert_eq!(volume.location(id, 0), Some(location));
+    assert_eq!(run(&mut volume, &read_only).errors.checksum, 1, "still there");
+}
+
+#[test]
+fn cancel_and_resume_after_a_restart_rereads_nothing() {
+    let (mut harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 400, 16, 7);
+    let total: u64 = 2 * extents.values().map(|d| d.len() as u64).sum::<u64>();
+    let control = Control::new();
+    let scrub_options =
+        ScrubOptions { checkpoint_every_bytes: 1 << 20, max_request_bytes: Some(128 << 10), ..ScrubOptions::default() };
+    let mut saved: Option<Checkpoint> = None;
+    let first = scrub(&mut volume, &scrub_options, &control, None, &mut |_| {}, &mut |c| {
+        if c.bytes_done >= total / 3 {
+            control.cancel();
+        }
+        saved = Some(c.clone());
+    })
+    .unwrap();
+    assert!(first.cancelled, "{first}");
+    let checkpoint = saved.expect("a checkpoint");
+    assert!(!checkpoint.finished);
+    assert!(first.bytes_read < total, "{first}");
+    // Persisted as JSON, read back by a new process.
+    let text = serde_json::to_string(&checkpoint).unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    let checkpoint: Checkpoint = serde_json::from_str(&text).unwrap();
+    let second =
+        scrub(&mut volume, &scrub_options, &Control::new(), Some(&checkpoint), &mut |_| {}, &mut |_| {}).unwrap();
+    assert!(!second.cancelled && second.resumed);
+    assert_eq!(first.bytes_read + second.bytes_read, total, "first {first}\nsecond {second}");
+    // A checkpoint of another volume is refused.
+    let other = Checkpoint { volume_id: checkpoint.volume_id ^ 1, ..checkpoint };
+    assert!(scrub(&mut volume, &scrub_options, &Control::new(), Some(&other), &mut |_| {}, &mut |_| {}).is_err());
+}
+
+#[test]
+fn the_queue_stays_deep_and_the_ablation_does_not() {
+    let (harness, options) = {
+        let configs = vec![zns(64, 1024).with_completion_delay(2, 6), zns(64, 1024).with_completion_delay(2, 6)];
+        (Harness::new(configs, vec![(0, 1), (1, 1)]), VolumeOptions { profile: Profile::Mirror, ..volume_options() })
+    };
+    let mut volume = harness.format(&options);
+    fill(&mut volume, 600, 32, 8);
+    let deep = run(&mut volume, &ScrubOptions { verify: false, ..ScrubOptions::default() });
+    let ablation = run(
+        &mut volume,
+        &ScrubOptions {
+            verify: false,
+            submit_and_wait: true,
+            max_request_bytes: Some(64 << 10),
+            ..ScrubOptions::default()
+        },
+    );
+    assert!(deep.mean_queue_depth > 16.0, "{deep}");
+    assert!(ablation.mean_queue_depth <= 1.01, "{ablation}");
+    assert!(ablation.mean_request_bytes <= 65536.0, "{ablation}");
+    assert_eq!(deep.bytes_read, ablation.bytes_read);
+}
+
+#[test]
+fn the_rate_limit_is_not_exceeded() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, 200, 32, 9);
+    let limit = 100.0;
+    let report = run(&mut volume, &ScrubOptions { rate_limit_mib_s: Some(limit), ..ScrubOptions::default() });
+    // Time on a shared machine only ever slows the scrub: the ceiling is
+    // the property.
+    assert!(report.rate_mib_s <= limit * 1.1, "{report}");
+    assert!(report.rate_mib_s >= limit * 0.5, "{report}");
+}
+
+/// Random corruption across both copies; the report must be exactly what
+/// the corruption predicts, and no good data may change.
+fn fault_pattern(seed: u64) {
+    let mut rng = Rng::new(seed);
+    let zoned = seed.is_multiple_of(2);
+    let (harness, options) = if zoned {
+        (
+            Harness::new(vec![zns(32, 512), zns(32, 512)], vec![(0, 1), (1, 1)]),
+            VolumeOptions { profile: Profile::Mirror, ..volume_options() },
+        )
+    } else {
+        (
+            Harness::single(conventional(16)),
+            VolumeOptions { profile: Profile::Dup, software_zone_bytes: Some(512 << 10), ..volume_options() },
+        )
+    };
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 12, 3, seed);
+    // Bad blocks per (extent, lane).
+    let mut bad: BTreeMap<(u64, usize), BTreeSet<u32>> = BTreeMap::new();
+    for _ in 0..rng.below(20) {
+        let id = *extents.keys().nth(rng.below(extents.len() as u64) as usize).unwrap();
+        let lane = rng.below(2) as usize;
+        let blocks = (extents[&id].len() / 4096) as u32;
+        let block = rng.below(u64::from(blocks)) as u32;
+        let lba = volume.lba(lane, volume.location(id, lane).unwrap()) + u64::from(block) * 8;
+        let sim = &harness.sims[if zoned { lane } else { 0 }];
+        if bad.entry((id, lane)).or_default().insert(block) {
+            sim.corrupt_at_rest(1, lba + rng.below(8), rng.below(4096));
+        }
+    }
+    let report =
+        run(&mut volume, &ScrubOptions { max_in_flight: 1 + rng.below(64) as usize, ..ScrubOptions::default() });
+    let mut expected_corrected = 0;
+    let mut expected_uncorrectable = BTreeSet::new();
+    for (&(id, lane), blocks) in &bad {
+        let other = bad.get(&(id, 1 - lane));
+        for &block in blocks {
+            if other.is_some_and(|o| o.contains(&block)) {
+                expected_uncorrectable.insert((id, lane, block));
+            } else {
+                expected_corrected += 1;
+            }
+        }
+    }
+    let total_bad: usize = bad.values().map(BTreeSet::len).sum();
+    assert_eq!(report.errors.checksum, total_bad as u64, "seed {seed}: {report}");
+    let found: BTreeSet<(u64, usize, u32)> =
+        report.uncorrectable.iter().flat_map(|u| u.blocks.iter().map(move |&b| (u.extent, u.lane, b))).collect();
+    // An extent with an uncorrectable block keeps all its blocks as they
+    // are: its correctable ones in that copy are not counted as corrected.
+    let held_back: u64 = bad
+        .iter()
+        .filter(|((id, lane), _)| found.iter().any(|&(e, l, _)| e == *id && l == *lane))
+        .map(|((id, lane), blocks)| {
+            let other = bad.get(&(*id, 1 - lane));
+            blocks.iter().filter(|b| !other.is_some_and(|o| o.contains(b))).count() as u64
+        })
+        .sum();
+    assert_eq!(found, expected_uncorrectable, "seed {seed}: {report}");
+    assert_eq!(report.corrected_blocks, expected_corrected - held_back, "seed {seed}: {report}");
+    // Good data is intact: every extent without an uncorrectable block
+    // reads back exactly.
+    for (&id, data) in &extents {
+        if found.iter().any(|&(e, _, _)| e == id) {
+            continue;
+        }
+        let mut back = vec![0u8; data.len()];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));
+        assert!(&back == data, "seed {seed}: extent {id}");
+    }
+    if found.is_empty() {
+        let again = run(&mut volume, &ScrubOptions::default());
+        assert_eq!(again.errors.total_blocks(), 0, "seed {seed}: second scrub {again}");
+    }
+}
+
+#[test]
+fn seeded_fault_patterns_give_exactly_the_expected_report() {
+    if let Some(seed) = std::env::var("SCRUB_SEED").ok().and_then(|s| s.parse().ok()) {
+        fault_pattern(seed);
+        return;
+    }
+    let seeds: u64 = std::env::var("SCRUB_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    for seed in 0..seeds {
+        fault_pattern(seed);
+    }
+}
