@@ -455,6 +455,12 @@ impl QueuePair {
         let mut free: Vec<u16> = Vec::with_capacity(slots);
         free.extend((0..slots as u16).rev());
         let (sq_doorbell, cq_doorbell) = Self::make_doorbells(transport, qid, doorbells);
+        // A queue ID is reused after its pair is dropped, and the shadow
+        // and EventIdx slots keep the old queue's values: a new queue
+        // starts at 0 on both sides, or the first EventIdx check compares
+        // against a stale index and the doorbell is never written.
+        sq_doorbell.clear_shadow();
+        cq_doorbell.clear_shadow();
         Ok(QueuePair {
             qid,
             depth,
