@@ -302,32 +302,37 @@ struct Suspect {
     read_failed: bool,
 }
 
-/// One completed read waiting for (or back from) verification.
+/// One completed read waiting for verification. The DMA buffer travels to
+/// the verifying thread, which copies it out (no reference into DMA
+/// memory is ever formed) and drops it, returning it to the pool.
 struct VerifyJob {
     seq: u64,
-    data: Vec<u8>,
+    buffer: IoBuffer,
     /// (piece offset in blocks, crcs) per piece.
     pieces: Vec<(u32, Vec<u32>)>,
 }
 
 struct VerifyResult {
     seq: u64,
-    data: Vec<u8>,
     /// Per piece, the mismatching block indices within the piece.
     bad: Vec<Vec<u32>>,
 }
 
-fn verify_job(job: VerifyJob) -> VerifyResult {
+/// Verifies one read, with `scratch` as the copy of its data.
+fn verify_job(job: VerifyJob, scratch: &mut Vec<u8>) -> VerifyResult {
+    scratch.resize(job.buffer.len(), 0);
+    job.buffer.buffer().copy_out(job.buffer.offset(), scratch);
+    drop(job.buffer);
     let bad = job
         .pieces
         .iter()
         .map(|(offset, crcs)| {
             let start = *offset as usize * BLOCK_SIZE;
-            let data = &job.data[start..start + crcs.len() * BLOCK_SIZE];
+            let data = &scratch[start..start + crcs.len() * BLOCK_SIZE];
             zoned_allocator::checksum::mismatches(data, crcs)
         })
         .collect();
-    VerifyResult { seq: job.seq, data: job.data, bad }
+    VerifyResult { seq: job.seq, bad }
 }
 
 /// Verification on worker threads (or inline).
@@ -335,6 +340,7 @@ struct Verifier {
     jobs: Option<mpsc::Sender<VerifyJob>>,
     results: mpsc::Receiver<VerifyResult>,
     inline: Option<mpsc::Sender<VerifyResult>>,
+    scratch: Vec<u8>,
     workers: Vec<std::thread::JoinHandle<()>>,
     outstanding: usize,
 }
@@ -343,7 +349,14 @@ impl Verifier {
     fn new(threads: usize) -> Self {
         let (result_tx, results) = mpsc::channel();
         if threads == 0 {
-            return Verifier { jobs: None, results, inline: Some(result_tx), workers: Vec::new(), outstanding: 0 };
+            return Verifier {
+                jobs: None,
+                results,
+                inline: Some(result_tx),
+                scratch: Vec::new(),
+                workers: Vec::new(),
+                outstanding: 0,
+            };
         }
         let (job_tx, job_rx) = mpsc::channel::<VerifyJob>();
         let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
@@ -351,19 +364,22 @@ impl Verifier {
             .map(|_| {
                 let job_rx = Arc::clone(&job_rx);
                 let result_tx = result_tx.clone();
-                std::thread::spawn(move || loop {
-                    let job = match job_rx.lock() {
-                        Ok(rx) => rx.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(job) = job else { return };
-                    if result_tx.send(verify_job(job)).is_err() {
-                        return;
+                std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
+                    loop {
+                        let job = match job_rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(job) = job else { return };
+                        if result_tx.send(verify_job(job, &mut scratch)).is_err() {
+                            return;
+                        }
                     }
                 })
             })
             .collect();
-        Verifier { jobs: Some(job_tx), results, inline: None, workers, outstanding: 0 }
+        Verifier { jobs: Some(job_tx), results, inline: None, scratch: Vec::new(), workers, outstanding: 0 }
     }
 
     fn submit(&mut self, job: VerifyJob) {
@@ -373,7 +389,7 @@ impl Verifier {
                 let _ = jobs.send(job);
             }
             (None, Some(inline)) => {
-                let _ = inline.send(verify_job(job));
+                let _ = inline.send(verify_job(job, &mut self.scratch));
             }
             (None, None) => unreachable!("a verifier has workers or runs inline"),
         }
@@ -646,11 +662,8 @@ impl Engine<'_> {
                     Ok(()) => {
                         let buffer = completion.buffer.expect("reads carry their buffer");
                         if self.options.verify {
-                            let mut data = vec![0u8; entry.read.bytes()];
-                            buffer.buffer().copy_out(0, &mut data);
-                            drop(buffer);
                             let pieces = entry.read.pieces.iter().map(|p| (p.offset_blocks, p.crcs.clone())).collect();
-                            self.verifier.submit(VerifyJob { seq, data, pieces });
+                            self.verifier.submit(VerifyJob { seq, buffer, pieces });
                         } else {
                             entry.done = true;
                         }
@@ -749,7 +762,6 @@ impl Engine<'_> {
                 });
             }
         }
-        drop(result.data);
         entry.done = true;
     }
 

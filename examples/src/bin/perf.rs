@@ -55,6 +55,9 @@ struct Args {
     /// Bytes of the namespace to use, from LBA 0 (default: all of it).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
+    /// Where the region starts, in bytes from LBA 0.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: u64,
     /// Use MMIO doorbells only, even when shadow doorbells are offered.
     #[arg(long)]
     no_shadow_doorbells: bool,
@@ -122,9 +125,13 @@ fn run(args: &Args) -> Result<(), String> {
             ns.max_transfer_bytes()
         ));
     }
+    let offset_blocks = args.offset / block;
+    if offset_blocks >= ns.capacity_blocks() {
+        return Err(format!("--offset {} is past the namespace's end", args.offset));
+    }
     let region_blocks = match args.size {
-        Some(bytes) => (bytes / block).min(ns.capacity_blocks()),
-        None => ns.capacity_blocks(),
+        Some(bytes) => (bytes / block).min(ns.capacity_blocks() - offset_blocks),
+        None => ns.capacity_blocks() - offset_blocks,
     };
     let io_blocks = args.bs / block;
     if region_blocks < io_blocks * u64::from(args.qpairs) {
@@ -199,14 +206,14 @@ fn worker(
     // Each thread works in its own slice for sequential jobs; random jobs
     // use the whole region.
     let slice_blocks = (region_blocks / u64::from(args.qpairs)) / io_blocks * io_blocks;
-    let slice_start = slice_blocks * u64::from(index);
+    let slice_start = args.offset / u64::from(ns.block_size()) + slice_blocks * u64::from(index);
     let random = matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw);
     let slots = region_blocks / io_blocks;
     let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(index) + 1) | 1);
     let mut next_sequential = 0u64;
     let mut next_request = |token: u64, buffer: IoBuffer| -> Result<(Request, bool), String> {
         let lba = if random {
-            (rng.next() % slots) * io_blocks
+            args.offset / u64::from(ns.block_size()) + (rng.next() % slots) * io_blocks
         } else {
             let lba = slice_start + next_sequential;
             next_sequential = (next_sequential + io_blocks) % slice_blocks.max(io_blocks);

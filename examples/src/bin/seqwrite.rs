@@ -271,6 +271,14 @@ fn run(args: &Args) -> Result<(), String> {
     if args.stream >= volume.streams() {
         return Err(format!("--stream {}: the volume has {} stream(s)", args.stream, volume.streams()));
     }
+    // Where the first data zone starts (after the metadata segments).
+    let data_offset_bytes = {
+        let table = volume.zone_table(0);
+        let first = (0..table.zone_count()).find(|&z| table.zone(z).usage != zoned_allocator::zones::ZoneUse::NotOwned);
+        let lba = volume.lba(0, zoned_allocator::Location { zone: first.unwrap_or(0), offset: 0 });
+        let first_device = volume.lane_device(0);
+        lba * u64::from(volume.devices_mut()[first_device].namespace().block_size())
+    };
     let namespace_bytes = {
         let first = volume.lane_device(0);
         let ns = volume.devices_mut()[first].namespace();
@@ -482,6 +490,7 @@ fn run(args: &Args) -> Result<(), String> {
             "crc32c": checksum::implementation().name(),
             "checksum_seconds_on_writer": if checksum_s.is_nan() { None } else { Some(checksum_s) },
             "volume_fill_percent": fill_volume,
+            "data_offset_bytes": data_offset_bytes,
             "namespace_fill_percent": fill_namespace,
             "volume": stats,
         });

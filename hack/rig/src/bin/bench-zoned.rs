@@ -13,6 +13,7 @@
 //! zones of their own). See BENCHMARKS.md.
 
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use vm_rig::{format_size, parse_size, Controller, Vm};
@@ -36,6 +37,13 @@ controllers and runs, one after the other:
                 --fallocate=none, 256k) writing BTRFS-FILL of the namespace
   btrfs-qdN     the same job at --iodepth N on a fresh file system
   raw-zbd       fio --zonemode=zbd on the block device, FILL of it
+  btrfs-scrub   btrfs scrub start -B on the btrfs-qdN file system
+  scrub         seqwrite puts as much data as btrfs held on our namespace
+                (QD8), then our scrub at QD64 with verification,
+  scrub-no-verify  without it (plan, merge, read, account),
+  scrub-ablation   at QD1 submit-and-wait with 64 KiB reads, no verification,
+  perf-read     perf reading the same LBAs, 512 KiB at QD64,
+  fio-read      fio on the kernel driver, 512 KiB sequential reads, QD32
 
 and prints MiB/s, flatness, the ratios, and writes the same as JSON
 (--json) and bandwidth over time as SVG (--plot).
@@ -57,6 +65,7 @@ const BTRFS_DEVICE: &str = "/dev/ctrl1n1";
 const RAW_DEVICE: &str = "/dev/ctrl2n1";
 const FIO: &str = "/usr/bin/fio";
 const MKFS: &str = "/usr/sbin/mkfs.btrfs";
+const BTRFS: &str = "/usr/bin/btrfs";
 
 struct Options {
     size: u64,
@@ -140,9 +149,17 @@ fn guest_script(options: &Options) -> String {
                  --iodepth={depth} --fallocate=none --write_bw_log=/tmp/{key} --log_avg_msec=1000 --size={btrfs} \
                  --name=seed --output-format=json > /tmp/{key}.json || {{ cat /tmp/{key}.json; exit 1; }}\n\
                  cd / && echo \"BENCH {key} $(tr -d '\\n' < /tmp/{key}.json)\"\n\
-                 sed 's/^/BWLOG {key} /' /tmp/{key}_bw.1.log\n\
-                 umount /mnt\n"
+                 sed 's/^/BWLOG {key} /' /tmp/{key}_bw.1.log\n"
             );
+            if depth != 1 {
+                script += &format!(
+                    "echo '== btrfs-scrub' >&2; sync; t0=$(cut -d' ' -f1 /proc/uptime)\n\
+                     {BTRFS} scrub start -B /mnt > /tmp/btrfs-scrub.txt 2>&1 || {{ cat /tmp/btrfs-scrub.txt; exit 1; }}\n\
+                     t1=$(cut -d' ' -f1 /proc/uptime)\n\
+                     sed 's/^/BTRFS-SCRUB /' /tmp/btrfs-scrub.txt; echo \"BTRFS-SCRUB-TIME $t0 $t1\"\n"
+                );
+            }
+            script += "umount /mnt\n";
         }
     }
     script += &format!(
@@ -152,12 +169,49 @@ fn guest_script(options: &Options) -> String {
          echo \"BENCH raw-zbd $(tr -d '\\n' < /tmp/raw.json)\"\n\
          sed 's/^/BWLOG raw-zbd /' /tmp/raw_bw.1.log\n"
     );
+    // Scrub: the same amount of data as btrfs holds, written by seqwrite at
+    // QD8; then our scrub with and without verification, the ablation, and
+    // perf reading the same LBAs; fio reads the raw device.
+    script += &format!(
+        "echo '== scrub-prep' >&2; seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size {btrfs} --iodepth 8 \
+         --checksum-threads 2 --json > /tmp/prep.json || exit 1\n\
+         offset=$(sed -n 's/.*\"data_offset_bytes\":\\([0-9]*\\).*/\\1/p' /tmp/prep.json)\n\
+         echo '== scrub' >&2; scrub --pci {OURS_PCI} --qd 64 --json > /tmp/scrub.json || exit 1\n\
+         echo \"BENCH scrub $(cat /tmp/scrub.json)\"\n\
+         echo '== scrub-no-verify' >&2; scrub --pci {OURS_PCI} --qd 64 --no-verify --json > /tmp/scrub-nv.json || exit 1\n\
+         echo \"BENCH scrub-no-verify $(cat /tmp/scrub-nv.json)\"\n\
+         echo '== scrub-ablation' >&2; scrub --pci {OURS_PCI} --no-verify --submit-and-wait --bs 64k --json \
+         > /tmp/scrub-ab.json || exit 1\n\
+         echo \"BENCH scrub-ablation $(cat /tmp/scrub-ab.json)\"\n\
+         echo '== perf-read' >&2; perf --pci {OURS_PCI} --rw read --bs 512k --qd 64 --time 10 --offset $offset \
+         --size {btrfs} --json > /tmp/perf.json || exit 1\n\
+         echo \"BENCH perf-read $(cat /tmp/perf.json)\"\n\
+         echo '== fio-read' >&2; {FIO} --filename={RAW_DEVICE} --direct=1 --rw=read --bs=512k --ioengine=io_uring \
+         --iodepth=32 --size={btrfs} --name=read --output-format=json > /tmp/fio-read.json || exit 1\n\
+         echo \"BENCH fio-read $(tr -d '\\n' < /tmp/fio-read.json)\"\n"
+    );
     let btrfs_log = if options.skip_btrfs { "" } else { " btrfs=/tmp/btrfs_bw.1.log" };
     script += &format!(
         "plot --title 'sequential 256 KiB writes, QD1, one ZNS namespace each' --out /tmp/chart.svg \
          ours=/tmp/ours_bw.1.log{btrfs_log} raw-zbd=/tmp/raw_bw.1.log && sed 's/^/SVG /' /tmp/chart.svg\n"
     );
     script
+}
+
+/// btrfs-progs' sizes: `2.80GiB`, `300.00MiB`, `4.00KiB`, `512B`.
+fn parse_btrfs_size(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "B" => 1u64,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    Some((number * scale as f64) as u64)
 }
 
 /// fio's write bandwidth in MiB/s from its JSON output.
@@ -201,6 +255,7 @@ fn main() -> ExitCode {
         .kernel_module("btrfs")
         .host_program(FIO)
         .host_program(MKFS)
+        .host_program(BTRFS)
         .timeout(Duration::from_secs(options.timeout_s))
         .on_line(move |line| {
             if let Some(step) = line.strip_prefix("== ") {
@@ -225,8 +280,21 @@ fn main() -> ExitCode {
     }
     let mut results = serde_json::Map::new();
     let mut svg = String::new();
+    let mut btrfs_scrub_lines: Vec<String> = Vec::new();
+    let mut btrfs_scrub_seconds = f64::NAN;
     let mut bw_logs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in outcome.output.lines() {
+        if let Some(rest) = line.strip_prefix("BTRFS-SCRUB-TIME ") {
+            let times: Vec<f64> = rest.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+            if let [t0, t1] = times[..] {
+                btrfs_scrub_seconds = t1 - t0;
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("BTRFS-SCRUB ") {
+            btrfs_scrub_lines.push(rest.trim().to_owned());
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("BWLOG ") {
             if let Some((key, entry)) = rest.split_once(' ') {
                 if let Some(kib_s) = entry.split(',').nth(1).and_then(|v| v.trim().parse::<f64>().ok()) {
@@ -251,6 +319,7 @@ fn main() -> ExitCode {
             svg.push('\n');
         }
     }
+    results.insert("btrfs-scrub".into(), json!({"output": btrfs_scrub_lines, "seconds": btrfs_scrub_seconds}));
     let ours = &results["ours"];
     let ours_mib_s = ours["mib_s"].as_f64().unwrap_or(f64::NAN);
     let mut rows: Vec<(String, f64, String)> = Vec::new();
@@ -295,6 +364,67 @@ fn main() -> ExitCode {
         let seconds = inline["seconds"].as_f64().unwrap_or(f64::NAN);
         let checksum = inline["checksum_seconds_on_writer"].as_f64().unwrap_or(f64::NAN);
         summary.insert("checksum_share_inline".into(), json!(checksum / seconds));
+    }
+    // Scrub.
+    let scrub_row = |key: &str| -> Option<(f64, String)> {
+        let r = &results.get(key)?["report"];
+        Some((
+            r["rate_mib_s"].as_f64()?,
+            format!(
+                "{:.0} MiB read, mean QD {:.1}, mean request {:.0} KiB, {} checksum errors",
+                r["bytes_read"].as_f64()? / f64::from(1 << 20),
+                r["mean_queue_depth"].as_f64()?,
+                r["mean_request_bytes"].as_f64()? / 1024.0,
+                r["errors"]["checksum"]
+            ),
+        ))
+    };
+    let mut scrub_rates = BTreeMap::new();
+    for key in ["scrub", "scrub-no-verify", "scrub-ablation"] {
+        if let Some((rate, notes)) = scrub_row(key) {
+            rows.push((key.to_owned(), rate, notes));
+            scrub_rates.insert(key, rate);
+        }
+    }
+    if let Some(perf) = results.get("perf-read") {
+        let rate = perf["mib_s"].as_f64().unwrap_or(f64::NAN);
+        rows.push(("perf-read".into(), rate, "512 KiB sequential reads, QD64, the same LBAs".into()));
+        scrub_rates.insert("perf-read", rate);
+    }
+    if let Some(fio) = results.get("fio-read") {
+        let rate = fio
+            .get("jobs")
+            .and_then(|j| j.get(0))
+            .and_then(|j| j["read"]["bw_bytes"].as_f64())
+            .map_or(f64::NAN, |b| b / f64::from(1 << 20));
+        rows.push(("fio-read".into(), rate, "kernel, io_uring 512 KiB sequential reads, QD32".into()));
+        scrub_rates.insert("fio-read", rate);
+    }
+    let total_line = btrfs_scrub_lines.iter().find(|l| l.starts_with("Total to scrub:"));
+    let btrfs_total = total_line.and_then(|l| parse_btrfs_size(l.trim_start_matches("Total to scrub:").trim()));
+    if let Some(total) = btrfs_total {
+        let rate = total as f64 / f64::from(1 << 20) / btrfs_scrub_seconds;
+        let reported = btrfs_scrub_lines.iter().find(|l| l.starts_with("Rate:")).cloned().unwrap_or_default();
+        rows.push((
+            "btrfs-scrub".into(),
+            rate,
+            format!(
+                "{:.0} MiB in {:.1} s (btrfs says {reported})",
+                total as f64 / f64::from(1 << 20),
+                btrfs_scrub_seconds
+            ),
+        ));
+        scrub_rates.insert("btrfs-scrub", rate);
+    }
+    for (name, over, under) in [
+        ("scrub_over_btrfs_scrub", "scrub", "btrfs-scrub"),
+        ("scrub_no_verify_over_perf_read", "scrub-no-verify", "perf-read"),
+        ("scrub_no_verify_over_fio_read", "scrub-no-verify", "fio-read"),
+        ("scrub_no_verify_over_ablation", "scrub-no-verify", "scrub-ablation"),
+    ] {
+        if let (Some(a), Some(b)) = (scrub_rates.get(over), scrub_rates.get(under)) {
+            summary.insert(name.into(), json!(a / b));
+        }
     }
     let ours_qd = format!("ours-qd{}", options.iodepth);
     if let (Some(ours), Some(btrfs)) = (results.get(&ours_qd), results.get(&btrfs_qd)) {

@@ -1,0 +1,267 @@
+//! scrub: reads every extent of a volume at high queue depth, verifies
+//! checksums and repairs bad copies from the other one, like `btrfs scrub
+//! start -B`, with a rate limit, resume, progress and `--json`.
+
+use clap::{Parser, ValueEnum};
+use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::size::parse_size;
+use nvme_examples::{device, logging};
+use nvme_scrub::{scrub, Checkpoint, Control, ScrubOptions};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProfileArg {
+    Single,
+    Dup,
+    Mirror,
+}
+
+/// Verify every block of a volume and repair bad copies from the other one.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Controller PCI address; two for a mirror across controllers.
+    /// Default: the first NVMe function bound to vfio-pci.
+    #[arg(long = "pci", value_name = "BDF")]
+    pci: Vec<String>,
+    /// Namespace ID per device.
+    #[arg(long = "ns", default_value = "1", value_delimiter = ',')]
+    ns: Vec<u32>,
+    /// Software zone size the volume was formatted with (conventional namespaces).
+    #[arg(long, value_parser = parse_size)]
+    software_zone: Option<u64>,
+    /// Reads in flight.
+    #[arg(long, default_value_t = 64)]
+    qd: usize,
+    /// Largest read (default: the namespace's largest transfer).
+    #[arg(long, value_parser = parse_size)]
+    bs: Option<u64>,
+    /// Rate limit in MiB/s.
+    #[arg(long, value_name = "MIB_S")]
+    limit: Option<f64>,
+    /// Detect and report, repair nothing.
+    #[arg(long)]
+    readonly: bool,
+    /// Plan, merge, read and account, but skip checksums (engine speed).
+    #[arg(long)]
+    no_verify: bool,
+    /// Threads verifying checksums; 0 verifies on the polling thread.
+    #[arg(long, default_value_t = 2)]
+    verify_threads: usize,
+    /// Ablation: one read at a time, each waited for (the regressed btrfs scrub).
+    #[arg(long)]
+    submit_and_wait: bool,
+    /// Scrub only this copy (0 or 1).
+    #[arg(long)]
+    copy: Option<usize>,
+    /// Keep the checkpoint in FILE; with --resume, continue from it.
+    #[arg(long, value_name = "FILE")]
+    state: Option<PathBuf>,
+    /// Continue from the checkpoint in --state.
+    #[arg(long, requires = "state")]
+    resume: bool,
+    /// Cancel after this many bytes (for tests of resume).
+    #[arg(long, value_parser = parse_size)]
+    cancel_after: Option<u64>,
+    /// crc32c implementation: auto (the faster one here, measured), hardware or table.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hardware", "table"])]
+    crc32c: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Run on the in-process simulator: a mirrored ZNS volume filled with
+    /// this much data (e.g. 1G), scrubbed at native speed.
+    #[arg(long, value_parser = parse_size, conflicts_with = "pci")]
+    sim: Option<u64>,
+    /// Profile of the simulated volume.
+    #[arg(long, value_enum, default_value = "mirror", requires = "sim")]
+    sim_profile: ProfileArg,
+}
+
+fn main() -> ExitCode {
+    logging::init("scrub");
+    let args = Args::parse();
+    match run(&args) {
+        Ok(clean) => {
+            if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }
+        Err(message) => {
+            eprintln!("scrub: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn device_options(args: &Args) -> DeviceOptions {
+    DeviceOptions {
+        queue_depth: (args.qd as u16).saturating_add(8).max(16),
+        buffers: args.qd as u32 + 8,
+        ..DeviceOptions::default()
+    }
+}
+
+/// A simulated mirrored (or dup) ZNS volume holding `bytes` of data.
+fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), String> {
+    let zone_lbas = (64u64 << 20) / 512;
+    let zones = (bytes * 21 / 20 / (64 << 20) + 8).max(16);
+    let namespace = NamespaceConfig::zoned(zones * zone_lbas, 512, zone_lbas, zone_lbas);
+    let mut config = SimConfig::empty().with_namespace(namespace.clone());
+    config.memory_limit_bytes = 2 * bytes + (1 << 30);
+    let profile = match args.sim_profile {
+        ProfileArg::Single => Profile::Single,
+        ProfileArg::Dup => Profile::Dup,
+        ProfileArg::Mirror => Profile::Mirror,
+    };
+    let controllers: Vec<Controller> = (0..profile.devices())
+        .map(|_| {
+            let transport: Arc<dyn Transport> = Simulator::new(config.clone());
+            Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("simulator: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let devices = controllers
+        .iter()
+        .map(|c| Device::open(c, 1, device_options(args)).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = VolumeOptions { profile, ..VolumeOptions::default() };
+    let mut volume = Volume::format(devices, &options).map_err(|e| format!("format: {e}"))?;
+    let chunk = 256 << 10;
+    let data: Vec<u8> = (0..chunk).map(|i| (i * 31 + i / 4096) as u8).collect();
+    let mut written = 0;
+    while written < bytes {
+        volume.submit_write(0, &data, written / chunk as u64).map_err(|e| format!("filling: {e}"))?;
+        volume.poll();
+        while let Some(done) = volume.next_done() {
+            done.result.map_err(|e| format!("filling: {e}"))?;
+        }
+        written += chunk as u64;
+    }
+    volume.commit().map_err(|e| format!("commit: {e}"))?;
+    Ok((controllers, volume))
+}
+
+fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
+    if let Some(bytes) = args.sim {
+        return sim_volume(args, bytes);
+    }
+    let options = ControllerOptions::default();
+    let controllers: Vec<Controller> = if args.pci.is_empty() {
+        vec![device::open_controller(None, options)?]
+    } else {
+        args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect::<Result<_, _>>()?
+    };
+    let mut devices = Vec::new();
+    let wanted = args.ns.len().max(controllers.len());
+    for index in 0..wanted {
+        let controller = &controllers[index.min(controllers.len() - 1)];
+        let nsid = *args.ns.get(index).or(args.ns.last()).unwrap_or(&1);
+        devices
+            .push(Device::open(controller, nsid, device_options(args)).map_err(|e| format!("namespace {nsid}: {e}"))?);
+    }
+    let options = VolumeOptions { software_zone_bytes: args.software_zone, ..VolumeOptions::default() };
+    let volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
+    Ok((controllers, volume))
+}
+
+fn run(args: &Args) -> Result<bool, String> {
+    if args.qd == 0 || args.qd > 1024 {
+        return Err(format!("--qd {}: expected 1..=1024", args.qd));
+    }
+    if args.crc32c != "auto" {
+        std::env::set_var("ZONED_CRC32C", &args.crc32c);
+    }
+    let (_controllers, mut volume) = open_volume(args)?;
+    let resume = if args.resume {
+        let path = args.state.as_ref().expect("clap requires --state");
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let checkpoint: Checkpoint =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a scrub checkpoint ({e})", path.display()))?;
+        Some(checkpoint)
+    } else {
+        None
+    };
+    let options = ScrubOptions {
+        max_in_flight: args.qd,
+        max_request_bytes: args.bs.map(|b| b as usize),
+        verify: !args.no_verify,
+        repair: !args.readonly,
+        rate_limit_mib_s: args.limit,
+        verify_threads: args.verify_threads,
+        submit_and_wait: args.submit_and_wait,
+        lanes: args.copy.map(|c| vec![c]),
+        ..ScrubOptions::default()
+    };
+    let control = Control::new();
+    let progress = std::io::stderr().is_terminal() && !args.json;
+    let started = Instant::now();
+    let mut save_error: Option<String> = None;
+    let report = scrub(
+        &mut volume,
+        &options,
+        &control,
+        resume.as_ref(),
+        &mut |p| {
+            if progress {
+                let percent = p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0;
+                eprint!(
+                    "\rscrub: copy {} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
+                    p.lane,
+                    percent,
+                    p.bytes_done as f64 / f64::from(1 << 20),
+                    p.bytes_total as f64 / f64::from(1 << 20),
+                    p.rate_mib_s,
+                    p.eta_s
+                );
+            }
+        },
+        &mut |checkpoint| {
+            if let Some(limit) = args.cancel_after {
+                if checkpoint.bytes_done >= limit {
+                    control.cancel();
+                }
+            }
+            if let Some(path) = &args.state {
+                let text = serde_json::to_string(checkpoint).expect("checkpoints serialize");
+                // Write then rename, so a crash never leaves half a file.
+                let temporary = path.with_extension("tmp");
+                if let Err(e) = std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, path)) {
+                    save_error.get_or_insert(format!("{}: {e}", path.display()));
+                }
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if progress {
+        eprintln!();
+    }
+    if let Some(e) = save_error {
+        return Err(format!("saving the checkpoint: {e}"));
+    }
+    let clean = report.uncorrectable.is_empty() && (report.errors.total_blocks() == 0 || !args.readonly);
+    if args.json {
+        let json = serde_json::json!({
+            "tool": "scrub",
+            "report": report,
+            "crc32c": checksum::implementation().name(),
+            "qd": args.qd,
+            "verify_threads": args.verify_threads,
+            "wall_seconds": started.elapsed().as_secs_f64(),
+            "sim": args.sim.is_some(),
+        });
+        println!("{json}");
+    } else {
+        println!("{report}");
+        println!("  crc32c: {}, {} verify thread(s)", checksum::implementation().name(), args.verify_threads);
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(clean)
+}
