@@ -1,5 +1,9 @@
 //! Emulated NVMe controllers, one namespace each, as QEMU 7.2's `nvme` and
 //! `nvme-ns` devices describe them (QEMU `hw/nvme/ctrl.c`, `hw/nvme/ns.c`).
+//!
+//! A controller's backing image can sit behind QEMU's `blkdebug` driver
+//! (QEMU `block/blkdebug.c`, `docs/devel/testing/blkdebug.rst`), which fails
+//! reads of chosen sectors: see [`Controller::read_errors`].
 
 use crate::size::{format_size, parse_size};
 use crate::Error;
@@ -50,7 +54,15 @@ pub struct Controller {
     /// secondary bus (`0000:01:00.0` for the first such controller).
     pub hotplug: bool,
     pub zoned: Option<Zoned>,
+    /// 512-byte sectors of the backing image whose reads fail; see
+    /// [`Controller::read_errors`]. Empty: no blkdebug layer.
+    pub read_error_sectors: Vec<u64>,
 }
+
+/// `errno` blkdebug fails a matching read with: EIO, which QEMU's NVMe
+/// controller completes as Unrecovered Read Error (SCT 2h / SC 81h,
+/// `nvme_aio_err` in `hw/nvme/ctrl.c`).
+const BLKDEBUG_EIO: u32 = 5;
 
 impl Controller {
     /// A conventional namespace of `size_bytes` with 512-byte blocks.
@@ -64,6 +76,7 @@ impl Controller {
             kernel: false,
             hotplug: false,
             zoned: None,
+            read_error_sectors: Vec::new(),
         }
     }
 
@@ -104,6 +117,21 @@ impl Controller {
     /// See [`Controller::hotplug`](Controller#structfield.hotplug).
     pub fn hotplug(mut self) -> Self {
         self.hotplug = true;
+        self
+    }
+    /// Puts the backing image behind QEMU's `blkdebug` driver with one rule
+    /// per sector: every read of the image that covers byte `sector * 512`
+    /// fails with EIO, for as long as QEMU runs (the rules do not fire
+    /// once and stop, and a write to the sector does not clear them).
+    /// Writes, flushes and discards pass through. Sectors are 512 bytes
+    /// whatever the namespace's block size, counted from the start of the
+    /// image (the namespace's byte offset / 512).
+    ///
+    /// Each rule is `event=read_aio` (the raw format driver announces every
+    /// guest data read to its `file` child, here blkdebug) with
+    /// `iotype=read`, so only reads are failed.
+    pub fn read_errors(mut self, sectors: impl IntoIterator<Item = u64>) -> Self {
+        self.read_error_sectors.extend(sectors);
         self
     }
     fn zoned_mut(&mut self) -> &mut Zoned {
@@ -185,6 +213,10 @@ impl Controller {
         if self.size_bytes == 0 || !self.size_bytes.is_multiple_of(u64::from(self.lba_bytes)) {
             return fail(format!("size {} is not a non-zero multiple of the block size", self.size_bytes));
         }
+        let sectors = self.size_bytes / 512;
+        if let Some(bad) = self.read_error_sectors.iter().find(|&&s| s >= sectors) {
+            return fail(format!("read error at sector {bad}: the image has {sectors} sectors"));
+        }
         if let Some(zoned) = &self.zoned {
             if zoned.zone_size_bytes == 0 {
                 return fail("a ZNS controller needs zone=SIZE".into());
@@ -253,13 +285,29 @@ impl Controller {
         }
         args.extend([
             "-drive".into(),
-            format!("file={image},if=none,id=drive{index},format=raw,discard={discard}"),
+            self.drive_arg(index, image, discard),
             "-device".into(),
             ctrl,
             "-device".into(),
             ns,
         ]);
         args
+    }
+
+    /// The `-drive` value: the raw image, or the image behind blkdebug
+    /// (`format=raw` over `file.driver=blkdebug` over the image file) with
+    /// one `inject-error` rule per sector of [`Controller::read_errors`].
+    fn drive_arg(&self, index: usize, image: &str, discard: &str) -> String {
+        let common = format!("if=none,id=drive{index},format=raw,discard={discard}");
+        if self.read_error_sectors.is_empty() {
+            return format!("file={image},{common}");
+        }
+        let mut arg = format!("{common},file.driver=blkdebug,file.image.driver=file,file.image.filename={image}");
+        for (rule, sector) in self.read_error_sectors.iter().enumerate() {
+            let key = format!("file.inject-error.{rule}");
+            arg += &format!(",{key}.event=read_aio,{key}.iotype=read,{key}.errno={BLKDEBUG_EIO},{key}.sector={sector}");
+        }
+        arg
     }
 }
 
@@ -309,6 +357,37 @@ mod tests {
         assert!(args.contains("-device pcie-root-port,id=rp0,bus=pcie.0,addr=0x10,chassis=1,slot=1"), "{args}");
         assert!(args.contains("nvme,id=nvme0,serial=rig0,bus=rp0 "), "{args}");
         assert!(!args.contains("bus=pcie.0,addr=0x10,mdts"), "{args}");
+    }
+
+    #[test]
+    fn plain_drives_name_the_image_directly() {
+        let args = Controller::nvme(1 << 30).discard(Discard::Unmap).qemu_args(2, "/tmp/x.img", 0x12);
+        let drive = &args[args.iter().position(|a| a == "-drive").unwrap() + 1];
+        assert_eq!(drive, "file=/tmp/x.img,if=none,id=drive2,format=raw,discard=unmap");
+    }
+
+    #[test]
+    fn read_errors_put_the_image_behind_blkdebug() {
+        let c = Controller::zns(512 << 20, 32 << 20).read_errors([131_072, 140_000]);
+        let args = c.qemu_args(0, "/tmp/x.img", 0x10);
+        let drive = &args[args.iter().position(|a| a == "-drive").unwrap() + 1];
+        assert_eq!(
+            drive,
+            "if=none,id=drive0,format=raw,discard=ignore,\
+             file.driver=blkdebug,file.image.driver=file,file.image.filename=/tmp/x.img,\
+             file.inject-error.0.event=read_aio,file.inject-error.0.iotype=read,\
+             file.inject-error.0.errno=5,file.inject-error.0.sector=131072,\
+             file.inject-error.1.event=read_aio,file.inject-error.1.iotype=read,\
+             file.inject-error.1.errno=5,file.inject-error.1.sector=140000"
+        );
+        // The namespace still names the drive.
+        assert!(args.iter().any(|a| a.starts_with("nvme-ns,drive=drive0,bus=nvme0,")), "{args:?}");
+    }
+
+    #[test]
+    fn read_errors_must_fall_inside_the_image() {
+        assert!(Controller::nvme(1 << 20).read_errors([2047]).validate().is_ok());
+        assert!(Controller::nvme(1 << 20).read_errors([2048]).validate().is_err());
     }
 
     #[test]
