@@ -896,9 +896,19 @@ fn resolve_suspects(
         } else {
             volume.repair_in_place(id, lane, &good)?;
         }
-        // Confirm.
-        volume.read_copy(id, lane, &mut copy)?;
-        if checksum_mismatches(volume, id, &copy).is_empty() {
+        // Confirm. A copy the rewrite did not heal (a sector that still
+        // fails to read: a drive that could not remap it) is reported
+        // uncorrectable and the scrub goes on, so the other suspects are
+        // still repaired and committed.
+        let healed = match volume.read_copy(id, lane, &mut copy) {
+            Ok(()) => checksum_mismatches(volume, id, &copy).is_empty(),
+            Err(zoned_allocator::Error::Command { error, .. }) => {
+                log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if healed {
             report.corrected_blocks += suspect.bad_blocks.len() as u64;
         } else {
             report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: suspect.bad_blocks });
