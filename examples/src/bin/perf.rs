@@ -55,6 +55,10 @@ struct Args {
     /// Bytes of the namespace to use, from LBA 0 (default: all of it).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
+    /// Stop after this many bytes per queue pair (fio's io_size), or at
+    /// --time, whichever comes first: one pass over a region.
+    #[arg(long, value_parser = parse_size)]
+    io_bytes: Option<u64>,
     /// Where the region starts, in bytes from LBA 0.
     #[arg(long, default_value = "0", value_parser = parse_size)]
     offset: u64,
@@ -246,6 +250,8 @@ fn worker(
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.time);
     let mut stopping = false;
+    let io_limit = args.io_bytes.unwrap_or(u64::MAX);
+    let mut submitted_bytes = (qd as u64) * args.bs;
     let mut in_flight = qd;
     let mut polls: u32 = 0;
     while in_flight > 0 {
@@ -277,10 +283,11 @@ fn worker(
                 result.bytes += args.bs;
             }
             let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
-            if stopping {
+            if stopping || submitted_bytes >= io_limit {
                 in_flight -= 1;
                 continue;
             }
+            submitted_bytes += args.bs;
             let (request, read) = next_request(token as u64, buffer)?;
             is_read[token] = read;
             submitted_at[token] = now;
