@@ -512,10 +512,10 @@ step rescrub-b scrub $B --json
     let owners: std::collections::BTreeSet<u64> = damaged.iter().map(|d| d.stamp().0).collect();
     assert_eq!(owners.len() as u64, ONE_COPY_BAD_EXTENTS, "{damaged:?}");
 
-    // Cancelled, then resumed by a new process: nothing read twice. At
-    // full depth the engine checkpoints (and so cancels) only every 4 x 64
-    // MiB, here where the first copy ends; one read at a time it
-    // checkpoints at 64 MiB, inside the first copy.
+    // Cancelled, then resumed by a new process: nothing read twice. The
+    // engine checkpoints (and so cancels) at 64 MiB; at full depth the
+    // reads in flight then finish, so the cancelled run reads a little
+    // more; one read at a time it stops within a read of 64 MiB.
     for (pause, resume, paused_at) in
         [("pause-a", "resume-a", 64 * MIB..total), ("pause-mid-a", "resume-mid-a", 64 * MIB..65 * MIB)]
     {
