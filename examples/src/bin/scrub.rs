@@ -75,6 +75,9 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
     /// Run on the in-process simulator: a mirrored ZNS volume filled with
     /// this much data (e.g. 1G), scrubbed at native speed.
     #[arg(long, value_parser = parse_size, conflicts_with = "pci")]
@@ -201,7 +204,7 @@ fn run(args: &Args) -> Result<bool, String> {
         ..ScrubOptions::default()
     };
     let control = Control::new();
-    let progress = std::io::stderr().is_terminal() && !args.json;
+    let progress = std::io::stderr().is_terminal() && !args.json && !args.no_progress;
     let started = Instant::now();
     let mut save_error: Option<String> = None;
     let report = scrub(

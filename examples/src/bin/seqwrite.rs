@@ -105,6 +105,9 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// No progress bar, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
     /// Run on the in-process simulator instead of a device.
     #[arg(long, conflicts_with = "pci")]
     sim: bool,
@@ -313,7 +316,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     drop(ready_tx);
 
-    let progress = std::io::stderr().is_terminal() && !args.json;
+    let progress = std::io::stderr().is_terminal() && !args.json && !args.no_progress;
     let interval_length = Duration::from_millis(args.log_interval);
     let runtime = args.runtime.map(Duration::from_secs_f64);
     let mut latency = Histogram::new();
@@ -543,6 +546,7 @@ fn run(args: &Args) -> Result<(), String> {
             checksum::implementation().name(),
             args.checksum_threads
         );
+        println!("  layout: data zones from byte {data_offset_bytes} of the first namespace");
         if args.verify {
             println!("  verify: every extent read back and matched its checksums");
         }

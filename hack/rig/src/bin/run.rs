@@ -1,0 +1,146 @@
+//! `hack/run`: the main job, in one VM. A conventional controller and a
+//! ZNS controller, both owned by our driver; a mirrored volume across them;
+//! seqwrite over most of it; bytes of one copy flipped from the host while
+//! the guest runs; scrub finding and repairing them; a second scrub clean.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vm_rig::{Controller, Vm};
+
+const USAGE: &str = "\
+usage: hack/run [--timeout SECONDS]
+
+Boots one VM (QEMU TCG) with a 1 GiB conventional NVMe controller and a
+2 GiB ZNS controller (64 MiB zones), both driven by our userspace driver,
+and shows the stack end to end:
+
+  1. identify both controllers (one line each)
+  2. seqwrite: a mirrored volume across the two, 80% filled with 256 KiB
+     writes, checksummed
+  3. the host flips bytes in eight blocks of the conventional copy
+  4. scrub: finds the bad blocks, repairs them from the ZNS copy
+  5. scrub --readonly: clean
+
+Options:
+  --timeout SECONDS   hard limit on the VM (default 300)
+  -h, --help          this text";
+
+const CONVENTIONAL: &str = "0000:00:10.0";
+const ZONED: &str = "0000:00:11.0";
+/// Blocks flipped, 1 MiB apart, from the start of the first data zone.
+const FLIPS: u64 = 8;
+
+fn guest_script() -> String {
+    format!(
+        "set -e\n\
+         echo '== identify'\n\
+         identify --pci {CONVENTIONAL} | sed -n 1p\n\
+         identify --pci {ZONED} | sed -n 1p\n\
+         echo '== seqwrite: a mirror across the two, 80% of it, 256 KiB writes at QD8'\n\
+         seqwrite --pci {CONVENTIONAL} --pci {ZONED} --profile mirror --format --yes --bs 256k --size 80% \
+         --iodepth 8 --checksum-threads 2 --no-progress | tee /tmp/seqwrite.txt\n\
+         offset=$(sed -n 's/.*data zones from byte \\([0-9]*\\).*/\\1/p' /tmp/seqwrite.txt)\n\
+         echo '== corruption: the host flips bytes in {FLIPS} blocks of the conventional copy'\n\
+         echo \"rig-run: corrupt $offset\"\n\
+         i=0\n\
+         while scrub --pci {CONVENTIONAL} --pci {ZONED} --readonly --copy 0 --json > /tmp/check.json 2>/dev/null; do\n\
+             i=$((i + 1)); [ $i -lt 30 ] || {{ echo 'the corruption never showed'; exit 1; }}; sleep 1\n\
+         done\n\
+         echo '== scrub: verify both copies, repair from the good one'\n\
+         scrub --pci {CONVENTIONAL} --pci {ZONED} --no-progress\n\
+         echo '== scrub again, read-only'\n\
+         scrub --pci {CONVENTIONAL} --pci {ZONED} --readonly --no-progress\n"
+    )
+}
+
+/// Flips one byte in each of `FLIPS` blocks of `image`, 1 MiB apart from
+/// `offset`.
+fn corrupt(image: &PathBuf, offset: u64) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().read(true).write(true).open(image)?;
+    for k in 0..FLIPS {
+        let at = offset + k * (1 << 20) + 100;
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at))?;
+        file.read_exact(&mut byte)?;
+        byte[0] ^= 0xFF;
+        file.seek(SeekFrom::Start(at))?;
+        file.write_all(&byte)?;
+    }
+    file.sync_all()
+}
+
+fn main() -> ExitCode {
+    let mut timeout = 300u64;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            "--timeout" => match args.next().and_then(|v| v.parse().ok()) {
+                Some(seconds) => timeout = seconds,
+                None => {
+                    eprintln!("hack/run: --timeout needs a number of seconds");
+                    return ExitCode::from(2);
+                }
+            },
+            other => {
+                eprintln!("hack/run: unknown option {other}\n\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let images = std::env::temp_dir().join(format!("hack-run-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&images) {
+        eprintln!("hack/run: {}: {e}", images.display());
+        return ExitCode::from(2);
+    }
+    let image = images.join("nvme0.img");
+    let corrupted: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let observer = Arc::clone(&corrupted);
+    let started = Instant::now();
+    let vm = Vm::new()
+        .controller(Controller::nvme(1 << 30))
+        .controller(Controller::zns(2 << 30, 64 << 20))
+        .images(&images)
+        .mem(2 << 30)
+        .stream(true)
+        .timeout(Duration::from_secs(timeout))
+        .on_line(move |line| {
+            let Some(offset) = line.trim().strip_prefix("rig-run: corrupt ") else { return };
+            let result = offset
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| format!("offset {offset:?}: {e}"))
+                .and_then(|offset| corrupt(&image, offset).map_err(|e| e.to_string()).map(|()| offset));
+            let message = match result {
+                Ok(offset) => format!("host: flipped a byte in {FLIPS} blocks of nvme0.img from byte {offset}"),
+                Err(e) => format!("host: corrupting failed: {e}"),
+            };
+            eprintln!("{message}");
+            if let Ok(mut slot) = observer.lock() {
+                *slot = Some(message);
+            }
+        });
+    let outcome = vm.run(&["sh", "-c", &guest_script()]);
+    let _ = std::fs::remove_dir_all(&images);
+    match outcome {
+        Ok(outcome) if outcome.status == 0 => {
+            eprintln!("\nhack/run: done in {:.0} s", started.elapsed().as_secs_f64());
+            ExitCode::SUCCESS
+        }
+        Ok(outcome) => {
+            eprintln!("hack/run: the guest exited {}", outcome.status);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("hack/run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
