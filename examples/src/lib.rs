@@ -4,5 +4,6 @@ pub mod conformance;
 pub mod device;
 pub mod histogram;
 pub mod logging;
+pub mod profile;
 pub mod size;
 pub mod svg;

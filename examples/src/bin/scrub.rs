@@ -2,9 +2,10 @@
 //! checksums and repairs bad copies from the other one, like `btrfs scrub
 //! start -B`, with a rate limit, resume, progress and `--json`.
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::profile::ProfileArg;
 use nvme_examples::size::parse_size;
 use nvme_examples::{device, logging};
 use nvme_scrub::{scrub, Checkpoint, Control, ScrubOptions};
@@ -14,13 +15,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOptions};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum ProfileArg {
-    Single,
-    Dup,
-    Mirror,
-}
 
 /// Verify every block of a volume and repair bad copies from the other one.
 #[derive(Parser, Debug)]
@@ -120,11 +114,7 @@ fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), Stri
     let namespace = NamespaceConfig::zoned(zones * zone_lbas, 512, zone_lbas, zone_lbas);
     let mut config = SimConfig::empty().with_namespace(namespace.clone());
     config.memory_limit_bytes = 2 * bytes + (1 << 30);
-    let profile = match args.sim_profile {
-        ProfileArg::Single => Profile::Single,
-        ProfileArg::Dup => Profile::Dup,
-        ProfileArg::Mirror => Profile::Mirror,
-    };
+    let profile = Profile::from(args.sim_profile);
     let controllers: Vec<Controller> = (0..profile.devices())
         .map(|_| {
             let transport: Arc<dyn Transport> = Simulator::new(config.clone());

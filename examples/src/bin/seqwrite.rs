@@ -3,10 +3,11 @@
 //! flatness figure and an SVG plot. It owns the namespace(s): a volume is
 //! created when none is found, and `--format` recreates it.
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use nvme_examples::histogram::Histogram;
+use nvme_examples::profile::ProfileArg;
 use nvme_examples::size::parse_size;
 use nvme_examples::svg::{line_chart, Series};
 use nvme_examples::{device, logging};
@@ -18,13 +19,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zoned_allocator::{checksum, Device, DeviceOptions, Error, Profile, Volume, VolumeOptions, WriteMode, BLOCK_SIZE};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum ProfileArg {
-    Single,
-    Dup,
-    Mirror,
-}
 
 /// Sequential writes through the zoned allocator (fio --rw=write style).
 /// WARNING: the tool owns the namespaces it is given and overwrites them.
@@ -222,11 +216,7 @@ fn run(args: &Args) -> Result<(), String> {
         std::env::set_var("ZONED_CRC32C", &args.crc32c);
     }
     let controllers = controllers(args)?;
-    let profile = match args.profile {
-        ProfileArg::Single => Profile::Single,
-        ProfileArg::Dup => Profile::Dup,
-        ProfileArg::Mirror => Profile::Mirror,
-    };
+    let profile = Profile::from(args.profile);
     let options = VolumeOptions {
         profile,
         streams: args.streams,
