@@ -62,6 +62,9 @@ pub struct Device {
     pub(crate) zones: Vec<ZoneGeometry>,
     /// The zone size in LBAs (hardware or software).
     pub(crate) zone_size_lbas: u64,
+    /// The controller's reset generation when the volume last knew its
+    /// writes durable (open, or the last commit).
+    pub(crate) durable_generation: u64,
 }
 
 impl Device {
@@ -82,6 +85,7 @@ impl Device {
         let append_max_bytes = ns.zones().map_or(0, |z| z.zone_append_max_bytes as usize / BLOCK_SIZE * BLOCK_SIZE);
         let pair = controller.create_queue_pair(options.queue_depth)?;
         let pool = DmaPool::new(controller.transport(), max_transfer, options.buffers.max(4))?;
+        let durable_generation = pair.reset_generation();
         Ok(Device {
             lbas_per_block: (BLOCK_SIZE / block_size) as u64,
             ns,
@@ -94,7 +98,14 @@ impl Device {
             append_max_bytes,
             zones: Vec::new(),
             zone_size_lbas: 0,
+            durable_generation,
         })
+    }
+
+    /// Whether the controller was reset since the volume last knew its
+    /// writes durable.
+    pub(crate) fn reset_since_durable(&self) -> bool {
+        self.pair.reset_generation() != self.durable_generation
     }
 
     /// The namespace.

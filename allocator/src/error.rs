@@ -31,6 +31,11 @@ pub enum Error {
     Uncorrectable { extent: ExtentId, owner: u64, blocks: Vec<u32> },
     /// A wait exceeded its bound.
     Timeout { what: &'static str },
+    /// A controller of the volume was reset since the last commit: writes
+    /// completed since then may not have survived it, so the volume stops
+    /// accepting work. Reopen it ([`crate::Volume::open`]) to continue from
+    /// the committed state.
+    ControllerReset { device: usize },
 }
 
 impl fmt::Display for Error {
@@ -48,6 +53,11 @@ impl fmt::Display for Error {
                 write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")
             }
             Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
+            Error::ControllerReset { device } => write!(
+                f,
+                "the controller of device {device} was reset since the last commit; reopen the volume to continue \
+                 from the committed state"
+            ),
         }
     }
 }

@@ -672,14 +672,16 @@ impl Volume {
             let capacity = u64::from(self.devices[0].zones[zone as usize].capacity_blocks);
             let expected = expected_left.min(capacity);
             expected_left -= expected;
+            // In LBAs: a power cut can leave the write pointer inside a
+            // 4 KiB block, and the next record must start at a block.
             let lpb = self.devices[0].lbas_per_block;
-            let written = match d.state {
+            let written_lbas = match d.state {
                 ZoneState::Empty => 0,
-                ZoneState::Full => capacity,
-                state if zone_has_write_pointer(state) => (d.wp - d.zslba) / lpb,
+                ZoneState::Full => capacity * lpb,
+                state if zone_has_write_pointer(state) => d.wp - d.zslba,
                 _ => u64::MAX,
             };
-            if written != expected {
+            if written_lbas != expected * lpb {
                 rotate = true;
             }
         }
@@ -829,6 +831,7 @@ impl Volume {
     }
 
     fn submit_write_inner(&mut self, stream: u8, data: &[u8], owner: u64, crcs: Option<Vec<u32>>) -> Result<ExtentId> {
+        self.check_resets()?;
         if stream >= self.superblock.streams {
             return Err(Error::InvalidArgument(format!(
                 "stream {stream}: the volume has {} stream(s)",
@@ -977,6 +980,16 @@ impl Volume {
             self.retiring.push((lane, zone));
         }
         Ok((placement.zone, placement.offset))
+    }
+
+    /// Refuses work once a controller was reset since the last commit: its
+    /// volatile cache, and with it writes this volume counts on, may be
+    /// gone, and the zone state on the device may no longer match ours.
+    fn check_resets(&self) -> Result<()> {
+        match self.devices.iter().position(Device::reset_since_durable) {
+            Some(device) => Err(Error::ControllerReset { device }),
+            None => Ok(()),
+        }
     }
 
     /// Whether opening one more zone for `slot` on `device` would pass its
@@ -1253,6 +1266,7 @@ impl Volume {
     /// checkpoint when the segment is full) and flushes it. Then resets
     /// zones with nothing live.
     pub fn commit(&mut self) -> Result<CommitInfo> {
+        self.check_resets()?;
         self.wait_idle()?;
         let mut info = CommitInfo { seq: self.log.seq, ..CommitInfo::default() };
         if !self.ops.is_empty() {
@@ -1260,6 +1274,9 @@ impl Volume {
             for device in &mut self.devices {
                 device.flush()?;
             }
+            // A reset before the flush finished may have dropped writes it
+            // was to make durable: journal nothing then.
+            self.check_resets()?;
             let payload = journal::encode_ops(&self.ops);
             let record =
                 journal::encode_record(Kind::Delta, self.volume_id, self.log.generation, self.log.seq + 1, &payload);
@@ -1276,7 +1293,12 @@ impl Volume {
                 self.log.seq += 1;
             }
             self.devices[0].flush()?;
+            // The same for the record itself.
+            self.check_resets()?;
             self.close_meta_zone()?;
+            for device in &mut self.devices {
+                device.durable_generation = device.pair.reset_generation();
+            }
             info.ops = self.ops.len();
             info.seq = self.log.seq;
             self.ops.clear();
@@ -1416,6 +1438,7 @@ impl Volume {
     /// fewest live blocks, below [`VolumeOptions::reclaim_max_valid_ratio`]).
     /// When the zone is empty the moves are committed and it is reset.
     pub fn reclaim_step(&mut self, max_blocks: u64) -> Result<ReclaimProgress> {
+        self.check_resets()?;
         self.wait_idle()?;
         let (lane, zone) = match self.reclaim {
             Some(victim) => victim,

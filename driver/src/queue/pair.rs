@@ -500,6 +500,15 @@ impl QueuePair {
         )
     }
 
+    /// The controller's reset generation: it changes whenever the
+    /// controller is reset. Writes that completed but were not yet flushed
+    /// before a reset may be lost (a reset need not preserve a volatile
+    /// write cache), so owners that track durability compare it before
+    /// and after their flush.
+    pub fn reset_generation(&self) -> u64 {
+        self.epoch.generation()
+    }
+
     pub(crate) fn sq_iova(&self) -> u64 {
         self.sq.iova()
     }
