@@ -31,6 +31,7 @@ pub enum Implementation {
 }
 
 impl Implementation {
+    /// A human-readable name, for reports and benchmark output.
     pub fn name(self) -> &'static str {
         match self {
             Implementation::Hardware => "hardware (SSE4.2 crc32)",

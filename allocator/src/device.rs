@@ -129,6 +129,9 @@ impl Device {
         &self.pool
     }
 
+    /// The largest single transfer, in bytes: the namespace's limit (MDTS)
+    /// rounded down to whole 4 KiB blocks and capped at 1 MiB. The size of
+    /// each pool buffer.
     pub fn max_transfer_bytes(&self) -> usize {
         self.max_transfer_bytes
     }

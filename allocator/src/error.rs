@@ -11,7 +11,12 @@ pub enum Error {
     Driver(nvme_driver::Error),
     /// A command failed: an error status from the device, a timeout, a
     /// controller reset or the device gone.
-    Command { what: &'static str, error: IoError },
+    Command {
+        /// The operation that failed, in words ("zone append", "flush").
+        what: &'static str,
+        /// How it failed, as the driver reported it.
+        error: IoError,
+    },
     /// The devices do not fit the requested volume (too small, limits too
     /// tight for the streams asked for, an LBA size that does not divide
     /// 4 KiB, ...). Nothing was written.
@@ -28,14 +33,27 @@ pub enum Error {
     /// The metadata on disk contradicts itself or the device.
     Corrupt(String),
     /// Every copy of these blocks failed its checksum or could not be read.
-    Uncorrectable { extent: ExtentId, owner: u64, blocks: Vec<u32> },
+    Uncorrectable {
+        /// The extent the blocks belong to.
+        extent: ExtentId,
+        /// The extent's owner, as given to [`crate::Volume::submit_write`].
+        owner: u64,
+        /// Indexes of the bad 4 KiB blocks within the extent.
+        blocks: Vec<u32>,
+    },
     /// A wait exceeded its bound.
-    Timeout { what: &'static str },
+    Timeout {
+        /// What was waited for, in words ("a free DMA buffer").
+        what: &'static str,
+    },
     /// A controller of the volume was reset since the last commit: writes
     /// completed since then may not have survived it, so the volume stops
     /// accepting work. Reopen it ([`crate::Volume::open`]) to continue from
     /// the committed state.
-    ControllerReset { device: usize },
+    ControllerReset {
+        /// Index of the device, in the list given at format or open.
+        device: usize,
+    },
 }
 
 impl fmt::Display for Error {

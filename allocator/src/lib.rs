@@ -65,6 +65,7 @@
 //! volume.read(extent, &mut back).unwrap();
 //! assert_eq!(back, data);
 //! ```
+#![deny(missing_docs)]
 
 pub mod checksum;
 pub mod device;
@@ -90,7 +91,10 @@ pub type ExtentId = u64;
 /// it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Location {
+    /// The zone's index on its lane's namespace (software zones count from
+    /// the start of a conventional namespace).
     pub zone: u32,
+    /// The first 4 KiB block of the copy, counted from the zone start.
     pub offset: u32,
 }
 

@@ -49,6 +49,7 @@ pub struct VolumeOptions {
     /// Retire a zone once less than this is left in it (format only);
     /// 0 retires only when the next extent does not fit.
     pub finish_threshold_bytes: u64,
+    /// How data reaches a zoned namespace (ignored on conventional ones).
     pub write_mode: WriteMode,
     /// Reclaim zones with at most this fraction live.
     pub reclaim_max_valid_ratio: f64,
@@ -75,6 +76,7 @@ impl Default for VolumeOptions {
 /// The outcome of an asynchronous write.
 #[derive(Debug)]
 pub struct WriteDone {
+    /// The extent the write created (as [`Volume::submit_write`] returned).
     pub id: ExtentId,
     /// `Ok`: the extent is readable and will be journaled at the next
     /// commit.
@@ -84,7 +86,9 @@ pub struct WriteDone {
 /// A block whose copy failed its checksum or could not be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct BadBlock {
+    /// The extent holding the block.
     pub extent: ExtentId,
+    /// The copy (lane) that was bad; the other lanes may hold good data.
     pub lane: u8,
     /// Block index within the extent.
     pub block: u32,
@@ -120,40 +124,78 @@ pub enum ReclaimProgress {
     /// No zone is below the live ratio.
     Idle,
     /// Some blocks moved; the zone still holds live data.
-    InProgress { lane: u8, zone: u32, moved_blocks: u64 },
+    InProgress {
+        /// The lane (copy) being reclaimed.
+        lane: u8,
+        /// The zone being emptied.
+        zone: u32,
+        /// 4 KiB blocks relocated by this step.
+        moved_blocks: u64,
+    },
     /// The zone was emptied, the moves committed and the zone reset.
-    Reclaimed { lane: u8, zone: u32, moved_blocks: u64 },
+    Reclaimed {
+        /// The lane (copy) reclaimed.
+        lane: u8,
+        /// The zone reset.
+        zone: u32,
+        /// 4 KiB blocks relocated by this step.
+        moved_blocks: u64,
+    },
 }
 
 /// Counters and gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct VolumeStats {
+    /// Bytes the volume can hold ([`Volume::capacity_bytes`]).
     pub capacity_bytes: u64,
+    /// Bytes of live data in one copy.
     pub valid_bytes: u64,
+    /// Live extents.
     pub extents: u64,
+    /// Empty zones, summed over the lanes.
     pub empty_zones: u64,
+    /// Zones on the volume's namespaces, summed over the lanes (metadata and
+    /// other lanes' zones included).
     pub zones: u64,
+    /// Writes submitted since open (one per extent, whatever the copies).
     pub writes: u64,
+    /// Bytes of those writes, counted once per extent.
     pub write_bytes: u64,
+    /// Commits that journaled something.
     pub commits: u64,
+    /// Checkpoints written (metadata segment rotations).
     pub checkpoints: u64,
+    /// Zones finished on the device (Zone Management Send, action Finish
+    /// Zone, ZNS Command Set 1.1 §3.4.3), freeing an active resource.
     pub zones_finished: u64,
+    /// Zones reset because nothing in them was live.
     pub zones_reset: u64,
+    /// Bytes moved by reclaim and repair relocations.
     pub relocated_bytes: u64,
+    /// Copy commands issued by relocation (NVM Command Set 1.0 §3.2.2).
     pub copy_commands: u64,
+    /// Blocks repaired by reads from another copy.
     pub repaired_blocks: u64,
+    /// Time spent computing crc32c on the write path, in nanoseconds (zero
+    /// when callers pass their own checksums).
     pub checksum_ns: u64,
 }
 
 /// One copy of an extent, as [`Volume::extents_from`] yields it.
 #[derive(Clone, Copy, Debug)]
 pub struct ExtentRef<'a> {
+    /// The extent.
     pub id: ExtentId,
+    /// Its owner, as given to [`Volume::submit_write`].
     pub owner: u64,
+    /// Where this copy lives on its lane.
     pub location: Location,
     /// First LBA on the lane's namespace.
     pub lba: u64,
+    /// Length, in 4 KiB blocks.
     pub blocks: u32,
+    /// The crc32c of each 4 KiB block, in order (the extent map's checksums,
+    /// to verify reads against).
     pub crcs: &'a [u32],
 }
 
@@ -1247,6 +1289,8 @@ impl Volume {
         &self.bad_blocks
     }
 
+    /// Takes the blocks found bad so far, leaving the list empty (so a
+    /// caller such as the scrub report counts each once).
     pub fn take_bad_blocks(&mut self) -> Vec<BadBlock> {
         std::mem::take(&mut self.bad_blocks)
     }
@@ -1661,6 +1705,7 @@ impl Volume {
         self.lanes[0].table.valid_blocks()
     }
 
+    /// Copies and namespaces, as chosen at format.
     pub fn profile(&self) -> Profile {
         self.superblock.profile
     }
@@ -1675,10 +1720,13 @@ impl Volume {
         self.lanes[lane].device
     }
 
+    /// The volume's devices, in the order given at format or open; for tools
+    /// that need the namespace or its queue pair (say, to inject faults).
     pub fn devices_mut(&mut self) -> &mut [Device] {
         &mut self.devices
     }
 
+    /// Write streams (lifetime classes), as chosen at format.
     pub fn streams(&self) -> u8 {
         self.superblock.streams
     }
@@ -1708,6 +1756,8 @@ impl Volume {
         self.ops.len()
     }
 
+    /// The counters, with the gauges (capacity, live bytes, extents, empty
+    /// zones) computed now.
     pub fn stats(&self) -> VolumeStats {
         let mut stats = self.stats;
         stats.capacity_bytes = self.capacity_bytes();

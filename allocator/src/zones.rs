@@ -54,12 +54,14 @@ pub struct ZoneEntry {
     pub inflight: u32,
     /// The zone counts against the device's active-zone limit.
     pub active: bool,
+    /// Where the zone is in its life (empty, open, full, or not this lane's).
     pub usage: ZoneUse,
 }
 
 /// Where an allocation went, and what placement retired to make room.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
+    /// The zone the blocks were placed in.
     pub zone: u32,
     /// First block, from the zone start.
     pub offset: u32,
@@ -72,7 +74,10 @@ pub struct Placement {
 /// A zone placement stopped using.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retired {
+    /// The retired zone.
     pub zone: u32,
+    /// Blocks of its capacity that will never be written (finish the zone on
+    /// the device when nonzero).
     pub unused_blocks: u32,
 }
 
@@ -132,14 +137,17 @@ impl ZoneTable {
         self.finish_threshold = blocks;
     }
 
+    /// The accounting of zone `zone`. Panics if `zone` is out of range.
     pub fn zone(&self, zone: u32) -> &ZoneEntry {
         &self.zones[zone as usize]
     }
 
+    /// Zones on the namespace, this lane's or not.
     pub fn zone_count(&self) -> u32 {
         self.zones.len() as u32
     }
 
+    /// Empty zones this lane could open, the reclaim reserve included.
     pub fn empty_zones(&self) -> usize {
         self.empty.len()
     }
