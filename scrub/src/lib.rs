@@ -37,6 +37,47 @@
 //! - Report ([`Report`]): bytes read and verified, errors by kind,
 //!   corrected and uncorrectable blocks, duration, mean queue depth and
 //!   mean request size (the iostat view), as text or JSON.
+//!
+//! # Example
+//!
+//! A volume mirrored across two simulated ZNS controllers: one bit of the
+//! first copy rots at rest, the scrub finds it by its checksum and repairs
+//! it from the second copy (relocating it, as a zone cannot be rewritten
+//! in place).
+//!
+//! ```
+//! use nvme_driver::sim::{SimConfig, Simulator};
+//! use nvme_driver::{Controller, ControllerOptions};
+//! use nvme_scrub::{scrub, Control, ScrubOptions};
+//! use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions};
+//!
+//! // Two controllers, each with a 64 MiB ZNS namespace of 1 MiB zones
+//! // (512-byte LBAs).
+//! let sims = [0, 1].map(|_| Simulator::new(SimConfig::zoned(131072, 512, 2048, 2048)));
+//! let mut devices = Vec::new();
+//! for sim in &sims {
+//!     let controller = Controller::init(sim.clone(), ControllerOptions::default()).unwrap();
+//!     devices.push(Device::open(&controller, 1, DeviceOptions::default()).unwrap());
+//! }
+//! let options = VolumeOptions { profile: Profile::Mirror, ..VolumeOptions::default() };
+//! let mut volume = Volume::format(devices, &options).unwrap();
+//! let extent = volume.write(0, &vec![0x5Au8; 64 * 1024], 7).unwrap();
+//! volume.commit().unwrap();
+//!
+//! // Flip bit 3 of the extent's first block in copy 0, behind the driver.
+//! let location = volume.location(extent, 0).unwrap();
+//! sims[0].corrupt_at_rest(1, volume.lba(0, location), 3);
+//!
+//! let report = scrub(&mut volume, &ScrubOptions::default(), &Control::new(), None, &mut |_| {}, &mut |_| {})
+//!     .unwrap();
+//! assert_eq!(report.bytes_read, 2 * 64 * 1024); // both copies
+//! assert_eq!(report.errors.checksum, 1);
+//! assert_eq!(report.corrected_blocks, 1);
+//! assert!(report.uncorrectable.is_empty());
+//! println!("{report}");
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod plan;
 
@@ -63,7 +104,10 @@ pub enum Error {
     /// An argument is out of range.
     InvalidArgument(String),
     /// The device stopped answering within the bound.
-    Timeout { what: &'static str },
+    Timeout {
+        /// What was waited for, in words ("scrub reads").
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -85,6 +129,7 @@ impl From<zoned_allocator::Error> for Error {
     }
 }
 
+/// The scrub's result type, with [`Error`] by default.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How to scrub.
@@ -139,6 +184,7 @@ const CANCEL: u8 = 2;
 pub struct Control(Arc<AtomicU8>);
 
 impl Control {
+    /// A control in the running state; clone it to hand to another thread.
     pub fn new() -> Self {
         Control::default()
     }
@@ -146,6 +192,8 @@ impl Control {
     pub fn pause(&self) {
         let _ = self.0.compare_exchange(RUN, PAUSE, Ordering::AcqRel, Ordering::Acquire);
     }
+    /// Lets a paused scrub submit again; does nothing unless paused (a
+    /// cancelled scrub stays cancelled).
     pub fn resume(&self) {
         let _ = self.0.compare_exchange(PAUSE, RUN, Ordering::AcqRel, Ordering::Acquire);
     }
@@ -164,11 +212,16 @@ impl Control {
 /// verified; lanes before it are done.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
+    /// The volume scrubbed ([`Volume::id`]); [`scrub`] refuses a checkpoint of
+    /// another volume.
     pub volume_id: u64,
+    /// The copy (lane) being scrubbed at this point.
     pub lane: usize,
     /// The extent to start from, and blocks of it already done.
     pub zone: u32,
+    /// The 4 KiB block offset of that extent in `zone`.
     pub offset: u32,
+    /// Blocks at the start of that extent already read and verified.
     pub skip_blocks: u32,
     /// Bytes read before this point, over the whole scrub.
     pub bytes_done: u64,
@@ -179,18 +232,29 @@ pub struct Checkpoint {
 /// Progress, as the scrub goes.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Progress {
+    /// The copy (lane) being scrubbed now.
     pub lane: usize,
+    /// Bytes read so far, over the whole scrub (a resumed scrub counts from
+    /// its checkpoint).
     pub bytes_done: u64,
+    /// Bytes the whole scrub reads: live bytes times the copies scrubbed.
     pub bytes_total: u64,
+    /// Read bandwidth so far, in MiB/s, pauses excluded.
     pub rate_mib_s: f64,
+    /// Estimated time to finish at that rate, in seconds (infinite before the
+    /// first completion).
     pub eta_s: f64,
 }
 
 /// A block with no good copy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Uncorrectable {
+    /// The extent the blocks belong to.
     pub extent: ExtentId,
+    /// The extent's owner, as given to [`Volume::submit_write`].
     pub owner: u64,
+    /// The copy (lane) that was scrubbed when the blocks were found; no lane
+    /// had a good copy.
     pub lane: usize,
     /// Block indices within the extent.
     pub blocks: Vec<u32>,
@@ -211,6 +275,7 @@ pub struct ErrorCounts {
 }
 
 impl ErrorCounts {
+    /// Bad blocks of every kind: checksum mismatches plus unreadable blocks.
     pub fn total_blocks(&self) -> u64 {
         self.checksum + self.media.values().sum::<u64>() + self.command.values().sum::<u64>()
     }
@@ -219,23 +284,38 @@ impl ErrorCounts {
 /// What a scrub did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
+    /// Bytes the scrub set out to read: live bytes times the copies scrubbed.
     pub bytes_total: u64,
+    /// Bytes read by the scrub's own reads (not counting repair I/O).
     pub bytes_read: u64,
+    /// Bytes read whose checksums were checked (0 with `verify: false`).
     pub bytes_verified: u64,
+    /// Read commands completed, merged reads counted once.
     pub reads: u64,
+    /// Bad blocks found, by kind.
     pub errors: ErrorCounts,
+    /// Blocks rewritten from a good copy and confirmed by a re-read.
     pub corrected_blocks: u64,
+    /// Blocks with no good copy, by extent; nothing was changed for them.
     pub uncorrectable: Vec<Uncorrectable>,
+    /// Wall time of the whole scrub, pauses and the final commit included,
+    /// in seconds.
     pub duration_s: f64,
+    /// `bytes_read` over the running time (pauses excluded), in MiB/s.
     pub rate_mib_s: f64,
     /// Time-weighted reads in flight while running.
     pub mean_queue_depth: f64,
+    /// `bytes_read` over `reads`, in bytes: how well the plan merged extents.
     pub mean_request_bytes: f64,
     /// Index walks of the allocator (one per plan refill).
     pub plan_lookups: u64,
+    /// The scrub was cancelled through [`Control::cancel`] before the end.
     pub cancelled: bool,
+    /// The scrub started from a [`Checkpoint`].
     pub resumed: bool,
+    /// Checksums were verified ([`ScrubOptions::verify`]).
     pub verify: bool,
+    /// Bad copies were repaired ([`ScrubOptions::repair`]).
     pub repair: bool,
 }
 

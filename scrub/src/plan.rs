@@ -13,13 +13,16 @@ use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
 /// One extent's share of a read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
+    /// The extent.
     pub id: ExtentId,
+    /// Its owner, as given to [`Volume::submit_write`], for reports.
     pub owner: u64,
     /// Where the piece starts within the read, in blocks.
     pub offset_blocks: u32,
     /// Where the piece starts within its extent (an extent longer than
     /// one request is split), in blocks.
     pub extent_block: u32,
+    /// Length of the piece, in 4 KiB blocks.
     pub blocks: u32,
     /// One checksum per block of the piece.
     pub crcs: Vec<u32>,
@@ -28,14 +31,20 @@ pub struct Piece {
 /// One read command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Read {
+    /// The copy (lane) read.
     pub lane: usize,
+    /// Where the read starts: a zone and a 4 KiB block offset in it.
     pub start: Location,
+    /// The first LBA on the lane's namespace (the command's SLBA).
     pub lba: u64,
+    /// Length, in 4 KiB blocks; never crosses a zone.
     pub blocks: u32,
+    /// The extents the read covers, in order, with their checksums.
     pub pieces: Vec<Piece>,
 }
 
 impl Read {
+    /// Length, in bytes.
     pub fn bytes(&self) -> usize {
         self.blocks as usize * BLOCK_SIZE
     }
@@ -56,6 +65,7 @@ pub struct Planner {
     skip: u32,
     max_blocks: u32,
     done: bool,
+    /// Walks of the allocator's extent index so far (one per refill).
     pub lookups: u64,
 }
 
@@ -67,6 +77,7 @@ impl Planner {
         Planner { lane, next: from, skip, max_blocks, done: false, lookups: 0 }
     }
 
+    /// Every extent of the lane has been planned.
     pub fn is_done(&self) -> bool {
         self.done
     }
