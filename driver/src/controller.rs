@@ -64,28 +64,38 @@ impl Default for ControllerOptions {
 /// A zoned namespace's geometry and limits.
 #[derive(Clone, Debug, Serialize)]
 pub struct ZonedInfo {
+    /// Zone size, in logical blocks (ZSZE of the LBA format in use); the zone
+    /// capacity may be smaller, per zone.
     pub zone_size_blocks: u64,
     /// Max open zones, `None` if unlimited.
     pub max_open_zones: Option<u32>,
     /// Max active zones, `None` if unlimited.
     pub max_active_zones: Option<u32>,
+    /// The Identify Namespace data for the Zoned Namespace Command Set (CNS
+    /// 05h, CSI 02h), as read.
     pub identify: IdentifyNamespaceZns,
 }
 
 /// An active namespace as Identify describes it.
 #[derive(Clone, Debug, Serialize)]
 pub struct NamespaceInfo {
+    /// Namespace ID.
     pub nsid: u32,
     /// Command Set Identifier (0 NVM, 2 Zoned).
     pub csi: u8,
+    /// Logical block size, in bytes (LBADS of the LBA format in use).
     pub block_size: u32,
     /// NSZE: the namespace size in logical blocks.
     pub capacity_blocks: u64,
+    /// The Identify Namespace data (CNS 00h), as read.
     pub identify: IdentifyNamespace,
+    /// Zone geometry and limits; `None` for a namespace that is not zoned.
     pub zoned: Option<ZonedInfo>,
 }
 
 impl NamespaceInfo {
+    /// The namespace size, in bytes (NSZE times the block size); `u128` so no
+    /// namespace size overflows.
     pub fn capacity_bytes(&self) -> u128 {
         u128::from(self.capacity_blocks) * u128::from(self.block_size)
     }
@@ -481,6 +491,7 @@ pub struct AsyncEvent {
     pub information: u8,
     /// The log page that clears the event (DW0 bits 23:16).
     pub log_page: u8,
+    /// The event, decoded where the driver knows it.
     pub kind: AsyncEventKind,
 }
 
@@ -490,7 +501,11 @@ pub enum AsyncEventKind {
     /// SMART / Health status (type 1h): information 00h reliability, 01h
     /// temperature threshold, 02h spare below threshold. The critical
     /// warning comes from the SMART / Health log, read to re-arm the event.
-    Smart { critical_warning: crate::spec::log::CriticalWarning },
+    Smart {
+        /// Critical Warning (byte 0 of the SMART / Health Information log,
+        /// NVMe Base 2.0 §5.16.1.3).
+        critical_warning: crate::spec::log::CriticalWarning,
+    },
     /// Zone Descriptor Changed notice (type 2h, information EFh; NVMe ZNS
     /// 1.1 §5.5): report zones again. The driver reads each zoned
     /// namespace's Changed Zone List log (BFh) to re-arm it.
@@ -897,14 +912,18 @@ impl Controller {
         self.shared.admin().shadow.is_some()
     }
 
+    /// The transport (register and DMA mapping seam) the controller runs on;
+    /// DMA pools for I/O buffers are made from it.
     pub fn transport(&self) -> &Arc<dyn Transport> {
         &self.shared.transport
     }
 
+    /// CAP, the Controller Capabilities register, as read at bring-up.
     pub fn cap(&self) -> Cap {
         self.shared.cap
     }
 
+    /// VS, the Version register (NVMe Base 2.0 §3.1.3.2).
     pub fn version(&self) -> Vs {
         self.vs
     }
@@ -914,6 +933,7 @@ impl Controller {
         self.css
     }
 
+    /// The Identify Controller data (CNS 01h), as read at bring-up.
     pub fn identify(&self) -> &IdentifyController {
         &self.identify
     }
@@ -928,6 +948,7 @@ impl Controller {
         self.identify_zns.as_ref()
     }
 
+    /// The active namespaces found at bring-up, by NSID order.
     pub fn namespaces(&self) -> &[NamespaceInfo] {
         &self.namespaces
     }

@@ -13,7 +13,12 @@ use crossbeam_queue::ArrayQueue;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+/// The memory page size the driver assumes (CC.MPS = 0, 4 KiB; NVMe Base
+/// 2.0 §3.1.3.5): PRP entries and queue memory are aligned to it.
 pub const PAGE_SIZE: usize = 4096;
+/// A 2 MiB huge page. Regions of at least this size are backed by huge
+/// pages when the system has free ones, so the IOMMU maps fewer, larger
+/// pages.
 pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 
 /// Plain data that any bit pattern makes valid, so it can be read from
@@ -32,14 +37,18 @@ pub trait DmaMemory {
     /// Start, length and I/O virtual address.
     fn raw_parts(&self) -> (NonNull<u8>, usize, u64);
 
+    /// The I/O virtual address of the start: what the device is given in
+    /// PRP entries and queue base addresses.
     fn iova(&self) -> u64 {
         self.raw_parts().2
     }
 
+    /// Length, in bytes.
     fn len(&self) -> usize {
         self.raw_parts().1
     }
 
+    /// Whether the length is zero.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -165,6 +174,8 @@ impl DmaRegion {
         }
     }
 
+    /// Whether the region is backed by 2 MiB huge pages (small regions, or
+    /// any when no huge page is free, use 4 KiB pages).
     pub fn is_hugepage_backed(&self) -> bool {
         self.hugepages
     }
@@ -245,14 +256,18 @@ impl DmaPool {
         Some(DmaBuffer { pool: Arc::clone(&self.inner), index })
     }
 
+    /// Bytes in each buffer.
     pub fn buffer_len(&self) -> usize {
         self.inner.buffer_len
     }
 
+    /// Buffers free right now (a snapshot: other threads may take or return
+    /// buffers meanwhile).
     pub fn available(&self) -> usize {
         self.inner.free.len()
     }
 
+    /// Whether the pool's region is backed by 2 MiB huge pages.
     pub fn is_hugepage_backed(&self) -> bool {
         self.inner.region.is_hugepage_backed()
     }

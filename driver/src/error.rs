@@ -9,23 +9,56 @@ use std::io;
 #[derive(Debug)]
 pub enum Error {
     /// No PCI function at this address.
-    NoSuchDevice { bdf: String },
+    NoSuchDevice {
+        /// The PCI address asked for.
+        bdf: String,
+    },
     /// The function exists but is not an NVMe controller (class 0x010802).
-    NotNvme { bdf: String, class: u32 },
+    NotNvme {
+        /// The PCI address.
+        bdf: String,
+        /// Its 24-bit PCI class code.
+        class: u32,
+    },
     /// The function is not bound to vfio-pci, so userspace cannot own it.
-    NotBoundToVfio { bdf: String, driver: Option<String> },
+    NotBoundToVfio {
+        /// The PCI address.
+        bdf: String,
+        /// The driver it is bound to, if any.
+        driver: Option<String>,
+    },
     /// No NVMe function is bound to vfio-pci on this machine.
     NoVfioDevice,
     /// The IOMMU group holds other devices that are not bound to vfio-pci.
-    GroupNotViable { bdf: String, group: u32 },
+    GroupNotViable {
+        /// The PCI address.
+        bdf: String,
+        /// Its IOMMU group number.
+        group: u32,
+    },
     /// A VFIO ioctl failed.
-    Vfio { context: String, source: vfio_ioctls::VfioError },
+    Vfio {
+        /// What the driver was doing.
+        context: String,
+        /// The ioctl's error.
+        source: vfio_ioctls::VfioError,
+    },
     /// A system call or file operation failed.
-    Io { context: String, source: io::Error },
+    Io {
+        /// What the driver was doing (often with the path).
+        context: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
     /// DMA memory could not be allocated or mapped.
     Dma(String),
     /// The controller did not reach a state within its bound.
-    Timeout { what: &'static str, waited_ms: u64 },
+    Timeout {
+        /// What was waited for, in words.
+        what: &'static str,
+        /// How long the driver waited, in milliseconds.
+        waited_ms: u64,
+    },
     /// CSTS.CFS: the controller reported a fatal error.
     ControllerFatal,
     /// BAR reads return all ones: the device is gone.
@@ -36,11 +69,25 @@ pub enum Error {
     ControllerFailed,
     /// A command sent with a blocking helper did not succeed for a reason
     /// other than a device status: a timeout, an abort, a reset or removal.
-    NotCompleted { opcode: u8, admin: bool, error: IoError },
+    NotCompleted {
+        /// The command's opcode (OPC).
+        opcode: u8,
+        /// Whether it was an admin command (else an I/O command).
+        admin: bool,
+        /// Why it did not complete.
+        error: IoError,
+    },
     /// The controller lacks something this driver needs.
     Unsupported(String),
     /// A command completed with an error status.
-    Command { opcode: u8, admin: bool, status: Status },
+    Command {
+        /// The command's opcode (OPC).
+        opcode: u8,
+        /// Whether it was an admin command (else an I/O command).
+        admin: bool,
+        /// The status the controller returned.
+        status: Status,
+    },
     /// Device-provided data could not be decoded.
     Parse(ParseError),
     /// The submission queue is full.
@@ -55,30 +102,81 @@ pub enum Error {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RequestError {
     /// The blocks lie (partly) past the namespace's end.
-    LbaOutOfRange { slba: u64, blocks: u64, capacity_blocks: u64 },
+    LbaOutOfRange {
+        /// First LBA of the request.
+        slba: u64,
+        /// Logical blocks requested.
+        blocks: u64,
+        /// The namespace size, in logical blocks (NSZE).
+        capacity_blocks: u64,
+    },
     /// More bytes than one command may move (MDTS, ZASL or the PRP limit).
-    TooLarge { bytes: u64, max_bytes: u64 },
+    TooLarge {
+        /// Bytes requested.
+        bytes: u64,
+        /// The largest transfer allowed, in bytes.
+        max_bytes: u64,
+    },
     /// A transfer of zero blocks.
     Empty,
     /// The buffer length is not a whole number of blocks.
-    NotBlockMultiple { bytes: u64, block_size: u32 },
+    NotBlockMultiple {
+        /// The buffer's length, in bytes.
+        bytes: u64,
+        /// The logical block size, in bytes.
+        block_size: u32,
+    },
     /// The buffer is not dword aligned, as PRP entries require.
-    Misaligned { iova: u64 },
+    Misaligned {
+        /// The I/O virtual address of the buffer.
+        iova: u64,
+    },
     /// The buffer is smaller than the transfer.
-    BufferTooSmall { needed: u64, got: u64 },
+    BufferTooSmall {
+        /// Bytes the transfer needs.
+        needed: u64,
+        /// Bytes the buffer has.
+        got: u64,
+    },
     /// A zone command on a namespace without zones.
-    NotZoned { nsid: u32 },
+    NotZoned {
+        /// The namespace.
+        nsid: u32,
+    },
     /// A zone operation on an LBA that does not start a zone.
-    NotZoneStart { slba: u64, zone_size_blocks: u64 },
+    NotZoneStart {
+        /// The LBA given.
+        slba: u64,
+        /// The zone size, in logical blocks.
+        zone_size_blocks: u64,
+    },
     /// The blocks cross a zone boundary.
-    CrossesZone { slba: u64, blocks: u64 },
+    CrossesZone {
+        /// First LBA of the request.
+        slba: u64,
+        /// Logical blocks requested.
+        blocks: u64,
+    },
     /// The controller does not offer the command (ONCS).
-    Unsupported { command: &'static str },
+    Unsupported {
+        /// The command's name.
+        command: &'static str,
+    },
     /// Too many ranges for one command.
-    TooManyRanges { count: usize, max: usize },
+    TooManyRanges {
+        /// Ranges given.
+        count: usize,
+        /// Ranges the controller allows per command.
+        max: usize,
+    },
     /// A range (or all ranges together) longer than the controller allows
     /// (DMRSL/DMSL for deallocate, MSSRL/MCL for Copy).
-    RangeTooLong { blocks: u64, max_blocks: u64 },
+    RangeTooLong {
+        /// Logical blocks in the range (or in all of them).
+        blocks: u64,
+        /// The controller's limit, in logical blocks.
+        max_blocks: u64,
+    },
 }
 
 impl fmt::Display for RequestError {
@@ -279,4 +377,5 @@ pub(crate) fn io_context(context: impl Into<String>) -> impl FnOnce(io::Error) -
     move |source| Error::Io { context, source }
 }
 
+/// The driver's result type, with [`Error`] by default.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -47,6 +47,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod cmd;
 pub mod controller;
 pub mod dma;

@@ -30,6 +30,7 @@ pub struct LoopbackTransport {
 }
 
 impl LoopbackTransport {
+    /// A loopback transport with every doorbell at zero and no mappings.
     pub fn new() -> Arc<Self> {
         Arc::new(LoopbackTransport {
             doorbells: std::array::from_fn(|_| AtomicU32::new(0)),

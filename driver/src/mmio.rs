@@ -33,10 +33,12 @@ impl Mmio {
         Mmio { base: base.cast(), len }
     }
 
+    /// Length of the window, in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the window is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -51,12 +53,18 @@ impl Mmio {
         unsafe { self.base.as_ptr().byte_add(offset) }
     }
 
+    /// Reads the 32-bit register at byte `offset` with one volatile load.
+    /// Panics if `offset` is unaligned or outside the window.
     pub fn read32(&self, offset: usize) -> u32 {
         // SAFETY: `register` bounds-checks; the mapping is live (`new`'s
         // contract) and volatile keeps the access exactly as written.
         unsafe { self.register(offset).read_volatile() }
     }
 
+    /// Writes the 32-bit register at byte `offset` with one volatile store.
+    /// Panics if `offset` is unaligned or outside the window. Orders nothing
+    /// against other memory: fence first if the device must see earlier
+    /// writes.
     pub fn write32(&self, offset: usize, value: u32) {
         // SAFETY: as in `read32`.
         unsafe { self.register(offset).write_volatile(value) }

@@ -22,10 +22,14 @@ use std::sync::Arc;
 /// Zone geometry and limits of a zoned namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ZoneGeometry {
+    /// Zone size, in logical blocks (ZSZE).
     pub zone_size_blocks: u64,
+    /// Zones in the namespace: NSZE over the zone size.
     pub zone_count: u64,
     /// `None`: no limit.
     pub max_open_zones: Option<u32>,
+    /// Most zones that may be open or closed at once (MAR + 1); `None`: no
+    /// limit.
     pub max_active_zones: Option<u32>,
     /// Largest Zone Append, in bytes (ZASL, capped by the transfer limit).
     pub zone_append_max_bytes: u64,
@@ -36,11 +40,18 @@ pub struct ZoneGeometry {
 /// namespace data). A limit the device does not report is the command's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct RangeLimits {
+    /// Ranges per Dataset Management command (DMRL; at most 256).
     pub dsm_ranges: usize,
+    /// Logical blocks per Dataset Management range (DMRSL).
     pub dsm_range_blocks: u64,
+    /// Logical blocks per Dataset Management command, over all its ranges
+    /// (DMSL).
     pub dsm_total_blocks: u64,
+    /// Source ranges per Copy command (MSRC + 1).
     pub copy_ranges: usize,
+    /// Logical blocks per Copy source range (MSSRL).
     pub copy_range_blocks: u64,
+    /// Logical blocks per Copy command, over all its ranges (MCL).
     pub copy_total_blocks: u64,
 }
 
@@ -152,6 +163,7 @@ impl Namespace {
         self
     }
 
+    /// The Dataset Management and Copy limits requests are checked against.
     pub fn range_limits(&self) -> &RangeLimits {
         &self.limits
     }
@@ -200,14 +212,17 @@ impl Namespace {
         self.zero_state()?.set_strategy(strategy)
     }
 
+    /// Namespace ID, as commands carry it (NSID).
     pub fn nsid(&self) -> u32 {
         self.nsid
     }
 
+    /// Logical block size, in bytes: the unit of every `slba` and `blocks`.
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
 
+    /// The namespace size, in logical blocks (NSZE).
     pub fn capacity_blocks(&self) -> u64 {
         self.capacity_blocks
     }
@@ -217,10 +232,13 @@ impl Namespace {
         self.max_transfer_bytes
     }
 
+    /// Zone geometry; `None` for a namespace that is not zoned.
     pub fn zones(&self) -> Option<&ZoneGeometry> {
         self.zones.as_ref()
     }
 
+    /// Whether the controller supports every optional command in `commands`
+    /// (ONCS of Identify Controller, NVMe Base 2.0 §5.17.2.1).
     pub fn supports(&self, commands: Oncs) -> bool {
         self.oncs.contains(commands)
     }

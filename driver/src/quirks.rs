@@ -86,6 +86,7 @@ pub struct QuirkEntry {
     /// Matches when Identify Controller FR starts with this, both trimmed
     /// of spaces; `None` matches any firmware.
     pub firmware_prefix: Option<&'static str>,
+    /// The quirks the row turns on.
     pub quirks: Quirks,
     /// Where the row comes from, precise enough to check.
     pub source: &'static str,
@@ -358,9 +359,13 @@ pub fn effective(vendor: u16, device: u16, model: &str, firmware: &str, override
 /// `add` and `remove` never share a flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct QuirkOverride {
+    /// PCI vendor ID the override applies to.
     pub vendor: u16,
+    /// PCI device ID the override applies to.
     pub device: u16,
+    /// Quirks turned on.
     pub add: Quirks,
+    /// Quirks turned off.
     pub remove: Quirks,
 }
 
@@ -376,15 +381,32 @@ impl QuirkOverride {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QuirkParseError {
     /// Not three `:`-separated fields.
-    WrongFieldCount { found: usize },
+    WrongFieldCount {
+        /// Fields found.
+        found: usize,
+    },
     /// A field with nothing in it.
-    EmptyField { field: &'static str },
+    EmptyField {
+        /// Which field ("vendor", "device" or "flags").
+        field: &'static str,
+    },
     /// A vendor, device or mask field that is not hex of the right width.
-    BadHex { field: &'static str, text: String },
+    BadHex {
+        /// Which field ("vendor", "device" or "flags").
+        field: &'static str,
+        /// The field as given.
+        text: String,
+    },
     /// A mask with bits no quirk defines.
-    UnknownBits { bits: u32 },
+    UnknownBits {
+        /// The bits no quirk defines.
+        bits: u32,
+    },
     /// A name no quirk has.
-    UnknownName { name: String },
+    UnknownName {
+        /// The name as given.
+        name: String,
+    },
     /// A flags list item with no name (`,,`, or a lone `+` or `-`).
     EmptyName,
 }

@@ -10,10 +10,16 @@ use std::ptr::NonNull;
 /// PCI identity, as the quirk table keys it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct PciId {
+    /// PCI Vendor ID.
     pub vendor: u16,
+    /// PCI Device ID.
     pub device: u16,
+    /// PCI Subsystem Vendor ID (SSVID in Identify Controller).
     pub subsystem_vendor: u16,
+    /// PCI Subsystem ID.
     pub subsystem_device: u16,
+    /// PCI class code, 24 bits: base class, subclass, programming interface
+    /// (01 08 02h is an NVMe controller).
     pub class: u32,
 }
 
@@ -81,5 +87,6 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// The device's address, e.g. a PCI BDF.
     fn name(&self) -> &str;
 
+    /// The device's PCI identity, for the quirk table.
     fn pci_id(&self) -> PciId;
 }

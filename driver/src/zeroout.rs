@@ -44,15 +44,23 @@ use std::time::{Duration, Instant};
 /// How a namespace zeroes blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum ZeroStrategy {
+    /// Write Zeroes commands (NVM Command Set 1.0 §3.2.8), with DEAC when
+    /// deallocated blocks read as zeroes.
     WriteZeroes,
+    /// Dataset Management, Deallocate (NVM Command Set 1.0 §3.2.3), for
+    /// devices the quirk table says read deallocated blocks as zeroes.
     DeallocateAsZeroes,
+    /// Writes of a shared zero-filled buffer: slow, but every device takes
+    /// them.
     ZeroBuffer,
 }
 
 impl ZeroStrategy {
+    /// Every strategy, best first; statistics are kept in this order.
     pub const ALL: [ZeroStrategy; 3] =
         [ZeroStrategy::WriteZeroes, ZeroStrategy::DeallocateAsZeroes, ZeroStrategy::ZeroBuffer];
 
+    /// The strategy's position in [`ZeroStrategy::ALL`].
     pub fn index(self) -> usize {
         match self {
             ZeroStrategy::WriteZeroes => 0,
@@ -61,6 +69,8 @@ impl ZeroStrategy {
         }
     }
 
+    /// The strategy's name in reports and on command lines
+    /// (`write-zeroes`, `deallocate-as-zeroes`, `zero-buffer`).
     pub fn name(self) -> &'static str {
         match self {
             ZeroStrategy::WriteZeroes => "write-zeroes",
@@ -69,6 +79,7 @@ impl ZeroStrategy {
         }
     }
 
+    /// The strategy [`ZeroStrategy::name`] names, if any.
     pub fn from_name(name: &str) -> Option<Self> {
         ZeroStrategy::ALL.into_iter().find(|s| s.name() == name)
     }
@@ -78,10 +89,16 @@ impl ZeroStrategy {
 /// quirk table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ZeroCapabilities {
+    /// Logical block size, in bytes.
     pub block_size: u32,
+    /// The namespace size, in logical blocks (NSZE).
     pub capacity_blocks: u64,
+    /// ONCS of Identify Controller: whether Write Zeroes and Dataset
+    /// Management exist at all.
     #[serde(skip)]
     pub oncs: Oncs,
+    /// The controller's effective quirks (`DISABLE_WRITE_ZEROES`,
+    /// `DEALLOCATE_ZEROES`).
     #[serde(skip)]
     pub quirks: Quirks,
     /// DLFEAT, raw.
@@ -90,10 +107,12 @@ pub struct ZeroCapabilities {
     pub write_zeroes_max_bytes: Option<u64>,
     /// MDTS as bytes (capped like every transfer of the driver).
     pub max_transfer_bytes: u64,
+    /// Dataset Management range limits (DMRL, DMRSL, DMSL).
     pub dsm: RangeLimits,
     /// Preferred deallocate granularity and alignment in blocks (NPDG+1,
     /// NPDA+1 when NSFEAT.OPTPERF says they are valid; else 1).
     pub deallocate_granularity_blocks: u64,
+    /// See `deallocate_granularity_blocks`: the alignment, in blocks.
     pub deallocate_alignment_blocks: u64,
     /// Zone size, on zoned namespaces.
     pub zone_size_blocks: Option<u64>,
@@ -134,22 +153,31 @@ impl ZeroCapabilities {
 /// One command of a zero-out plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ZeroOp {
+    /// Write Zeroes of `blocks` blocks from `slba`.
     WriteZeroes {
+        /// First logical block.
         slba: u64,
+        /// Logical blocks, 1-based (at most 65,536, the 16-bit NLB).
         blocks: u32,
+        /// Set DEAC (CDW12 bit 25): the device may deallocate instead of
+        /// writing.
         deallocate: bool,
     },
     /// Dataset Management, deallocate, with these `(slba, blocks)` ranges.
     Deallocate {
+        /// `(slba, blocks)` of each range, in logical blocks.
         ranges: Vec<(u64, u32)>,
     },
     /// A write of `blocks` zero blocks from the shared zero buffer.
     ZeroWrite {
+        /// First logical block.
         slba: u64,
+        /// Logical blocks, 1-based.
         blocks: u32,
     },
     /// Zone Management Send, Reset, of the zone starting at `zslba`.
     ZoneReset {
+        /// The zone's start LBA (ZSLBA).
         zslba: u64,
     },
 }
@@ -260,10 +288,14 @@ pub struct ZeroStats {
     pub per_strategy: Vec<StrategyStats>,
 }
 
+/// What one strategy did on a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct StrategyStats {
+    /// The strategy.
     pub strategy: ZeroStrategy,
+    /// Commands issued with it.
     pub commands: u64,
+    /// Bytes zeroed with it.
     pub bytes: u64,
     /// Times this strategy was abandoned because the device rejected it.
     pub downgrades: u64,
@@ -293,6 +325,9 @@ const ZERO_BUFFER_MAX_BYTES: u64 = 2 << 20;
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ZeroState {
+    /// The state of a namespace with these capabilities, starting with the
+    /// best strategy they allow. `transport` maps the zero buffer and the
+    /// Dataset Management range lists when first needed.
     pub fn new(caps: ZeroCapabilities, transport: Arc<dyn Transport>) -> Self {
         let allowed = caps.strategies();
         ZeroState {
@@ -306,10 +341,12 @@ impl ZeroState {
         }
     }
 
+    /// The capabilities the strategies were chosen from.
     pub fn capabilities(&self) -> &ZeroCapabilities {
         &self.caps
     }
 
+    /// The strategy in use now (after any downgrades).
     pub fn strategy(&self) -> ZeroStrategy {
         self.allowed[self.current.load(Ordering::Acquire).min(self.allowed.len() - 1)]
     }
@@ -324,6 +361,8 @@ impl ZeroState {
         Ok(())
     }
 
+    /// Commands, bytes and downgrades per strategy, and the strategy in
+    /// use.
     pub fn stats(&self) -> ZeroStats {
         ZeroStats {
             strategy: self.strategy(),

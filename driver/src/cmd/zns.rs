@@ -10,17 +10,26 @@ use super::nvm::{cdw12_fua, cdw12_nlb, lba_dwords};
 use crate::spec::command::{opcode, Command};
 use crate::spec::zns::ZRA_REPORT_ZONES;
 
-/// Which zones a report lists (Zone Receive Action Specific Field).
+/// Which zones a report lists (the Zone Receive Action Specific field of
+/// Report Zones, ZNS Command Set 1.1 §3.4.2, CDW13 bits 15:8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ReportFilter {
+    /// 0h: every zone.
     All = 0x0,
+    /// 1h: zones in the ZSE:Empty state.
     Empty = 0x1,
+    /// 2h: zones in the ZSIO:Implicitly Opened state.
     ImplicitlyOpened = 0x2,
+    /// 3h: zones in the ZSEO:Explicitly Opened state.
     ExplicitlyOpened = 0x3,
+    /// 4h: zones in the ZSC:Closed state.
     Closed = 0x4,
+    /// 5h: zones in the ZSF:Full state.
     Full = 0x5,
+    /// 6h: zones in the ZSRO:Read Only state.
     ReadOnly = 0x6,
+    /// 7h: zones in the ZSO:Offline state.
     Offline = 0x7,
 }
 

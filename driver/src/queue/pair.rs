@@ -54,18 +54,22 @@ impl IoBuffer {
         IoBuffer { len, ..self }
     }
 
+    /// Length of the range, in bytes: the command's transfer.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the range is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Where the range starts in its buffer, in bytes.
     pub fn offset(&self) -> usize {
         self.offset
     }
 
+    /// The I/O virtual address of the range's start, as PRP1 carries it.
     pub fn iova(&self) -> u64 {
         self.buffer.iova() + self.offset as u64
     }
@@ -75,6 +79,7 @@ impl IoBuffer {
         &self.buffer
     }
 
+    /// Gives the whole buffer back (say, to reuse it for another range).
     pub fn into_buffer(self) -> DmaBuffer {
         self.buffer
     }
@@ -84,7 +89,10 @@ impl IoBuffer {
 /// the queue pair), its data buffer, and the caller's token.
 #[derive(Debug)]
 pub struct Request {
+    /// The submission queue entry; the queue pair fills in CID and PRP1/PRP2.
     pub command: Command,
+    /// The data buffer, owned by the queue pair until the completion hands it
+    /// back; `None` for commands without data.
     pub buffer: Option<IoBuffer>,
     /// Returned with the completion, like io_uring's `user_data`.
     pub token: u64,
@@ -93,6 +101,7 @@ pub struct Request {
 /// A finished command.
 #[derive(Debug)]
 pub struct IoCompletion {
+    /// The caller's token, as given in the [`Request`].
     pub token: u64,
     /// The command identifier the queue pair gave the command.
     pub cid: u16,
@@ -102,6 +111,8 @@ pub struct IoCompletion {
     /// Command specific result (e.g. the LBA a Zone Append wrote); 0 when
     /// the controller did not complete the command itself.
     pub dw0: u32,
+    /// DW1 of the completion queue entry (command specific; 0 when the
+    /// controller did not complete the command itself).
     pub dw1: u32,
     /// The buffer given at submission, back to the caller: the device no
     /// longer touches it.
@@ -174,11 +185,20 @@ impl From<SubmitError> for Error {
 /// Counters for one queue pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QueueStats {
+    /// Commands submitted.
     pub submitted: u64,
+    /// Commands completed, with success or an error.
     pub completed: u64,
+    /// Submission queue tail doorbell updates: one per batch of submissions
+    /// published by [`QueuePair::ring`] or a poll.
     pub sq_doorbell_updates: u64,
+    /// Of those, the ones that wrote the register; the rest only wrote the
+    /// shadow doorbell, as its EventIdx allowed (NVMe Base 2.0 §5.8).
     pub sq_doorbell_mmio_writes: u64,
+    /// Completion queue head doorbell updates (one per poll that consumed
+    /// completions).
     pub cq_doorbell_updates: u64,
+    /// Of those, the ones that wrote the register.
     pub cq_doorbell_mmio_writes: u64,
     /// Completions whose command identifier matched no command in flight
     /// (a misbehaving device); ignored.
@@ -548,6 +568,8 @@ impl QueuePair {
         self.generation = generation;
     }
 
+    /// Queue identifier (QID): 0 for the admin queue, 1 and up for I/O
+    /// queues.
     pub fn qid(&self) -> u16 {
         self.qid
     }
@@ -576,6 +598,7 @@ impl QueuePair {
         self.timeout = timeout;
     }
 
+    /// The deadline of commands, if any (see [`QueuePair::set_timeout`]).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
@@ -586,6 +609,7 @@ impl QueuePair {
         self.dead
     }
 
+    /// The counters, with the doorbell counts as of now.
     pub fn stats(&self) -> QueueStats {
         let mut stats = self.stats;
         stats.sq_doorbell_updates = self.sq_doorbell.updates;

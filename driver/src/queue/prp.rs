@@ -19,9 +19,15 @@ pub const MAX_TRANSFER_BYTES: usize = (MAX_LIST_ENTRIES + 1) * PAGE_SIZE;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrpError {
     /// PRP entries must be dword aligned (the low two bits are reserved).
-    Misaligned { iova: u64 },
+    Misaligned {
+        /// The I/O virtual address of the buffer.
+        iova: u64,
+    },
     /// More pages than one list page holds.
-    TooLarge { len: usize },
+    TooLarge {
+        /// The buffer's length, in bytes.
+        len: usize,
+    },
 }
 
 /// PRP1 and PRP2 for `len` bytes at `iova`. When a list is needed,

@@ -217,9 +217,11 @@ pub struct SimConfig {
     /// What [`crate::Transport::pci_id`] reports; VID and SSVID also go to
     /// Identify Controller.
     pub pci_id: PciId,
-    /// MN, SN and FR of Identify Controller.
+    /// MN of Identify Controller.
     pub model: String,
+    /// SN of Identify Controller.
     pub serial: String,
+    /// FR of Identify Controller.
     pub firmware: String,
     /// VS (and Identify Controller VER).
     pub version: Vs,
@@ -242,9 +244,13 @@ pub struct SimConfig {
     /// (0: no limit), DMRL ranges, DMRSL blocks per range, DMSL blocks per
     /// Dataset Management command (0: no limit).
     pub vsl: u8,
+    /// See `vsl` above: Write Zeroes size limit, as a power of two of 4 KiB.
     pub wzsl: u8,
+    /// See `vsl` above: Dataset Management ranges per command (DMRL).
     pub dmrl: u8,
+    /// See `vsl` above: logical blocks per Dataset Management range (DMRSL).
     pub dmrsl: u32,
+    /// See `vsl` above: logical blocks per Dataset Management command (DMSL).
     pub dmsl: u64,
     /// ZASL (Identify CNS 06h, CSI 02h): `4096 << zasl` bytes per Zone
     /// Append; 0 defers to MDTS. Controller-wide, as in the spec.
@@ -259,6 +265,7 @@ pub struct SimConfig {
     pub faults: FaultConfig,
     /// Sparse storage may hold at most this many bytes per namespace.
     pub memory_limit_bytes: u64,
+    /// The namespaces, NSID 1 first.
     pub namespaces: Vec<NamespaceConfig>,
 }
 
@@ -328,24 +335,29 @@ impl SimConfig {
     }
 
     #[must_use]
+    /// Sets the PRNG seed (see [`SimConfig::seed`]).
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
     }
 
     #[must_use]
+    /// Sets the completion delay, in ticks, drawn uniformly from
+    /// `min_ticks..=max_ticks` for each command.
     pub fn with_completion_delay(mut self, min_ticks: u32, max_ticks: u32) -> Self {
         self.completion_delay_ticks = (min_ticks, max_ticks);
         self
     }
 
     #[must_use]
+    /// Posts the completions of one tick in a seeded random order.
     pub fn with_reorder(mut self, reorder: bool) -> Self {
         self.reorder = reorder;
         self
     }
 
     #[must_use]
+    /// Sets the fault probabilities.
     pub fn with_faults(mut self, faults: FaultConfig) -> Self {
         self.faults = faults;
         self

@@ -9,22 +9,49 @@ pub enum Fault {
     /// complete with Unrecovered Read Error (SCT 2h / SC 81h) and transfer
     /// nothing. A successful write of a block heals it, as a drive remaps a
     /// bad block on write.
-    UnrecoveredRead { nsid: u32, slba: u64, blocks: u64 },
+    UnrecoveredRead {
+        /// The namespace.
+        nsid: u32,
+        /// First bad logical block.
+        slba: u64,
+        /// Bad logical blocks from `slba`.
+        blocks: u64,
+    },
     /// Reads touching these blocks succeed, but the data arrives with one
     /// bit (chosen by the PRNG) flipped in one of them. The stored data is
     /// intact.
-    ReadBitFlip { nsid: u32, slba: u64, blocks: u64 },
+    ReadBitFlip {
+        /// The namespace.
+        nsid: u32,
+        /// First affected logical block.
+        slba: u64,
+        /// Affected logical blocks from `slba`.
+        blocks: u64,
+    },
     /// Writes touching these blocks complete with Write Fault (SCT 2h /
     /// SC 80h) and write nothing.
-    WriteFault { nsid: u32, slba: u64, blocks: u64 },
+    WriteFault {
+        /// The namespace.
+        nsid: u32,
+        /// First failing logical block.
+        slba: u64,
+        /// Failing logical blocks from `slba`.
+        blocks: u64,
+    },
     /// The next `count` I/O commands execute, but their completions are
     /// never posted: the commands hang inside the controller until an
     /// Abort names them (then they complete with Command Abort Requested)
     /// or a reset ends them.
-    DropCompletions { count: u32 },
+    DropCompletions {
+        /// I/O commands affected.
+        count: u32,
+    },
     /// The next `count` admin commands execute, but their completions are
     /// never posted (hung, as above).
-    DropAdminCompletions { count: u32 },
+    DropAdminCompletions {
+        /// Admin commands affected.
+        count: u32,
+    },
     /// Abort commands answer "not aborted" (DW0 bit 0 set) for every
     /// command, as QEMU 7.2's controller does; a hung command then ends
     /// only with a reset.
@@ -36,21 +63,37 @@ pub enum Fault {
     /// processed. [`super::Simulator::power_cut`] brings it back.
     SurpriseRemoval,
     /// The zone starting at `zslba` becomes Read Only (ZSRO).
-    ZoneReadOnly { nsid: u32, zslba: u64 },
+    ZoneReadOnly {
+        /// The zoned namespace.
+        nsid: u32,
+        /// The zone's start LBA (ZSLBA).
+        zslba: u64,
+    },
     /// The zone starting at `zslba` becomes Offline (ZSO).
-    ZoneOffline { nsid: u32, zslba: u64 },
+    ZoneOffline {
+        /// The zoned namespace.
+        nsid: u32,
+        /// The zone's start LBA (ZSLBA).
+        zslba: u64,
+    },
     /// Every I/O command with this opcode completes with Invalid Command
     /// Opcode (SCT 0h / SC 01h, DNR) and does nothing, although Identify
     /// still advertises it: firmware that disabled a command ONCS reports
     /// (the drives behind the Linux 6.12 zero-out regression).
-    RejectOpcode { opcode: u8 },
+    RejectOpcode {
+        /// The I/O command opcode (OPC) to reject.
+        opcode: u8,
+    },
     /// The power fails just before the controller fetches its
     /// `io_commands + 1`-th I/O command from now, as
     /// [`super::Simulator::power_cut`] would (that command and every later
     /// one are never executed), for crash tests that cut at a chosen point
     /// of a sequence. [`super::Simulator::take_power_cut`] returns the
     /// report.
-    PowerCutAfter { io_commands: u64 },
+    PowerCutAfter {
+        /// I/O commands fetched and executed before the cut.
+        io_commands: u64,
+    },
 }
 
 /// Most range faults at once.
@@ -133,14 +176,23 @@ impl RangeFaults {
 /// Faults fired so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultStats {
+    /// Reads failed with Unrecovered Read Error by a range fault.
     pub unrecovered_reads: u64,
+    /// Reads delivered with a flipped bit by a range fault.
     pub read_bit_flips: u64,
+    /// Writes failed with Write Fault by a range fault.
     pub write_faults: u64,
+    /// Completions withheld ([`Fault::DropCompletions`],
+    /// [`Fault::DropAdminCompletions`], or the dropped-completion
+    /// probability).
     pub dropped_completions: u64,
+    /// Times the controller entered the fatal state (CSTS.CFS = 1).
     pub controller_fatal: u64,
+    /// Surprise removals injected.
     pub surprise_removals: u64,
     /// Hung commands an Abort ended.
     pub aborted_commands: u64,
+    /// Bits flipped at rest by [`super::Simulator::corrupt_at_rest`].
     pub corrupted_at_rest: u64,
 }
 
@@ -157,7 +209,10 @@ pub struct SimStats {
     pub completions_dropped: u64,
     /// Completions that completed with an error status.
     pub errors: u64,
+    /// Faults fired, by kind.
     pub faults: FaultStats,
+    /// Power cuts ([`super::Simulator::power_cut`] and
+    /// [`Fault::PowerCutAfter`]).
     pub power_cuts: u64,
     /// Accesses through an IOVA no mapping covers.
     pub dma_errors: u64,
@@ -200,15 +255,20 @@ impl SimStats {
 /// Unflushed blocks a power cut lost, as a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LostRange {
+    /// The namespace.
     pub nsid: u32,
+    /// First lost logical block.
     pub slba: u64,
+    /// Lost logical blocks from `slba`.
     pub blocks: u64,
 }
 
 /// A zone whose write pointer a power cut moved back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZoneRewind {
+    /// The zoned namespace.
     pub nsid: u32,
+    /// The zone's start LBA (ZSLBA).
     pub zslba: u64,
     /// The write pointer before the cut (the write boundary for a Full
     /// zone).
@@ -222,9 +282,11 @@ pub struct ZoneRewind {
 pub struct PowerCutReport {
     /// Lost blocks, in (NSID, LBA) order, adjacent ones merged.
     pub lost: Vec<LostRange>,
+    /// Lost blocks in all, the sum of `lost`'s lengths.
     pub lost_blocks: u64,
     /// Unflushed blocks that persisted anyway.
     pub kept_blocks: u64,
+    /// Zones whose write pointer moved back to the end of what persisted.
     pub rewound_zones: Vec<ZoneRewind>,
     /// Commands executed whose completions were still waiting to be posted.
     pub completions_discarded: u64,

@@ -155,6 +155,8 @@ impl Simulator {
         self.lock().trace
     }
 
+    /// Counters of what the simulator did so far (commands, faults injected,
+    /// power cuts), for tests to check against.
     pub fn stats(&self) -> SimStats {
         self.lock().stats.clone()
     }

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 /// Zone Management Receive: Zone Receive Action (CDW13 bits 7:0).
 pub const ZRA_REPORT_ZONES: u8 = 0x00;
+/// Zone Receive Action 01h: Extended Report Zones (descriptors followed by
+/// their zone descriptor extensions).
 pub const ZRA_EXTENDED_REPORT_ZONES: u8 = 0x01;
 
 /// Report Zones header: Number of Zones (bytes 7:0), then 56 reserved.
@@ -25,17 +27,26 @@ mod offset {
 /// Zone State (ZS field, bits 7:4 of byte 1; ZNS 1.1 Figure 37).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum ZoneState {
+    /// ZSE:Empty (1h): write pointer at the zone start, nothing written.
     Empty,
+    /// ZSIO:Implicitly Opened (2h): opened by a write.
     ImplicitlyOpened,
+    /// ZSEO:Explicitly Opened (3h): opened by Zone Management Send, Open.
     ExplicitlyOpened,
+    /// ZSC:Closed (4h): partly written, not open, still active.
     Closed,
+    /// ZSRO:Read Only (Dh): can be read, never written again.
     ReadOnly,
+    /// ZSF:Full (Eh): written to capacity or finished.
     Full,
+    /// ZSO:Offline (Fh): neither readable nor writable.
     Offline,
+    /// A value the spec reserves, kept as reported.
     Reserved(u8),
 }
 
 impl ZoneState {
+    /// Decodes the 4-bit ZS value (already shifted down from bits 7:4).
     pub const fn from_raw(zs: u8) -> Self {
         match zs {
             0x1 => ZoneState::Empty,
@@ -55,7 +66,11 @@ impl ZoneState {
 pub struct ZoneDescriptor {
     /// Zone Type: 2h is Sequential Write Required.
     pub zt: u8,
+    /// Zone State (ZS).
     pub state: ZoneState,
+    /// Zone Attributes (ZA): bit 0 ZFC (finished by controller), bit 1 FZR
+    /// (finish recommended), bit 2 RZR (reset recommended), bit 7 ZDEV (zone
+    /// descriptor extension valid).
     pub za: u8,
     /// Zone Capacity, in logical blocks.
     pub zcap: u64,
@@ -65,9 +80,12 @@ pub struct ZoneDescriptor {
     pub wp: u64,
 }
 
+/// Zone Type 2h: Sequential Write Required, the only type ZNS 1.1 defines.
 pub const ZONE_TYPE_SEQUENTIAL_WRITE_REQUIRED: u8 = 0x2;
 
 impl ZoneDescriptor {
+    /// Parses one 64-byte zone descriptor (ZNS Command Set 1.1 §3.4.2); fails on a
+    /// shorter slice.
     pub fn parse(data: &[u8]) -> Result<Self, ParseError> {
         check_len(data, ZONE_DESCRIPTOR_SIZE, "zone descriptor")?;
         Ok(ZoneDescriptor {

@@ -58,8 +58,11 @@ mod config {
 /// A PCI function as sysfs describes it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PciFunction {
+    /// Its address, in full form (`0000:00:10.0`).
     pub bdf: String,
+    /// PCI class code, 24 bits (01 08 02h is an NVMe controller).
     pub class: u32,
+    /// The kernel driver bound to it (`nvme`, `vfio-pci`), if any.
     pub driver: Option<String>,
 }
 
@@ -320,10 +323,13 @@ impl VfioPci {
         Vfio::new()?.open(bdf)
     }
 
+    /// The VFIO container this device was opened in; other devices opened in
+    /// it share its IOMMU address space.
     pub fn vfio(&self) -> &Arc<Vfio> {
         &self.vfio
     }
 
+    /// Length of BAR 0, the controller's register window, in bytes.
     pub fn bar0_len(&self) -> usize {
         self.mmio.len()
     }
