@@ -31,6 +31,53 @@
 //! notices). The [`QueuePair`] documentation has the details, and the
 //! README the resubmission policy for owners.
 //!
+//! # Example
+//!
+//! The same code runs over VFIO and over the simulator; on the simulator
+//! it needs no hardware and no root. Bring-up, one I/O queue pair, a write
+//! and a read back:
+//!
+//! ```
+//! use nvme_driver::dma::{DmaMemory, DmaPool};
+//! use nvme_driver::sim::{SimConfig, Simulator};
+//! use nvme_driver::{Controller, ControllerOptions, IoBuffer};
+//!
+//! // A conventional namespace of 16 MiB in 512-byte logical blocks.
+//! let sim = Simulator::new(SimConfig::nvm(32768, 512));
+//! let controller = Controller::init(sim, ControllerOptions::default()).unwrap();
+//! let ns = controller.namespace(1).unwrap();
+//! let mut pair = controller.create_queue_pair(64).unwrap();
+//! // DMA buffers are allocated and mapped once, up front: 8 of 4 KiB.
+//! let pool = DmaPool::new(controller.transport(), 4096, 8).unwrap();
+//!
+//! // Write 4 KiB (8 blocks) at LBA 16. The queue pair owns the buffer
+//! // until the completion hands it back.
+//! let buffer = pool.get().unwrap();
+//! buffer.fill(0, 4096, 0xA5);
+//! let request = ns.write(16, IoBuffer::new(buffer), false, 1).unwrap();
+//! pair.submit(request).map_err(|(error, _)| error).unwrap();
+//! let mut done = Vec::new();
+//! while done.is_empty() {
+//!     pair.poll(|completion| done.push(completion));
+//! }
+//! assert_eq!(done[0].token, 1);
+//! assert!(done[0].status.is_ok());
+//!
+//! // Read it back into another buffer.
+//! let request = ns.read(16, IoBuffer::new(pool.get().unwrap()), 2).unwrap();
+//! pair.submit(request).map_err(|(error, _)| error).unwrap();
+//! done.clear();
+//! while done.is_empty() {
+//!     pair.poll(|completion| done.push(completion));
+//! }
+//! let buffer = done.pop().unwrap().buffer.unwrap().into_buffer();
+//! let mut data = vec![0u8; 4096];
+//! buffer.copy_out(0, &mut data);
+//! assert!(data.iter().all(|&byte| byte == 0xA5));
+//! ```
+//!
+//! Over VFIO only the transport changes:
+//!
 //! ```no_run
 //! use nvme_driver::{vfio::VfioPci, Controller, ControllerOptions, IoBuffer, Transport};
 //! use nvme_driver::dma::DmaPool;
