@@ -1,5 +1,15 @@
 //! Controller bring-up (NVMe Base 2.0 §3.5.1, "Memory-based Controller
 //! Initialization"), the admin queue, and what Identify reports.
+//!
+//! [`Controller::init`] resets the controller, sets up the admin queue,
+//! enables it with the command sets it supports, reads Identify
+//! (controller, namespaces, the NVM and ZNS command set data), applies the
+//! quirk table, negotiates the number of I/O queues and, where offered,
+//! shadow doorbells. After that it hands out [`Namespace`] handles and
+//! [`QueuePair`]s; admin commands go through its own queue pair. It also
+//! owns recovery: a fatal status or a stuck command leads to a controller
+//! reset, after which each queue pair re-creates its queues, and
+//! asynchronous events are surfaced by [`Controller::poll_events`].
 
 use crate::cmd::admin;
 use crate::cmd::zns::{self as zns_cmd, ReportFilter};

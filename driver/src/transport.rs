@@ -1,6 +1,13 @@
 //! The hardware seam: what controller, queue and command code need from a
 //! device. VFIO implements it for real hardware (and QEMU's emulated
-//! controllers); a simulator can implement it on the host.
+//! controllers); [`crate::sim::Simulator`] and
+//! [`crate::loopback::LoopbackTransport`] implement it on the host.
+//!
+//! The seam is small on purpose: 32-bit register reads and writes,
+//! doorbell pointers, and DMA mapping of host memory to I/O virtual
+//! addresses. Everything above it (bring-up, queue pairs, commands,
+//! namespaces) is the same code on every backend, so one test body runs
+//! against the simulator in `cargo test` and against QEMU in the rig.
 
 use crate::error::Result;
 use serde::Serialize;

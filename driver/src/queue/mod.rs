@@ -1,5 +1,16 @@
 //! Queues: [`QueuePair`] is the polled path for I/O and, with qid 0 and
 //! its blocking helpers, for admin commands.
+//!
+//! A queue pair owns one submission and one completion ring in DMA memory,
+//! a fixed table of command trackers (one per slot, so the I/O path never
+//! allocates) and its doorbells (the `doorbell` module handles shadow
+//! doorbells and EventIdx, NVMe Base 2.0 §5.8). [`prp`] describes each
+//! buffer with PRP entries, using one preallocated list page per slot.
+//! Submissions are published with one doorbell write per batch and
+//! completions reaped by polling the phase tag; deadlines, aborts and
+//! controller resets are handled on the same polled path (see
+//! [`QueuePair`]). The [`Controller`](crate::Controller) creates the pairs
+//! and re-creates their queues after a reset.
 
 mod doorbell;
 mod pair;
