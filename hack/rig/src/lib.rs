@@ -367,13 +367,25 @@ impl Vm {
         }
 
         let started = Instant::now();
-        let mut child = Command::new(qemu)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(io_error("starting qemu-system-x86_64"))?;
+        let mut command = Command::new(qemu);
+        command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // QEMU dies with the process that started it: a killed test or
+        // benchmark must not leave a VM running (and holding its slot's
+        // CPU) behind.
+        let die_with_parent = || {
+            // SAFETY: PR_SET_PDEATHSIG with a valid signal number; prctl
+            // reads no memory of ours.
+            let result = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            if result == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        // SAFETY: the closure runs in the child between fork and exec; it
+        // only calls prctl (async-signal-safe) and allocates nothing.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, die_with_parent) };
+        let mut child = command.spawn().map_err(io_error("starting qemu-system-x86_64"))?;
         let stream = self.stream;
         let on_line = qmp_observer(self.on_line.clone(), &self.qmp_actions, &qmp_socket);
         let stdout = child.stdout.take().expect("piped");
