@@ -3,8 +3,9 @@
 //! Every access is a 32-bit volatile load or store: QEMU's NVMe BAR (and
 //! some real devices) misbehave on wider accesses, and the spec allows
 //! 64-bit registers (CAP, ASQ, ACQ) to be accessed as two 32-bit halves
-//! (NVMe Base 2.0 §3.1.2? "Register access": "...may be accessed as two
-//! 32-bit accesses").
+//! (NVMe 1.4 §3, "Controller Registers", now in the NVMe over PCIe
+//! Transport specification: the host accesses a register in its specified
+//! width or with aligned 32-bit accesses).
 
 use std::ptr::NonNull;
 
