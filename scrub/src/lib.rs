@@ -702,8 +702,9 @@ impl Engine<'_> {
                 if self.allowed().is_some_and(|allowed| self.bytes_submitted + bytes > allowed + bytes.min(1 << 20)) {
                     break;
                 }
-                let devices = volume.quiesce()?;
-                let device = &mut devices[device_index];
+                // The volume was quiesced when the lane began and writes
+                // nothing until repair: no wait here.
+                let device = &mut volume.devices_mut()[device_index];
                 let Some(buffer) = device.pool().get() else { break };
                 let read = queue.pop_front().expect("non-empty");
                 let request = device
@@ -724,10 +725,7 @@ impl Engine<'_> {
                 submitted += 1;
             }
             // Reap.
-            {
-                let devices = volume.quiesce()?;
-                devices[device_index].poll(&mut completions);
-            }
+            volume.devices_mut()[device_index].poll(&mut completions);
             let reaped = completions.len();
             for completion in completions.drain(..) {
                 if completion.token & SYNC_TOKEN != 0 {
