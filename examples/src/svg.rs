@@ -112,8 +112,10 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
 pub fn bar_chart(title: &str, unit: &str, legends: &[&str], rows: &[(String, Vec<f64>)]) -> String {
     let bar_h = 14.0;
     let group_h = bar_h * legends.len() as f64 + 14.0;
-    let (left, right, top) = (260.0, 120.0, 50.0);
-    let width = 900.0;
+    // Room for the longest row label (about 6.5 px a character at 12 px).
+    let longest = rows.iter().map(|(label, _)| label.chars().count()).max().unwrap_or(0);
+    let (left, right, top) = ((longest as f64 * 6.5 + 16.0).max(260.0), 120.0, 50.0);
+    let width = left + 520.0 + right;
     let height = top + group_h * rows.len() as f64 + 20.0;
     let mut svg = String::new();
     let _ = writeln!(
@@ -167,6 +169,29 @@ pub fn bar_chart(title: &str, unit: &str, legends: &[&str], rows: &[(String, Vec
     svg
 }
 
+/// Charts one above the other in one SVG document.
+pub fn stack(charts: &[String]) -> String {
+    let attribute = |chart: &str, name: &str| -> f64 {
+        let tag = chart.split('>').next().unwrap_or_default();
+        tag.split(&format!(" {name}=\"")).nth(1).and_then(|rest| rest.split('"').next()?.parse().ok()).unwrap_or(0.0)
+    };
+    let width = charts.iter().map(|c| attribute(c, "width")).fold(0.0, f64::max);
+    let height: f64 = charts.iter().map(|c| attribute(c, "height")).sum();
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let mut y = 0.0;
+    for chart in charts {
+        // A nested <svg> element, moved down by the charts above it.
+        let _ = write!(svg, "{}", chart.replacen("<svg ", &format!("<svg y=\"{y}\" "), 1));
+        y += attribute(chart, "height");
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 fn format_tick(value: f64) -> String {
     if value >= 100.0 || value == value.trunc() {
         format!("{value:.0}")
@@ -188,6 +213,11 @@ mod tests {
         assert!(svg.contains("<polyline"));
         let bars = bar_chart("t", "MiB/s", &["ours", "kernel"], &[("job".into(), vec![2.0, 1.0])]);
         assert_eq!(bars.matches("<rect").count(), 1 + 2 + 2);
+        let both = stack(&[bars.clone(), svg.clone()]);
+        assert!(both.starts_with(r#"<svg xmlns="http://www.w3.org/2000/svg" width="900" height="512""#), "{both}");
+        assert!(both.contains(r#"<svg y="112" xmlns"#), "{both}");
+        assert_eq!(both.matches("<svg").count(), 3);
+        assert_eq!(both.matches("</svg>").count(), 3);
     }
 
     #[test]

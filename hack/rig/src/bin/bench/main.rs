@@ -1,59 +1,98 @@
-//! `hack/bench`: our driver next to the kernel's, in one VM boot.
+//! `hack/bench`: our stack next to the kernel's, in one VM boot.
 //!
-//! One QEMU (TCG) guest with two identical conventional controllers on
-//! equal, fresh file-backed images: controller 0 bound to vfio-pci for our
-//! `perf`, controller 1 left to the guest kernel's nvme driver (booted with
-//! `nvme.poll_queues=1`, so io_uring can poll) for Debian's fio. Both
-//! namespaces are written once before any job: a read of a never-written
-//! block of a sparse image costs the host less than a read of data, so
-//! either both sides are preconditioned or neither. Then every job runs on
-//! every side, interleaved, for a number of rounds; the order of the sides
-//! rotates from round to round so that no side always runs first. The
-//! report gives each side's median and range over the rounds, and the
-//! ratios of our median to the kernel's. See BENCHMARKS.md.
+//! One QEMU (TCG) guest with identical controllers in pairs. Two
+//! conventional controllers on equal, fresh images: controller 0 bound to
+//! vfio-pci for our `perf`, controller 1 left to the guest kernel's nvme
+//! driver (booted with `nvme.poll_queues=1`, so io_uring can poll) for
+//! Debian's fio. Both namespaces are written once before any job: a read of
+//! a never-written block of a sparse image costs the host less than a read
+//! of data, so either both sides are preconditioned or neither. Then every
+//! job runs on every side, interleaved, for a number of rounds; the order of
+//! the sides rotates from round to round so that no side always runs first.
+//! The report gives each side's median and range over the rounds, and the
+//! ratios of our median to the kernel's.
+//!
+//! Then three ZNS controllers ([`zoned`]): `seqwrite` against btrfs in zoned
+//! mode and raw fio, `scrub` against `btrfs scrub` and fio.
+//!
+//! Last, one side-by-side table of every pair (job, ours, kernel, ratio),
+//! the same as JSON, and an SVG chart. See BENCHMARKS.md.
+
+mod zoned;
+// The chart code the tools use (`plot`, `seqwrite --plot`); the rig does
+// not depend on the tools' crate, which builds the driver.
+#[path = "../../../../../examples/src/svg.rs"]
+#[allow(dead_code)]
+mod svg;
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vm_rig::{format_size, host_command, parse_size, Controller, Vm};
 
 const USAGE: &str = "\
-usage: hack/bench [--rounds N] [--time SECONDS] [--quick] [--json]
-                  [--size SIZE] [--no-precondition] [--timeout SECONDS]
+usage: hack/bench [--json FILE] [--svg FILE] [--quick] [--only driver|zoned]
+                  [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
+                  [--zoned-size SIZE] [--zone SIZE] [--fill PERCENT]
+                  [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
+                  [--timeout SECONDS]
 
-Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 2 GiB) with two identical
-conventional NVMe controllers on equal file-backed images. The first is
-driven by our driver (perf, vfio-pci), the second by the guest kernel's
-nvme driver (fio on /dev/ctrl1n1; kernel booted with nvme.poll_queues=1).
-Both namespaces are written once first. Then, in every round, each job
-runs on each side in turn:
+Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
+identical pairs, and runs our tools and the kernel's side by side in it.
+
+The driver (two conventional controllers of --size; ours: perf on
+vfio-pci; kernel: fio on /dev/ctrl1n1, nvme.poll_queues=1). Both
+namespaces are written once first. Then, in every round, each job runs on
+each side in turn:
 
   randread-4k-qd1    4 KiB random read, QD1: ours, io_uring, io_uring --hipri
   randread-4k-qd32   4 KiB random read, QD32: ours, io_uring, io_uring --hipri
   write-256k-qd1     256 KiB sequential write, QD1: ours, libaio
   read-512k-qd32     512 KiB sequential read, QD32: ours, io_uring
 
-and prints, per job, each side's median over the rounds (min-max; each
-column's median is taken on its own) and the ratios of our median to the
-kernel's. Latency is from submission to completion on both sides (perf's
-histogram; fio's lat_ns with --lat_percentiles=1). Progress goes to stderr,
-the report to stdout. A run during which other host processes (or the
-hypervisor under the host) took more than 5% of the host's CPU time is
-flagged, and counted in the report's busy column. A run still going 60 s
-past its time is killed and reported as failed; the first failure ends the
-benchmark.
+The allocator and the scrub (three ZNS controllers of --zoned-size with
+--zone zones; ours, btrfs zoned, raw):
+
+  ours / ours-qdN    seqwrite, 256 KiB at QD1 and QD N, FILL of the namespace
+  btrfs / btrfs-qdN  the seed's fio job on mkfs.btrfs -O zoned, BTRFS-FILL
+  btrfs-scrub        btrfs scrub start -B on what btrfs-qdN wrote
+  raw-zbd            fio --zonemode=zbd on the raw namespace, FILL
+  scrub              our scrub, QD64, verifying, over as much data as btrfs held
+  scrub-no-verify    the same without verification; fio-read: the kernel's
+                     512 KiB sequential reads at QD32; perf-read: ours over
+                     the same LBAs
+  ablations          seqwrite with checksums inline and with the SSE4.2
+                     crc32c; scrub at QD1 submit-and-wait with 64 KiB reads
+
+The report (stdout): each driver job's medians (min-max) per side, each
+zoned step, then the side-by-side table of job, ours, kernel, ratio and
+target. Progress goes to stderr. A driver run during which other host
+processes (or the hypervisor under the host) took more than 5% of the
+host's CPU time is flagged. Every run has a time limit; the first failure
+ends the benchmark.
 
 Options:
-  --rounds N          rounds of every job on every side (default 3)
-  --time SECONDS      length of each run (default 10)
-  --quick             a smoke run: 1 round of 2 s runs (explicit --rounds
-                      and --time still win)
-  --json              print the results as one JSON object instead of tables
-  --size SIZE         each controller's namespace (default 256M)
-  --no-precondition   skip writing both namespaces first (reads then hit
-                      holes of the sparse images)
+  --json FILE         also write everything as JSON to FILE (- for stdout,
+                      then the tables go to stderr)
+  --svg FILE          the chart: ours and the kernel per job, and seqwrite's
+                      bandwidth over time (default target/bench/bench.svg)
+  --quick             a smoke run: 1 round of 2 s driver runs, 1 GiB zoned
+                      namespaces of 16 MiB zones, no ablations (explicit
+                      options still win)
+  --only PART         run only the driver jobs or only the zoned ones
+  --rounds N          rounds of every driver job on every side (default 3)
+  --time SECONDS      length of each driver run (default 10)
+  --size SIZE         each conventional namespace (default 256M)
+  --no-precondition   skip writing both conventional namespaces first
+  --zoned-size SIZE   each ZNS namespace (default 4G)
+  --zone SIZE         zone size (default 64M)
+  --fill PERCENT      share of the namespace seqwrite and raw-zbd write (95)
+  --btrfs-fill PERCENT  share btrfs writes (70)
+  --iodepth N         queue depth of the second write runs (8)
+  --no-ablations      leave out the ablations
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -66,7 +105,7 @@ const OURS_PCI: &str = "0000:00:10.0";
 const KERNEL_DEVICE: &str = "/dev/ctrl1n1";
 const FIO: &str = "/usr/bin/fio";
 const VCPUS: u32 = 2;
-const MEM_BYTES: u64 = 2 << 30;
+const MEM_BYTES: u64 = 3 << 30;
 const POLL_QUEUES_ARG: &str = "nvme.poll_queues=1";
 /// Preconditioning writes in these units, this deep, on both sides.
 const PRECONDITION_BS_BYTES: u64 = 256 << 10;
@@ -199,34 +238,90 @@ const JOBS: [Job; 4] = [
     },
 ];
 
+/// Which halves of the benchmark run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parts {
+    Both,
+    Driver,
+    Zoned,
+}
+
+impl Parts {
+    fn driver(self) -> bool {
+        self != Parts::Zoned
+    }
+
+    fn zoned(self) -> bool {
+        self != Parts::Driver
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Options {
     rounds: u32,
     time_s: u64,
     size_bytes: u64,
-    json: bool,
+    /// Where the JSON goes: a file, or `-` for stdout.
+    json: Option<String>,
+    svg: PathBuf,
     precondition: bool,
     timeout_s: Option<u64>,
+    parts: Parts,
+    zoned: zoned::Options,
 }
 
 fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
     let mut rounds = None;
     let mut time_s = None;
     let mut quick = false;
-    let mut options =
-        Options { rounds: 3, time_s: 10, size_bytes: 256 << 20, json: false, precondition: true, timeout_s: None };
+    let mut options = Options {
+        rounds: 3,
+        time_s: 10,
+        size_bytes: 256 << 20,
+        json: None,
+        svg: vm_rig::workspace_root().join("target/bench/bench.svg"),
+        precondition: true,
+        timeout_s: None,
+        parts: Parts::Both,
+        zoned: zoned::Options::defaults(false),
+    };
+    // Zoned settings given explicitly; --quick changes only the others.
+    let mut zoned_size = None;
+    let mut zone = None;
+    let mut fill = None;
+    let mut btrfs_fill = None;
+    let mut iodepth = None;
+    let mut no_ablations = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"));
+        let size = |text: String, name: &str| parse_size(&text).map_err(|e| format!("{name}: {e}"));
+        let percent = |text: String, name: &str| {
+            text.trim_end_matches('%').parse::<f64>().map_err(|_| format!("{name}: {text:?} is not a percentage"))
+        };
         match arg.as_str() {
             "-h" | "--help" => return Ok(None),
             "--rounds" => rounds = Some(number(&value("--rounds")?, 1, ROUNDS_MAX.into())?),
             "--time" => time_s = Some(number(&value("--time")?, 1, RUN_TIME_MAX_S)?),
             "--quick" => quick = true,
-            "--json" => options.json = true,
+            "--json" => options.json = Some(value("--json")?),
+            "--svg" => options.svg = PathBuf::from(value("--svg")?),
             "--no-precondition" => options.precondition = false,
-            "--size" => options.size_bytes = parse_size(&value("--size")?).map_err(|e| e.to_string())?,
+            "--size" => options.size_bytes = size(value("--size")?, "--size")?,
             "--timeout" => options.timeout_s = Some(number(&value("--timeout")?, 1, 7 * 86400)?),
+            "--only" => {
+                options.parts = match value("--only")?.as_str() {
+                    "driver" => Parts::Driver,
+                    "zoned" => Parts::Zoned,
+                    other => return Err(format!("--only {other:?}: driver or zoned")),
+                }
+            }
+            "--zoned-size" => zoned_size = Some(size(value("--zoned-size")?, "--zoned-size")?),
+            "--zone" => zone = Some(size(value("--zone")?, "--zone")?),
+            "--fill" => fill = Some(percent(value("--fill")?, "--fill")?),
+            "--btrfs-fill" => btrfs_fill = Some(percent(value("--btrfs-fill")?, "--btrfs-fill")?),
+            "--iodepth" => iodepth = Some(number(&value("--iodepth")?, 1, 256)? as u32),
+            "--no-ablations" => no_ablations = true,
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }
@@ -238,7 +333,240 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
     if options.size_bytes < 4 * largest_bs_bytes || !options.size_bytes.is_multiple_of(largest_bs_bytes) {
         return Err(format!("--size {} must be a multiple of 512K and at least 2M", options.size_bytes));
     }
+    let defaults = zoned::Options::defaults(quick);
+    options.zoned = zoned::Options {
+        size: zoned_size.unwrap_or(defaults.size),
+        zone: zone.unwrap_or(defaults.zone),
+        fill: fill.unwrap_or(defaults.fill),
+        btrfs_fill: btrfs_fill.unwrap_or(defaults.btrfs_fill),
+        iodepth: iodepth.unwrap_or(defaults.iodepth),
+        ablations: defaults.ablations && !no_ablations,
+    };
+    options.zoned.validate()?;
     Ok(Some(options))
+}
+
+/// What a side-by-side row measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    Iops,
+    MibS,
+    /// Mean bandwidth of the last 10% of intervals over the first 10%.
+    Flatness,
+}
+
+impl Unit {
+    fn key(self) -> &'static str {
+        match self {
+            Unit::Iops => "iops",
+            Unit::MibS => "mib_s",
+            Unit::Flatness => "flatness",
+        }
+    }
+
+    fn format(self, value: Option<f64>) -> String {
+        match value {
+            None => "-".into(),
+            Some(v) => match self {
+                Unit::Iops => format!("{v:.0} IOPS"),
+                Unit::MibS => format!("{v:.1} MiB/s"),
+                Unit::Flatness => format!("{v:.3}"),
+            },
+        }
+    }
+}
+
+/// What a row is expected to reach.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    /// Ours over the other side, at least.
+    Ratio(f64),
+    /// Ours alone, at least.
+    Minimum(f64),
+}
+
+/// One line of the side-by-side table: ours against the kernel's path (or,
+/// for engine efficiency and ablations, against a baseline of our own).
+#[derive(Clone, Debug, PartialEq)]
+struct Row {
+    job: String,
+    ours_label: String,
+    ours: Option<f64>,
+    kernel_label: String,
+    kernel: Option<f64>,
+    unit: Unit,
+    target: Option<Target>,
+    /// The other side is ours too (a baseline, not the kernel).
+    baseline_ours: bool,
+}
+
+impl Row {
+    fn new(
+        job: String,
+        ours_label: String,
+        ours: Option<f64>,
+        kernel_label: String,
+        kernel: Option<f64>,
+        unit: Unit,
+    ) -> Self {
+        Row { job, ours_label, ours, kernel_label, kernel, unit, target: None, baseline_ours: false }
+    }
+
+    fn target(mut self, ratio: f64) -> Self {
+        self.target = Some(Target::Ratio(ratio));
+        self
+    }
+
+    fn minimum(mut self, value: f64) -> Self {
+        self.target = Some(Target::Minimum(value));
+        self
+    }
+
+    fn baseline_is_ours(mut self) -> Self {
+        self.baseline_ours = true;
+        self
+    }
+
+    /// Ours over the other side; flatness is compared by value, not ratio.
+    fn ratio(&self) -> Option<f64> {
+        match (self.unit, self.ours, self.kernel) {
+            (Unit::Flatness, ..) => None,
+            (_, Some(ours), Some(kernel)) if kernel > 0.0 => Some(ours / kernel),
+            _ => None,
+        }
+    }
+
+    fn met(&self) -> Option<bool> {
+        match self.target? {
+            Target::Ratio(at_least) => Some(self.ratio()? >= at_least),
+            Target::Minimum(at_least) => Some(self.ours? >= at_least),
+        }
+    }
+
+    fn target_text(&self) -> String {
+        let verdict = match self.met() {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        match self.target {
+            None => String::new(),
+            Some(Target::Ratio(r)) => format!(">= {r}x {verdict}"),
+            Some(Target::Minimum(m)) => format!("ours >= {m} {verdict}"),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "job": self.job,
+            "unit": self.unit.key(),
+            "ours": { "label": self.ours_label, "value": self.ours },
+            "kernel": { "label": self.kernel_label, "value": self.kernel },
+            "baseline": if self.baseline_ours { "ours" } else { "kernel" },
+            "ratio": self.ratio(),
+            "target": self.target.map(|t| match t {
+                Target::Ratio(r) => json!({ "ratio_at_least": r, "met": self.met() }),
+                Target::Minimum(m) => json!({ "ours_at_least": m, "met": self.met() }),
+            }),
+        })
+    }
+}
+
+/// The driver's rows: our median against each kernel side's median, with
+/// the targets of the queue-pair work.
+fn driver_rows(results: &[JobResult]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for result in results {
+        let job = &JOBS[result.job];
+        let unit = match job.metric {
+            Metric::Iops => Unit::Iops,
+            Metric::MibS => Unit::MibS,
+        };
+        let median = |side| result.summary(side).map(|s| s.median.metric(job.metric));
+        for side in job.sides().into_iter().filter(|s| *s != Side::Ours) {
+            let row = Row::new(
+                job.title.to_owned(),
+                format!("perf --rw {} --bs {} --qd {}", job.rw, job.bs, job.qd),
+                median(Side::Ours),
+                format!("fio, {}", job.side_label(side).trim_start_matches("kernel ")),
+                median(side),
+                unit,
+            );
+            rows.push(match (job.name, side) {
+                ("randread-4k-qd32", Side::KernelPolled) => row.target(3.0),
+                ("write-256k-qd1" | "read-512k-qd32", Side::KernelIrq) => row.target(2.0),
+                _ => row,
+            });
+        }
+    }
+    rows
+}
+
+/// The side-by-side table, kernel comparisons first.
+fn render_rows(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for (baseline_ours, heading) in
+        [(false, "Ours against the kernel, one boot"), (true, "Ours against our own baselines")]
+    {
+        let section: Vec<&Row> = rows.iter().filter(|r| r.baseline_ours == baseline_ours).collect();
+        if section.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{heading}\n");
+        let _ = writeln!(
+            out,
+            "  {:<36} {:>14} {:>14} {:>7}  {:<17} compared with",
+            "job",
+            "ours",
+            if baseline_ours { "baseline" } else { "kernel" },
+            "ratio",
+            "target",
+        );
+        for row in section {
+            let _ = writeln!(
+                out,
+                "  {:<36} {:>14} {:>14} {:>7}  {:<17} {}",
+                row.job,
+                row.unit.format(row.ours),
+                row.unit.format(row.kernel),
+                ratio_text(row.ratio()),
+                row.target_text(),
+                row.kernel_label
+            );
+        }
+    }
+    out
+}
+
+/// The chart: ours and the other side per row (each row scaled to its own
+/// larger value), then bandwidth over time of the QD1 write runs.
+fn render_svg(rows: &[Row], series: Vec<(String, Vec<(f64, f64)>)>) -> String {
+    let bars: Vec<(String, Vec<f64>)> = rows
+        .iter()
+        .filter_map(|row| {
+            let unit = match row.unit {
+                Unit::Iops => "IOPS",
+                Unit::MibS => "MiB/s",
+                Unit::Flatness => "flatness",
+            };
+            let ratio = row.ratio().map_or(String::new(), |r| format!(": {r:.2}x"));
+            let label = format!("{} ({unit}) vs {}{ratio}", row.job, row.kernel_label);
+            Some((label, vec![row.ours?, row.kernel?]))
+        })
+        .collect();
+    let mut charts =
+        vec![svg::bar_chart("hack/bench: ours against the kernel, one VM boot", "", &["ours", "other side"], &bars)];
+    if !series.is_empty() {
+        let series: Vec<svg::Series> =
+            series.into_iter().map(|(label, points)| svg::Series { label, points }).collect();
+        charts.push(svg::line_chart(
+            "sequential 256 KiB writes at QD1, one ZNS namespace each",
+            "time (s)",
+            "MiB/s",
+            &series,
+        ));
+    }
+    svg::stack(&charts)
 }
 
 fn number(text: &str, min: u64, max: u64) -> Result<u64, String> {
@@ -902,14 +1230,29 @@ fn render_header(options: &Options, environment: &Value) -> String {
     let (host, guest, source) = (&environment["host"], &environment["guest"]["details"], &environment["source"]);
     let modified = source["modified"].as_array().map_or(0, Vec::len);
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "hack/bench, {}: {} round(s) of {} s per run; {}",
-        text(&environment["date"]),
-        options.rounds,
-        options.time_s,
-        if options.precondition { "both namespaces written once first" } else { "not preconditioned" }
-    );
+    let _ = writeln!(out, "hack/bench, {}", text(&environment["date"]));
+    if options.parts.driver() {
+        let _ = writeln!(
+            out,
+            "driver: {} round(s) of {} s per run on {} conventional namespaces; {}",
+            options.rounds,
+            options.time_s,
+            format_size(options.size_bytes),
+            if options.precondition { "both written once first" } else { "not preconditioned" }
+        );
+    }
+    if options.parts.zoned() {
+        let z = &options.zoned;
+        let _ = writeln!(
+            out,
+            "zoned: {} ZNS namespaces of {} zones; seqwrite and raw-zbd write {:.0}%, btrfs {:.0}%; {}",
+            format_size(z.size),
+            format_size(z.zone),
+            z.fill,
+            z.btrfs_fill,
+            if z.ablations { "with the ablations" } else { "no ablations" }
+        );
+    }
     let _ = writeln!(
         out,
         "host: {}, {} cores, {}; guest: {}, {}",
@@ -983,7 +1326,9 @@ fn render_tables(results: &[JobResult], options: &Options) -> String {
     out
 }
 
-fn render_json(results: &[JobResult], runs: &[Run], options: &Options, environment: &Value, runtime_s: f64) -> Value {
+/// The driver half as JSON: settings, and every job's sides with their
+/// medians, ranges, rounds and commands.
+fn render_json(results: &[JobResult], runs: &[Run], options: &Options) -> Value {
     let jobs: Vec<Value> = results
         .iter()
         .map(|result| {
@@ -1027,9 +1372,7 @@ fn render_json(results: &[JobResult], runs: &[Run], options: &Options, environme
             "size_bytes": options.size_bytes,
             "precondition": precondition,
         },
-        "environment": environment,
         "jobs": jobs,
-        "runtime_s": runtime_s,
     })
 }
 
@@ -1146,24 +1489,33 @@ fn main() -> ExitCode {
 fn bench(options: &Options) -> Result<(), (u8, String)> {
     let started = Instant::now();
     let date = utc_date(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
-    let runs = Arc::new(plan(options));
-    let run_s: u64 = runs.iter().map(|run| run.time_s + RUN_OVERHEAD_S).sum();
-    let estimate_s = BOOT_ALLOWANCE_S + run_s;
+    let runs = Arc::new(if options.parts.driver() { plan(options) } else { Vec::new() });
+    let driver_s: u64 = runs.iter().map(|run| run.time_s + RUN_OVERHEAD_S).sum();
+    let zoned_s = if options.parts.zoned() { options.zoned.estimate_s() } else { 0 };
+    let estimate_s = BOOT_ALLOWANCE_S + driver_s + zoned_s;
     let timeout_s = options.timeout_s.unwrap_or(2 * estimate_s);
     let size = format_size(options.size_bytes);
+    let zoned_size = format_size(options.zoned.size);
     eprintln!(
-        "bench: one VM (TCG, {VCPUS} vCPUs, {} memory): controller 0 ({size}) for our driver, \
-         controller 1 ({size}) for the kernel's nvme driver ({POLL_QUEUES_ARG})",
+        "bench: one VM (TCG, {VCPUS} vCPUs, {} memory, {POLL_QUEUES_ARG}): conventional controllers 0 (ours) and \
+         1 (kernel) of {size}; ZNS controllers 2 (ours), 3 (btrfs) and 4 (raw fio) of {zoned_size}",
         format_size(MEM_BYTES)
     );
+    if options.parts.driver() {
+        eprintln!(
+            "bench: driver: {} runs ({} round(s) x {} jobs on each side, {} s each{})",
+            runs.len(),
+            options.rounds,
+            JOBS.len(),
+            options.time_s,
+            if options.precondition { ", after writing both namespaces once" } else { ", no preconditioning" },
+        );
+    }
+    if options.parts.zoned() {
+        eprintln!("bench: zoned: {}", zoned::steps(&options.zoned).join(", "));
+    }
     eprintln!(
-        "bench: {} runs ({} round(s) x {} jobs on each side, {} s each{}); at most {} min {} s \
-         expected, the VM is killed after {} min {} s",
-        runs.len(),
-        options.rounds,
-        JOBS.len(),
-        options.time_s,
-        if options.precondition { ", after writing both namespaces once" } else { ", no preconditioning" },
+        "bench: at most {} min {} s expected; the VM is killed after {} min {} s",
         estimate_s / 60,
         estimate_s % 60,
         timeout_s / 60,
@@ -1172,22 +1524,58 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     let environment_host = host_environment();
     let source = source_tree();
 
+    // The images in memory (tmpfs) when there is room for every byte the
+    // jobs write: a guest flush then costs nothing on the host's shared
+    // disk, on every side alike.
+    let needed = 2 * options.size_bytes + 3 * options.zoned.size + (1 << 30);
+    let shm = PathBuf::from(format!("/dev/shm/hack-bench-{}", std::process::id()));
+    let use_shm = free_bytes("/dev/shm").is_some_and(|free| free >= needed) && std::fs::create_dir(&shm).is_ok();
+
     let monitor = Arc::new(LoadMonitor::new(runs.len()));
     let observer_runs = Arc::clone(&runs);
     let observer_monitor = Arc::clone(&monitor);
     let rounds = options.rounds;
-    let vm = Vm::new()
+    let zns = || Controller::zns(options.zoned.size, options.zoned.zone);
+    let mut vm = Vm::new();
+    if use_shm {
+        vm = vm.images(&shm);
+    }
+    let vm = vm
         .smp(VCPUS)
         .mem(MEM_BYTES)
         .controller(Controller::nvme(options.size_bytes))
         .controller(Controller::nvme(options.size_bytes).kernel())
+        .controller(zns())
+        .controller(zns().kernel())
+        .controller(zns().kernel())
         .append(POLL_QUEUES_ARG)
+        .kernel_module("btrfs")
         .host_program(FIO)
+        .host_program(zoned::MKFS)
+        .host_program(zoned::BTRFS)
         .timeout(Duration::from_secs(timeout_s))
-        .on_line(move |line| progress(line, &observer_runs, rounds, started, &observer_monitor));
+        .on_line(move |line| {
+            if let Some(step) = line.strip_prefix("== ") {
+                eprintln!("{} zoned: {step}", clock(started));
+            } else if let Some(times) = line.strip_prefix("BTRFS-SCRUB-TIME ") {
+                eprintln!("{} zoned: btrfs-scrub      done (uptime from-to: {times})", clock(started));
+            } else if let Some((key, value)) = zoned::bench_line(line) {
+                let text = value.map_or_else(|e| e, |v| zoned::describe(key, &v));
+                eprintln!("{} zoned: {key:<16} {text}", clock(started));
+            } else {
+                progress(line, &observer_runs, rounds, started, &observer_monitor);
+            }
+        });
     eprintln!("{} building the guest tools and booting", clock(started));
-    let outcome = vm.run(&["sh", "-c", &guest_script(&runs)]).map_err(|e| (2, e.to_string()))?;
-
+    let mut script = guest_script(&runs);
+    if options.parts.zoned() {
+        script += &zoned::guest_script(&options.zoned);
+    }
+    let outcome = vm.run(&["sh", "-c", &script]);
+    if use_shm {
+        let _ = std::fs::remove_dir_all(&shm);
+    }
+    let outcome = outcome.map_err(|e| (2, e.to_string()))?;
     if outcome.status != 0 {
         return Err((1, failure_report(&outcome.output, outcome.status, &runs, rounds)));
     }
@@ -1197,10 +1585,46 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
             environment_guest.insert(key.to_owned(), Value::from(value.trim()));
         }
     }
-    if options.precondition {
-        check_preconditioning(&runs, &outcome.output, options.size_bytes).map_err(|e| (1, e))?;
+    let mut rows = Vec::new();
+    let mut report = String::new();
+    let mut report_json = serde_json::Map::new();
+    if options.parts.driver() {
+        if options.precondition {
+            check_preconditioning(&runs, &outcome.output, options.size_bytes).map_err(|e| (1, e))?;
+        }
+        let results = collect_results(&runs, &outcome.output, &monitor).map_err(|e| (1, e))?;
+        report += &render_tables(&results, options);
+        report_json.insert("driver".into(), render_json(&results, &runs, options));
+        rows.extend(driver_rows(&results));
     }
-    let results = collect_results(&runs, &outcome.output, &monitor).map_err(|e| (1, e))?;
+    let mut series = Vec::new();
+    if options.parts.zoned() {
+        let results = zoned::collect(&outcome.output).map_err(|e| (1, e))?;
+        let missing: Vec<&str> = zoned::steps(&options.zoned).into_iter().filter(|key| !results.has(key)).collect();
+        if !missing.is_empty() {
+            return Err((1, format!("the guest ended without results for {}", missing.join(", "))));
+        }
+        report += &results.render_steps(&options.zoned);
+        report_json.insert(
+            "zoned".into(),
+            json!({
+                "settings": {
+                    "size_bytes": options.zoned.size,
+                    "zone_bytes": options.zoned.zone,
+                    "fill_percent": options.zoned.fill,
+                    "btrfs_fill_percent": options.zoned.btrfs_fill,
+                    "iodepth": options.zoned.iodepth,
+                    "ablations": options.zoned.ablations,
+                    "script": zoned::guest_script(&options.zoned),
+                },
+                "details": results.details(&options.zoned),
+                "steps": results.raw,
+                "btrfs_scrub_output": results.btrfs_scrub_lines,
+            }),
+        );
+        rows.extend(results.rows(&options.zoned));
+        series = results.series();
+    }
     let runtime_s = started.elapsed().as_secs_f64();
     let environment = json!({
         "date": date,
@@ -1211,18 +1635,48 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
             "mem_bytes": MEM_BYTES,
             "accel": "tcg",
             "machine": "q35, intel-iommu",
+            "images": if use_shm { "tmpfs (/dev/shm)" } else { "the rig's image directory" },
             "details": environment_guest,
         },
     });
-    if options.json {
-        let report = render_json(&results, &runs, options, &environment, runtime_s);
-        println!("{}", serde_json::to_string_pretty(&report).expect("a JSON value serializes"));
-    } else {
-        print!("{}", render_header(options, &environment));
-        print!("{}", render_tables(&results, options));
+    let table = render_rows(&rows);
+    let text = format!("{}{report}{table}", render_header(options, &environment));
+    report_json.insert("command".into(), json!(std::env::args().collect::<Vec<_>>().join(" ")));
+    report_json.insert("environment".into(), environment);
+    report_json.insert("table".into(), rows.iter().map(Row::to_json).collect());
+    report_json.insert("runtime_s".into(), json!(runtime_s));
+    let json_text = serde_json::to_string_pretty(&Value::Object(report_json)).expect("a JSON value serializes");
+    match options.json.as_deref() {
+        Some("-") => {
+            eprint!("{text}");
+            println!("{json_text}");
+        }
+        Some(path) => {
+            print!("{text}");
+            std::fs::write(path, json_text + "\n").map_err(|e| (2, format!("{path}: {e}")))?;
+            eprintln!("bench: wrote {path}");
+        }
+        None => print!("{text}"),
     }
+    if let Some(dir) = options.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| (2, format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::write(&options.svg, render_svg(&rows, series))
+        .map_err(|e| (2, format!("{}: {e}", options.svg.display())))?;
+    eprintln!("bench: wrote the chart to {}", options.svg.display());
     eprintln!("bench: done in {} min {} s", started.elapsed().as_secs() / 60, started.elapsed().as_secs() % 60);
     Ok(())
+}
+
+/// Bytes free to an unprivileged user on the file system holding `path`.
+fn free_bytes(path: &str) -> Option<u64> {
+    let path = std::ffi::CString::new(path).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a writable
+    // statvfs, both alive for the call.
+    let status = unsafe { libc::statvfs(path.as_ptr(), &mut stat) };
+    (status == 0).then(|| stat.f_bavail * stat.f_frsize)
 }
 
 #[cfg(test)]
@@ -1230,7 +1684,7 @@ mod tests {
     use super::*;
 
     fn options(rounds: u32) -> Options {
-        Options { rounds, time_s: 10, size_bytes: 256 << 20, json: false, precondition: true, timeout_s: None }
+        Options { rounds, ..parse_options(vec![]).unwrap().unwrap() }
     }
 
     #[test]
@@ -1253,6 +1707,77 @@ mod tests {
             assert!(parse_options(bad.iter().map(|s| s.to_string()).collect()).is_err(), "{bad:?}");
         }
         assert!(parse_options(vec!["--help".into()]).unwrap().is_none());
+    }
+
+    #[test]
+    fn options_for_both_halves() {
+        let parse = |args: &[&str]| parse_options(args.iter().map(|s| s.to_string()).collect());
+        let o = parse(&[]).unwrap().unwrap();
+        assert_eq!((o.parts, o.json.as_deref()), (Parts::Both, None));
+        assert_eq!(o.zoned, zoned::Options::defaults(false));
+        assert!(o.svg.ends_with("target/bench/bench.svg"));
+        let o = parse(&["--json", "out.json", "--svg", "c.svg", "--only", "zoned", "--quick", "--fill", "90%"])
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.parts, o.json.as_deref(), o.svg.to_str()), (Parts::Zoned, Some("out.json"), Some("c.svg")));
+        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.fill, o.zoned.ablations), (1 << 30, 16 << 20, 90.0, false));
+        // Explicit zoned settings win over --quick.
+        let o = parse(&["--quick", "--zoned-size", "2G", "--zone", "32M", "--iodepth", "4"]).unwrap().unwrap();
+        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth), (2 << 30, 32 << 20, 4));
+        assert!(!parse(&["--no-ablations"]).unwrap().unwrap().zoned.ablations);
+        for bad in [
+            &["--json"][..],
+            &["--only", "both"],
+            &["--fill", "0"],
+            &["--zone", "48M"],
+            &["--zoned-size", "64M"],
+            &["--iodepth", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rows_compare_and_judge() {
+        let row = Row::new("j".into(), "o".into(), Some(300.0), "k".into(), Some(100.0), Unit::MibS);
+        assert_eq!((row.ratio(), row.met()), (Some(3.0), None));
+        assert_eq!(row.clone().target(2.0).met(), Some(true));
+        assert_eq!(row.clone().target(4.0).target_text(), ">= 4x MISSED");
+        let missing = Row { kernel: None, ..row.clone().target(2.0) };
+        assert_eq!((missing.ratio(), missing.met(), missing.target_text()), (None, None, ">= 2x n/a".into()));
+        let flat = Row::new("f".into(), "o".into(), Some(0.97), "k".into(), Some(0.5), Unit::Flatness).minimum(0.95);
+        assert_eq!((flat.ratio(), flat.met()), (None, Some(true)));
+        let json = flat.to_json();
+        assert_eq!(json["target"], json!({"ours_at_least": 0.95, "met": true}));
+        assert_eq!(json["ratio"], Value::Null);
+
+        let sample = |iops: f64| Sample { iops, mib_s: iops / 4.0, ..Sample::default() };
+        let results = vec![
+            JobResult {
+                job: 1,
+                sides: vec![
+                    (Side::Ours, vec![sample(60000.0)]),
+                    (Side::KernelIrq, vec![sample(10000.0)]),
+                    (Side::KernelPolled, vec![sample(15000.0)]),
+                ],
+            },
+            JobResult {
+                job: 3,
+                sides: vec![(Side::Ours, vec![sample(8000.0)]), (Side::KernelIrq, vec![sample(4000.0)])],
+            },
+        ];
+        let rows = driver_rows(&results);
+        assert_eq!(rows.len(), 3);
+        assert_eq!((rows[0].ratio(), rows[0].target), (Some(6.0), None));
+        assert_eq!((rows[1].ratio(), rows[1].met()), (Some(4.0), Some(true)));
+        assert_eq!(rows[1].kernel_label, "fio, io_uring --hipri, polled");
+        assert_eq!((rows[2].unit, rows[2].ours, rows[2].met()), (Unit::MibS, Some(2000.0), Some(true)));
+        let table = render_rows(&rows);
+        assert!(table.contains("Ours against the kernel") && !table.contains("our own baselines"), "{table}");
+        assert!(table.contains("60000 IOPS     15000 IOPS   4.00x  >= 3x met"), "{table}");
+        let svg = render_svg(&rows, vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])]);
+        assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
+        assert!(svg.contains("<polyline"));
     }
 
     #[test]
