@@ -539,8 +539,8 @@ fn render_rows(rows: &[Row]) -> String {
 }
 
 /// The chart: ours and the other side per row (each row scaled to its own
-/// larger value), then bandwidth over time of the QD1 write runs.
-fn render_svg(rows: &[Row], series: Vec<(String, Vec<(f64, f64)>)>) -> String {
+/// larger value), then bandwidth over time of the write runs.
+fn render_svg(rows: &[Row], line_charts: Vec<zoned::LineChart>) -> String {
     let bars: Vec<(String, Vec<f64>)> = rows
         .iter()
         .filter_map(|row| {
@@ -556,15 +556,9 @@ fn render_svg(rows: &[Row], series: Vec<(String, Vec<(f64, f64)>)>) -> String {
         .collect();
     let mut charts =
         vec![svg::bar_chart("hack/bench: ours against the kernel, one VM boot", "", &["ours", "other side"], &bars)];
-    if !series.is_empty() {
-        let series: Vec<svg::Series> =
-            series.into_iter().map(|(label, points)| svg::Series { label, points }).collect();
-        charts.push(svg::line_chart(
-            "sequential 256 KiB writes at QD1, one ZNS namespace each",
-            "time (s)",
-            "MiB/s",
-            &series,
-        ));
+    for (title, lines) in line_charts {
+        let series: Vec<svg::Series> = lines.into_iter().map(|(label, points)| svg::Series { label, points }).collect();
+        charts.push(svg::line_chart(&title, "time (s)", "MiB/s", &series));
     }
     svg::stack(&charts)
 }
@@ -1597,7 +1591,7 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         report_json.insert("driver".into(), render_json(&results, &runs, options));
         rows.extend(driver_rows(&results));
     }
-    let mut series = Vec::new();
+    let mut line_charts = Vec::new();
     if options.parts.zoned() {
         let results = zoned::collect(&outcome.output).map_err(|e| (1, e))?;
         let missing: Vec<&str> = zoned::steps(&options.zoned).into_iter().filter(|key| !results.has(key)).collect();
@@ -1620,10 +1614,11 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
                 "details": results.details(&options.zoned),
                 "steps": results.raw,
                 "btrfs_scrub_output": results.btrfs_scrub_lines,
+                "bandwidth_logs_mib_s": results.bw_logs,
             }),
         );
         rows.extend(results.rows(&options.zoned));
-        series = results.series();
+        line_charts = results.charts(&options.zoned);
     }
     let runtime_s = started.elapsed().as_secs_f64();
     let environment = json!({
@@ -1661,7 +1656,7 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     if let Some(dir) = options.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| (2, format!("{}: {e}", dir.display())))?;
     }
-    std::fs::write(&options.svg, render_svg(&rows, series))
+    std::fs::write(&options.svg, render_svg(&rows, line_charts))
         .map_err(|e| (2, format!("{}: {e}", options.svg.display())))?;
     eprintln!("bench: wrote the chart to {}", options.svg.display());
     eprintln!("bench: done in {} min {} s", started.elapsed().as_secs() / 60, started.elapsed().as_secs() % 60);
@@ -1775,7 +1770,7 @@ mod tests {
         let table = render_rows(&rows);
         assert!(table.contains("Ours against the kernel") && !table.contains("our own baselines"), "{table}");
         assert!(table.contains("60000 IOPS     15000 IOPS   4.00x  >= 3x met"), "{table}");
-        let svg = render_svg(&rows, vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])]);
+        let svg = render_svg(&rows, vec![("t".into(), vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])])]);
         assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
         assert!(svg.contains("<polyline"));
     }

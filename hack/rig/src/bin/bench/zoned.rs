@@ -111,6 +111,11 @@ impl Options {
     }
 }
 
+/// One line of a chart: its label and (seconds, MiB/s) points.
+pub type Curve = (String, Vec<(f64, f64)>);
+/// A chart's title and lines.
+pub type LineChart = (String, Vec<Curve>);
+
 /// Bytes for `percent` of `size`, in whole 256 KiB writes.
 fn share(size: u64, percent: f64) -> u64 {
     (size as f64 * percent / 100.0) as u64 / BS_BYTES * BS_BYTES
@@ -549,12 +554,29 @@ impl Results {
         details
     }
 
-    /// Bandwidth over time of the QD1 write runs, for the chart.
-    pub fn series(&self) -> Vec<(String, Vec<(f64, f64)>)> {
-        [("ours", "ours, seqwrite"), ("btrfs", "btrfs zoned (fio)"), ("raw-zbd", "raw fio --zonemode=zbd")]
-            .into_iter()
-            .filter_map(|(key, label)| Some((label.to_owned(), self.bw_logs.get(key)?.clone())))
-            .collect()
+    /// Bandwidth over time of the write runs, for the charts: a title and
+    /// its lines, at QD1 and at `iodepth`.
+    pub fn charts(&self, options: &Options) -> Vec<LineChart> {
+        let qd = options.iodepth;
+        let lines = |keys: &[(&str, String)]| -> Vec<Curve> {
+            keys.iter().filter_map(|(key, label)| Some((label.clone(), self.bw_logs.get(*key)?.clone()))).collect()
+        };
+        let qd1 = lines(&[
+            ("ours", "ours, seqwrite".into()),
+            ("btrfs", "btrfs zoned (fio)".into()),
+            ("raw-zbd", "raw fio --zonemode=zbd".into()),
+        ]);
+        let qdn = lines(&[
+            ("ours-qd", format!("ours, seqwrite --iodepth {qd}")),
+            ("btrfs-qd", format!("btrfs zoned, QD{qd}")),
+        ]);
+        [
+            ("sequential 256 KiB writes at QD1, one ZNS namespace each".to_owned(), qd1),
+            (format!("the same at QD{qd}"), qdn),
+        ]
+        .into_iter()
+        .filter(|(_, lines)| !lines.is_empty())
+        .collect()
     }
 }
 
