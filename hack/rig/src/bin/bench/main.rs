@@ -549,7 +549,7 @@ fn render_svg(rows: &[Row], line_charts: Vec<zoned::LineChart>) -> String {
                 Unit::MibS => "MiB/s",
                 Unit::Flatness => "flatness",
             };
-            let ratio = row.ratio().map_or(String::new(), |r| format!(": {r:.2}x"));
+            let ratio = row.ratio().map_or(String::new(), |r| format!(": {}", ratio_text(Some(r))));
             let label = format!("{} ({unit}) vs {}{ratio}", row.job, row.kernel_label);
             Some((label, vec![row.ours?, row.kernel?]))
         })
@@ -1215,7 +1215,9 @@ fn range(min: f64, max: f64) -> String {
 }
 
 fn ratio_text(ratio: Option<f64>) -> String {
-    ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+    // Three decimals below 10, so that a ratio just under a target does not
+    // print as the target.
+    ratio.map_or_else(|| "-".into(), |r| if r < 10.0 { format!("{r:.3}x") } else { format!("{r:.2}x") })
 }
 
 /// Date, settings, host, guest and source lines above the tables.
@@ -1769,7 +1771,7 @@ mod tests {
         assert_eq!((rows[2].unit, rows[2].ours, rows[2].met()), (Unit::MibS, Some(2000.0), Some(true)));
         let table = render_rows(&rows);
         assert!(table.contains("Ours against the kernel") && !table.contains("our own baselines"), "{table}");
-        assert!(table.contains("60000 IOPS     15000 IOPS   4.00x  >= 3x met"), "{table}");
+        assert!(table.contains("60000 IOPS     15000 IOPS  4.000x  >= 3x met"), "{table}");
         let svg = render_svg(&rows, vec![("t".into(), vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])])]);
         assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
         assert!(svg.contains("<polyline"));
