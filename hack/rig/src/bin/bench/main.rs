@@ -27,7 +27,7 @@ mod svg;
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1523,9 +1523,18 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     // The images in memory (tmpfs) when there is room for every byte the
     // jobs write: a guest flush then costs nothing on the host's shared
     // disk, on every side alike.
+    remove_stale_images(Path::new(SHM));
     let needed = 2 * options.size_bytes + 3 * options.zoned.size + (1 << 30);
-    let shm = PathBuf::from(format!("/dev/shm/hack-bench-{}", std::process::id()));
-    let use_shm = free_bytes("/dev/shm").is_some_and(|free| free >= needed) && std::fs::create_dir(&shm).is_ok();
+    let shm = Path::new(SHM).join(format!("{SHM_PREFIX}{}", std::process::id()));
+    let use_shm = free_bytes(SHM).is_some_and(|free| free >= needed) && std::fs::create_dir(&shm).is_ok();
+    eprintln!(
+        "bench: backing images {}",
+        if use_shm {
+            format!("in {} (tmpfs)", shm.display())
+        } else {
+            format!("in the rig's image directory ({SHM} lacks {} free)", format_size(needed))
+        }
+    );
 
     let monitor = Arc::new(LoadMonitor::new(runs.len()));
     let observer_runs = Arc::clone(&runs);
@@ -1665,6 +1674,28 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     Ok(())
 }
 
+/// Where the images go when there is room, and their directories' prefix
+/// (the process ID follows).
+const SHM: &str = "/dev/shm";
+const SHM_PREFIX: &str = "hack-bench-";
+
+/// Removes image directories left in `dir` by runs that were killed before
+/// they could (their process is gone); tmpfs holds them in memory.
+fn remove_stale_images(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(SHM_PREFIX)).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("bench: removing {}, left by an earlier run that was killed", entry.path().display());
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Bytes free to an unprivileged user on the file system holding `path`.
 fn free_bytes(path: &str) -> Option<u64> {
     let path = std::ffi::CString::new(path).ok()?;
@@ -1732,6 +1763,22 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn stale_image_directories_go_live_ones_stay() {
+        let dir = std::env::temp_dir().join(format!("bench-stale-test-{}", std::process::id()));
+        let live = dir.join(format!("{SHM_PREFIX}{}", std::process::id()));
+        // Above any pid_max Linux allows (2^22).
+        let dead = dir.join(format!("{SHM_PREFIX}999999999"));
+        let other = dir.join("hack-bench-notapid");
+        for d in [&live, &dead, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(dead.join("nvme2.img"), b"x").unwrap();
+        remove_stale_images(&dir);
+        assert!(live.exists() && other.exists() && !dead.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
