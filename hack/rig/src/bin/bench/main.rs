@@ -1465,7 +1465,7 @@ fn main() -> ExitCode {
     let options = match parse_options(std::env::args().skip(1).collect()) {
         Ok(Some(options)) => options,
         Ok(None) => {
-            println!("{USAGE}");
+            out(&format!("{USAGE}\n"));
             return ExitCode::SUCCESS;
         }
         Err(message) => {
@@ -1655,14 +1655,14 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     match options.json.as_deref() {
         Some("-") => {
             eprint!("{text}");
-            println!("{json_text}");
+            out(&format!("{json_text}\n"));
         }
         Some(path) => {
-            print!("{text}");
+            out(&text);
             std::fs::write(path, json_text + "\n").map_err(|e| (2, format!("{path}: {e}")))?;
             eprintln!("bench: wrote {path}");
         }
-        None => print!("{text}"),
+        None => out(&text),
     }
     if let Some(dir) = options.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| (2, format!("{}: {e}", dir.display())))?;
@@ -1672,6 +1672,13 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     eprintln!("bench: wrote the chart to {}", options.svg.display());
     eprintln!("bench: done in {} min {} s", started.elapsed().as_secs() / 60, started.elapsed().as_secs() % 60);
     Ok(())
+}
+
+/// Writes to stdout; a reader that went away (`hack/bench --help | head`)
+/// is not an error worth a panic.
+fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
 /// The command line as typed: `hack/bench` (which the wrapper passes in
