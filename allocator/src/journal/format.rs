@@ -1,4 +1,4 @@
-//! The metadata journal's wire format: records, operations, checkpoints.
+//! The journal's wire format: records, operations, checkpoints.
 //!
 //! A record is a 64-byte header and a payload, padded to whole 4 KiB
 //! blocks. The header carries a magic number, the volume ID, the metadata

@@ -1,0 +1,616 @@
+//! The volume: placement, the write path, reads with repair, the journal,
+//! free and reclaim. See the [crate documentation](crate).
+//!
+//! One file per concern: [`open`] (format and open), [`write`], [`read`],
+//! [`commit`] (free and commit), [`reclaim`], [`repair`] and [`scan`]
+//! (scrub's walk). This file holds the types they share, the extent map
+//! and inspection.
+
+mod commit;
+mod open;
+mod read;
+mod reclaim;
+mod repair;
+mod scan;
+mod write;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::journal::{ExtentRecord, Op, Superblock};
+use crate::zones::{ZoneTable, ZoneUse};
+use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
+use nvme_driver::spec::identify::Oncs;
+use nvme_driver::IoCompletion;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+/// How data reaches a zoned namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum WriteMode {
+    /// Zone Append where the device has it (every ZNS device must), else
+    /// ordered writes.
+    Auto,
+    /// Zone Append: many appends in flight per zone; the device assigns
+    /// each one's LBA. Extents are bounded by ZASL.
+    Append,
+    /// Writes at the write pointer, one in flight per zone; parallelism
+    /// comes from streams writing different zones.
+    Ordered,
+}
+
+/// Format and open options.
+#[derive(Clone, Debug)]
+pub struct VolumeOptions {
+    /// Copies and namespaces (format only).
+    pub profile: Profile,
+    /// Write streams (lifetime classes), each with its own open zone
+    /// (format only).
+    pub streams: u8,
+    /// Software zone size on conventional namespaces; `None` picks one
+    /// from the capacity. Must be given again at open if it was at format.
+    pub software_zone_bytes: Option<u64>,
+    /// Empty zones per lane kept back for reclaim (format only).
+    pub reserve_zones: u32,
+    /// Largest extent (format only; also bounded by MDTS and ZASL).
+    pub max_extent_bytes: usize,
+    /// Retire a zone once less than this is left in it (format only);
+    /// 0 retires only when the next extent does not fit.
+    pub finish_threshold_bytes: u64,
+    /// How data reaches a zoned namespace (ignored on conventional ones).
+    pub write_mode: WriteMode,
+    /// Reclaim zones with at most this fraction live.
+    pub reclaim_max_valid_ratio: f64,
+    /// Bound on every wait.
+    pub timeout: Duration,
+}
+
+impl Default for VolumeOptions {
+    fn default() -> Self {
+        VolumeOptions {
+            profile: Profile::Single,
+            streams: 1,
+            software_zone_bytes: None,
+            reserve_zones: 1,
+            max_extent_bytes: 1 << 20,
+            finish_threshold_bytes: 0,
+            write_mode: WriteMode::Auto,
+            reclaim_max_valid_ratio: 0.75,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The outcome of an asynchronous write.
+#[derive(Debug)]
+pub struct WriteDone {
+    /// The extent the write created (as [`Volume::submit_write`] returned).
+    pub id: ExtentId,
+    /// `Ok`: the extent is readable and will be journaled at the next
+    /// commit.
+    pub result: Result<()>,
+}
+
+/// A block whose copy failed its checksum or could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct BadBlock {
+    /// The extent holding the block.
+    pub extent: ExtentId,
+    /// The copy (lane) that was bad; the other lanes may hold good data.
+    pub lane: u8,
+    /// Block index within the extent.
+    pub block: u32,
+    /// The copy could not be read at all (a media error), rather than read
+    /// with a wrong checksum.
+    pub unreadable: bool,
+}
+
+/// What a read found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadOutcome {
+    /// Blocks repaired from the other copy (they are in
+    /// [`Volume::bad_blocks`] too).
+    pub repaired: Vec<u32>,
+}
+
+/// What one commit did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CommitInfo {
+    /// The journal sequence number now durable.
+    pub seq: u64,
+    /// Operations journaled.
+    pub ops: usize,
+    /// A checkpoint was written (the metadata segment rotated).
+    pub checkpoint: bool,
+    /// Zones reset because nothing in them is live.
+    pub zones_reset: usize,
+}
+
+/// Progress of reclaim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ReclaimProgress {
+    /// No zone is below the live ratio.
+    Idle,
+    /// Some blocks moved; the zone still holds live data.
+    InProgress {
+        /// The lane (copy) being reclaimed.
+        lane: u8,
+        /// The zone being emptied.
+        zone: u32,
+        /// 4 KiB blocks relocated by this step.
+        moved_blocks: u64,
+    },
+    /// The zone was emptied, the moves committed and the zone reset.
+    Reclaimed {
+        /// The lane (copy) reclaimed.
+        lane: u8,
+        /// The zone reset.
+        zone: u32,
+        /// 4 KiB blocks relocated by this step.
+        moved_blocks: u64,
+    },
+}
+
+/// Counters and gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct VolumeStats {
+    /// Bytes the volume can hold ([`Volume::capacity_bytes`]).
+    pub capacity_bytes: u64,
+    /// Bytes of live data in one copy.
+    pub valid_bytes: u64,
+    /// Live extents.
+    pub extents: u64,
+    /// Empty zones, summed over the lanes.
+    pub empty_zones: u64,
+    /// Zones on the volume's namespaces, summed over the lanes (metadata and
+    /// other lanes' zones included).
+    pub zones: u64,
+    /// Writes submitted since open (one per extent, whatever the copies).
+    pub writes: u64,
+    /// Bytes of those writes, counted once per extent.
+    pub write_bytes: u64,
+    /// Commits that journaled something.
+    pub commits: u64,
+    /// Checkpoints written (metadata segment rotations).
+    pub checkpoints: u64,
+    /// Zones finished on the device (Zone Management Send, action Finish
+    /// Zone, ZNS Command Set 1.1 §3.4.3), freeing an active resource.
+    pub zones_finished: u64,
+    /// Zones reset because nothing in them was live.
+    pub zones_reset: u64,
+    /// Bytes moved by reclaim and repair relocations.
+    pub relocated_bytes: u64,
+    /// Copy commands issued by relocation (NVM Command Set 1.0 §3.2.2).
+    pub copy_commands: u64,
+    /// Blocks repaired by reads from another copy.
+    pub repaired_blocks: u64,
+    /// Time spent computing crc32c on the write path, in nanoseconds (zero
+    /// when callers pass their own checksums).
+    pub checksum_ns: u64,
+}
+
+/// One copy of an extent, as [`Volume::extents_from`] yields it.
+#[derive(Clone, Copy, Debug)]
+pub struct ExtentRef<'a> {
+    /// The extent.
+    pub id: ExtentId,
+    /// Its owner, as given to [`Volume::submit_write`].
+    pub owner: u64,
+    /// Where this copy lives on its lane.
+    pub location: Location,
+    /// First LBA on the lane's namespace.
+    pub lba: u64,
+    /// Length, in 4 KiB blocks.
+    pub blocks: u32,
+    /// The crc32c of each 4 KiB block, in order (the extent map's checksums,
+    /// to verify reads against).
+    pub crcs: &'a [u32],
+}
+
+#[derive(Debug)]
+pub(super) struct Extent {
+    owner: u64,
+    stream: u8,
+    blocks: u32,
+    locations: Vec<Location>,
+    crcs: Box<[u32]>,
+}
+
+#[derive(Debug)]
+struct Lane {
+    device: usize,
+    table: ZoneTable,
+    /// Live extents by position.
+    index: BTreeMap<Location, ExtentId>,
+    /// Blocks written successfully, per zone.
+    written: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct PendingWrite {
+    id: ExtentId,
+    owner: u64,
+    stream: u8,
+    blocks: u32,
+    crcs: Vec<u32>,
+    zones: Vec<u32>,
+    locations: Vec<Option<Location>>,
+    remaining: u8,
+    error: Option<Error>,
+    /// The submitter already got the error; don't report it again.
+    reported: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Append,
+    Ordered,
+    Conventional,
+}
+
+#[derive(Debug)]
+struct MetaLog {
+    zones_per_segment: u32,
+    segment: u32,
+    /// Next free block in the segment.
+    offset: u64,
+    /// Blocks the segment's checkpoint takes.
+    checkpoint_blocks: u64,
+    generation: u64,
+    seq: u64,
+}
+
+/// A volume over one or two namespaces. See the [crate documentation](crate).
+#[derive(Debug)]
+pub struct Volume {
+    devices: Vec<Device>,
+    lanes: Vec<Lane>,
+    superblock: Superblock,
+    volume_id: u64,
+    options: VolumeOptions,
+    extents: HashMap<ExtentId, Extent>,
+    next_id: ExtentId,
+    ops: Vec<Op>,
+    log: MetaLog,
+    writes: Vec<Option<PendingWrite>>,
+    free_slots: Vec<usize>,
+    done: VecDeque<WriteDone>,
+    /// Zones retired with writes possibly in flight: finish (or just
+    /// deactivate) them once idle.
+    retiring: Vec<(usize, u32)>,
+    bad_blocks: Vec<BadBlock>,
+    /// Per device: (open, active) zone limits, if it has any.
+    zone_limits: Vec<Option<(u32, u32)>>,
+    /// Per lane: its reclaim zone is open on the device (not closed).
+    reclaim_open: Vec<bool>,
+    copy_supported: Vec<bool>,
+    reclaim: Option<(usize, u32)>,
+    next_reclaim_lane: usize,
+    stats: VolumeStats,
+    scratch: Vec<IoCompletion>,
+    /// Replaying the journal at open: zone tables are rebuilt afterwards.
+    loading: bool,
+}
+
+const LANE_BITS: u32 = 8;
+
+impl Volume {
+    /// The in-memory volume around loaded devices, with empty zone tables.
+    pub(super) fn assemble(
+        devices: Vec<Device>,
+        superblock: Superblock,
+        volume_id: u64,
+        options: VolumeOptions,
+    ) -> Result<Self> {
+        let g = superblock.meta_zones_per_segment;
+        let meta_zones = 2 * g;
+        let profile = superblock.profile;
+        let lane_devices: &[usize] = match profile {
+            Profile::Single => &[0],
+            Profile::Dup => &[0, 0],
+            Profile::Mirror => &[0, 1],
+        };
+        let mut lanes = Vec::new();
+        for (lane_index, &device) in lane_devices.iter().enumerate() {
+            let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone);
+            let capacities: Vec<u32> = devices[device].zones.iter().map(|z| z.capacity_blocks).collect();
+            let mut table = ZoneTable::new(&capacities, owned, superblock.streams, superblock.reserve_zones as usize);
+            table.set_finish_threshold(superblock.finish_threshold_blocks);
+            let data_zones = (0..table.zone_count()).filter(|&z| table.zone(z).usage == ZoneUse::Empty).count();
+            let needed = superblock.reserve_zones as usize + usize::from(superblock.streams) + 1;
+            if data_zones < needed {
+                return Err(Error::InvalidConfig(format!(
+                    "lane {} has {data_zones} data zones; {} streams, reclaim and a reserve of {} need {needed}",
+                    lanes.len(),
+                    superblock.streams,
+                    superblock.reserve_zones
+                )));
+            }
+            let written = vec![0; capacities.len()];
+            lanes.push(Lane { device, table, index: BTreeMap::new(), written });
+        }
+        // Zone budget per device. Active: every stream's zone and
+        // reclaim's in each of its lanes, plus the metadata zone on the
+        // first. Open: the streams' zones, plus one that metadata and
+        // reclaim take turns at.
+        let mut zone_limits = Vec::new();
+        for (index, device) in devices.iter().enumerate() {
+            let limits = device.ns.zones().and_then(|z| {
+                if z.max_open_zones.is_none() && z.max_active_zones.is_none() {
+                    return None;
+                }
+                let active = z.max_active_zones.unwrap_or(u32::MAX);
+                Some((z.max_open_zones.unwrap_or(active).min(active), active))
+            });
+            let lanes_here = lanes.iter().filter(|l| l.device == index).count() as u32;
+            let streams = u32::from(superblock.streams);
+            let needed_active = lanes_here * (streams + 1) + u32::from(index == 0);
+            let needed_open = lanes_here * streams + 1;
+            if let Some((open, active)) = limits {
+                if needed_active > active || needed_open > open {
+                    return Err(Error::InvalidConfig(format!(
+                        "namespace {} allows {open} open and {active} active zones; {streams} stream(s) and reclaim \
+                         in {lanes_here} lane(s) plus metadata need {needed_open} open and {needed_active} active",
+                        device.ns.nsid(),
+                    )));
+                }
+            }
+            zone_limits.push(limits);
+        }
+        let copy_supported = devices.iter().map(|d| d.ns.supports(Oncs::COPY)).collect();
+        let stats = VolumeStats {
+            zones: lanes.iter().map(|l| u64::from(l.table.zone_count())).sum(),
+            ..VolumeStats::default()
+        };
+        Ok(Volume {
+            devices,
+            lanes,
+            log: MetaLog {
+                zones_per_segment: superblock.meta_zones_per_segment,
+                segment: 0,
+                offset: 0,
+                checkpoint_blocks: 0,
+                generation: 0,
+                seq: 0,
+            },
+            superblock,
+            volume_id,
+            options,
+            extents: HashMap::new(),
+            next_id: 1,
+            ops: Vec::new(),
+            writes: Vec::new(),
+            free_slots: Vec::new(),
+            done: VecDeque::new(),
+            retiring: Vec::new(),
+            bad_blocks: Vec::new(),
+            zone_limits,
+            reclaim_open: vec![false; 2],
+            copy_supported,
+            reclaim: None,
+            next_reclaim_lane: 0,
+            stats,
+            scratch: Vec::new(),
+            loading: false,
+        })
+    }
+
+    pub(super) fn insert_extent(&mut self, id: ExtentId, extent: Extent, journal: bool) -> Result<()> {
+        if self.extents.contains_key(&id) {
+            return Err(Error::Corrupt(format!("extent {id} added twice")));
+        }
+        for (lane, &location) in extent.locations.iter().enumerate() {
+            let lane = &mut self.lanes[lane];
+            if let Some(other) = lane.index.insert(location, id) {
+                return Err(Error::Corrupt(format!("extents {other} and {id} both at {location:?}")));
+            }
+            if !self.loading {
+                lane.table.add_valid(location.zone, extent.blocks);
+            }
+        }
+        if journal {
+            self.ops.push(Op::Add(ExtentRecord {
+                id,
+                owner: extent.owner,
+                stream: extent.stream,
+                blocks: extent.blocks,
+                locations: extent.locations.clone(),
+                crcs: extent.crcs.to_vec(),
+            }));
+        }
+        self.extents.insert(id, extent);
+        Ok(())
+    }
+
+    pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Extent> {
+        let extent = self.extents.remove(&id).ok_or(Error::NoSuchExtent(id))?;
+        for (lane, &location) in extent.locations.iter().enumerate() {
+            let lane = &mut self.lanes[lane];
+            lane.index.remove(&location);
+            if !self.loading {
+                lane.table.remove_valid(location.zone, extent.blocks);
+            }
+        }
+        if journal {
+            self.ops.push(Op::Free(id));
+        }
+        Ok(extent)
+    }
+
+    pub(super) fn move_extent(&mut self, id: ExtentId, lane_index: usize, to: Location, journal: bool) {
+        let extent = self.extents.get_mut(&id).expect("moving a live extent");
+        let from = extent.locations[lane_index];
+        extent.locations[lane_index] = to;
+        let blocks = extent.blocks;
+        let lane = &mut self.lanes[lane_index];
+        lane.index.remove(&from);
+        lane.index.insert(to, id);
+        if !self.loading {
+            lane.table.remove_valid(from.zone, blocks);
+            lane.table.add_valid(to.zone, blocks);
+        }
+        if journal {
+            self.ops.push(Op::Move { id, lane: lane_index as u8, to });
+        }
+    }
+
+    /// Refuses work once a controller was reset since the last commit: its
+    /// volatile cache, and with it writes this volume counts on, may be
+    /// gone, and the zone state on the device may no longer match ours.
+    pub(super) fn check_resets(&self) -> Result<()> {
+        match self.devices.iter().position(Device::reset_since_durable) {
+            Some(device) => Err(Error::ControllerReset { device }),
+            None => Ok(()),
+        }
+    }
+
+    /// Extent IDs, in no particular order.
+    pub fn extent_ids(&self) -> impl Iterator<Item = ExtentId> + '_ {
+        self.extents.keys().copied()
+    }
+
+    /// The extent's length in bytes and its owner.
+    pub fn extent(&self, id: ExtentId) -> Option<(usize, u64)> {
+        self.extents.get(&id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
+    }
+
+    /// The extent's block checksums.
+    pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
+        self.extents.get(&id).map(|e| &e.crcs[..])
+    }
+
+    /// The copy's location.
+    pub fn location(&self, id: ExtentId, lane: usize) -> Option<Location> {
+        self.extents.get(&id).and_then(|e| e.locations.get(lane).copied())
+    }
+
+    /// The first LBA of `location` on lane `lane`'s namespace.
+    pub fn lba(&self, lane: usize, location: Location) -> u64 {
+        self.devices[self.lanes[lane].device].lba(location.zone, location.offset)
+    }
+
+    /// The volume's identity (chosen at format), to tie saved state such as
+    /// a scrub checkpoint to this volume.
+    pub fn id(&self) -> u64 {
+        self.volume_id
+    }
+
+    /// Whether lane `lane` lies on a zoned namespace (where a copy cannot
+    /// be rewritten in place).
+    pub fn lane_is_zoned(&self, lane: usize) -> bool {
+        self.devices[self.lanes[lane].device].is_zoned()
+    }
+
+    /// Blocks of live data in each copy.
+    pub fn valid_blocks(&self) -> u64 {
+        self.lanes[0].table.valid_blocks()
+    }
+
+    /// Copies and namespaces, as chosen at format.
+    pub fn profile(&self) -> Profile {
+        self.superblock.profile
+    }
+
+    /// Copies per extent.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Which device (index into the list given at open) holds `lane`.
+    pub fn lane_device(&self, lane: usize) -> usize {
+        self.lanes[lane].device
+    }
+
+    /// The volume's devices, in the order given at format or open; for tools
+    /// that need the namespace or its queue pair (say, to inject faults).
+    pub fn devices_mut(&mut self) -> &mut [Device] {
+        &mut self.devices
+    }
+
+    /// Write streams (lifetime classes), as chosen at format.
+    pub fn streams(&self) -> u8 {
+        self.superblock.streams
+    }
+
+    /// The largest write.
+    pub fn max_extent_bytes(&self) -> usize {
+        self.superblock.max_extent_blocks as usize * BLOCK_SIZE
+    }
+
+    /// Bytes the volume can hold: its first lane's zones, less the reclaim
+    /// reserve.
+    pub fn capacity_bytes(&self) -> u64 {
+        let table = &self.lanes[0].table;
+        let zones: Vec<u32> = (0..table.zone_count()).filter(|&z| table.zone(z).usage != ZoneUse::NotOwned).collect();
+        let reserve: u64 =
+            zones.iter().take(self.superblock.reserve_zones as usize).map(|&z| u64::from(table.zone(z).capacity)).sum();
+        (table.capacity_blocks() - reserve) * BLOCK_SIZE as u64
+    }
+
+    /// The journal sequence number of the last commit.
+    pub fn committed_seq(&self) -> u64 {
+        self.log.seq
+    }
+
+    /// Operations not yet committed.
+    pub fn uncommitted_ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// The counters, with the gauges (capacity, live bytes, extents, empty
+    /// zones) computed now.
+    pub fn stats(&self) -> VolumeStats {
+        let mut stats = self.stats;
+        stats.capacity_bytes = self.capacity_bytes();
+        stats.valid_bytes = self.lanes[0].table.valid_blocks() * BLOCK_SIZE as u64;
+        stats.extents = self.extents.len() as u64;
+        stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
+        stats
+    }
+
+    /// The zone table of `lane`.
+    pub fn zone_table(&self, lane: usize) -> &ZoneTable {
+        &self.lanes[lane].table
+    }
+
+    /// Waits for writes, commits, and hands back the devices.
+    pub fn close(mut self) -> Result<Vec<Device>> {
+        self.commit()?;
+        Ok(std::mem::take(&mut self.devices))
+    }
+
+    /// Hands back the devices without committing: what a crash leaves.
+    pub fn abandon(mut self) -> Vec<Device> {
+        std::mem::take(&mut self.devices)
+    }
+
+    /// Checks every invariant between the extent map, the per-lane indexes
+    /// and the zone tables; for tests. Panics on a violation.
+    pub fn check_invariants(&self) {
+        for (lane_index, lane) in self.lanes.iter().enumerate() {
+            let mut valid = vec![0u32; lane.table.zone_count() as usize];
+            let mut last_end: Option<Location> = None;
+            for (&location, id) in &lane.index {
+                let extent = &self.extents[id];
+                assert_eq!(extent.locations[lane_index], location, "extent {id} index");
+                if let Some(end) = last_end {
+                    assert!(location >= end, "extents overlap at {location:?} in lane {lane_index}");
+                }
+                let entry = lane.table.zone(location.zone);
+                assert!(location.offset + extent.blocks <= entry.allocated, "extent {id} beyond allocation");
+                last_end = Some(Location { zone: location.zone, offset: location.offset + extent.blocks });
+                valid[location.zone as usize] += extent.blocks;
+            }
+            for (zone, &v) in valid.iter().enumerate() {
+                assert_eq!(lane.table.zone(zone as u32).valid, v, "lane {lane_index} zone {zone} valid count");
+            }
+            assert_eq!(lane.index.len(), self.extents.len(), "lane {lane_index} index size");
+        }
+    }
+}
+
+/// Whether `zone` of its device belongs to `lane`: every zone past the
+/// metadata segments, split even/odd between the two lanes of a dup.
+pub(super) fn lane_owns(profile: Profile, lane: usize, meta_zones: u32, zone: u32) -> bool {
+    zone >= meta_zones && (profile != Profile::Dup || (zone - meta_zones) % 2 == lane as u32)
+}

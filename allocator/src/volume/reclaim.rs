@@ -1,0 +1,139 @@
+//! Reclaim: relocating the live data of the emptiest zones (Copy, or a
+//! verified read and write), then resetting them once committed.
+
+use super::{ReclaimProgress, Volume};
+use crate::error::{Error, Result};
+use crate::zones::Slot;
+use crate::{ExtentId, Location, BLOCK_SIZE};
+use nvme_driver::cmd::zns::ZoneSendAction;
+use nvme_driver::spec::status::{GenericStatus, StatusCode};
+use nvme_driver::IoBuffer;
+
+impl Volume {
+    /// Closes each lane's reclaim zone that relocation left open.
+    pub(super) fn close_reclaim_zones(&mut self) -> Result<()> {
+        for lane in 0..self.lanes.len() {
+            if !self.reclaim_open[lane] {
+                continue;
+            }
+            self.reclaim_open[lane] = false;
+            let device = self.lanes[lane].device;
+            if let Some(zone) = self.lanes[lane].table.open_zone(Slot::Reclaim) {
+                if self.devices[device].is_zoned() {
+                    self.devices[device].zone_action(zone, ZoneSendAction::Close)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Relocates up to about `max_blocks` of live data out of the zone
+    /// being reclaimed (choosing one when none is: the full zone with the
+    /// fewest live blocks, below [`VolumeOptions::reclaim_max_valid_ratio`]).
+    /// When the zone is empty the moves are committed and it is reset.
+    pub fn reclaim_step(&mut self, max_blocks: u64) -> Result<ReclaimProgress> {
+        self.check_resets()?;
+        self.wait_idle()?;
+        let (lane, zone) = match self.reclaim {
+            Some(victim) => victim,
+            None => {
+                let lanes = self.lanes.len();
+                let ratio = self.options.reclaim_max_valid_ratio;
+                let found = (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).find_map(|lane| {
+                    let table = &self.lanes[lane].table;
+                    table.dead_zones().first().map(|&z| (lane, z)).or_else(|| table.victim(ratio).map(|z| (lane, z)))
+                });
+                let Some(victim) = found else {
+                    return Ok(ReclaimProgress::Idle);
+                };
+                self.next_reclaim_lane = (victim.0 + 1) % lanes;
+                self.reclaim = Some(victim);
+                victim
+            }
+        };
+        let mut moved = 0u64;
+        loop {
+            let start = Location { zone, offset: 0 };
+            let end = Location { zone: zone + 1, offset: 0 };
+            let next = self.lanes[lane].index.range(start..end).next().map(|(_, &id)| id);
+            let Some(id) = next else {
+                self.reclaim = None;
+                self.commit()?;
+                return Ok(ReclaimProgress::Reclaimed { lane: lane as u8, zone, moved_blocks: moved });
+            };
+            if moved >= max_blocks {
+                return Ok(ReclaimProgress::InProgress { lane: lane as u8, zone, moved_blocks: moved });
+            }
+            moved += u64::from(self.relocate(id, lane)?);
+        }
+    }
+
+    /// Moves copy `lane` of extent `id` to the lane's reclaim zone: NVMe
+    /// Copy when the device offers it, else a verified read (repaired from
+    /// the other copy when needed) and a write. Journaled at next commit.
+    pub(super) fn relocate(&mut self, id: ExtentId, lane: usize) -> Result<u32> {
+        let extent = &self.extents[&id];
+        let blocks = extent.blocks;
+        let from = extent.locations[lane];
+        let device = self.lanes[lane].device;
+        let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
+        let to = Location { zone, offset };
+        let mut copied = false;
+        if self.copy_supported[device] {
+            match self.copy_blocks(device, from, to, blocks) {
+                Ok(()) => copied = true,
+                Err(Error::Command { error, .. })
+                    if matches!(
+                        error.device_status().map(|status| status.code()),
+                        Some(StatusCode::Generic(
+                            GenericStatus::InvalidCommandOpcode | GenericStatus::InvalidFieldInCommand
+                        ))
+                    ) && self.lanes[lane].table.zone(zone).allocated == offset + blocks =>
+                {
+                    log::info!("namespace {}: Copy refused ({error}); relocating by read and write", device);
+                    self.copy_supported[device] = false;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if !copied {
+            let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
+            match self.read(id, &mut data) {
+                Ok(_) => {}
+                // Move the bad data as it is; scrub reports it.
+                Err(Error::Uncorrectable { .. }) => self.read_copy(id, lane, &mut data)?,
+                Err(error) => return Err(error),
+            }
+            let lba = self.devices[device].lba(zone, offset);
+            self.devices[device].write_at(lba, &data)?;
+        }
+        self.lanes[lane].written[zone as usize] += blocks;
+        self.reclaim_open[lane] = true;
+        self.move_extent(id, lane, to, true);
+        self.stats.relocated_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
+        Ok(blocks)
+    }
+
+    /// Copies `blocks` from `from` to `to` on one namespace with Copy
+    /// commands, each within the device's MSSRL/MCL/MDTS limits.
+    pub(super) fn copy_blocks(&mut self, device: usize, from: Location, to: Location, blocks: u32) -> Result<()> {
+        let d = &self.devices[device];
+        let lpb = d.lbas_per_block;
+        let limits = *d.ns.range_limits();
+        let per_command = limits.copy_range_blocks.min(limits.copy_total_blocks).min(u64::from(u16::MAX) + 1);
+        let total = u64::from(blocks) * lpb;
+        let source = d.lba(from.zone, from.offset);
+        let destination = d.lba(to.zone, to.offset);
+        let mut done = 0u64;
+        while done < total {
+            let n = per_command.min(total - done);
+            let buffer = self.take_buffer(device)?;
+            let d = &self.devices[device];
+            let request = d.ns.copy(destination + done, &[(source + done, n as u32)], IoBuffer::new(buffer), 0)?;
+            self.devices[device].run(request, "Copy")?;
+            self.stats.copy_commands += 1;
+            done += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,405 @@
+//! The write path: placement within the zone limits, Zone Append or
+//! ordered writes, completions, and the waits that bound them.
+
+use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode, LANE_BITS};
+use crate::checksum::block_crcs;
+use crate::device::{self, SYNC_TOKEN};
+use crate::error::{Error, Result};
+use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
+use crate::{ExtentId, Location, BLOCK_SIZE};
+use nvme_driver::cmd::zns::ZoneSendAction;
+use nvme_driver::dma::DmaMemory;
+use nvme_driver::{IoBuffer, IoCompletion};
+use std::time::Instant;
+
+impl Volume {
+    pub(super) fn mode(&self, device: usize) -> Mode {
+        let d = &self.devices[device];
+        if !d.is_zoned() {
+            return Mode::Conventional;
+        }
+        match self.options.write_mode {
+            WriteMode::Ordered => Mode::Ordered,
+            WriteMode::Append | WriteMode::Auto if d.append_max_bytes >= BLOCK_SIZE => Mode::Append,
+            _ => Mode::Ordered,
+        }
+    }
+
+    /// Queues a write of `data` (a whole number of 4 KiB blocks, at most
+    /// [`Volume::max_extent_bytes`]) to stream `stream`, owned by `owner`
+    /// (any number the caller chooses: a file, an object). Returns the new
+    /// extent's ID; the outcome arrives through [`Volume::poll`] /
+    /// [`Volume::next_done`]. Every copy is written; the extent exists
+    /// once all succeed.
+    pub fn submit_write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
+        self.submit_write_inner(stream, data, owner, None)
+    }
+
+    /// [`Volume::submit_write`] with the blocks' checksums computed by the
+    /// caller ([`crate::checksum::block_crcs`]), say on worker threads so
+    /// that checksumming overlaps I/O. Wrong checksums are the caller's
+    /// bug: reads of the extent will report them as corruption.
+    pub fn submit_write_with_checksums(
+        &mut self,
+        stream: u8,
+        data: &[u8],
+        owner: u64,
+        crcs: Vec<u32>,
+    ) -> Result<ExtentId> {
+        if crcs.len() * BLOCK_SIZE != data.len() {
+            return Err(Error::InvalidArgument(format!("{} checksums for {} bytes", crcs.len(), data.len())));
+        }
+        self.submit_write_inner(stream, data, owner, Some(crcs))
+    }
+
+    pub(super) fn submit_write_inner(
+        &mut self,
+        stream: u8,
+        data: &[u8],
+        owner: u64,
+        crcs: Option<Vec<u32>>,
+    ) -> Result<ExtentId> {
+        self.check_resets()?;
+        if stream >= self.superblock.streams {
+            return Err(Error::InvalidArgument(format!(
+                "stream {stream}: the volume has {} stream(s)",
+                self.superblock.streams
+            )));
+        }
+        if data.is_empty() || !data.len().is_multiple_of(BLOCK_SIZE) || data.len() > self.max_extent_bytes() {
+            return Err(Error::InvalidArgument(format!(
+                "a write of {} bytes: expected a nonzero multiple of 4096 up to {}",
+                data.len(),
+                self.max_extent_bytes()
+            )));
+        }
+        let blocks = (data.len() / BLOCK_SIZE) as u32;
+        let slot = Slot::Stream(stream);
+        // Room in every lane first, so a write never lands in one only.
+        for lane in &self.lanes {
+            let table = &lane.table;
+            if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
+                return Err(Error::NoSpace);
+            }
+        }
+        let crcs = match crcs {
+            Some(crcs) => crcs,
+            None => {
+                let started = Instant::now();
+                let mut crcs = Vec::with_capacity(blocks as usize);
+                block_crcs(data, &mut crcs);
+                self.stats.checksum_ns += started.elapsed().as_nanos() as u64;
+                crcs
+            }
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let copies = self.lanes.len();
+        let pending = PendingWrite {
+            id,
+            owner,
+            stream,
+            blocks,
+            crcs,
+            zones: vec![u32::MAX; copies],
+            locations: vec![None; copies],
+            remaining: 0,
+            error: None,
+            reported: false,
+        };
+        let index = match self.free_slots.pop() {
+            Some(index) => {
+                self.writes[index] = Some(pending);
+                index
+            }
+            None => {
+                self.writes.push(Some(pending));
+                self.writes.len() - 1
+            }
+        };
+        for lane in 0..copies {
+            if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
+                let pending = self.writes[index].as_mut().expect("pending write");
+                pending.reported = true;
+                if pending.remaining == 0 {
+                    self.writes[index] = None;
+                    self.free_slots.push(index);
+                }
+                return Err(error);
+            }
+        }
+        self.stats.writes += 1;
+        self.stats.write_bytes += data.len() as u64;
+        Ok(id)
+    }
+
+    pub(super) fn submit_lane_write(
+        &mut self,
+        index: usize,
+        lane: usize,
+        slot: Slot,
+        blocks: u32,
+        data: &[u8],
+    ) -> Result<()> {
+        let device = self.lanes[lane].device;
+        let mode = self.mode(device);
+        let (zone, offset) = self.place(lane, slot, blocks)?;
+        if mode == Mode::Ordered {
+            self.wait_zone_idle(lane, zone)?;
+        }
+        let buffer = self.take_buffer(device)?;
+        buffer.copy_in(0, data);
+        let io = IoBuffer::range(buffer, 0, data.len());
+        let token = (index as u64) << LANE_BITS | lane as u64;
+        let d = &self.devices[device];
+        let request = match mode {
+            Mode::Append => d.ns.zone_append(d.zones[zone as usize].start_lba, io, false, token)?,
+            Mode::Ordered | Mode::Conventional => d.ns.write(d.lba(zone, offset), io, false, token)?,
+        };
+        self.lanes[lane].table.write_submitted(zone);
+        {
+            let pending = self.writes[index].as_mut().expect("pending write");
+            pending.zones[lane] = zone;
+            if mode != Mode::Append {
+                pending.locations[lane] = Some(Location { zone, offset });
+            }
+            pending.remaining += 1;
+        }
+        if let Err(error) = self.devices[device].submit(request) {
+            self.lanes[lane].table.write_completed(zone);
+            let pending = self.writes[index].as_mut().expect("pending write");
+            pending.remaining -= 1;
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Allocates `blocks` in `lane` for `slot`, keeping within the
+    /// device's open and active zone limits: when a new zone is needed and
+    /// the device is at a limit, the slot's old zone is retired first and
+    /// its writes drained and finished.
+    pub(super) fn place(&mut self, lane: usize, slot: Slot, blocks: u32) -> Result<(u32, u32)> {
+        let device = self.lanes[lane].device;
+        if self.lanes[lane].table.would_open(slot, blocks) && self.over_limits(device, slot) {
+            if let Some(retired) = self.lanes[lane].table.retire_slot(slot) {
+                self.retiring.push((lane, retired.zone));
+            }
+            let deadline = Instant::now() + self.options.timeout;
+            loop {
+                self.process_retiring()?;
+                if !self.over_limits(device, slot) {
+                    break;
+                }
+                if self.retiring.is_empty() {
+                    return Err(Error::InvalidConfig(format!(
+                        "namespace {}: no zone to retire within its open/active limits",
+                        self.devices[device].ns.nsid()
+                    )));
+                }
+                self.poll_devices();
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout { what: "an active zone to retire" });
+                }
+            }
+        }
+        let placement = match self.lanes[lane].table.allocate(slot, blocks) {
+            Ok(placement) => placement,
+            Err(PlaceError::NoSpace) => return Err(Error::NoSpace),
+            Err(PlaceError::TooLarge) => {
+                return Err(Error::InvalidArgument(format!("{blocks} blocks exceed a zone")));
+            }
+        };
+        // Retired zones are finished once their writes, including the one
+        // about to be submitted here, complete (see `poll`).
+        for Retired { zone, .. } in placement.retired.into_iter().flatten() {
+            self.retiring.push((lane, zone));
+        }
+        Ok((placement.zone, placement.offset))
+    }
+
+    /// Whether opening one more zone for `slot` on `device` would pass its
+    /// limits. Active: every zone the lanes hold, plus the metadata zone.
+    /// Open: the streams' zones plus one for metadata or reclaim, which
+    /// take turns (each is closed when its work is done).
+    pub(super) fn over_limits(&self, device: usize, slot: Slot) -> bool {
+        let Some((open_limit, active_limit)) = self.zone_limits[device] else { return false };
+        let lanes = self.lanes.iter().filter(|l| l.device == device);
+        let active: u32 = lanes.clone().map(|l| l.table.active_zones()).sum();
+        let reclaim_held = lanes.filter(|l| l.table.open_zone(Slot::Reclaim).is_some()).count() as u32;
+        let meta = u32::from(device == 0);
+        let streams_active = active - reclaim_held;
+        let open_after = match slot {
+            Slot::Stream(_) => streams_active + 1 + 1,
+            Slot::Reclaim => streams_active + 1,
+        };
+        active + meta + 1 > active_limit || open_after > open_limit
+    }
+
+    /// Finishes (or just deactivates) retired zones whose writes are done.
+    pub(super) fn process_retiring(&mut self) -> Result<()> {
+        let mut index = 0;
+        while index < self.retiring.len() {
+            let (lane, zone) = self.retiring[index];
+            let entry = *self.lanes[lane].table.zone(zone);
+            if entry.inflight > 0 {
+                index += 1;
+                continue;
+            }
+            self.retiring.swap_remove(index);
+            let device = self.lanes[lane].device;
+            if entry.usage == ZoneUse::Full
+                && self.devices[device].is_zoned()
+                && entry.active
+                && self.lanes[lane].written[zone as usize] < entry.capacity
+            {
+                self.devices[device].zone_action(zone, ZoneSendAction::Finish)?;
+                self.stats.zones_finished += 1;
+            }
+            self.lanes[lane].table.deactivate(zone);
+        }
+        Ok(())
+    }
+
+    pub(super) fn take_buffer(&mut self, device: usize) -> Result<nvme_driver::dma::DmaBuffer> {
+        let deadline = Instant::now() + self.options.timeout;
+        loop {
+            if let Some(buffer) = self.devices[device].pool.get() {
+                return Ok(buffer);
+            }
+            self.poll();
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "a free DMA buffer" });
+            }
+        }
+    }
+
+    pub(super) fn wait_zone_idle(&mut self, lane: usize, zone: u32) -> Result<()> {
+        let deadline = Instant::now() + self.options.timeout;
+        while self.lanes[lane].table.zone(zone).inflight > 0 {
+            self.poll();
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "a zone's write in flight" });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn poll_devices(&mut self) {
+        let mut completions = std::mem::take(&mut self.scratch);
+        for device in &mut self.devices {
+            device.poll(&mut completions);
+        }
+        for completion in completions.drain(..) {
+            self.complete(completion);
+        }
+        self.scratch = completions;
+    }
+
+    /// Reaps completions on every namespace and finishes the writes they
+    /// complete. Returns how many writes finished (see
+    /// [`Volume::next_done`]).
+    pub fn poll(&mut self) -> usize {
+        let before = self.done.len();
+        self.poll_devices();
+        if !self.retiring.is_empty() {
+            if let Err(error) = self.process_retiring() {
+                log::warn!("finishing a retired zone: {error}");
+            }
+        }
+        self.done.len() - before
+    }
+
+    /// The next finished write, if any.
+    pub fn next_done(&mut self) -> Option<WriteDone> {
+        self.done.pop_front()
+    }
+
+    /// Writes in flight.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes.len() - self.free_slots.len()
+    }
+
+    pub(super) fn complete(&mut self, completion: IoCompletion) {
+        if completion.token & SYNC_TOKEN != 0 {
+            // A blocking command that already timed out; nothing waits.
+            return;
+        }
+        let index = (completion.token >> LANE_BITS) as usize;
+        let lane = (completion.token & ((1 << LANE_BITS) - 1)) as usize;
+        let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut) else {
+            log::warn!("completion for unknown write token {:#x}", completion.token);
+            return;
+        };
+        let zone = pending.zones[lane];
+        let blocks = pending.blocks;
+        let device = self.lanes[lane].device;
+        self.lanes[lane].table.write_completed(zone);
+        match device::status(&completion) {
+            Ok(()) => {
+                self.lanes[lane].written[zone as usize] += blocks;
+                if pending.locations[lane].is_none() {
+                    let d = &self.devices[device];
+                    let start = d.zones[zone as usize].start_lba;
+                    let offset = (completion.result_u64() - start) / d.lbas_per_block;
+                    pending.locations[lane] = Some(Location { zone, offset: offset as u32 });
+                }
+            }
+            Err(error) => {
+                pending.error.get_or_insert(Error::Command { what: "data write", error });
+            }
+        }
+        pending.remaining -= 1;
+        if pending.remaining > 0 {
+            return;
+        }
+        let pending = self.writes[index].take().expect("pending write");
+        self.free_slots.push(index);
+        let result = match pending.error {
+            Some(error) => Err(error),
+            None if pending.reported => Err(Error::InvalidArgument("write abandoned at submission".into())),
+            None => {
+                let extent = Extent {
+                    owner: pending.owner,
+                    stream: pending.stream,
+                    blocks: pending.blocks,
+                    locations: pending.locations.iter().map(|l| l.expect("every copy placed")).collect(),
+                    crcs: pending.crcs.into_boxed_slice(),
+                };
+                self.insert_extent(pending.id, extent, true)
+            }
+        };
+        if !pending.reported {
+            self.done.push_back(WriteDone { id: pending.id, result });
+        }
+    }
+
+    /// Writes `data` and waits for it: [`Volume::submit_write`], then
+    /// polls until this write finishes (other finished writes stay queued
+    /// for [`Volume::next_done`]).
+    pub fn write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
+        let id = self.submit_write(stream, data, owner)?;
+        let deadline = Instant::now() + self.options.timeout;
+        loop {
+            if let Some(position) = self.done.iter().position(|d| d.id == id) {
+                let done = self.done.remove(position).expect("found");
+                return done.result.map(|()| id);
+            }
+            self.poll();
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "a write" });
+            }
+        }
+    }
+
+    /// Polls until no write is in flight.
+    pub fn wait_idle(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.options.timeout;
+        while self.writes_in_flight() > 0 {
+            self.poll();
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "writes in flight" });
+            }
+        }
+        self.process_retiring()
+    }
+}
