@@ -27,9 +27,56 @@ pub enum Error {
     NoSuchExtent(ExtentId),
     /// Every zone is in use: free extents, commit and reclaim, then retry.
     NoSpace,
-    /// No volume on these devices (no valid checkpoint in the metadata
-    /// zones).
+    /// Every device given is blank: no label anywhere, and every place a
+    /// label could be was read. Only then may a tool offer to format.
     NoVolume,
+    /// Device `device` (its place in the list given to open) holds no label
+    /// and none of this volume's data, where the volume expects a member.
+    BlankDevice {
+        /// Index in the list given to open.
+        device: usize,
+        /// The volume's identity ([`crate::Volume::id`]).
+        volume_id: u64,
+    },
+    /// Device `device` belongs to another volume.
+    ForeignDevice {
+        /// Index in the list given to open.
+        device: usize,
+        /// The volume its label names.
+        found: u64,
+        /// The volume being opened.
+        expected: u64,
+    },
+    /// No label could be found on device `device`, and reads of it failed:
+    /// it may hold a volume, so nothing may treat it as blank.
+    Unreadable {
+        /// Index in the list given to open.
+        device: usize,
+        /// The first read that failed.
+        what: String,
+    },
+    /// Device `device` holds a volume of another format version than
+    /// [`crate::FORMAT_VERSION`].
+    UnsupportedVersion {
+        /// Index in the list given to open.
+        device: usize,
+        /// The version found.
+        version: u8,
+    },
+    /// Committed metadata is lost on every copy, and a later record proves
+    /// it existed: opening would silently drop commits. Nothing was
+    /// written. [`crate::VolumeOptions::rewind`] opens at the last complete
+    /// state instead and reports what it drops.
+    MetadataLost {
+        /// The generation of the checkpoint the lost commit follows.
+        generation: u64,
+        /// The first commit (journal sequence number) that no copy holds.
+        seq: u64,
+        /// The newest commit a readable record proves.
+        newest_seq: u64,
+        /// What is missing, in words.
+        what: String,
+    },
     /// The metadata on disk contradicts itself or the device.
     Corrupt(String),
     /// Every copy of these blocks failed its checksum or could not be read.
@@ -65,7 +112,28 @@ impl fmt::Display for Error {
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NoSuchExtent(id) => write!(f, "no extent {id}"),
             Error::NoSpace => write!(f, "no space left on the volume (free, commit and reclaim, then retry)"),
-            Error::NoVolume => write!(f, "no volume found on these devices"),
+            Error::NoVolume => write!(f, "no volume found on these devices: every one is blank"),
+            Error::BlankDevice { device, volume_id } => write!(
+                f,
+                "device {device} holds no label and none of volume {volume_id:#x}'s data where the volume expects a \
+                 member"
+            ),
+            Error::ForeignDevice { device, found, expected } => {
+                write!(f, "device {device} belongs to volume {found:#x}, not to volume {expected:#x}")
+            }
+            Error::Unreadable { device, what } => {
+                write!(f, "device {device}: no label found and reads failed ({what}); it may hold a volume")
+            }
+            Error::UnsupportedVersion { device, version } => write!(
+                f,
+                "device {device} holds a volume of format version {version}; this build reads version {}",
+                crate::FORMAT_VERSION
+            ),
+            Error::MetadataLost { generation, seq, newest_seq, what } => write!(
+                f,
+                "committed metadata lost on every copy: {what}; commits {seq}..={newest_seq} of generation \
+                 {generation} are at stake (open with rewind to drop them)"
+            ),
             Error::Corrupt(why) => write!(f, "volume metadata is corrupt: {why}"),
             Error::Uncorrectable { extent, owner, blocks } => {
                 write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")

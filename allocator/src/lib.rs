@@ -76,9 +76,11 @@ pub mod zones;
 
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
+pub use journal::format::FORMAT_VERSION;
+pub use journal::recovery::Dropped;
 pub use volume::{
-    BadBlock, CommitInfo, ExtentRef, ReadOutcome, ReclaimProgress, Volume, VolumeOptions, VolumeStats, WriteDone,
-    WriteMode,
+    BadBlock, CommitInfo, DeviceState, ExtentRef, ReadOutcome, ReclaimProgress, RecoveryReport, Volume, VolumeOptions,
+    VolumeStats, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

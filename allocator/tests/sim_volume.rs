@@ -93,10 +93,10 @@ fn zone_capacity_below_size_and_4k_lbas() {
 
 #[test]
 fn open_and_active_limits_are_respected() {
-    let namespace = NamespaceConfig::zoned(64 * 2048, 512, 2048, 2048).max_open_zones(2).max_active_zones(3);
+    let namespace = NamespaceConfig::zoned(64 * 2048, 512, 2048, 2048).max_open_zones(2).max_active_zones(4);
     let mut harness = Harness::single(SimConfig::empty().with_namespace(namespace));
     write_read_reopen(&mut harness, &volume_options());
-    // Two streams need 2 + reclaim + metadata = 4 active zones: refused
+    // Two streams need 2 + reclaim + two metadata copies = 5 active zones: refused
     // at format with a clear error, nothing written.
     let options = VolumeOptions { streams: 2, ..volume_options() };
     match Volume::format(harness.devices(), &options) {
@@ -107,7 +107,7 @@ fn open_and_active_limits_are_respected() {
 
 #[test]
 fn fills_a_limited_device_to_the_end_then_reports_no_space() {
-    let namespace = NamespaceConfig::zoned(32 * 512, 512, 512, 448).max_open_zones(2).max_active_zones(3);
+    let namespace = NamespaceConfig::zoned(32 * 512, 512, 512, 448).max_open_zones(2).max_active_zones(4);
     let harness = Harness::single(SimConfig::empty().with_namespace(namespace));
     let mut volume = harness.format(&volume_options());
     let mut ids = Vec::new();

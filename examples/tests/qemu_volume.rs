@@ -155,14 +155,14 @@ fn zns_conventional_zone_capacity_and_4k_lbas() {
     assert!(capacity.starts_with("zones of 4096 blocks with 3072 usable"), "{capacity}");
 }
 
-/// `max-open=2,max-active=3`: two streams are refused at format, one
+/// `max-open=2,max-active=4`: two streams are refused at format, one
 /// stream fills the volume to a clean NoSpace, and after frees and reclaim
 /// it fills again. Reopening in a new process (same boot) rebuilds exactly
 /// the committed state.
 #[test]
 fn zone_limits_and_reopening_in_a_new_process() {
     let vm = Vm::new()
-        .controller(Controller::zns(256 * MIB, 16 * MIB).max_open(2).max_active(3))
+        .controller(Controller::zns(256 * MIB, 16 * MIB).max_open(2).max_active(4))
         .controller(Controller::zns(256 * MIB, 16 * MIB));
     let outcome = run(
         vm,

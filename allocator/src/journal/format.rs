@@ -18,7 +18,11 @@ use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 
 pub(crate) const HEADER_BYTES: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
-const VERSION: u8 = 1;
+/// The on-disk format this build writes and reads. Version 1 kept one copy
+/// of the journal on the first namespace and had no labels.
+pub const FORMAT_VERSION: u8 = 2;
+const VERSION: u8 = FORMAT_VERSION;
+const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"ZNVLABEL");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -43,10 +47,18 @@ impl Header {
         (HEADER_BYTES as u64 + self.payload_bytes).div_ceil(BLOCK_SIZE as u64)
     }
 
+    /// The format version of a record header whose magic and checksum hold,
+    /// whatever the version.
+    pub fn decode_any_version(bytes: &[u8]) -> Option<u8> {
+        let magic = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+        let stored = u32::from_le_bytes(bytes.get(HEADER_BYTES - 4..HEADER_BYTES)?.try_into().ok()?);
+        (magic == MAGIC && stored == crc(&bytes[..HEADER_BYTES - 4])).then_some(bytes[9])
+    }
+
     /// Decodes the first 64 bytes of a block; `None` when it is not a
     /// valid header (zeroes, garbage, a torn write).
     pub fn decode(bytes: &[u8]) -> Option<Header> {
-        let mut r = Reader::new(&bytes[..HEADER_BYTES]);
+        let mut r = Reader::new(bytes.get(..HEADER_BYTES)?);
         let magic = r.u64().ok()?;
         let kind = r.u8().ok()?;
         let version = r.u8().ok()?;
@@ -145,6 +157,97 @@ pub(crate) struct Checkpoint {
     pub zone_valid: Vec<Vec<u32>>,
 }
 
+/// A device's label: the volume it belongs to, its place in it, and the
+/// volume's geometry, so that open finds devices by label rather than by
+/// the order it is given them, and knows the software zone size without
+/// being told. One 4 KiB block, twice at the head of every metadata segment
+/// of every copy (ZFS keeps four per device, btrfs a superblock copy per
+/// device with its fsid and devid).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Label {
+    pub volume_id: u64,
+    /// The device's index in the volume: lane 0's device is 0, a mirror's
+    /// second device is 1.
+    pub device_index: u8,
+    /// The metadata copy and segment this label heads.
+    pub copy: u8,
+    pub segment: u8,
+    /// Bumped whenever labels are rewritten with other contents.
+    pub generation: u64,
+    pub superblock: Superblock,
+}
+
+/// What a block holds, read as a label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LabelRead {
+    Label(Label),
+    /// No label (zeroes, data, garbage, or a damaged label).
+    None,
+    /// A label of a newer format than this build reads.
+    Newer(u8),
+    /// The first block of a volume of an older format (version 1 had no
+    /// labels and began with a checkpoint).
+    Older(u8),
+}
+
+pub(crate) fn encode_label(label: &Label) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u64(LABEL_MAGIC);
+    w.u8(FORMAT_VERSION);
+    w.bytes(&[0; 7]);
+    w.u64(label.volume_id);
+    w.u8(label.device_index);
+    w.u8(label.copy);
+    w.u8(label.segment);
+    w.bytes(&[0; 5]);
+    w.u64(label.generation);
+    w.superblock(&label.superblock);
+    assert!(w.0.len() <= BLOCK_SIZE - 4, "a label fits one block");
+    w.0.resize(BLOCK_SIZE - 4, 0);
+    let label_crc = crc(&w.0);
+    w.u32(label_crc);
+    w.0
+}
+
+pub(crate) fn decode_label(block: &[u8]) -> LabelRead {
+    if block.len() < BLOCK_SIZE {
+        return LabelRead::None;
+    }
+    let block = &block[..BLOCK_SIZE];
+    let magic = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
+    if magic == MAGIC {
+        // A journal record in the first block: a version-1 volume.
+        return match Header::decode_any_version(block) {
+            Some(version) if version < FORMAT_VERSION => LabelRead::Older(version),
+            _ => LabelRead::None,
+        };
+    }
+    let stored = u32::from_le_bytes(block[BLOCK_SIZE - 4..].try_into().expect("4 bytes"));
+    if magic != LABEL_MAGIC || stored != crc(&block[..BLOCK_SIZE - 4]) {
+        return LabelRead::None;
+    }
+    let version = block[8];
+    if version > FORMAT_VERSION {
+        return LabelRead::Newer(version);
+    }
+    let mut r = Reader::new(&block[16..BLOCK_SIZE - 4]);
+    let decoded = (|| -> Result<Label> {
+        let volume_id = r.u64()?;
+        let device_index = r.u8()?;
+        let copy = r.u8()?;
+        let segment = r.u8()?;
+        r.skip(5)?;
+        let generation = r.u64()?;
+        let superblock = r.superblock()?;
+        Ok(Label { volume_id, device_index, copy, segment, generation, superblock })
+    })();
+    match decoded {
+        Ok(label) if version == FORMAT_VERSION => LabelRead::Label(label),
+        Ok(_) => LabelRead::Older(version),
+        Err(_) => LabelRead::None,
+    }
+}
+
 pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(ops.len() as u32);
@@ -188,21 +291,7 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
 
 pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
     let mut w = Writer::default();
-    let s = &checkpoint.superblock;
-    w.u8(s.profile as u8);
-    w.u8(s.streams);
-    w.u32(s.software_zone_blocks);
-    w.u32(s.meta_zones_per_segment);
-    w.u32(s.reserve_zones);
-    w.u32(s.max_extent_blocks);
-    w.u32(s.finish_threshold_blocks);
-    w.u8(s.devices.len() as u8);
-    for &(nsid, lba_size, capacity, zoned) in &s.devices {
-        w.u32(nsid);
-        w.u32(lba_size);
-        w.u64(capacity);
-        w.u8(u8::from(zoned));
-    }
+    w.superblock(&checkpoint.superblock);
     w.u64(checkpoint.next_id);
     w.u64(checkpoint.extents.len() as u64);
     for extent in &checkpoint.extents {
@@ -220,23 +309,7 @@ pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
 
 pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
     let mut r = Reader::new(payload);
-    let profile = match r.u8()? {
-        0 => Profile::Single,
-        1 => Profile::Dup,
-        2 => Profile::Mirror,
-        other => return Err(corrupt(format!("unknown profile {other}"))),
-    };
-    let streams = r.u8()?;
-    let software_zone_blocks = r.u32()?;
-    let meta_zones_per_segment = r.u32()?;
-    let reserve_zones = r.u32()?;
-    let max_extent_blocks = r.u32()?;
-    let finish_threshold_blocks = r.u32()?;
-    let device_count = r.u8()?;
-    let mut devices = Vec::new();
-    for _ in 0..device_count {
-        devices.push((r.u32()?, r.u32()?, r.u64()?, r.u8()? != 0));
-    }
+    let superblock = r.superblock()?;
     let next_id = r.u64()?;
     let extent_count = r.u64()?;
     let mut extents = Vec::with_capacity((extent_count as usize).min(payload.len() / 32));
@@ -254,21 +327,7 @@ pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
         zone_valid.push(lane);
     }
     r.finish()?;
-    Ok(Checkpoint {
-        superblock: Superblock {
-            profile,
-            streams,
-            software_zone_blocks,
-            meta_zones_per_segment,
-            reserve_zones,
-            max_extent_blocks,
-            finish_threshold_blocks,
-            devices,
-        },
-        next_id,
-        extents,
-        zone_valid,
-    })
+    Ok(Checkpoint { superblock, next_id, extents, zone_valid })
 }
 
 /// Bytes an extent record takes with `copies` locations and `blocks`
@@ -300,6 +359,22 @@ impl Writer {
     fn location(&mut self, l: Location) {
         self.u32(l.zone);
         self.u32(l.offset);
+    }
+    fn superblock(&mut self, s: &Superblock) {
+        self.u8(s.profile as u8);
+        self.u8(s.streams);
+        self.u32(s.software_zone_blocks);
+        self.u32(s.meta_zones_per_segment);
+        self.u32(s.reserve_zones);
+        self.u32(s.max_extent_blocks);
+        self.u32(s.finish_threshold_blocks);
+        self.u8(s.devices.len() as u8);
+        for &(nsid, lba_size, capacity, zoned) in &s.devices {
+            self.u32(nsid);
+            self.u32(lba_size);
+            self.u64(capacity);
+            self.u8(u8::from(zoned));
+        }
     }
     fn extent(&mut self, e: &ExtentRecord) {
         self.u64(e.id);
@@ -349,6 +424,40 @@ impl<'a> Reader<'a> {
     }
     fn location(&mut self) -> Result<Location> {
         Ok(Location { zone: self.u32()?, offset: self.u32()? })
+    }
+    fn superblock(&mut self) -> Result<Superblock> {
+        let profile = match self.u8()? {
+            0 => Profile::Single,
+            1 => Profile::Dup,
+            2 => Profile::Mirror,
+            other => return Err(corrupt(format!("unknown profile {other}"))),
+        };
+        let streams = self.u8()?;
+        let software_zone_blocks = self.u32()?;
+        let meta_zones_per_segment = self.u32()?;
+        let reserve_zones = self.u32()?;
+        let max_extent_blocks = self.u32()?;
+        let finish_threshold_blocks = self.u32()?;
+        let device_count = self.u8()?;
+        if usize::from(device_count) != profile.devices() || meta_zones_per_segment == 0 || streams == 0 {
+            return Err(corrupt(format!(
+                "{device_count} devices, {meta_zones_per_segment} zones per segment, {streams} streams for {profile:?}"
+            )));
+        }
+        let mut devices = Vec::new();
+        for _ in 0..device_count {
+            devices.push((self.u32()?, self.u32()?, self.u64()?, self.u8()? != 0));
+        }
+        Ok(Superblock {
+            profile,
+            streams,
+            software_zone_blocks,
+            meta_zones_per_segment,
+            reserve_zones,
+            max_extent_blocks,
+            finish_threshold_blocks,
+            devices,
+        })
     }
     fn extent(&mut self) -> Result<ExtentRecord> {
         let id = self.u64()?;

@@ -1,10 +1,51 @@
-//! Where the metadata segments lie on the first namespace, and block I/O
-//! within them.
+//! Where the metadata lies: two copies, each of two segments of whole
+//! zones, and block I/O within them.
+//!
+//! A mirror keeps one copy at the start of each of its two namespaces;
+//! single and dup keep both copies on their one namespace, in different
+//! zones (btrfs's DUP metadata). Every segment begins with
+//! [`LABEL_BLOCKS`] label blocks, then a checkpoint record, then delta
+//! records. Both copies hold the same records at the same offsets, so a
+//! block bad on one copy is read from the other.
 
 use super::HEADER_BYTES;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::BLOCK_SIZE;
+use crate::{Profile, BLOCK_SIZE};
+
+/// Label blocks at the head of every segment (two, so that one bad block
+/// does not take a segment's label).
+pub(crate) const LABEL_BLOCKS: u64 = 2;
+
+/// Metadata copies of every volume.
+pub(crate) const COPIES: usize = 2;
+
+/// One copy of the metadata: which device holds it, from which zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MetaCopy {
+    pub device: usize,
+    pub first_zone: u32,
+}
+
+/// Where the two copies lie, for segments of `g` zones.
+pub(crate) fn meta_copies(profile: Profile, g: u32) -> [MetaCopy; COPIES] {
+    match profile {
+        Profile::Single | Profile::Dup => {
+            [MetaCopy { device: 0, first_zone: 0 }, MetaCopy { device: 0, first_zone: 2 * g }]
+        }
+        Profile::Mirror => [MetaCopy { device: 0, first_zone: 0 }, MetaCopy { device: 1, first_zone: 0 }],
+    }
+}
+
+/// Zones at the start of `device` that hold metadata.
+pub(crate) fn meta_zones_on(profile: Profile, g: u32, device: usize) -> u32 {
+    meta_copies(profile, g).iter().filter(|c| c.device == device).count() as u32 * 2 * g
+}
+
+/// Default software zone size for a conventional namespace of `bytes`.
+pub(crate) fn default_software_zone_bytes(bytes: u64) -> u64 {
+    (bytes / 512).next_power_of_two().clamp(1 << 20, 256 << 20)
+}
 
 /// Metadata bytes a checkpoint may need for `blocks` of data: every extent
 /// as small as a block, with two copies.
@@ -12,37 +53,39 @@ fn worst_checkpoint_bytes(blocks: u64, zones: u64) -> u64 {
     HEADER_BYTES as u64 + 4096 + blocks * super::extent_record_bytes(2, 1) as u64 + 2 * zones * 4 + 64
 }
 
-/// Zones per metadata segment: room for the largest checkpoint the first
-/// namespace's capacity allows (every extent a single block), plus a few
-/// deltas. Real volumes hold larger extents, so checkpoints are far
-/// smaller and a segment takes many deltas between rotations.
-pub(crate) fn meta_zones_per_segment(device: &Device) -> Result<u32> {
+/// Zones per metadata segment: room for the labels and the largest
+/// checkpoint the first namespace's capacity allows (every extent a single
+/// block), plus a few deltas. Real volumes hold larger extents, so
+/// checkpoints are far smaller and a segment takes many deltas between
+/// rotations. `segments_here` is how many segments the namespace holds (2
+/// per copy on it).
+pub(crate) fn meta_zones_per_segment(device: &Device, segments_here: u32) -> Result<u32> {
     let zones = &device.zones;
     let total_blocks: u64 = zones.iter().map(|z| u64::from(z.capacity_blocks)).sum();
-    let needed = worst_checkpoint_bytes(total_blocks, zones.len() as u64).div_ceil(BLOCK_SIZE as u64) + 16;
+    let needed =
+        worst_checkpoint_bytes(total_blocks, zones.len() as u64).div_ceil(BLOCK_SIZE as u64) + LABEL_BLOCKS + 16;
     let mut sum = 0u64;
     for (index, zone) in zones.iter().enumerate() {
         sum += u64::from(zone.capacity_blocks);
         if sum >= needed {
             let g = index as u32 + 1;
-            if 2 * g as usize >= zones.len() {
+            if (segments_here * g) as usize >= zones.len() {
                 break;
             }
             return Ok(g);
         }
     }
     Err(Error::InvalidConfig(format!(
-        "namespace {}: {} zones cannot hold two metadata segments of {} blocks and data",
+        "namespace {}: {} zones cannot hold {segments_here} metadata segments of {needed} blocks and data",
         device.ns.nsid(),
         zones.len(),
-        needed
     )))
 }
 
-/// The zone and block within it of block `offset` of `segment`.
-pub(crate) fn segment_position(device: &Device, g: u32, segment: u32, offset: u64) -> (u32, u64) {
+/// The zone and block within it of block `offset` of `segment` of `copy`.
+pub(crate) fn segment_position(device: &Device, copy: MetaCopy, g: u32, segment: u32, offset: u64) -> (u32, u64) {
     let mut left = offset;
-    let first = segment * g;
+    let first = copy.first_zone + segment * g;
     for zone in first..first + g {
         let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
         if left < capacity || zone == first + g - 1 {
@@ -53,29 +96,91 @@ pub(crate) fn segment_position(device: &Device, g: u32, segment: u32, offset: u6
     unreachable!("segments have zones")
 }
 
-pub(crate) fn meta_lba(device: &Device, g: u32, segment: u32, offset: u64) -> u64 {
-    let (zone, in_zone) = segment_position(device, g, segment, offset);
-    device.zones[zone as usize].start_lba + in_zone * device.lbas_per_block
+/// Blocks a segment of `copy` holds.
+pub(crate) fn segment_capacity(device: &Device, copy: MetaCopy, g: u32, segment: u32) -> u64 {
+    let first = (copy.first_zone + segment * g) as usize;
+    device.zones[first..first + g as usize].iter().map(|z| u64::from(z.capacity_blocks)).sum()
 }
 
-pub(crate) fn read_meta(device: &mut Device, lba: u64, out: &mut [u8]) -> Result<()> {
-    device.read_at(lba, out)
-}
-
-pub(crate) fn read_segment(device: &mut Device, g: u32, segment: u32, offset: u64, blocks: u64) -> Result<Vec<u8>> {
-    let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
+/// Writes whole blocks at `offset` of a segment, split at zone ends.
+pub(crate) fn write_segment(
+    device: &mut Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    offset: u64,
+    data: &[u8],
+) -> Result<()> {
     let mut done = 0usize;
     while done < data.len() {
         let block = offset + (done / BLOCK_SIZE) as u64;
-        let (zone, in_zone) = segment_position(device, g, segment, block);
-        let room = (u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone)) as usize;
-        if room == 0 {
-            return Err(Error::Corrupt("metadata record runs past its segment".into()));
-        }
+        let (zone, in_zone) = segment_position(device, copy, g, segment, block);
+        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone) as usize;
+        assert!(room > 0, "a metadata write past its segment");
         let len = (room * BLOCK_SIZE).min(data.len() - done);
-        let lba = device.zones[zone as usize].start_lba + in_zone * device.lbas_per_block;
-        device.read_at(lba, &mut data[done..done + len])?;
+        let lba = device.lba(zone, in_zone as u32);
+        device.write_at(lba, &data[done..done + len])?;
         done += len;
     }
-    Ok(data)
+    Ok(())
+}
+
+/// A segment as read at open: its bytes, and which blocks could not be
+/// read (media errors), which hold nothing for recovery.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentImage {
+    pub data: Vec<u8>,
+    pub unreadable: Vec<bool>,
+}
+
+impl SegmentImage {
+    /// Blocks in the image.
+    pub fn blocks(&self) -> u64 {
+        self.unreadable.len() as u64
+    }
+
+    /// Blocks `[offset, offset + blocks)`, when all were read.
+    pub fn range(&self, offset: u64, blocks: u64) -> Option<&[u8]> {
+        let end = offset.checked_add(blocks)?;
+        if end > self.blocks() || self.unreadable[offset as usize..end as usize].iter().any(|&bad| bad) {
+            return None;
+        }
+        Some(&self.data[offset as usize * BLOCK_SIZE..end as usize * BLOCK_SIZE])
+    }
+}
+
+/// Reads the first `blocks` of a segment, in large reads; a read that
+/// fails is retried block by block so that one bad block costs only
+/// itself.
+pub(crate) fn read_segment_image(
+    device: &mut Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    blocks: u64,
+) -> SegmentImage {
+    let mut image =
+        SegmentImage { data: vec![0u8; blocks as usize * BLOCK_SIZE], unreadable: vec![false; blocks as usize] };
+    let step = (device.max_transfer_bytes / BLOCK_SIZE) as u64;
+    let mut offset = 0u64;
+    while offset < blocks {
+        let (zone, in_zone) = segment_position(device, copy, g, segment, offset);
+        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone);
+        let n = step.min(room).min(blocks - offset).max(1);
+        let lba = device.lba(zone, in_zone as u32);
+        let range = offset as usize * BLOCK_SIZE..(offset + n) as usize * BLOCK_SIZE;
+        if device.read_at(lba, &mut image.data[range]).is_err() {
+            for block in offset..offset + n {
+                let (zone, in_zone) = segment_position(device, copy, g, segment, block);
+                let lba = device.lba(zone, in_zone as u32);
+                let range = block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE;
+                if device.read_at(lba, &mut image.data[range.clone()]).is_err() {
+                    image.data[range].fill(0);
+                    image.unreadable[block as usize] = true;
+                }
+            }
+        }
+        offset += n;
+    }
+    image
 }

@@ -1,7 +1,11 @@
-//! The metadata journal: its wire format ([`format`]) and where it lies on
-//! the namespace ([`layout`]).
+//! The metadata journal: its wire format ([`format`]: labels, records,
+//! checkpoints), where it lies ([`layout`]: two copies of two segments),
+//! how it is written ([`log`]) and how the committed state is recovered
+//! from it ([`recovery`]).
 
 pub(crate) mod format;
 pub(crate) mod layout;
+pub(crate) mod log;
+pub(crate) mod recovery;
 
 pub(crate) use format::*;

@@ -14,9 +14,14 @@ mod repair;
 mod scan;
 mod write;
 
+pub use open::DeviceState;
+
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::journal::{ExtentRecord, Op, Superblock};
+use crate::journal::layout::{meta_copies, meta_zones_on};
+use crate::journal::log::Journal;
+use crate::journal::recovery::Dropped;
+use crate::journal::{ExtentRecord, Label, Op, Superblock};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::spec::identify::Oncs;
@@ -63,6 +68,11 @@ pub struct VolumeOptions {
     pub reclaim_max_valid_ratio: f64,
     /// Bound on every wait.
     pub timeout: Duration,
+    /// Open only: when committed metadata is lost on every copy
+    /// ([`Error::MetadataLost`]), open at the last complete state instead
+    /// of failing, and report what was dropped
+    /// ([`Volume::recovery`]), like `zpool import -F`. Off by default.
+    pub rewind: bool,
 }
 
 impl Default for VolumeOptions {
@@ -77,6 +87,7 @@ impl Default for VolumeOptions {
             write_mode: WriteMode::Auto,
             reclaim_max_valid_ratio: 0.75,
             timeout: Duration::from_secs(30),
+            rewind: false,
         }
     }
 }
@@ -189,6 +200,21 @@ pub struct VolumeStats {
     pub checksum_ns: u64,
 }
 
+/// What open found and did about the metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    /// The commits and extents a rewind dropped
+    /// ([`VolumeOptions::rewind`]).
+    pub dropped: Option<Dropped>,
+    /// A metadata copy lacked records or labels the other held; both were
+    /// rewritten.
+    pub copies_repaired: bool,
+    /// Devices given in another order than their labels': open reordered
+    /// them. `device_order[i]` is the index in the list given to open of
+    /// the volume's device `i`.
+    pub device_order: Vec<usize>,
+}
+
 /// One copy of an extent, as [`Volume::extents_from`] yields it.
 #[derive(Clone, Copy, Debug)]
 pub struct ExtentRef<'a> {
@@ -248,18 +274,6 @@ enum Mode {
     Conventional,
 }
 
-#[derive(Debug)]
-struct MetaLog {
-    zones_per_segment: u32,
-    segment: u32,
-    /// Next free block in the segment.
-    offset: u64,
-    /// Blocks the segment's checkpoint takes.
-    checkpoint_blocks: u64,
-    generation: u64,
-    seq: u64,
-}
-
 /// A volume over one or two namespaces. See the [crate documentation](crate).
 #[derive(Debug)]
 pub struct Volume {
@@ -271,7 +285,9 @@ pub struct Volume {
     extents: HashMap<ExtentId, Extent>,
     next_id: ExtentId,
     ops: Vec<Op>,
-    log: MetaLog,
+    journal: Journal,
+    /// What open found and did: a rewind's drops, copies repaired.
+    recovery: RecoveryReport,
     writes: Vec<Option<PendingWrite>>,
     free_slots: Vec<usize>,
     done: VecDeque<WriteDone>,
@@ -296,14 +312,10 @@ const LANE_BITS: u32 = 8;
 
 impl Volume {
     /// The in-memory volume around loaded devices, with empty zone tables.
-    pub(super) fn assemble(
-        devices: Vec<Device>,
-        superblock: Superblock,
-        volume_id: u64,
-        options: VolumeOptions,
-    ) -> Result<Self> {
+    pub(super) fn assemble(devices: Vec<Device>, label: Label, options: VolumeOptions) -> Result<Self> {
+        let superblock = label.superblock.clone();
+        let volume_id = label.volume_id;
         let g = superblock.meta_zones_per_segment;
-        let meta_zones = 2 * g;
         let profile = superblock.profile;
         let lane_devices: &[usize] = match profile {
             Profile::Single => &[0],
@@ -312,6 +324,7 @@ impl Volume {
         };
         let mut lanes = Vec::new();
         for (lane_index, &device) in lane_devices.iter().enumerate() {
+            let meta_zones = meta_zones_on(profile, g, device);
             let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone);
             let capacities: Vec<u32> = devices[device].zones.iter().map(|z| z.capacity_blocks).collect();
             let mut table = ZoneTable::new(&capacities, owned, superblock.streams, superblock.reserve_zones as usize);
@@ -330,9 +343,9 @@ impl Volume {
             lanes.push(Lane { device, table, index: BTreeMap::new(), written });
         }
         // Zone budget per device. Active: every stream's zone and
-        // reclaim's in each of its lanes, plus the metadata zone on the
-        // first. Open: the streams' zones, plus one that metadata and
-        // reclaim take turns at.
+        // reclaim's in each of its lanes, plus one per metadata copy on the
+        // device. Open: the streams' zones, plus one that metadata and
+        // reclaim take turns at (each copy's zone is closed once written).
         let mut zone_limits = Vec::new();
         for (index, device) in devices.iter().enumerate() {
             let limits = device.ns.zones().and_then(|z| {
@@ -344,7 +357,7 @@ impl Volume {
             });
             let lanes_here = lanes.iter().filter(|l| l.device == index).count() as u32;
             let streams = u32::from(superblock.streams);
-            let needed_active = lanes_here * (streams + 1) + u32::from(index == 0);
+            let needed_active = lanes_here * (streams + 1) + meta_copies_on(profile, index);
             let needed_open = lanes_here * streams + 1;
             if let Some((open, active)) = limits {
                 if needed_active > active || needed_open > open {
@@ -365,14 +378,8 @@ impl Volume {
         Ok(Volume {
             devices,
             lanes,
-            log: MetaLog {
-                zones_per_segment: superblock.meta_zones_per_segment,
-                segment: 0,
-                offset: 0,
-                checkpoint_blocks: 0,
-                generation: 0,
-                seq: 0,
-            },
+            journal: Journal::new(label),
+            recovery: RecoveryReport::default(),
             superblock,
             volume_id,
             options,
@@ -549,12 +556,17 @@ impl Volume {
 
     /// The journal sequence number of the last commit.
     pub fn committed_seq(&self) -> u64 {
-        self.log.seq
+        self.journal.seq
     }
 
     /// Operations not yet committed.
     pub fn uncommitted_ops(&self) -> usize {
         self.ops.len()
+    }
+
+    /// What open found and did about the metadata.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
     }
 
     /// The counters, with the gauges (capacity, live bytes, extents, empty
@@ -607,6 +619,11 @@ impl Volume {
             assert_eq!(lane.index.len(), self.extents.len(), "lane {lane_index} index size");
         }
     }
+}
+
+/// Metadata copies on device `device` (each holds one active zone).
+pub(super) fn meta_copies_on(profile: Profile, device: usize) -> u32 {
+    meta_copies(profile, 1).iter().filter(|c| c.device == device).count() as u32
 }
 
 /// Whether `zone` of its device belongs to `lane`: every zone past the

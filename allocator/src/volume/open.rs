@@ -1,20 +1,26 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
-use super::{Extent, MetaLog, Volume, VolumeOptions, WriteMode};
-use crate::checksum::crc;
+use super::{Extent, RecoveryReport, Volume, VolumeOptions, WriteMode};
+use crate::checksum::mismatches;
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
-use crate::journal::layout::{meta_lba, meta_zones_per_segment, read_meta, read_segment};
-use crate::journal::{self, Checkpoint, Header, Kind, Op, Superblock, HEADER_BYTES};
+use crate::journal::layout::{
+    default_software_zone_bytes, meta_copies, meta_zones_per_segment, read_segment_image, segment_capacity,
+    write_segment, SegmentImage, LABEL_BLOCKS,
+};
+use crate::journal::recovery::{probe, recover, Probe};
+use crate::journal::{self, Checkpoint, Label, Op, Superblock};
 use crate::zones::{ZoneTable, ZoneUse};
-use crate::{Location, BLOCK_SIZE};
+use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::{ZoneDescriptor, ZoneState};
+use serde::Serialize;
 
 impl Volume {
     /// Creates a new volume on `devices` (one, or two for a mirror),
-    /// destroying what they held, and commits it.
+    /// destroying what they held, and commits it. Every option is checked
+    /// before the first write.
     pub fn format(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
         let profile = options.profile;
         if devices.len() != profile.devices() {
@@ -27,29 +33,21 @@ impl Volume {
         if options.streams == 0 || options.streams > 64 {
             return Err(Error::InvalidConfig(format!("{} streams: expected 1..=64", options.streams)));
         }
-        let mut descriptors = Vec::new();
         let mut software_zone_blocks = 0;
         for device in &mut devices {
             let blocks = software_zone_blocks_for(device, options)?;
             if !device.is_zoned() {
                 software_zone_blocks = blocks;
             }
-            descriptors.push(device.load_zones(blocks)?);
+            device.load_zones(blocks)?;
         }
-        // Format destroys: every zone of every zoned namespace is reset.
-        for device in &mut devices {
-            if device.is_zoned() {
-                let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
-                device.run(request, "Zone Reset (all)")?;
-            }
-        }
-        let zones_per_segment = meta_zones_per_segment(&devices[0])?;
+        let g = meta_zones_per_segment(&devices[0], segments_on(profile, 0))?;
         let max_extent_blocks = max_extent_blocks(&devices, options);
         let superblock = Superblock {
             profile,
             streams: options.streams,
             software_zone_blocks,
-            meta_zones_per_segment: zones_per_segment,
+            meta_zones_per_segment: g,
             reserve_zones: options.reserve_zones,
             max_extent_blocks,
             finish_threshold_blocks: (options.finish_threshold_bytes / BLOCK_SIZE as u64).min(u64::from(u32::MAX))
@@ -59,69 +57,129 @@ impl Volume {
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
         };
-        let volume_id = new_volume_id();
-        let mut volume = Volume::assemble(devices, superblock, volume_id, options.clone())?;
-        for _ in &descriptors {}
-        // Invalidate segment 1's head (a conventional namespace may hold
-        // an older volume's checkpoint there); segment 0 gets the new one.
-        if !volume.devices[0].is_zoned() {
-            let lba = volume.meta_lba(1, 0);
-            volume.devices[0].write_at(lba, &[0u8; BLOCK_SIZE])?;
+        let label =
+            Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
+        // Checks the zone budget and lane sizes before anything is written.
+        let mut volume = Volume::assemble(devices, label, options.clone())?;
+        if volume.journal.segment_blocks(&volume.devices) < LABEL_BLOCKS + 16 {
+            return Err(Error::InvalidConfig("the second device's metadata zones are too small".into()));
         }
-        volume.write_checkpoint(0, 1, 1)?;
-        volume.devices[0].flush()?;
-        volume.close_meta_zone()?;
+        // Format destroys: every zone of every zoned namespace is reset.
+        for device in &mut volume.devices {
+            if device.is_zoned() {
+                let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
+                device.run(request, "Zone Reset (all)")?;
+            }
+        }
+        let payload = journal::encode_checkpoint(&volume.checkpoint());
+        volume.journal.format(&mut volume.devices, &payload)?;
+        volume.stats.checkpoints += 1;
         Ok(volume)
     }
 
-    /// Opens the volume on `devices`, in the order they were formatted,
-    /// rebuilding exactly the committed state.
+    /// Opens the volume on `devices`, given in any order: each is
+    /// identified by its label. Rebuilds exactly the committed state from
+    /// whichever metadata copy holds each record, and fails with a typed
+    /// error, having written nothing, when a device is blank, foreign or
+    /// unreadable, or committed metadata is lost on every copy (see
+    /// [`VolumeOptions::rewind`]). A copy that lacks what the other holds
+    /// is rewritten.
     pub fn open(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument("no devices".into()));
         }
-        let blocks = software_zone_blocks_for(&devices[0], options)?;
-        let first_descriptors = devices[0].load_zones(blocks)?;
-        let zones_per_segment = meta_zones_per_segment(&devices[0])?;
-        // The newest whole checkpoint of the two segments.
-        let mut best: Option<(u32, Header, Checkpoint)> = None;
-        for segment in 0..2 {
-            if let Some((header, checkpoint)) = read_checkpoint(&mut devices[0], zones_per_segment, segment)? {
-                if best.as_ref().is_none_or(|(_, h, _)| header.generation > h.generation) {
-                    best = Some((segment, header, checkpoint));
-                }
-            }
-        }
-        let Some((segment, header, checkpoint)) = best else {
-            return Err(Error::NoVolume);
-        };
-        let superblock = checkpoint.superblock.clone();
-        check_devices(&superblock, &devices, zones_per_segment)?;
-        let mut descriptors = vec![first_descriptors];
-        for device in devices.iter_mut().skip(1) {
+        let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
+        let (label, order, unlabelled) = identify(&probes, &devices)?;
+        let mut slots: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
+        let mut devices: Vec<Device> = order.iter().map(|&given| slots[given].take().expect("placed once")).collect();
+        let superblock = label.superblock.clone();
+        let mut descriptors = Vec::new();
+        for device in &mut devices {
             let blocks = if device.is_zoned() { 0 } else { superblock.software_zone_blocks };
             descriptors.push(device.load_zones(blocks)?);
         }
-        let mut volume = Volume::assemble(devices, superblock, header.volume_id, options.clone())?;
-        volume.log = MetaLog {
-            zones_per_segment,
-            segment,
-            offset: header.record_blocks(),
-            checkpoint_blocks: header.record_blocks(),
-            generation: header.generation,
-            seq: header.seq,
-        };
-        volume.loading = true;
-        volume.load_checkpoint(checkpoint)?;
-        volume.replay()?;
-        volume.loading = false;
-        let rotate = volume.restore_zones(&descriptors)?;
-        if rotate {
-            volume.rotate()?;
-            volume.devices[0].flush()?;
-            volume.close_meta_zone()?;
+        let g = meta_zones_per_segment(&devices[0], segments_on(superblock.profile, 0))?;
+        if g != superblock.meta_zones_per_segment {
+            return Err(Error::Corrupt(format!(
+                "metadata segments of {} zones recorded, {g} computed",
+                superblock.meta_zones_per_segment
+            )));
         }
+        let images = read_images(&mut devices, &descriptors, &superblock);
+        let recovered = recover(&images, label.volume_id, options.rewind)?;
+        let mut volume = Volume::assemble(devices, label, options.clone())?;
+        volume.journal.segment = recovered.segment;
+        volume.journal.offset = recovered.end;
+        volume.journal.checkpoint_end = recovered.checkpoint_end;
+        volume.journal.generation = recovered.generation;
+        volume.journal.seq = recovered.seq;
+        volume.journal.next_generation = recovered.next_generation;
+        volume.loading = true;
+        volume.load_checkpoint(recovered.checkpoint)?;
+        for ops in recovered.deltas {
+            for op in ops {
+                volume.apply(op)?;
+            }
+        }
+        volume.loading = false;
+        for &slot in &unlabelled {
+            volume.verify_member(slot, order[slot])?;
+        }
+        let (actions, log_mismatch) = volume.plan_zones(&descriptors)?;
+        // The state is known whole: only now does open write.
+        for (device, zone, action) in actions {
+            volume.devices[device].zone_action(zone, action)?;
+        }
+        let repair = recovered.copies_differ || !unlabelled.is_empty();
+        if log_mismatch || repair {
+            volume.journal.broken = true;
+            volume.rotate()?;
+        } else {
+            volume.clear_stale_checkpoints(&images)?;
+        }
+        volume.recovery =
+            RecoveryReport { dropped: recovered.dropped, copies_repaired: repair, device_order: order.clone() };
         Ok(volume)
+    }
+
+    /// Checks that device `slot` (given at `given`), which carries no
+    /// label, holds this volume's data: some of its extents' copies verify.
+    /// A blank or wiped device does not, and is refused by name.
+    fn verify_member(&mut self, slot: usize, given: usize) -> Result<()> {
+        let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
+        let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
+        let ids: Vec<ExtentId> = self.lanes[lane].index.values().copied().collect();
+        let step = (ids.len() / 16).max(1);
+        for &id in ids.iter().step_by(step).take(16) {
+            let extent = &self.extents[&id];
+            let mut data = vec![0u8; extent.blocks as usize * BLOCK_SIZE];
+            if self.read_copy(id, lane, &mut data).is_ok() && mismatches(&data, &self.extents[&id].crcs).is_empty() {
+                log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
+                return Ok(());
+            }
+        }
+        Err(blank)
+    }
+
+    /// On conventional namespaces, clears the checkpoint slot of the
+    /// segment the log is not in, when it still holds an older checkpoint
+    /// (a rotation cut short), so that no later damage can make open fall
+    /// back to it.
+    fn clear_stale_checkpoints(&mut self, images: &[Option<[SegmentImage; 2]>]) -> Result<()> {
+        let other = 1 - self.journal.segment;
+        for (copy, segments) in self.journal.copies.into_iter().zip(images) {
+            let Some(segments) = segments else { continue };
+            let stale = segments[other as usize]
+                .range(LABEL_BLOCKS, 1)
+                .and_then(journal::Header::decode)
+                .is_some_and(|h| h.volume_id == self.volume_id);
+            if stale && !self.devices[copy.device].is_zoned() {
+                let g = self.journal.g;
+                write_segment(&mut self.devices[copy.device], copy, g, other, LABEL_BLOCKS, &[0u8; BLOCK_SIZE])?;
+                self.devices[copy.device].flush()?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn load_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<()> {
@@ -149,44 +207,6 @@ impl Volume {
                     )));
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// Replays the deltas after the checkpoint, up to the first record
-    /// that fails a check.
-    pub(super) fn replay(&mut self) -> Result<()> {
-        let capacity = self.segment_blocks();
-        let mut block = vec![0u8; BLOCK_SIZE];
-        loop {
-            if self.log.offset >= capacity {
-                break;
-            }
-            let lba = self.meta_lba(self.log.segment, self.log.offset);
-            if read_meta(&mut self.devices[0], lba, &mut block).is_err() {
-                break;
-            }
-            let Some(header) = Header::decode(&block) else { break };
-            if header.kind != Kind::Delta
-                || header.volume_id != self.volume_id
-                || header.generation != self.log.generation
-                || header.seq != self.log.seq + 1
-                || self.log.offset + header.record_blocks() > capacity
-            {
-                break;
-            }
-            let Ok(record) = self.read_segment(self.log.segment, self.log.offset, header.record_blocks()) else {
-                break;
-            };
-            let payload = &record[HEADER_BYTES..HEADER_BYTES + header.payload_bytes as usize];
-            if crc(payload) != header.payload_crc {
-                break;
-            }
-            for op in journal::decode_ops(payload)? {
-                self.apply(op)?;
-            }
-            self.log.offset += header.record_blocks();
-            self.log.seq = header.seq;
         }
         Ok(())
     }
@@ -239,9 +259,12 @@ impl Volume {
         }
     }
 
-    /// Rebuilds zone states from the device and the extents. Returns
-    /// whether the metadata log must move to a fresh segment.
-    pub(super) fn restore_zones(&mut self, descriptors: &[Vec<ZoneDescriptor>]) -> Result<bool> {
+    /// Rebuilds zone states from the device and the extents, checking that
+    /// every committed extent lies within what its zone holds. Writes
+    /// nothing: returns the zone actions to take once every check passed,
+    /// and whether the metadata log must move to a fresh segment.
+    pub(super) fn plan_zones(&mut self, descriptors: &[Vec<ZoneDescriptor>]) -> Result<(Vec<ZoneAction>, bool)> {
+        let mut actions = Vec::new();
         for lane_index in 0..self.lanes.len() {
             let device_index = self.lanes[lane_index].device;
             let zoned = self.devices[device_index].is_zoned();
@@ -294,8 +317,8 @@ impl Volume {
                 if allocated > 0 && valid[z] == 0 {
                     // Nothing committed lives here: uncommitted writes or a
                     // reset that a power cut interrupted.
-                    if zoned {
-                        self.devices[device_index].zone_action(zone, ZoneSendAction::Reset)?;
+                    if zoned && !unwritable(descriptors[device_index][z].state) {
+                        actions.push((device_index, zone, ZoneSendAction::Reset));
                     }
                     self.lanes[lane_index].written[z] = 0;
                     table.reset(zone);
@@ -303,47 +326,53 @@ impl Volume {
                 } else if needs_finish && zoned && allocated > 0 {
                     // Reopened volumes do not append to old zones: finish
                     // it, releasing its active resource.
-                    self.devices[device_index].zone_action(zone, ZoneSendAction::Finish)?;
+                    actions.push((device_index, zone, ZoneSendAction::Finish));
                     self.stats.zones_finished += 1;
                 }
             }
             self.lanes[lane_index].table = table;
         }
-        // The metadata segments.
-        if !self.devices[0].is_zoned() {
-            return Ok(false);
-        }
-        let g = self.log.zones_per_segment;
-        let current = self.log.segment;
+        // The metadata segments: on every zoned copy, the write pointers
+        // must stand where the log ends, and the other segment is reset.
+        let g = self.journal.g;
+        let current = self.journal.segment;
         let mut rotate = false;
-        let mut expected_left = self.log.offset;
-        for zone in 0..2 * g {
-            let d = descriptors[0][zone as usize];
-            let segment = zone / g;
-            if segment != current {
-                if d.state != ZoneState::Empty {
-                    // The other segment: an older checkpoint or a torn one.
-                    self.devices[0].zone_action(zone, ZoneSendAction::Reset)?;
-                }
+        for copy in self.journal.copies {
+            let device = &self.devices[copy.device];
+            if !device.is_zoned() {
                 continue;
             }
-            let capacity = u64::from(self.devices[0].zones[zone as usize].capacity_blocks);
-            let expected = expected_left.min(capacity);
-            expected_left -= expected;
-            // In LBAs: a power cut can leave the write pointer inside a
-            // 4 KiB block, and the next record must start at a block.
-            let lpb = self.devices[0].lbas_per_block;
-            let written_lbas = match d.state {
-                ZoneState::Empty => 0,
-                ZoneState::Full => capacity * lpb,
-                state if zone_has_write_pointer(state) => d.wp - d.zslba,
-                _ => u64::MAX,
-            };
-            if written_lbas != expected * lpb {
-                rotate = true;
+            let lpb = device.lbas_per_block;
+            let mut expected_left = self.journal.offset;
+            for segment in 0..2 {
+                for zone in copy.first_zone + segment * g..copy.first_zone + (segment + 1) * g {
+                    let d = descriptors[copy.device][zone as usize];
+                    if segment != current {
+                        if d.state != ZoneState::Empty && !unwritable(d.state) {
+                            // An older checkpoint, or a torn rotation.
+                            actions.push((copy.device, zone, ZoneSendAction::Reset));
+                        }
+                        continue;
+                    }
+                    let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
+                    let expected = expected_left.min(capacity);
+                    expected_left -= expected;
+                    // In LBAs: a power cut can leave the write pointer
+                    // inside a 4 KiB block, and the next record must start
+                    // at a block.
+                    let written_lbas = match d.state {
+                        ZoneState::Empty => 0,
+                        ZoneState::Full => capacity * lpb,
+                        state if zone_has_write_pointer(state) => d.wp - d.zslba,
+                        _ => u64::MAX,
+                    };
+                    if written_lbas != expected * lpb {
+                        rotate = true;
+                    }
+                }
             }
         }
-        Ok(rotate)
+        Ok((actions, rotate))
     }
 }
 
@@ -372,57 +401,6 @@ fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
     (bytes / BLOCK_SIZE) as u32
 }
 
-fn check_devices(superblock: &Superblock, devices: &[Device], zones_per_segment: u32) -> Result<()> {
-    if superblock.devices.len() != devices.len() {
-        return Err(Error::InvalidConfig(format!(
-            "the volume spans {} namespace(s), {} given",
-            superblock.devices.len(),
-            devices.len()
-        )));
-    }
-    for (index, (&(nsid, lba, capacity, zoned), device)) in superblock.devices.iter().zip(devices).enumerate() {
-        let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
-        if found != (nsid, lba, capacity, zoned) {
-            return Err(Error::InvalidConfig(format!(
-                "device {index}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned {zoned}; \
-                 found {found:?}"
-            )));
-        }
-    }
-    if superblock.meta_zones_per_segment != zones_per_segment {
-        return Err(Error::Corrupt(format!(
-            "metadata segments of {} zones recorded, {zones_per_segment} computed",
-            superblock.meta_zones_per_segment
-        )));
-    }
-    Ok(())
-}
-
-/// The checkpoint at the start of `segment`, if whole.
-fn read_checkpoint(device: &mut Device, g: u32, segment: u32) -> Result<Option<(Header, Checkpoint)>> {
-    let mut block = vec![0u8; BLOCK_SIZE];
-    if read_meta(device, meta_lba(device, g, segment, 0), &mut block).is_err() {
-        return Ok(None);
-    }
-    let Some(header) = Header::decode(&block) else { return Ok(None) };
-    if header.kind != Kind::Checkpoint {
-        return Ok(None);
-    }
-    let segment_blocks: u64 = device.zones[(segment * g) as usize..((segment + 1) * g) as usize]
-        .iter()
-        .map(|z| u64::from(z.capacity_blocks))
-        .sum();
-    if header.record_blocks() > segment_blocks {
-        return Ok(None);
-    }
-    let Ok(record) = read_segment(device, g, segment, 0, header.record_blocks()) else { return Ok(None) };
-    let payload = &record[HEADER_BYTES..HEADER_BYTES + header.payload_bytes as usize];
-    if crc(payload) != header.payload_crc {
-        return Ok(None);
-    }
-    Ok(Some((header, journal::decode_checkpoint(payload)?)))
-}
-
 fn new_volume_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -431,7 +409,159 @@ fn new_volume_id() -> u64 {
     hasher.finish() | 1
 }
 
-/// Default software zone size for a conventional namespace of `bytes`.
-fn default_software_zone_bytes(bytes: u64) -> u64 {
-    (bytes / 512).next_power_of_two().clamp(1 << 20, 256 << 20)
+/// A zone action open takes once the state is known whole.
+pub(super) type ZoneAction = (usize, u32, ZoneSendAction);
+
+/// Zones that take no write, reset or finish (ZNS Command Set 1.1 §2.1.1:
+/// Read Only and Offline are reached only by the device).
+fn unwritable(state: ZoneState) -> bool {
+    matches!(state, ZoneState::ReadOnly | ZoneState::Offline)
+}
+
+/// Segments (two per metadata copy) on device `device`.
+fn segments_on(profile: Profile, device: usize) -> u32 {
+    2 * super::meta_copies_on(profile, device)
+}
+
+/// Places the given devices by their labels. Returns the label to open
+/// with, for each of the volume's devices the index of the given device
+/// that takes its place, and the places taken by devices without a label
+/// (which must then prove to hold the volume's data).
+fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, Vec<usize>)> {
+    for (device, probe) in probes.iter().enumerate() {
+        if let Probe::OtherVersion(version) = probe {
+            return Err(Error::UnsupportedVersion { device, version: *version });
+        }
+    }
+    let Some(label) = probes.iter().find_map(|p| if let Probe::Label(l) = p { Some(l.clone()) } else { None }) else {
+        return Err(
+            match probes.iter().enumerate().find_map(|(i, p)| match p {
+                Probe::Unreadable(what) => Some((i, what.clone())),
+                _ => None,
+            }) {
+                Some((device, what)) => Error::Unreadable { device, what },
+                None => Error::NoVolume,
+            },
+        );
+    };
+    let count = label.superblock.devices.len();
+    if devices.len() != count {
+        return Err(Error::InvalidConfig(format!("the volume spans {count} namespace(s), {} given", devices.len())));
+    }
+    let mut order: Vec<Option<usize>> = vec![None; count];
+    for (given, probe) in probes.iter().enumerate() {
+        let Probe::Label(other) = probe else { continue };
+        if other.volume_id != label.volume_id {
+            return Err(Error::ForeignDevice { device: given, found: other.volume_id, expected: label.volume_id });
+        }
+        let slot = usize::from(other.device_index);
+        match order.get(slot) {
+            Some(None) => order[slot] = Some(given),
+            _ => {
+                return Err(Error::Corrupt(format!(
+                    "device {given} claims place {slot} of a volume of {count} device(s), which is taken"
+                )))
+            }
+        }
+    }
+    let mut unlabelled_given = (0..probes.len()).filter(|&i| !matches!(probes[i], Probe::Label(_)));
+    let mut unlabelled = Vec::new();
+    for (slot, place) in order.iter_mut().enumerate() {
+        if place.is_none() {
+            *place = unlabelled_given.next();
+            unlabelled.push(slot);
+        }
+    }
+    let order: Vec<usize> = order.into_iter().map(|p| p.expect("as many devices as places")).collect();
+    for (slot, &given) in order.iter().enumerate() {
+        let (nsid, lba, capacity, zoned) = label.superblock.devices[slot];
+        let device = &devices[given];
+        let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
+        if found != (nsid, lba, capacity, zoned) {
+            return Err(match &probes[given] {
+                Probe::Unreadable(what) => Error::Unreadable { device: given, what: what.clone() },
+                Probe::Blank => Error::BlankDevice { device: given, volume_id: label.volume_id },
+                _ => Error::InvalidConfig(format!(
+                    "device {given}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned \
+                     {zoned} in its place {slot}; found {found:?}"
+                )),
+            });
+        }
+    }
+    Ok((label, order, unlabelled))
+}
+
+/// Reads both segments of every metadata copy: what was written of each
+/// (up to the write pointers on zoned namespaces, the whole segment on
+/// conventional ones).
+fn read_images(
+    devices: &mut [Device],
+    descriptors: &[Vec<ZoneDescriptor>],
+    superblock: &Superblock,
+) -> Vec<Option<[SegmentImage; 2]>> {
+    let g = superblock.meta_zones_per_segment;
+    meta_copies(superblock.profile, g)
+        .into_iter()
+        .map(|copy| {
+            let device = &mut devices[copy.device];
+            let read = |device: &mut Device, segment: u32| {
+                let mut blocks = segment_capacity(device, copy, g, segment);
+                if device.is_zoned() {
+                    blocks = 0;
+                    for zone in copy.first_zone + segment * g..copy.first_zone + (segment + 1) * g {
+                        let d = &descriptors[copy.device][zone as usize];
+                        let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
+                        let written = match d.state {
+                            ZoneState::Full => capacity,
+                            state if zone_has_write_pointer(state) => (d.wp - d.zslba) / device.lbas_per_block,
+                            _ => 0,
+                        };
+                        blocks += written;
+                        if written < capacity {
+                            break;
+                        }
+                    }
+                }
+                read_segment_image(device, copy, g, segment, blocks)
+            };
+            Some([read(device, 0), read(device, 1)])
+        })
+        .collect()
+}
+
+/// What a device holds, for tools deciding whether it may be formatted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum DeviceState {
+    /// No label anywhere, and every place a label could be was read.
+    Blank,
+    /// A member of a volume.
+    Member {
+        /// The volume ([`Volume::id`]).
+        volume_id: u64,
+        /// Its place in the volume.
+        device_index: u8,
+        /// The volume's profile.
+        profile: Profile,
+    },
+    /// No label found, and reads failed: it may hold a volume.
+    Unreadable(String),
+    /// A volume of another format version.
+    OtherVersion(u8),
+}
+
+impl Volume {
+    /// What `device` holds: blank, a member of some volume, unreadable, or
+    /// a volume of another format. Reads only.
+    pub fn probe(device: &mut Device) -> DeviceState {
+        match probe(device, None) {
+            Probe::Label(label) => DeviceState::Member {
+                volume_id: label.volume_id,
+                device_index: label.device_index,
+                profile: label.superblock.profile,
+            },
+            Probe::Blank => DeviceState::Blank,
+            Probe::Unreadable(what) => DeviceState::Unreadable(what),
+            Probe::OtherVersion(version) => DeviceState::OtherVersion(version),
+        }
+    }
 }

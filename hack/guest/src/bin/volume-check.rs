@@ -16,7 +16,7 @@
 //! - `zcap` (ZNS, zone capacity below zone size): the same, and no extent
 //!   reaches past a zone's capacity.
 //! - `4k` (4096-byte LBAs): the same, one LBA per volume block.
-//! - `limits` (ZNS, max-open 2, max-active 3): two streams are refused at
+//! - `limits` (ZNS, max-open 2, max-active 4): two streams are refused at
 //!   format; one stream fills the volume to `Error::NoSpace`; after frees
 //!   and reclaim it fills again; everything reads back.
 //! - `reopen --phase write` (one): format, write, free, commit; then writes
@@ -312,8 +312,8 @@ fn check_geometry(check: &Check, scenario: Scenario, devices: &[Device]) -> Resu
         Scenario::Zns | Scenario::Zcap if !first.zoned => return wrong("a ZNS namespace"),
         Scenario::Conventional if first.zoned => return wrong("a conventional namespace"),
         Scenario::FourK if first.lba_bytes != 4096 => return wrong("4096-byte LBAs"),
-        Scenario::Limits if !(first.zoned && first.max_open == Some(2) && first.max_active == Some(3)) => {
-            return wrong("a ZNS namespace with max-open 2 and max-active 3")
+        Scenario::Limits if !(first.zoned && first.max_open == Some(2) && first.max_active == Some(4)) => {
+            return wrong("a ZNS namespace with max-open 2 and max-active 4")
         }
         _ => {}
     }
@@ -817,7 +817,7 @@ fn workload(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Re
     invariants(check, &volume)
 }
 
-/// `max-open=2,max-active=3`: too many streams refused; one stream fills
+/// `max-open=2,max-active=4`: too many streams refused; one stream fills
 /// the volume to `NoSpace`; free, reclaim, and it fills again.
 fn limits(check: &Check, controllers: &[Controller]) -> Result<(), String> {
     let seed = check.seed;
@@ -825,8 +825,8 @@ fn limits(check: &Check, controllers: &[Controller]) -> Result<(), String> {
     check_geometry(check, Scenario::Limits, &refused)?;
     match Volume::format(refused, &volume_options(Profile::Single, 2)) {
         Err(Error::InvalidConfig(why)) if why.contains("active") => check.ok("two streams refused", why),
-        Err(other) => return Err(format!("two streams on max-active 3: expected InvalidConfig, got {other}")),
-        Ok(_) => return Err("two streams on max-active 3 were accepted".into()),
+        Err(other) => return Err(format!("two streams on max-active 4: expected InvalidConfig, got {other}")),
+        Ok(_) => return Err("two streams on max-active 4 were accepted".into()),
     }
     // The refused devices' queue pairs ran commands and are gone: these
     // reuse their queue IDs, with shadow doorbells on (a regression check:

@@ -1,0 +1,277 @@
+//! Recovery at open: finding a device's label, and rebuilding the
+//! committed state from the journal's two copies without ever guessing.
+//!
+//! Every record that verifies (its header and payload checksums, this
+//! volume's ID) on any copy is evidence that everything before it was
+//! committed. Recovery takes the newest checkpoint that verifies on some
+//! copy and follows its deltas, each read from whichever copy holds it
+//! whole. If a verified record anywhere is newer than where that chain
+//! ends, a record in between is lost on every copy: a hole, not a torn
+//! tail, and open fails naming it (or, when asked to rewind, opens at the
+//! end of the chain and reports what it drops, as `zpool import -F` does).
+//! A torn tail, the last commit that was never acknowledged, has no
+//! verified successor and is dropped silently, as it must be.
+//!
+//! TigerBeetle's journal recovery makes the same distinction between torn,
+//! missing and corrupt entries (`src/vsr/journal.zig`).
+
+use super::layout::{default_software_zone_bytes, meta_zones_per_segment, SegmentImage, LABEL_BLOCKS};
+use super::{
+    decode_checkpoint, decode_label, decode_ops, Checkpoint, Header, Kind, Label, LabelRead, Op, HEADER_BYTES,
+};
+use crate::checksum::crc;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::{ExtentId, BLOCK_SIZE};
+use std::collections::HashMap;
+
+/// What a device holds, read as a member of a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    Label(Label),
+    /// Every place a label could be was read, and none holds one.
+    Blank,
+    /// No label was found, and some of the places could not be read.
+    Unreadable(String),
+    /// A volume of another format version.
+    OtherVersion(u8),
+}
+
+/// Finds a label on `device`: the first two blocks of the namespace, then
+/// the heads of the other segments. On a zoned namespace those are zone
+/// starts; on a conventional one they depend on the software zone size,
+/// so the sizes a volume may have been formatted with are tried (`hint`
+/// first).
+pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) -> Probe {
+    let lpb = device.lbas_per_block;
+    let mut candidates: Vec<u64> = vec![0, lpb];
+    if device.is_zoned() {
+        if let Err(error) = device.load_zones(0) {
+            return Probe::Unreadable(format!("Report Zones: {error}"));
+        }
+        let half = device.zones.len() / 2;
+        candidates.extend(device.zones[1..half.max(1)].iter().flat_map(|z| [z.start_lba, z.start_lba + lpb]));
+    } else {
+        let capacity_bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
+        let mut sizes: Vec<u64> = hint_software_zone_bytes.into_iter().collect();
+        sizes.push(default_software_zone_bytes(capacity_bytes));
+        sizes.extend((16..=30).map(|shift| 1u64 << shift));
+        for bytes in sizes {
+            let blocks = (bytes / BLOCK_SIZE as u64).min(u64::from(u32::MAX)) as u32;
+            if blocks == 0 || device.load_zones(blocks).is_err() {
+                continue;
+            }
+            for segments in [2, 4] {
+                let Ok(g) = meta_zones_per_segment(device, segments) else { continue };
+                for k in 1..segments {
+                    let start = device.zones[(k * g) as usize].start_lba;
+                    candidates.extend([start, start + lpb]);
+                }
+            }
+        }
+    }
+    let capacity = device.ns.capacity_blocks();
+    let mut failed = None;
+    let mut block = vec![0u8; BLOCK_SIZE];
+    let mut seen = std::collections::HashSet::new();
+    for lba in candidates {
+        if lba + lpb > capacity || !seen.insert(lba) {
+            continue;
+        }
+        match device.read_at(lba, &mut block) {
+            Err(error) => {
+                failed.get_or_insert(format!("LBA {lba}: {error}"));
+            }
+            Ok(()) => match decode_label(&block) {
+                LabelRead::Label(label) => return Probe::Label(label),
+                LabelRead::Newer(version) | LabelRead::Older(version) => return Probe::OtherVersion(version),
+                LabelRead::None => {}
+            },
+        }
+    }
+    match failed {
+        Some(what) => Probe::Unreadable(what),
+        None => Probe::Blank,
+    }
+}
+
+/// Commits dropped by a rewind past a hole.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Dropped {
+    /// The journal sequence numbers of the commits dropped (the first is
+    /// the one no copy holds).
+    pub first_seq: u64,
+    /// The newest commit a readable record proved.
+    pub last_seq: u64,
+    /// Extents those commits added, as far as readable records tell.
+    pub extents: Vec<ExtentId>,
+}
+
+/// The committed state, as recovery found it.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub segment: u32,
+    pub generation: u64,
+    pub checkpoint: Checkpoint,
+    pub deltas: Vec<Vec<Op>>,
+    /// The next free block of the segment, and the checkpoint's end.
+    pub end: u64,
+    pub checkpoint_end: u64,
+    pub seq: u64,
+    /// Above every generation any header found carries.
+    pub next_generation: u64,
+    /// Some present copy lacks a record or label the other holds: the
+    /// metadata must be rewritten on every copy.
+    pub copies_differ: bool,
+    /// What a rewind dropped.
+    pub dropped: Option<Dropped>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    copy: usize,
+    segment: u32,
+    offset: u64,
+    header: Header,
+}
+
+/// Rebuilds the state from the images of every copy's two segments
+/// (`None` for a copy whose device is absent). Pure: the device reads are
+/// done, so this is what the fuzz target and the unit tests drive.
+pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewind: bool) -> Result<Recovered> {
+    let (found, max_generation) = verified_records(images, volume_id);
+    let mut at: HashMap<(u32, u64), Vec<Found>> = HashMap::new();
+    for record in &found {
+        at.entry((record.segment, record.offset)).or_default().push(*record);
+    }
+    let newest = found.iter().map(|r| (r.header.generation, r.header.seq)).max();
+    let checkpoint = found
+        .iter()
+        .filter(|r| r.header.kind == Kind::Checkpoint && r.offset == LABEL_BLOCKS)
+        .max_by_key(|r| r.header.generation)
+        .copied();
+    let Some(checkpoint) = checkpoint else {
+        let (generation, seq) = newest.unwrap_or((0, 0));
+        return Err(Error::MetadataLost {
+            generation,
+            seq,
+            newest_seq: seq,
+            what: "no checkpoint verifies on any copy".into(),
+        });
+    };
+    let (segment, generation) = (checkpoint.segment, checkpoint.header.generation);
+    let mut chain = vec![checkpoint];
+    let mut end = LABEL_BLOCKS + checkpoint.header.record_blocks();
+    let checkpoint_end = end;
+    let mut seq = checkpoint.header.seq;
+    while let Some(next) = at.get(&(segment, end)).and_then(|list| {
+        list.iter()
+            .find(|r| r.header.kind == Kind::Delta && r.header.generation == generation && r.header.seq == seq + 1)
+    }) {
+        chain.push(*next);
+        end += next.header.record_blocks();
+        seq += 1;
+    }
+    let newest = newest.expect("a checkpoint was found");
+    let mut dropped = None;
+    if newest > (generation, seq) {
+        let what = if newest.0 > generation {
+            format!("the checkpoint of generation {} (a later record of it verifies)", newest.0)
+        } else {
+            format!("the delta at block {end} of segment {segment}")
+        };
+        if !rewind {
+            return Err(Error::MetadataLost { generation, seq: seq + 1, newest_seq: newest.1, what });
+        }
+        let extents = found
+            .iter()
+            .filter(|r| (r.header.generation, r.header.seq) > (generation, seq) && r.header.kind == Kind::Delta)
+            .filter_map(|r| payload(images, r))
+            .filter_map(|p| decode_ops(p).ok())
+            .flatten()
+            .filter_map(|op| if let Op::Add(e) = op { Some(e.id) } else { None })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        log::warn!("rewinding past {what}: commits {}..={} dropped", seq + 1, newest.1);
+        dropped = Some(Dropped { first_seq: seq + 1, last_seq: newest.1, extents });
+    }
+    let present = images.iter().filter(|i| i.is_some()).count();
+    let copies_differ = chain.iter().any(|r| {
+        at[&(r.segment, r.offset)]
+            .iter()
+            .filter(|o| o.header.generation == r.header.generation && o.header.seq == r.header.seq)
+            .count()
+            < present
+    }) || !labels_whole(images, segment, volume_id);
+    let checkpoint_payload = payload(images, &chain[0]).expect("verified");
+    let checkpoint_state = decode_checkpoint(checkpoint_payload)?;
+    let mut deltas = Vec::with_capacity(chain.len() - 1);
+    for record in &chain[1..] {
+        deltas.push(decode_ops(payload(images, record).expect("verified"))?);
+    }
+    Ok(Recovered {
+        segment,
+        generation,
+        checkpoint: checkpoint_state,
+        deltas,
+        end,
+        checkpoint_end,
+        seq,
+        next_generation: max_generation + 1,
+        copies_differ,
+        dropped,
+    })
+}
+
+/// Every record that verifies whole, on every copy and segment, and the
+/// highest generation any valid header carries (verified or not).
+fn verified_records(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> (Vec<Found>, u64) {
+    let mut found = Vec::new();
+    let mut max_generation = 0;
+    for (copy, segments) in images.iter().enumerate() {
+        let Some(segments) = segments else { continue };
+        for (segment, image) in segments.iter().enumerate() {
+            for offset in LABEL_BLOCKS..image.blocks() {
+                let Some(header) = image.range(offset, 1).and_then(Header::decode) else { continue };
+                if header.volume_id != volume_id {
+                    continue;
+                }
+                max_generation = max_generation.max(header.generation);
+                let record = Found { copy, segment: segment as u32, offset, header };
+                if record_payload(image, &header, offset).is_some() {
+                    found.push(record);
+                }
+            }
+        }
+    }
+    (found, max_generation)
+}
+
+/// The payload of the record whose header is at `offset`, when it is
+/// whole and matches its checksum.
+fn record_payload<'a>(image: &'a SegmentImage, header: &Header, offset: u64) -> Option<&'a [u8]> {
+    let total = (HEADER_BYTES as u64).checked_add(header.payload_bytes)?;
+    let blocks = total.div_ceil(BLOCK_SIZE as u64);
+    let bytes = image.range(offset, blocks)?;
+    let payload = &bytes[HEADER_BYTES..total as usize];
+    (crc(payload) == header.payload_crc).then_some(payload)
+}
+
+fn payload<'a>(images: &'a [Option<[SegmentImage; 2]>], record: &Found) -> Option<&'a [u8]> {
+    let image = &images[record.copy].as_ref()?[record.segment as usize];
+    record_payload(image, &record.header, record.offset)
+}
+
+/// Whether every present copy's `segment` begins with two labels of this
+/// volume.
+fn labels_whole(images: &[Option<[SegmentImage; 2]>], segment: u32, volume_id: u64) -> bool {
+    images.iter().flatten().all(|segments| {
+        (0..LABEL_BLOCKS).all(|block| {
+            matches!(
+                segments[segment as usize].range(block, 1).map(decode_label),
+                Some(LabelRead::Label(label)) if label.volume_id == volume_id
+            )
+        })
+    })
+}
