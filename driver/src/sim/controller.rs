@@ -220,6 +220,8 @@ pub(crate) struct State {
     pub(crate) drop_io: u32,
     /// I/O commands left before a scheduled power cut.
     pub(crate) power_cut_after: Option<u64>,
+    /// Flushes to let through before one fails ([`super::Fault::FlushFails`]).
+    pub(crate) flush_fails_after: Option<u32>,
     pub(crate) scheduled_power_cut: Option<PowerCutReport>,
     pub(crate) drop_admin: u32,
     /// Abort answers "not aborted" for everything.
@@ -289,6 +291,7 @@ impl State {
             fault_config: config.faults.clone(),
             drop_io: 0,
             power_cut_after: None,
+            flush_fails_after: None,
             scheduled_power_cut: None,
             drop_admin: 0,
             decline_aborts: false,

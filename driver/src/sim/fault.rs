@@ -84,6 +84,14 @@ pub enum Fault {
         /// The I/O command opcode (OPC) to reject.
         opcode: u8,
     },
+    /// After `after` more Flush commands succeed, the next one completes
+    /// with Write Fault (SCT 2h / SC 80h) and leaves the cache as it is:
+    /// a flush that failed, for tests of what is retried after one. Fires
+    /// once.
+    FlushFails {
+        /// Flushes that succeed first.
+        after: u32,
+    },
     /// The power fails just before the controller fetches its
     /// `io_commands + 1`-th I/O command from now, as
     /// [`super::Simulator::power_cut`] would (that command and every later

@@ -65,6 +65,15 @@ impl State {
             return Err(invalid_opcode());
         }
         if c.opcode == op::FLUSH {
+            match self.flush_fails_after {
+                Some(0) => {
+                    self.flush_fails_after = None;
+                    self.stats.faults.write_faults += 1;
+                    return Err(Status::from(MediaStatus::WriteFault));
+                }
+                Some(left) => self.flush_fails_after = Some(left - 1),
+                None => {}
+            }
             return self.flush(c);
         }
         let index = self.namespace_index(c.nsid)?;

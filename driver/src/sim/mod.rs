@@ -201,6 +201,7 @@ impl Simulator {
             Fault::DeclineAborts => state.decline_aborts = true,
             Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
             Fault::PowerCutAfter { io_commands } => state.power_cut_after = Some(io_commands),
+            Fault::FlushFails { after } => state.flush_fails_after = Some(after),
             Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
                 let condition =
                     if matches!(fault, Fault::ZoneReadOnly { .. }) { Condition::ReadOnly } else { Condition::Offline };
@@ -213,11 +214,13 @@ impl Simulator {
         }
     }
 
-    /// Removes every range fault and pending dropped completion, and
-    /// honours aborts again.
+    /// Removes every range fault, rejected opcode and pending dropped
+    /// completion, and honours aborts again.
     pub fn clear_faults(&self) {
         let mut state = self.lock();
         state.faults.clear();
+        state.rejected_opcodes.fill(false);
+        state.flush_fails_after = None;
         state.drop_io = 0;
         state.drop_admin = 0;
         state.power_cut_after = None;

@@ -1,0 +1,331 @@
+//! Single faults on the metadata, one test each, from the hostile
+//! operator's list: a rotted or unreadable journal block, an unreadable
+//! checkpoint, a lost or wiped mirror device, a failed flush retried, a
+//! foreign device, devices given out of order, a wrong software zone size.
+//! After each, every committed extent reads back exactly, or open fails
+//! with a typed error that names what is lost and writes nothing.
+
+mod support;
+
+use nvme_driver::sim::{Fault, Simulator};
+use std::collections::BTreeMap;
+use support::{conventional, pattern, volume_options, zns, Harness};
+use zoned_allocator::{DeviceState, Error, Profile, Volume, VolumeOptions};
+
+/// 512-byte LBAs per 4 KiB block in these simulators.
+const LPB: u64 = 8;
+/// Zones of 256 KiB in LBAs.
+const ZONE_LBAS: u64 = 512;
+
+/// extent → (pattern seed, blocks)
+type Model = BTreeMap<u64, (u64, usize)>;
+
+/// A journal record header found on the media.
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    lba: u64,
+    checkpoint: bool,
+    generation: u64,
+    seq: u64,
+}
+
+/// The record headers in `zones` of namespace 1 (scanning every 4 KiB
+/// block for the magic and format version 2).
+fn records(sim: &Simulator, zones: std::ops::Range<u64>) -> Vec<Record> {
+    let mut found = Vec::new();
+    for lba in (zones.start * ZONE_LBAS..zones.end * ZONE_LBAS).step_by(LPB as usize) {
+        let block = sim.read_block(1, lba);
+        if &block[..8] == b"ZNVOLLOG" && block[9] == 2 {
+            let word = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().unwrap());
+            found.push(Record { lba, checkpoint: block[8] == 1, generation: word(24), seq: word(32) });
+        }
+    }
+    found
+}
+
+/// Writes and commits `commits` batches of a few extents each.
+fn fill(volume: &mut Volume, model: &mut Model, commits: usize) {
+    for commit in 0..commits {
+        for k in 0..3 {
+            let seed = (commit * 10 + k) as u64 + 1;
+            let blocks = 1 + k;
+            let id = volume.write(0, &pattern(seed, blocks), seed).unwrap();
+            model.insert(id, (seed, blocks));
+        }
+        volume.commit().unwrap();
+    }
+}
+
+fn check(volume: &mut Volume, model: &Model) {
+    volume.check_invariants();
+    let found: Vec<u64> = volume.extent_ids().collect();
+    assert_eq!(found.len(), model.len(), "extents after reopening");
+    for (&id, &(seed, blocks)) in model {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id} reads back wrong");
+    }
+}
+
+/// Commands that change a namespace, summed over the simulators.
+fn device_writes(harness: &Harness) -> u64 {
+    // Write, Write Zeroes, Copy, Zone Management Send, Zone Append.
+    harness
+        .sims
+        .iter()
+        .map(|s| [0x01, 0x08, 0x19, 0x79, 0x7d].iter().map(|&o| s.stats().io_commands[o]).sum::<u64>())
+        .sum()
+}
+
+fn single_zns() -> (Harness, VolumeOptions) {
+    (Harness::single(zns(32, 256)), volume_options())
+}
+
+fn single_conventional() -> (Harness, VolumeOptions) {
+    (Harness::single(conventional(8)), VolumeOptions { software_zone_bytes: Some(256 << 10), ..volume_options() })
+}
+
+fn mirror() -> (Harness, VolumeOptions) {
+    (
+        Harness::new(vec![conventional(8), zns(32, 256)], vec![(0, 1), (1, 1)]),
+        VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(256 << 10), ..volume_options() },
+    )
+}
+
+#[test]
+fn a_rotted_journal_block_on_one_copy_is_read_from_the_other_and_rewritten() {
+    for (mut harness, options) in [single_zns(), single_conventional()] {
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 4);
+        drop(volume);
+        harness.restart();
+        // The second delta on copy 0 (zones 0..2), rotted at rest.
+        let copy0 = records(&harness.sims[0], 0..2);
+        let delta = copy0.iter().find(|r| !r.checkpoint && r.seq == 3).expect("delta 3 on copy 0");
+        harness.sims[0].corrupt_at_rest(1, delta.lba, 100);
+        let mut volume = harness.open(&options).expect("opens from the other copy");
+        check(&mut volume, &model);
+        assert!(volume.recovery().copies_repaired, "the bad copy was rewritten");
+        drop(volume);
+        harness.restart();
+        // Both copies are whole again: the other copy may now fail too.
+        let copy1 = records(&harness.sims[0], 2..4);
+        let newest = copy1.iter().max_by_key(|r| (r.generation, r.seq)).unwrap();
+        harness.sims[0].corrupt_at_rest(1, newest.lba + 1, 7);
+        let mut volume = harness.open(&options).expect("opens after the repair");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn a_journal_hole_on_every_copy_fails_the_open_by_name_and_writes_nothing() {
+    let (mut harness, options) = single_zns();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 5);
+    drop(volume);
+    harness.restart();
+    // Delta 3 rotted on both copies; deltas 4..6 prove it was committed.
+    for record in records(&harness.sims[0], 0..4).iter().filter(|r| !r.checkpoint && r.seq == 3) {
+        harness.sims[0].corrupt_at_rest(1, record.lba, 100);
+    }
+    let before = device_writes(&harness);
+    match harness.open(&options) {
+        Err(Error::MetadataLost { seq: 3, newest_seq: 6, .. }) => {}
+        other => panic!("expected MetadataLost naming commits 3..=6, got {other:?}"),
+    }
+    assert_eq!(device_writes(&harness), before, "a failed open wrote to the device");
+    // Rewinding opens at commit 2 and says exactly what it dropped.
+    harness.restart();
+    let rewind = VolumeOptions { rewind: true, ..options.clone() };
+    let volume = harness.open(&rewind).expect("rewind opens");
+    let dropped = volume.recovery().dropped.clone().expect("a rewind reports its drops");
+    assert_eq!((dropped.first_seq, dropped.last_seq), (3, 6));
+    // Commit 1 (sequence 2) is kept; commit 2's record is the one lost,
+    // and commits 3-5 name their extents.
+    let kept: Vec<u64> = model.keys().copied().take(3).collect();
+    let lost_later: Vec<u64> = model.keys().copied().skip(6).collect();
+    for id in &kept {
+        assert!(volume.extent(*id).is_some(), "extent {id} of commit 1 kept");
+    }
+    assert_eq!(volume.extent_ids().count(), 3, "only commit 1's extents");
+    assert_eq!(dropped.extents, lost_later, "the extents of the readable later commits are named");
+}
+
+#[test]
+fn an_unreadable_checkpoint_is_an_error_never_no_volume() {
+    let (mut harness, options) = single_conventional();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut Model::new(), 1);
+    drop(volume);
+    harness.restart();
+    for record in records(&harness.sims[0], 0..4).iter().filter(|r| r.checkpoint) {
+        harness.sims[0].inject(Fault::UnrecoveredRead { nsid: 1, slba: record.lba, blocks: LPB });
+    }
+    match harness.open(&options) {
+        Err(Error::MetadataLost { .. }) => {}
+        other => panic!("expected MetadataLost, got {other:?}"),
+    }
+    // Every block unreadable: not blank, and not formattable.
+    harness.sims[0].inject(Fault::UnrecoveredRead { nsid: 1, slba: 0, blocks: 8 * 2048 });
+    assert!(matches!(harness.open(&options), Err(Error::Unreadable { device: 0, .. })));
+    let mut devices = harness.devices();
+    assert!(matches!(Volume::probe(&mut devices[0]), DeviceState::Unreadable(_)));
+    // A blank namespace is blank.
+    let blank = Harness::single(conventional(8));
+    assert!(matches!(blank.open(&options), Err(Error::NoVolume)));
+    assert_eq!(Volume::probe(&mut blank.devices()[0]), DeviceState::Blank);
+}
+
+#[test]
+fn a_mirror_opens_from_device_1_when_device_0_metadata_is_garbage() {
+    let (mut harness, options) = mirror();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 3);
+    drop(volume);
+    harness.restart();
+    // Every block of device 0's metadata zones (0 and 1) flipped.
+    for lba in (0..2 * ZONE_LBAS).step_by(LPB as usize) {
+        harness.sims[0].corrupt_at_rest(1, lba, 3);
+        harness.sims[0].corrupt_at_rest(1, lba + 1, 5);
+    }
+    let mut volume = harness.open(&options).expect("opens from device 1's copy");
+    check(&mut volume, &model);
+    assert!(volume.recovery().copies_repaired);
+    drop(volume);
+    harness.restart();
+    // Device 0's metadata was rewritten: now device 1's may go.
+    for lba in (0..2 * ZONE_LBAS).step_by(LPB as usize) {
+        harness.sims[1].inject(Fault::UnrecoveredRead { nsid: 1, slba: lba, blocks: LPB });
+    }
+    let mut volume = harness.open(&options).expect("opens from device 0's repaired copy");
+    check(&mut volume, &model);
+}
+
+#[test]
+fn a_wiped_mirror_device_is_refused_by_name_and_nothing_is_written() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut Model::new(), 2);
+    drop(volume);
+    // Device 0 replaced by a blank namespace.
+    harness.sims[0] = Simulator::new(conventional(8));
+    harness.restart();
+    let before = device_writes(&harness);
+    match harness.open(&options) {
+        Err(Error::BlankDevice { device: 0, .. }) => {}
+        other => panic!("expected BlankDevice naming device 0, got {other:?}"),
+    }
+    assert_eq!(device_writes(&harness), before, "a failed open wrote to the device");
+}
+
+#[test]
+fn a_commit_whose_flush_failed_is_retried_without_a_duplicate_record() {
+    for (mut harness, options) in [single_zns(), mirror()] {
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 2);
+        let mut rotations = 0;
+        // One flush of each commit fails: the data flush or the journal's
+        // (the record is then written but maybe not durable), then the
+        // retry succeeds; some of these land inside a rotation.
+        for round in 0..40u64 {
+            let id = volume.write(0, &pattern(1000 + round, 2), round).unwrap();
+            model.insert(id, (1000 + round, 2));
+            let sim = &harness.sims[(round % harness.sims.len() as u64) as usize];
+            sim.inject(Fault::FlushFails { after: (round / 2 % 3) as u32 });
+            if volume.commit().is_ok() {
+                // The commit needed fewer flushes than the fault let through.
+                sim.clear_faults();
+                continue;
+            }
+            sim.clear_faults();
+            volume.commit().unwrap_or_else(|e| panic!("round {round}: the retry: {e}"));
+            if round % 5 == 4 {
+                rotations += volume.stats().checkpoints;
+                drop(volume);
+                harness.restart();
+                volume = harness.open(&options).unwrap_or_else(|e| panic!("round {round}: reopening: {e}"));
+                check(&mut volume, &model);
+            }
+        }
+        rotations += volume.stats().checkpoints;
+        assert!(rotations >= 8, "the retries rotated ({rotations} checkpoints)");
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("opens after retried commits");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn conventional_metadata_never_falls_back_to_an_older_checkpoint() {
+    let (mut harness, options) = single_conventional();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    // Enough commits to rotate: two segments have held checkpoints.
+    while volume.stats().checkpoints < 3 {
+        fill(&mut volume, &mut model, 1);
+    }
+    drop(volume);
+    harness.restart();
+    let all = records(&harness.sims[0], 0..4);
+    let newest = all.iter().filter(|r| r.checkpoint).map(|r| r.generation).max().unwrap();
+    for record in all.iter().filter(|r| r.checkpoint && r.generation == newest) {
+        harness.sims[0].corrupt_at_rest(1, record.lba, 100);
+    }
+    match harness.open(&options) {
+        Err(Error::MetadataLost { .. }) => {}
+        other => panic!("expected MetadataLost, got {other:?}"),
+    }
+}
+
+#[test]
+fn devices_are_found_by_label_in_any_order_and_foreign_ones_are_refused() {
+    let (mut harness, options) = mirror();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 2);
+    let volume_id = volume.id();
+    drop(volume);
+    harness.restart();
+    harness.layout.reverse();
+    let mut volume = harness.open(&options).expect("swapped order opens");
+    assert_eq!(volume.id(), volume_id);
+    assert_eq!(volume.recovery().device_order, vec![1, 0]);
+    check(&mut volume, &model);
+    drop(volume);
+    // Another volume's device in the second place.
+    let (other, _) = mirror();
+    let other_volume = other.format(&options);
+    let other_id = other_volume.id();
+    drop(other_volume);
+    harness.layout.reverse();
+    let mut devices = harness.devices();
+    devices[1] = other.devices().remove(1);
+    let before = device_writes(&harness) + device_writes(&other);
+    match Volume::open(devices, &options) {
+        Err(Error::ForeignDevice { device: 1, found, expected }) => {
+            assert_eq!((found, expected), (other_id, volume_id));
+        }
+        other => panic!("expected ForeignDevice naming device 1, got {other:?}"),
+    }
+    assert_eq!(device_writes(&harness) + device_writes(&other), before);
+}
+
+#[test]
+fn the_software_zone_size_comes_from_the_label() {
+    let (mut harness, options) = single_conventional();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 2);
+    drop(volume);
+    for software_zone_bytes in [None, Some(1 << 20), Some(64 << 10)] {
+        harness.restart();
+        let wrong = VolumeOptions { software_zone_bytes, ..options.clone() };
+        let mut volume = harness.open(&wrong).unwrap_or_else(|e| panic!("{software_zone_bytes:?}: {e}"));
+        check(&mut volume, &model);
+    }
+}
