@@ -7,6 +7,8 @@
 
 use crate::size::parse_size;
 use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
+use clap::CommandFactory;
 
 /// Highest namespace ID a tool takes: 0 is no namespace and `0xFFFF_FFFF`
 /// is the broadcast value (NVMe Base 2.0 §3.2.1.1).
@@ -38,6 +40,13 @@ pub const BLOCK_BYTES: u64 = 4096;
 /// The smallest logical block an NVMe namespace has.
 pub const LBA_BYTES_MIN: u64 = 512;
 
+/// Stops `tool` the way clap stops it on a bad value: the message and the
+/// usage on stderr, exit status 2. For checks across options, made after
+/// parsing and before any device is opened.
+pub fn exit_usage_error<Args: CommandFactory>(tool: &str, message: &str) -> ! {
+    Args::command().bin_name(tool).error(ErrorKind::ValueValidation, message).exit()
+}
+
 /// An integer in `min..=max`, for options whose field type is `T`.
 /// Clap's message names the option and the range.
 pub fn int_in<T>(min: u64, max: u64) -> RangedU64ValueParser<T>
@@ -63,22 +72,35 @@ pub fn size_in(unit: u64, min: u64, max: u64) -> impl Fn(&str) -> Result<u64, St
     assert!(unit > 0 && min <= max, "a size range needs a unit and min <= max");
     move |text: &str| {
         let bytes = parse_size(text)?;
-        let range = || {
-            let multiple = if unit > 1 { format!("a multiple of {unit} bytes, ") } else { String::new() };
-            format!("expected {multiple}{min}..={max} bytes")
-        };
         if !bytes.is_multiple_of(unit) || !(min..=max).contains(&bytes) {
-            return Err(format!("{bytes} bytes: {}", range()));
+            let multiple = if unit > 1 { format!("a multiple of {unit} bytes, ") } else { String::new() };
+            let range = if max == u64::MAX {
+                format!("at least {}", human_size(min))
+            } else {
+                format!("{}..={}", human_size(min), human_size(max))
+            };
+            return Err(format!("{bytes} bytes: expected {multiple}{range}"));
         }
         Ok(bytes)
     }
 }
 
+/// `bytes` as [`parse_size`] reads it, in the largest unit that divides it:
+/// `4k`, `64M`, `1000`.
+pub fn human_size(bytes: u64) -> String {
+    for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("k", 10)] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 /// A finite number in `min..=max`, or in `(min, max]` when
 /// `min_excluded` (for "more than zero").
-fn number_in(text: &str, min: f64, min_excluded: bool, max: f64, unit: &str) -> Result<f64, String> {
+fn number_in(text: &str, min: f64, min_excluded: bool, max: f64, what: &str) -> Result<f64, String> {
     let lower = if min_excluded { format!("more than {min}") } else { format!("at least {min}") };
-    let expected = || format!("expected a number of {unit}, {lower} and at most {max}");
+    let expected = || format!("expected {what}, {lower} and at most {max}");
     let value: f64 = text.trim().parse().map_err(|_| expected())?;
     // NaN fails every comparison: it is caught by is_finite, not the range.
     let above_min = if min_excluded { value > min } else { value >= min };
@@ -90,12 +112,12 @@ fn number_in(text: &str, min: f64, min_excluded: bool, max: f64, unit: &str) -> 
 
 /// A run time in seconds: finite, more than 0, at most a year.
 pub fn runtime_s(text: &str) -> Result<f64, String> {
-    number_in(text, 0.0, true, RUNTIME_S_MAX, "seconds")
+    number_in(text, 0.0, true, RUNTIME_S_MAX, "a number of seconds")
 }
 
 /// A rate limit in MiB/s: finite, 1..=1048576 (fractions allowed).
 pub fn rate_mib_s(text: &str) -> Result<f64, String> {
-    number_in(text, RATE_MIB_S_MIN, false, RATE_MIB_S_MAX, "MiB/s")
+    number_in(text, RATE_MIB_S_MIN, false, RATE_MIB_S_MAX, "a rate in MiB/s")
 }
 
 /// How much seqwrite writes: bytes, or a share of the volume's capacity.
@@ -132,8 +154,11 @@ impl std::fmt::Display for Amount {
 /// `N%` (more than 0, at most 100) or a size in bytes (more than 0).
 pub fn amount(text: &str) -> Result<Amount, String> {
     match text.trim().strip_suffix('%') {
-        Some(percent) => number_in(percent, 0.0, true, 100.0, "percent").map(Amount::Percent),
-        None => size_in(1, 1, u64::MAX)(text).map(Amount::Bytes),
+        Some(percent) => number_in(percent, 0.0, true, 100.0, "a percentage").map(Amount::Percent),
+        None => match parse_size(text)? {
+            0 => Err("expected a size of more than 0 bytes, or a percentage (95%)".into()),
+            bytes => Ok(Amount::Bytes(bytes)),
+        },
     }
 }
 
@@ -160,14 +185,19 @@ mod tests {
         for bad in ["0", "3000", "4097", "65M", "-4k", "nan", "4q"] {
             assert!(bs(bad).is_err(), "{bad}");
         }
-        assert!(bs("3000").unwrap_err().contains("a multiple of 4096 bytes, 4096..=67108864 bytes"));
+        assert_eq!(bs("3000").unwrap_err(), "3000 bytes: expected a multiple of 4096 bytes, 4k..=64M");
         let offset = size_in(LBA_BYTES_MIN, 0, u64::MAX);
         assert_eq!(offset("0"), Ok(0));
         assert_eq!(offset("1M"), Ok(1 << 20));
         assert!(offset("100").is_err());
         let nonzero = size_in(1, 1, u64::MAX);
         assert_eq!(nonzero("1"), Ok(1));
-        assert!(nonzero("0").unwrap_err().contains("1..="));
+        assert_eq!(nonzero("0").unwrap_err(), "0 bytes: expected at least 1");
+        assert_eq!(human_size(4096), "4k");
+        assert_eq!(human_size(3 << 30), "3G");
+        assert_eq!(human_size(1 << 40), "1T");
+        assert_eq!(human_size(1000), "1000");
+        assert_eq!(human_size(0), "0");
     }
 
     #[test]
@@ -201,7 +231,8 @@ mod tests {
         for bad in ["0%", "-1%", "101%", "nan%", "inf%", "%", "0", "x", "1G%"] {
             assert!(amount(bad).is_err(), "{bad}");
         }
-        assert!(amount("101%").unwrap_err().contains("more than 0 and at most 100"));
+        assert!(amount("101%").unwrap_err().contains("a percentage, more than 0 and at most 100"));
+        assert!(amount("0").unwrap_err().contains("more than 0 bytes"));
         assert_eq!(Amount::Percent(50.0).bytes(1 << 20, 4096), 512 << 10);
         assert_eq!(Amount::Bytes(10_000).bytes(1 << 20, 4096), 8192);
         assert_eq!(Amount::Bytes(100).bytes(1 << 20, 4096), 0);
