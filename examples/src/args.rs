@@ -37,6 +37,12 @@ pub const IO_BYTES_MAX: u64 = 64 << 20;
 /// The unit of the allocator's blocks and extents.
 pub const BLOCK_BYTES: u64 = 4096;
 
+/// The allocator's largest software zone: 2^32 - 1 blocks of 4 KiB.
+pub const SOFTWARE_ZONE_BYTES_MAX: u64 = u32::MAX as u64 * BLOCK_BYTES;
+
+/// Largest simulated namespace or volume a tool makes.
+pub const SIM_BYTES_MAX: u64 = 1 << 40;
+
 /// The smallest logical block an NVMe namespace has.
 pub const LBA_BYTES_MIN: u64 = 512;
 

@@ -6,7 +6,10 @@
 use clap::{Parser, ValueEnum};
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
-use nvme_examples::args::{self, human_size, Amount, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, THREADS_MAX};
+use nvme_examples::args::{
+    self, human_size, Amount, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX,
+    THREADS_MAX,
+};
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::histogram::Histogram;
@@ -128,16 +131,12 @@ struct Args {
 
 /// The allocator's most streams per volume (`Volume::format` checks it).
 const STREAMS_MAX: u64 = 64;
-/// The allocator's largest software zone: 2^32 - 1 blocks of 4 KiB.
-const SOFTWARE_ZONE_BYTES_MAX: u64 = u32::MAX as u64 * BLOCK_BYTES;
 /// Longest log interval: an hour.
 const LOG_INTERVAL_MS_MAX: u64 = 3_600_000;
 /// Longest sleep between polls: a second.
 const POLL_SLEEP_US_MAX: u64 = 1_000_000;
 /// The simulator's logical block.
 const SIM_LBA_BYTES: u64 = 512;
-/// Largest simulated namespace.
-const SIM_BYTES_MAX: u64 = 1 << 40;
 
 /// One log interval.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
