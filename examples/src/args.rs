@@ -79,13 +79,17 @@ pub fn size_in(unit: u64, min: u64, max: u64) -> impl Fn(&str) -> Result<u64, St
     move |text: &str| {
         let bytes = parse_size(text)?;
         if !bytes.is_multiple_of(unit) || !(min..=max).contains(&bytes) {
-            let multiple = if unit > 1 { format!("a multiple of {unit} bytes, ") } else { String::new() };
-            let range = if max == u64::MAX {
-                format!("at least {}", human_size(min))
-            } else {
-                format!("{}..={}", human_size(min), human_size(max))
-            };
-            return Err(format!("{bytes} bytes: expected {multiple}{range}"));
+            let mut expected = Vec::new();
+            if unit > 1 {
+                expected.push(format!("a multiple of {unit} bytes"));
+            }
+            match (min, max) {
+                (0, u64::MAX) => {}
+                (1.., u64::MAX) if min <= unit => expected.push("more than 0".into()),
+                (_, u64::MAX) => expected.push(format!("at least {}", human_size(min))),
+                _ => expected.push(format!("{}..={}", human_size(min), human_size(max))),
+            }
+            return Err(format!("{bytes} bytes: expected {}", expected.join(", ")));
         }
         Ok(bytes)
     }
@@ -198,7 +202,13 @@ mod tests {
         assert!(offset("100").is_err());
         let nonzero = size_in(1, 1, u64::MAX);
         assert_eq!(nonzero("1"), Ok(1));
-        assert_eq!(nonzero("0").unwrap_err(), "0 bytes: expected at least 1");
+        assert_eq!(nonzero("0").unwrap_err(), "0 bytes: expected more than 0");
+        assert_eq!(offset("100").unwrap_err(), "100 bytes: expected a multiple of 512 bytes");
+        assert_eq!(
+            size_in(512, 512, u64::MAX)("0").unwrap_err(),
+            "0 bytes: expected a multiple of 512 bytes, more than 0"
+        );
+        assert_eq!(size_in(1, 4096, u64::MAX)("1").unwrap_err(), "1 bytes: expected at least 4k");
         assert_eq!(human_size(4096), "4k");
         assert_eq!(human_size(3 << 30), "3G");
         assert_eq!(human_size(1 << 40), "1T");
