@@ -1,4 +1,5 @@
-//! Opening a controller the way every tool does.
+//! Opening a controller the way every tool does, and choosing a volume's
+//! devices from `--pci` and `--ns`.
 
 use nvme_driver::vfio::{self, Vfio};
 use nvme_driver::{Controller, ControllerOptions, Transport};
@@ -17,4 +18,84 @@ pub fn open_controller(pci: Option<&str>, options: ControllerOptions) -> Result<
     let device = Vfio::new().and_then(|container| container.open(&bdf)).map_err(|e| e.to_string())?;
     let transport: Arc<dyn Transport> = device;
     Controller::init(transport, options).map_err(|e| format!("{bdf}: {e}"))
+}
+
+/// One device of a volume: which controller (an index into the `--pci`
+/// list, or 0 for the default controller) and which namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceChoice {
+    /// Index of the controller.
+    pub controller: usize,
+    /// Namespace ID.
+    pub nsid: u32,
+}
+
+/// The devices a volume of `wanted` devices (1 or 2) is on, from the
+/// `--pci` and `--ns` lists exactly as given; no `--ns` is namespace 1.
+/// Nothing is inferred: two devices are two `--pci` (with one `--ns` for
+/// both, or one each), or one controller and two different `--ns`.
+pub fn choose_devices(pci: &[String], ns: &[u32], wanted: usize) -> Result<Vec<DeviceChoice>, String> {
+    assert!((1..=2).contains(&wanted), "a volume is on one or two devices");
+    let two_devices = "give two --pci (one namespace each, --ns for both or one per --pci), \
+                       or one --pci and two --ns (e.g. --ns 1,2)";
+    if pci.len() > wanted || ns.len() > wanted {
+        return Err(format!("{wanted} device(s) wanted, {} --pci and {} --ns given", pci.len(), ns.len()));
+    }
+    if pci.len() == 2 && pci[0] == pci[1] {
+        return Err(format!("--pci {} given twice: {two_devices}", pci[0]));
+    }
+    let first = ns.first().copied().unwrap_or(1);
+    let choices = match (wanted, pci.len()) {
+        (1, _) => vec![DeviceChoice { controller: 0, nsid: first }],
+        (_, 2) => vec![
+            DeviceChoice { controller: 0, nsid: first },
+            DeviceChoice { controller: 1, nsid: ns.get(1).copied().unwrap_or(first) },
+        ],
+        _ => match ns {
+            [a, b] if a != b => {
+                vec![DeviceChoice { controller: 0, nsid: *a }, DeviceChoice { controller: 0, nsid: *b }]
+            }
+            [a, _] => return Err(format!("--ns {a},{a} is one namespace twice: {two_devices}")),
+            _ => return Err(format!("two devices wanted, one given: {two_devices}")),
+        },
+    };
+    assert_eq!(choices.len(), wanted, "one choice per device");
+    Ok(choices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choose(pci: &[&str], ns: &[u32], wanted: usize) -> Result<Vec<(usize, u32)>, String> {
+        let pci: Vec<String> = pci.iter().map(|s| s.to_string()).collect();
+        choose_devices(&pci, ns, wanted).map(|c| c.iter().map(|d| (d.controller, d.nsid)).collect())
+    }
+
+    #[test]
+    fn one_device() {
+        assert_eq!(choose(&[], &[], 1), Ok(vec![(0, 1)]));
+        assert_eq!(choose(&["a"], &[3], 1), Ok(vec![(0, 3)]));
+        assert!(choose(&["a", "b"], &[], 1).unwrap_err().contains("2 --pci"));
+        assert!(choose(&["a"], &[1, 2], 1).unwrap_err().contains("2 --ns"));
+    }
+
+    #[test]
+    fn two_devices_are_given_never_inferred() {
+        // The old inference: one controller, one namespace, a mirror on N and N+1.
+        for ns in [&[][..], &[1], &[4]] {
+            let message = choose(&["a"], ns, 2).unwrap_err();
+            assert!(message.contains("two --pci") && message.contains("two --ns"), "{message}");
+            assert!(choose(&[], ns, 2).is_err());
+        }
+        assert!(choose(&["a"], &[1, 1], 2).unwrap_err().contains("one namespace twice"));
+        assert!(choose(&["a", "a"], &[], 2).unwrap_err().contains("given twice"));
+        assert_eq!(choose(&["a"], &[1, 2], 2), Ok(vec![(0, 1), (0, 2)]));
+        assert_eq!(choose(&[], &[2, 1], 2), Ok(vec![(0, 2), (0, 1)]));
+        assert_eq!(choose(&["a", "b"], &[], 2), Ok(vec![(0, 1), (1, 1)]));
+        assert_eq!(choose(&["a", "b"], &[3], 2), Ok(vec![(0, 3), (1, 3)]));
+        assert_eq!(choose(&["a", "b"], &[3, 1], 2), Ok(vec![(0, 3), (1, 1)]));
+        assert!(choose(&["a", "b", "c"], &[], 2).is_err());
+        assert!(choose(&["a"], &[1, 2, 3], 2).is_err());
+    }
 }

@@ -1,5 +1,8 @@
-//! Shared pieces of the tools: a latency histogram and size parsing.
+//! Shared pieces of the tools: a latency histogram, size and option
+//! parsing, device choice and confirmation before destroying data.
 
+pub mod args;
+pub mod confirm;
 pub mod conformance;
 pub mod device;
 pub mod histogram;

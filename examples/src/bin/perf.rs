@@ -7,9 +7,11 @@ use nvme_driver::dma::{DmaMemory, DmaPool, HUGE_PAGE_SIZE};
 use nvme_driver::queue::QueueStats;
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request, Transport};
+use nvme_examples::args::{
+    self, BLOCK_BYTES, IO_BYTES_MAX, LBA_BYTES_MIN, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX,
+};
 use nvme_examples::device::open_controller;
 use nvme_examples::histogram::Histogram;
-use nvme_examples::size::parse_size;
 use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,20 +33,21 @@ struct Args {
     /// I/O pattern.
     #[arg(long, value_enum, default_value = "randread")]
     rw: Rw,
-    /// Block size of each I/O (e.g. 4k, 256k).
-    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    /// Block size of each I/O (e.g. 4k, 256k): a multiple of the block
+    /// size, 512..=64M, and at most the device's largest transfer (MDTS).
+    #[arg(long, default_value = "4k", value_parser = args::size_in(LBA_BYTES_MIN, LBA_BYTES_MIN, IO_BYTES_MAX))]
     bs: u64,
-    /// I/Os in flight per queue pair.
-    #[arg(long, default_value_t = 1)]
+    /// I/Os in flight per queue pair, 1..=1024.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<u16>(1, QUEUE_DEPTH_MAX))]
     qd: u16,
-    /// Run time in seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Run time in seconds, 1..=86400.
+    #[arg(long, default_value_t = 10, value_parser = args::int_in::<u64>(1, TIME_S_MAX))]
     time: u64,
-    /// Queue pairs, one thread each.
-    #[arg(long, default_value_t = 1)]
+    /// Queue pairs, one thread each, 1..=64.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<u16>(1, THREADS_MAX))]
     qpairs: u16,
-    /// Namespace ID.
-    #[arg(long, default_value_t = 1)]
+    /// Namespace ID, 1..=4294967294.
+    #[arg(long, default_value_t = 1, value_parser = args::nsid)]
     ns: u32,
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
     #[arg(long, value_name = "BDF")]
@@ -52,15 +55,17 @@ struct Args {
     /// Percentage of reads for randrw.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     rwmixread: u8,
-    /// Bytes of the namespace to use, from LBA 0 (default: all of it).
-    #[arg(long, value_parser = parse_size)]
+    /// Bytes of the namespace to use, more than 0, from --offset (default:
+    /// all of it).
+    #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
     size: Option<u64>,
     /// Stop after this many bytes per queue pair (fio's io_size), or at
-    /// --time, whichever comes first: one pass over a region.
-    #[arg(long, value_parser = parse_size)]
+    /// --time, whichever comes first: one pass over a region. More than 0.
+    #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
     io_bytes: Option<u64>,
-    /// Where the region starts, in bytes from LBA 0.
-    #[arg(long, default_value = "0", value_parser = parse_size)]
+    /// Where the region starts, in bytes from LBA 0: a multiple of 512,
+    /// before the namespace's end.
+    #[arg(long, default_value = "0", value_parser = args::size_in(LBA_BYTES_MIN, 0, u64::MAX))]
     offset: u64,
     /// Use MMIO doorbells only, even when shadow doorbells are offered.
     #[arg(long)]
@@ -71,15 +76,27 @@ struct Args {
     /// Run against the in-process simulator instead of a device.
     #[arg(long, conflicts_with = "pci")]
     sim: bool,
-    /// Simulated namespace size.
-    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "sim")]
+    /// Simulated namespace size: a multiple of 4k, 1M..=1T.
+    #[arg(long, default_value = "1G", value_parser = args::size_in(BLOCK_BYTES, 1 << 20, SIM_BYTES_MAX), requires = "sim")]
     sim_capacity: u64,
     /// Simulated block size (512 or 4096).
-    #[arg(long, default_value_t = 512, requires = "sim")]
+    #[arg(long, default_value_t = 512, value_parser = sim_lba, requires = "sim")]
     sim_lba: u32,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Longest run: a day.
+const TIME_S_MAX: u64 = 24 * 3600;
+
+/// A simulated block size: 512 or 4096.
+fn sim_lba(text: &str) -> Result<u32, String> {
+    match text.trim() {
+        "512" => Ok(512),
+        "4096" | "4k" => Ok(4096),
+        _ => Err("expected 512 or 4096".into()),
+    }
 }
 
 /// What one queue pair's thread measured.
@@ -106,14 +123,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if args.qd == 0 || args.qpairs == 0 || args.time == 0 {
-        return Err("--qd, --qpairs and --time must be at least 1".into());
-    }
     let options = ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, ..ControllerOptions::default() };
     let controller = if args.sim {
-        if args.sim_lba != 512 && args.sim_lba != 4096 {
-            return Err(format!("--sim-lba {}: expected 512 or 4096", args.sim_lba));
-        }
         let config = SimConfig::nvm(args.sim_capacity / u64::from(args.sim_lba), args.sim_lba).with_seed(args.seed);
         let transport: Arc<dyn Transport> = Simulator::new(config);
         Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?

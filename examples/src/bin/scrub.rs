@@ -5,9 +5,12 @@
 use clap::Parser;
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::args::{
+    self, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX, THREADS_MAX,
+};
+use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
-use nvme_examples::size::parse_size;
-use nvme_examples::{device, logging};
 use nvme_scrub::{scrub, Checkpoint, Control, ScrubOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -20,24 +23,28 @@ use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOp
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
-    /// Controller PCI address; two for a mirror across controllers.
+    /// Controller PCI address: one, or two for a mirror across controllers.
     /// Default: the first NVMe function bound to vfio-pci.
     #[arg(long = "pci", value_name = "BDF")]
     pci: Vec<String>,
-    /// Namespace ID per device.
-    #[arg(long = "ns", default_value = "1", value_delimiter = ',')]
+    /// Namespace IDs (1..=4294967294), comma-separated, one per device, in
+    /// the volume's order: a mirror on one controller takes two (--ns 1,2);
+    /// with two --pci, one ID serves both. Default: 1.
+    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
     ns: Vec<u32>,
-    /// Software zone size the volume was formatted with (conventional namespaces).
-    #[arg(long, value_parser = parse_size)]
+    /// Software zone size the volume was formatted with (conventional
+    /// namespaces), a multiple of 4k.
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
     software_zone: Option<u64>,
-    /// Reads in flight.
-    #[arg(long, default_value_t = 64)]
+    /// Reads in flight, 1..=1024.
+    #[arg(long, default_value_t = 64, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
     qd: usize,
-    /// Largest read (default: the namespace's largest transfer).
-    #[arg(long, value_parser = parse_size)]
+    /// Largest read, a multiple of 4k, 4k..=64M (default, and at most: the
+    /// namespace's largest transfer).
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, IO_BYTES_MAX))]
     bs: Option<u64>,
-    /// Rate limit in MiB/s.
-    #[arg(long, value_name = "MIB_S")]
+    /// Rate limit in MiB/s, 1..=1048576 (fractions allowed); default: none.
+    #[arg(long, value_name = "MIB_S", value_parser = args::rate_mib_s, allow_negative_numbers = true)]
     limit: Option<f64>,
     /// Detect and report, repair nothing.
     #[arg(long)]
@@ -45,14 +52,14 @@ struct Args {
     /// Plan, merge, read and account, but skip checksums (engine speed).
     #[arg(long)]
     no_verify: bool,
-    /// Threads verifying checksums; 0 verifies on the polling thread.
-    #[arg(long, default_value_t = 2)]
+    /// Threads verifying checksums, 0..=64; 0 verifies on the polling thread.
+    #[arg(long, default_value_t = 2, value_parser = args::int_in::<usize>(0, THREADS_MAX))]
     verify_threads: usize,
     /// Ablation: one read at a time, each waited for (the regressed btrfs scrub).
     #[arg(long)]
     submit_and_wait: bool,
-    /// Scrub only this copy (0 or 1).
-    #[arg(long)]
+    /// Scrub only this copy, 0 or 1 (and one the volume has).
+    #[arg(long, value_parser = args::int_in::<usize>(0, 1))]
     copy: Option<usize>,
     /// Keep the checkpoint in FILE; with --resume, continue from it.
     #[arg(long, value_name = "FILE")]
@@ -60,8 +67,8 @@ struct Args {
     /// Continue from the checkpoint in --state.
     #[arg(long, requires = "state")]
     resume: bool,
-    /// Cancel after this many bytes (for tests of resume).
-    #[arg(long, value_parser = parse_size)]
+    /// Cancel after this many bytes, more than 0 (for tests of resume).
+    #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
     cancel_after: Option<u64>,
     /// crc32c implementation: auto (the faster one here, measured), hardware or table.
     #[arg(long, default_value = "auto", value_parser = ["auto", "hardware", "table"])]
@@ -73,8 +80,8 @@ struct Args {
     #[arg(long)]
     no_progress: bool,
     /// Run on the in-process simulator: a mirrored ZNS volume filled with
-    /// this much data (e.g. 1G), scrubbed at native speed.
-    #[arg(long, value_parser = parse_size, conflicts_with = "pci")]
+    /// this much data (e.g. 1G, 4k..=1T), scrubbed at native speed.
+    #[arg(long, value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
     sim: Option<u64>,
     /// Profile of the simulated volume.
     #[arg(long, value_enum, default_value = "mirror", requires = "sim")]
@@ -84,6 +91,9 @@ struct Args {
 fn main() -> ExitCode {
     logging::init("scrub");
     let args = Args::parse();
+    if let Err(message) = device_choices(&args) {
+        args::exit_usage_error::<Args>("scrub", &message);
+    }
     match run(&args) {
         Ok(clean) => {
             if clean {
@@ -97,6 +107,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The devices the volume is on, exactly as --pci and --ns give them (one
+/// or two; the volume checks they are the ones it was formatted on).
+fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
+    let wanted = args.pci.len().max(args.ns.len()).max(1);
+    if wanted > 2 {
+        return Err(format!(
+            "a volume is on one or two devices: {} --pci and {} --ns given",
+            args.pci.len(),
+            args.ns.len()
+        ));
+    }
+    choose_devices(&args.pci, &args.ns, wanted)
 }
 
 fn device_options(args: &Args) -> DeviceOptions {
@@ -153,10 +177,9 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
         args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect::<Result<_, _>>()?
     };
     let mut devices = Vec::new();
-    let wanted = args.ns.len().max(controllers.len());
-    for index in 0..wanted {
-        let controller = &controllers[index.min(controllers.len() - 1)];
-        let nsid = *args.ns.get(index).or(args.ns.last()).unwrap_or(&1);
+    for choice in device_choices(args)? {
+        let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
+        let nsid = choice.nsid;
         devices
             .push(Device::open(controller, nsid, device_options(args)).map_err(|e| format!("namespace {nsid}: {e}"))?);
     }
@@ -166,13 +189,8 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
 }
 
 fn run(args: &Args) -> Result<bool, String> {
-    if args.qd == 0 || args.qd > 1024 {
-        return Err(format!("--qd {}: expected 1..=1024", args.qd));
-    }
-    if args.crc32c != "auto" {
-        std::env::set_var("ZONED_CRC32C", &args.crc32c);
-    }
-    let (_controllers, mut volume) = open_volume(args)?;
+    // The checkpoint is read before any device is opened: a bad file
+    // stops the scrub before it starts.
     let resume = if args.resume {
         let path = args.state.as_ref().expect("clap requires --state");
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -182,6 +200,10 @@ fn run(args: &Args) -> Result<bool, String> {
     } else {
         None
     };
+    if args.crc32c != "auto" {
+        std::env::set_var("ZONED_CRC32C", &args.crc32c);
+    }
+    let (_controllers, mut volume) = open_volume(args)?;
     let options = ScrubOptions {
         max_in_flight: args.qd,
         max_request_bytes: args.bs.map(|b| b as usize),

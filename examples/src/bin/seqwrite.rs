@@ -3,14 +3,19 @@
 //! flatness figure and an SVG plot. It owns the namespace(s): a volume is
 //! created when none is found, and `--format` recreates it.
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::args::{
+    self, human_size, Amount, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX,
+    THREADS_MAX,
+};
+use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::histogram::Histogram;
+use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
-use nvme_examples::size::parse_size;
 use nvme_examples::svg::{line_chart, Series};
-use nvme_examples::{device, logging};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -25,33 +30,40 @@ use zoned_allocator::{checksum, Device, DeviceOptions, Error, Profile, Volume, V
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
-    /// Controller PCI address; give two for a mirror across controllers.
+    /// Controller PCI address: one, or two for a mirror across controllers.
     /// Default: the first NVMe function bound to vfio-pci.
     #[arg(long = "pci", value_name = "BDF")]
     pci: Vec<String>,
-    /// Namespace ID, per device (one, or two for a mirror).
-    #[arg(long = "ns", default_value = "1", value_delimiter = ',')]
+    /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
+    /// mirror on one controller takes two (--ns 1,2); with two --pci, one
+    /// ID serves both. Default: 1 (1,2 for a mirror on --sim).
+    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid)]
     ns: Vec<u32>,
-    /// Copies: single, dup (two on one namespace) or mirror (two namespaces).
+    /// Copies: single, dup (two on one namespace) or mirror (two devices,
+    /// both given: two --pci, or one --pci and two --ns).
     #[arg(long, value_enum, default_value = "single")]
     profile: ProfileArg,
-    /// Recreate the volume (destroys its contents).
+    /// Recreate the volume (destroys its contents; asks first, see --yes).
     #[arg(long)]
     format: bool,
-    /// Don't ask before formatting.
+    /// Don't ask before --format destroys the volume (without a terminal
+    /// to ask on, --format needs it).
     #[arg(long)]
     yes: bool,
-    /// Block size of each write (a multiple of 4k).
-    #[arg(long, default_value = "256k", value_parser = parse_size)]
+    /// Block size of each write: a multiple of 4k, 4k..=64M, and at most
+    /// the volume's largest extent (1M on volumes this tool formats).
+    #[arg(long, default_value = "256k", value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, IO_BYTES_MAX))]
     bs: u64,
-    /// Bytes to write, or a percentage of the volume's capacity ("95%").
-    #[arg(long, default_value = "95%")]
-    size: String,
-    /// Writes in flight.
-    #[arg(long, default_value_t = 1)]
+    /// Bytes to write (at least --bs), or a percentage of the volume's
+    /// capacity, more than 0 and at most 100 ("95%").
+    #[arg(long, default_value = "95%", value_parser = args::amount)]
+    size: Amount,
+    /// Writes in flight, 1..=1024.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
     iodepth: usize,
-    /// Stop after this many seconds even if --size is not reached.
-    #[arg(long)]
+    /// Stop after this many seconds (more than 0, at most a year) even if
+    /// --size is not reached.
+    #[arg(long, value_name = "SECONDS", value_parser = args::runtime_s, allow_negative_numbers = true)]
     runtime: Option<f64>,
     /// Zone Append on zoned namespaces (the default when the device has it).
     #[arg(long, conflicts_with = "ordered")]
@@ -59,17 +71,20 @@ struct Args {
     /// Writes at the write pointer, one in flight per zone.
     #[arg(long)]
     ordered: bool,
-    /// Stream (lifetime class) to write to.
-    #[arg(long, default_value_t = 0)]
+    /// Stream (lifetime class) to write to, 0..=63: one of the volume's
+    /// streams.
+    #[arg(long, default_value_t = 0, value_parser = args::int_in::<u8>(0, STREAMS_MAX - 1))]
     stream: u8,
-    /// Streams of a new volume.
-    #[arg(long, default_value_t = 1)]
+    /// Streams of a new volume, 1..=64.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<u8>(1, STREAMS_MAX))]
     streams: u8,
-    /// Software zone size on conventional namespaces (default: from the capacity).
-    #[arg(long, value_parser = parse_size)]
+    /// Software zone size on conventional namespaces, a multiple of 4k
+    /// (default: from the capacity).
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
     software_zone: Option<u64>,
-    /// Interval of the logs and the flatness figure, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Interval of the logs and the flatness figure, in milliseconds,
+    /// 1..=3600000.
+    #[arg(long, default_value_t = 1000, value_parser = args::int_in::<u64>(1, LOG_INTERVAL_MS_MAX))]
     log_interval: u64,
     /// Write fio-format logs PREFIX_bw.1.log, PREFIX_iops.1.log and PREFIX_lat.1.log.
     #[arg(long, value_name = "PREFIX")]
@@ -77,21 +92,21 @@ struct Args {
     /// Draw bandwidth over time to this SVG file.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
-    /// Threads computing checksums ahead of the writer; 0 checksums on the
-    /// submitting thread.
-    #[arg(long, default_value_t = 1)]
+    /// Threads computing checksums ahead of the writer, 0..=64; 0
+    /// checksums on the submitting thread.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<usize>(0, THREADS_MAX))]
     checksum_threads: usize,
-    /// Commit after every this many bytes (and at the end).
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Commit after every this many bytes (and at the end), at least 4k.
+    #[arg(long, default_value = "256M", value_parser = args::size_in(1, BLOCK_BYTES, u64::MAX))]
     commit_every: u64,
     /// crc32c implementation: auto (the faster one on this CPU, measured),
     /// hardware (SSE4.2) or table (slicing-by-8).
     #[arg(long, default_value = "auto", value_parser = ["auto", "hardware", "table"])]
     crc32c: String,
     /// When a poll finds nothing, sleep this many microseconds before the
-    /// next (0 spins). Under an emulator a spinning vCPU takes host CPU
-    /// from the emulated device; on hardware, spin.
-    #[arg(long, default_value_t = 0)]
+    /// next, 0..=1000000 (0 spins). Under an emulator a spinning vCPU takes
+    /// host CPU from the emulated device; on hardware, spin.
+    #[arg(long, default_value_t = 0, value_parser = args::int_in::<u64>(0, POLL_SLEEP_US_MAX))]
     poll_sleep_us: u64,
     /// Read everything back and verify it afterwards.
     #[arg(long)]
@@ -105,13 +120,23 @@ struct Args {
     /// Run on the in-process simulator instead of a device.
     #[arg(long, conflicts_with = "pci")]
     sim: bool,
-    /// Simulated namespace size.
-    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "sim")]
+    /// Simulated namespace size: a multiple of 512, 1M..=1T.
+    #[arg(long, default_value = "1G", value_parser = args::size_in(SIM_LBA_BYTES, 1 << 20, SIM_BYTES_MAX), requires = "sim")]
     sim_capacity: u64,
-    /// Simulated zone size; 0 simulates a conventional namespace.
-    #[arg(long, default_value = "64M", value_parser = parse_size, requires = "sim")]
+    /// Simulated zone size, a multiple of 512 and at most --sim-capacity; 0
+    /// simulates a conventional namespace.
+    #[arg(long, default_value = "64M", value_parser = args::size_in(SIM_LBA_BYTES, 0, SIM_BYTES_MAX), requires = "sim")]
     sim_zone: u64,
 }
+
+/// The allocator's most streams per volume (`Volume::format` checks it).
+const STREAMS_MAX: u64 = 64;
+/// Longest log interval: an hour.
+const LOG_INTERVAL_MS_MAX: u64 = 3_600_000;
+/// Longest sleep between polls: a second.
+const POLL_SLEEP_US_MAX: u64 = 1_000_000;
+/// The simulator's logical block.
+const SIM_LBA_BYTES: u64 = 512;
 
 /// One log interval.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
@@ -132,6 +157,9 @@ impl Interval {
 fn main() -> ExitCode {
     logging::init("seqwrite");
     let args = Args::parse();
+    if let Err(message) = check_args(&args) {
+        args::exit_usage_error::<Args>("seqwrite", &message);
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -141,18 +169,77 @@ fn main() -> ExitCode {
     }
 }
 
+/// Checks what can be checked without a device, against the other options.
+/// What needs the volume (--size against its free space, --bs against its
+/// largest extent, --stream against its streams) is checked once it is
+/// open, before the first write.
+fn check_args(args: &Args) -> Result<(), String> {
+    device_choices(args)?;
+    if let Amount::Bytes(bytes) = args.size {
+        if bytes < args.bs {
+            return Err(format!("--size {}: less than one --bs {} write", human_size(bytes), human_size(args.bs)));
+        }
+    }
+    if args.format {
+        // The new volume's limits are known before it exists.
+        let largest = VolumeOptions::default().max_extent_bytes as u64;
+        if args.bs > largest {
+            return Err(format!(
+                "--bs {}: --format makes a volume whose largest extent is {}",
+                human_size(args.bs),
+                human_size(largest)
+            ));
+        }
+        if args.stream >= args.streams {
+            return Err(format!(
+                "--stream {}: --format makes a volume of --streams {} (streams 0..={})",
+                args.stream,
+                args.streams,
+                args.streams - 1
+            ));
+        }
+    }
+    if args.sim && args.sim_zone > args.sim_capacity {
+        return Err(format!(
+            "--sim-zone {}: more than --sim-capacity {}",
+            human_size(args.sim_zone),
+            human_size(args.sim_capacity)
+        ));
+    }
+    Ok(())
+}
+
+/// The devices the volume is on, exactly as --pci and --ns give them. The
+/// simulator's namespaces are the tool's own: a mirror on --sim without
+/// --ns is on its namespaces 1 and 2.
+fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
+    let wanted = Profile::from(args.profile).devices();
+    let ns = if args.sim && args.ns.is_empty() { (1..=wanted as u32).collect() } else { args.ns.clone() };
+    choose_devices(&args.pci, &ns, wanted).map_err(|e| {
+        let profile = args.profile.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+        format!("--profile {profile}: {e}")
+    })
+}
+
+/// The devices, in words: "namespace 1 of 0000:01:00.0 and namespace 2 of ...".
+fn describe_devices(args: &Args, choices: &[DeviceChoice]) -> String {
+    let names: Vec<String> = choices
+        .iter()
+        .map(|choice| match args.pci.get(choice.controller) {
+            Some(bdf) => format!("namespace {} of {bdf}", choice.nsid),
+            None => format!("namespace {} of the default controller", choice.nsid),
+        })
+        .collect();
+    names.join(" and ")
+}
+
 fn open_devices(args: &Args, controllers: &[Controller]) -> Result<Vec<Device>, String> {
     let options =
         DeviceOptions { queue_depth: 256, buffers: (args.iodepth as u32 * 2).max(64), ..DeviceOptions::default() };
-    let wanted = match args.profile {
-        ProfileArg::Mirror => 2,
-        _ => 1,
-    };
     let mut devices = Vec::new();
-    for index in 0..wanted {
-        let controller = &controllers[index.min(controllers.len() - 1)];
-        let nsid = *args.ns.get(index).or(args.ns.last()).unwrap_or(&1);
-        let nsid = if controllers.len() == 1 && index == 1 && args.ns.len() < 2 { nsid + 1 } else { nsid };
+    for choice in device_choices(args)? {
+        let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
+        let nsid = choice.nsid;
         devices.push(Device::open(controller, nsid, options).map_err(|e| format!("namespace {nsid}: {e}"))?);
     }
     Ok(devices)
@@ -184,32 +271,11 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
     args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect()
 }
 
-fn confirm_format(args: &Args) -> Result<(), String> {
-    if args.yes || args.sim {
-        return Ok(());
-    }
-    if !std::io::stdin().is_terminal() {
-        return Err("--format destroys the volume: confirm with --yes".into());
-    }
-    eprint!("seqwrite: --format destroys everything on the namespace(s). Type 'yes' to go on: ");
-    let mut answer = String::new();
-    std::io::stdin().read_line(&mut answer).map_err(|e| e.to_string())?;
-    if answer.trim() == "yes" {
-        Ok(())
-    } else {
-        Err("not formatted".into())
-    }
-}
-
 fn run(args: &Args) -> Result<(), String> {
-    if args.bs == 0 || !args.bs.is_multiple_of(BLOCK_SIZE as u64) {
-        return Err(format!("--bs {}: expected a nonzero multiple of 4096", args.bs));
-    }
-    if args.iodepth == 0 || args.iodepth > 1024 {
-        return Err(format!("--iodepth {}: expected 1..=1024", args.iodepth));
-    }
-    if args.log_interval == 0 {
-        return Err("--log-interval must be positive".into());
+    if args.format {
+        // Asked before any device is opened.
+        let what = format!("--format destroys everything on {}", describe_devices(args, &device_choices(args)?));
+        confirm_on_stdin("seqwrite", &what, args.yes || args.sim)?;
     }
     if args.crc32c != "auto" {
         // Read once, at the first checksum: set before any.
@@ -232,7 +298,6 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let mut created = false;
     let mut volume = if args.format {
-        confirm_format(args)?;
         created = true;
         Volume::format(open_devices(args, &controllers)?, &options).map_err(|e| format!("format: {e}"))?
     } else {
@@ -247,16 +312,14 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let capacity = volume.capacity_bytes();
     let free = capacity.saturating_sub(volume.stats().valid_bytes);
-    let target = match args.size.strip_suffix('%') {
-        Some(percent) => {
-            let percent: f64 = percent.trim().parse().map_err(|_| format!("--size {}: bad percentage", args.size))?;
-            if !(0.0..=100.0).contains(&percent) {
-                return Err(format!("--size {}: expected 0..=100%", args.size));
-            }
-            (capacity as f64 * percent / 100.0) as u64 / args.bs * args.bs
-        }
-        None => parse_size(&args.size)? / args.bs * args.bs,
-    };
+    // Checked against the volume, before the first write.
+    let target = args.size.bytes(capacity, args.bs);
+    if target == 0 {
+        return Err(format!(
+            "--size {}: less than one --bs {} write on a volume of {capacity} bytes",
+            args.size, args.bs
+        ));
+    }
     if target > free {
         return Err(format!(
             "--size {}: {} bytes asked, {} free of {} (free extents, or --format)",

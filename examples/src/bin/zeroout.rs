@@ -1,14 +1,16 @@
 //! `zeroout`: zeroes a range of a namespace with the driver's zero-out
 //! strategy (like `blkdiscard -z`), and reports the strategy, the commands
-//! and the time it took.
+//! and the time it took. Zeroing a whole namespace, or to its end without
+//! `--length`, asks first (`--yes` to go on without asking).
 
 use clap::Parser;
 use nvme_driver::dma::{DmaMemory, DmaPool};
 use nvme_driver::quirks::QuirkOverride;
 use nvme_driver::zeroout::ZeroStrategy;
 use nvme_driver::{ControllerOptions, IoBuffer};
+use nvme_examples::args::{self, LBA_BYTES_MIN, QUEUE_DEPTH_MAX};
+use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::open_controller;
-use nvme_examples::size::parse_size;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -20,26 +22,33 @@ struct Args {
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
     #[arg(long, value_name = "BDF")]
     pci: Option<String>,
-    /// Namespace ID.
-    #[arg(long, default_value_t = 1)]
+    /// Namespace ID, 1..=4294967294.
+    #[arg(long, default_value_t = 1, value_parser = args::nsid)]
     ns: u32,
-    /// Start of the range, in bytes (a multiple of the block size).
-    #[arg(long, default_value = "0", value_parser = parse_size)]
+    /// Start of the range, in bytes: a multiple of the namespace's block
+    /// size, before its end.
+    #[arg(long, default_value = "0", value_parser = args::size_in(LBA_BYTES_MIN, 0, u64::MAX))]
     offset: u64,
-    /// Length of the range in bytes; default: to the end of the namespace.
-    #[arg(long, value_parser = parse_size)]
+    /// Length of the range in bytes: more than 0, a multiple of the block
+    /// size, within the namespace. Default: to the end of the namespace
+    /// (asks first, see --yes).
+    #[arg(long, value_parser = args::size_in(LBA_BYTES_MIN, LBA_BYTES_MIN, u64::MAX))]
     length: Option<u64>,
+    /// Don't ask before zeroing the whole namespace, or without --length
+    /// to its end (without a terminal to ask on, those need --yes).
+    #[arg(long)]
+    yes: bool,
     /// Let the device deallocate instead of writing (DEAC, zone resets).
     #[arg(long)]
     allow_unmap: bool,
     /// Force a strategy the device allows: write-zeroes, deallocate-as-zeroes, zero-buffer.
-    #[arg(long)]
-    strategy: Option<String>,
+    #[arg(long, value_parser = strategy)]
+    strategy: Option<ZeroStrategy>,
     /// Add or remove quirks: VID:DID:FLAGS, FLAGS a hex mask or +NAME,-NAME (repeatable).
     #[arg(long = "quirks", value_name = "VID:DID:FLAGS")]
     quirks: Vec<QuirkOverride>,
-    /// Queue depth for the zero-out commands.
-    #[arg(long, default_value_t = 64)]
+    /// Queue depth for the zero-out commands, 1..=1024.
+    #[arg(long, default_value_t = 64, value_parser = args::int_in::<u16>(1, QUEUE_DEPTH_MAX))]
     qd: u16,
     /// Read the range back afterwards and check every byte is zero.
     #[arg(long)]
@@ -47,6 +56,12 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// A zero-out strategy by name.
+fn strategy(name: &str) -> Result<ZeroStrategy, String> {
+    ZeroStrategy::from_name(name)
+        .ok_or_else(|| "expected write-zeroes, deallocate-as-zeroes or zero-buffer".to_string())
 }
 
 fn main() -> ExitCode {
@@ -61,19 +76,45 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.length.is_none() {
+        // The range runs to the namespace's end, a length nobody typed:
+        // asked before any device is opened.
+        let controller = args.pci.as_deref().unwrap_or("the default controller");
+        let what = if args.offset == 0 {
+            format!("this zeroes all of namespace {} of {controller}", args.ns)
+        } else {
+            format!("this zeroes namespace {} of {controller} from byte {} to its end", args.ns, args.offset)
+        };
+        confirm_on_stdin("zeroout", &what, args.yes)?;
+    }
     let options = ControllerOptions { quirk_overrides: args.quirks.clone(), ..ControllerOptions::default() };
     let controller = open_controller(args.pci.as_deref(), options)?;
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
     let capacity = ns.capacity_blocks() * block;
-    let length = args.length.unwrap_or(capacity.saturating_sub(args.offset));
+    if args.offset >= capacity {
+        return Err(format!(
+            "--offset {}: at or past the end of namespace {} ({capacity} bytes)",
+            args.offset, args.ns
+        ));
+    }
+    let length = args.length.unwrap_or(capacity - args.offset);
     if !args.offset.is_multiple_of(block) || !length.is_multiple_of(block) {
         return Err(format!("--offset and --length must be multiples of the {block}-byte block"));
     }
-    if let Some(name) = &args.strategy {
-        let strategy = ZeroStrategy::from_name(name)
-            .ok_or_else(|| format!("--strategy {name}: expected write-zeroes, deallocate-as-zeroes or zero-buffer"))?;
-        ns.set_zero_strategy(strategy).map_err(|e| format!("--strategy {name}: {e}"))?;
+    if args.offset.checked_add(length).is_none_or(|end| end > capacity) {
+        return Err(format!(
+            "--offset {} --length {length}: past the end of namespace {} ({capacity} bytes)",
+            args.offset, args.ns
+        ));
+    }
+    if args.length.is_some() && args.offset == 0 && length == capacity {
+        // A --length of the whole namespace: asked before the first write.
+        let what = format!("this zeroes all of namespace {} of {}", args.ns, controller.transport().name());
+        confirm_on_stdin("zeroout", &what, args.yes)?;
+    }
+    if let Some(strategy) = args.strategy {
+        ns.set_zero_strategy(strategy).map_err(|e| format!("--strategy {}: {e}", strategy.name()))?;
     }
     let mut pair = controller.create_queue_pair(args.qd.max(2)).map_err(|e| e.to_string())?;
     let before = ns.zero_stats().expect("a controller's namespace has zero-out state");

@@ -1,0 +1,161 @@
+//! The tools refuse bad arguments before they touch a device. These tests
+//! run the built binaries with no NVMe device and no VFIO: every refusal
+//! must come from argument checking (or from the confirmation, which comes
+//! first), so stderr names the option and shows no attempt to open a
+//! device. The simulator cases show what the checks still let through.
+
+use std::process::{Command, Stdio};
+
+const SEQWRITE: &str = env!("CARGO_BIN_EXE_seqwrite");
+const SCRUB: &str = env!("CARGO_BIN_EXE_scrub");
+const ZEROOUT: &str = env!("CARGO_BIN_EXE_zeroout");
+const PERF: &str = env!("CARGO_BIN_EXE_perf");
+
+/// Clap's status for a bad argument.
+const USAGE: i32 = 2;
+/// The tools' status for a refusal at run time.
+const FAILURE: i32 = 1;
+
+/// What the tools and the driver say once they try to open a device
+/// (lowercase): none may appear in a refusal.
+const DEVICE_OPENING: [&str; 6] =
+    ["vfio", "iommu", "no pci function", "not an nvme controller", "dma memory", "controller fatal"];
+
+/// Runs `binary` with `args`, stdin not a terminal (empty): its status and
+/// its stdout and stderr.
+fn run(binary: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(binary).args(args).stdin(Stdio::null()).output().expect("the tool runs");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+/// `binary args` exits with `status`, its stderr names everything in
+/// `mentions`, and it never tried to open a device.
+fn refused(binary: &str, args: &[&str], status: i32, mentions: &[&str]) {
+    let (code, _, stderr) = run(binary, args);
+    let tool = binary.rsplit('/').next().unwrap_or(binary);
+    assert_eq!(code, Some(status), "{tool} {args:?}: {stderr}");
+    for mention in mentions {
+        assert!(stderr.contains(mention), "{tool} {args:?}: no {mention:?} in {stderr:?}");
+    }
+    let lower = stderr.to_lowercase();
+    for marker in DEVICE_OPENING {
+        assert!(!lower.contains(marker), "{tool} {args:?} tried to open a device: {stderr:?}");
+    }
+}
+
+#[test]
+fn seqwrite_runtime_must_be_a_positive_finite_number() {
+    for value in ["nan", "inf", "-1", "0", "1e300", "ten"] {
+        let arg = format!("--runtime={value}");
+        refused(SEQWRITE, &[&arg], USAGE, &["--runtime", "more than 0 and at most 31536000"]);
+    }
+}
+
+#[test]
+fn seqwrite_numbers_are_checked_before_any_device() {
+    refused(SEQWRITE, &["--iodepth", "0"], USAGE, &["--iodepth", "1..=1024"]);
+    refused(SEQWRITE, &["--iodepth", "1025"], USAGE, &["--iodepth", "1..=1024"]);
+    refused(SEQWRITE, &["--bs", "3000"], USAGE, &["--bs", "a multiple of 4096"]);
+    refused(SEQWRITE, &["--bs", "0"], USAGE, &["--bs"]);
+    for size in ["0", "0%", "101%", "nan%", "-5%"] {
+        let arg = format!("--size={size}");
+        refused(SEQWRITE, &[&arg], USAGE, &["--size"]);
+    }
+    refused(SEQWRITE, &["--size", "4k", "--bs", "8k"], USAGE, &["--size", "--bs"]);
+    refused(SEQWRITE, &["--log-interval", "0"], USAGE, &["--log-interval"]);
+    refused(SEQWRITE, &["--streams", "0"], USAGE, &["--streams", "1..=64"]);
+    refused(SEQWRITE, &["--ns", "0"], USAGE, &["--ns", "1..=4294967294"]);
+    refused(SEQWRITE, &["--commit-every", "0"], USAGE, &["--commit-every"]);
+    refused(SEQWRITE, &["--checksum-threads", "65"], USAGE, &["--checksum-threads", "0..=64"]);
+    // A new volume's limits are known before it exists.
+    refused(SEQWRITE, &["--format", "--yes", "--stream", "1"], USAGE, &["--stream", "--streams 1"]);
+    refused(SEQWRITE, &["--format", "--yes", "--bs", "2M"], USAGE, &["--bs", "largest extent"]);
+}
+
+#[test]
+fn seqwrite_mirror_needs_two_devices_given() {
+    let what = ["--profile mirror", "two --pci", "two --ns"];
+    refused(SEQWRITE, &["--profile", "mirror"], USAGE, &what);
+    refused(SEQWRITE, &["--profile", "mirror", "--ns", "1"], USAGE, &what);
+    refused(SEQWRITE, &["--profile", "mirror", "--pci", "0000:00:10.0"], USAGE, &what);
+    refused(SEQWRITE, &["--profile", "mirror", "--ns", "1,1"], USAGE, &["--ns 1,1", "one namespace twice"]);
+    let twice = ["--profile", "mirror", "--pci", "0000:00:10.0", "--pci", "0000:00:10.0"];
+    refused(SEQWRITE, &twice, USAGE, &["given twice"]);
+    let two = ["--pci", "0000:00:10.0", "--pci", "0000:00:11.0"];
+    refused(SEQWRITE, &two, USAGE, &["--profile single", "2 --pci"]);
+    refused(SEQWRITE, &["--profile", "dup", "--ns", "1,2"], USAGE, &["--profile dup", "2 --ns"]);
+}
+
+#[test]
+fn seqwrite_format_without_a_terminal_needs_yes() {
+    refused(SEQWRITE, &["--format"], FAILURE, &["--format destroys", "--yes"]);
+}
+
+#[test]
+fn scrub_limit_must_be_a_rate() {
+    for value in ["0", "nan", "inf", "-5", "0.5"] {
+        let arg = format!("--limit={value}");
+        refused(SCRUB, &[&arg], USAGE, &["--limit", "at least 1 and at most 1048576"]);
+    }
+}
+
+#[test]
+fn scrub_numbers_and_devices_are_checked_before_any_device() {
+    refused(SCRUB, &["--qd", "0"], USAGE, &["--qd", "1..=1024"]);
+    refused(SCRUB, &["--bs", "1k"], USAGE, &["--bs", "a multiple of 4096"]);
+    refused(SCRUB, &["--copy", "2"], USAGE, &["--copy", "0..=1"]);
+    refused(SCRUB, &["--verify-threads", "65"], USAGE, &["--verify-threads"]);
+    refused(SCRUB, &["--cancel-after", "0"], USAGE, &["--cancel-after"]);
+    refused(SCRUB, &["--sim", "0"], USAGE, &["--sim"]);
+    refused(SCRUB, &["--ns", "1,1"], USAGE, &["--ns 1,1", "one namespace twice"]);
+    refused(SCRUB, &["--ns", "1,2,3"], USAGE, &["3 --ns"]);
+    refused(SCRUB, &["--resume", "--state", "/nonexistent/scrub.state"], FAILURE, &["/nonexistent/scrub.state"]);
+}
+
+#[test]
+fn zeroout_of_a_whole_namespace_without_a_terminal_needs_yes() {
+    refused(ZEROOUT, &[], FAILURE, &["all of namespace 1", "--yes"]);
+    refused(ZEROOUT, &["--ns", "2"], FAILURE, &["all of namespace 2", "--yes"]);
+    refused(ZEROOUT, &["--offset", "1M"], FAILURE, &["to its end", "--yes"]);
+}
+
+#[test]
+fn zeroout_numbers_are_checked_before_any_device() {
+    refused(ZEROOUT, &["--length", "0"], USAGE, &["--length", "more than 0"]);
+    refused(ZEROOUT, &["--length", "1000"], USAGE, &["--length", "a multiple of 512"]);
+    refused(ZEROOUT, &["--offset", "100", "--length", "4k"], USAGE, &["--offset"]);
+    refused(ZEROOUT, &["--qd", "0", "--length", "4k"], USAGE, &["--qd"]);
+    refused(ZEROOUT, &["--ns", "0", "--length", "4k"], USAGE, &["--ns"]);
+    refused(ZEROOUT, &["--strategy", "fast", "--length", "4k"], USAGE, &["--strategy", "write-zeroes"]);
+}
+
+#[test]
+fn perf_numbers_are_checked_before_any_device() {
+    refused(PERF, &["--qd", "0"], USAGE, &["--qd"]);
+    refused(PERF, &["--qd", "65535"], USAGE, &["--qd", "1..=1024"]);
+    refused(PERF, &["--time", "0"], USAGE, &["--time"]);
+    refused(PERF, &["--qpairs", "0"], USAGE, &["--qpairs"]);
+    refused(PERF, &["--bs", "0"], USAGE, &["--bs"]);
+    refused(PERF, &["--sim", "--sim-lba", "1024"], USAGE, &["--sim-lba"]);
+}
+
+#[test]
+fn a_mirror_on_the_simulator_is_on_its_two_namespaces() {
+    // The simulator's namespaces are the tool's own: no --ns needed, and
+    // no terminal needed to format them.
+    let (code, stdout, stderr) = run(SEQWRITE, &["--sim", "--profile", "mirror", "--format", "--size", "8M", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["bytes"], 8 << 20);
+    let (code, _, stderr) = run(SEQWRITE, &["--sim", "--profile", "mirror", "--ns", "2,1", "--size", "8M"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_rate_limited_scrub_on_the_simulator_finishes() {
+    let (code, stdout, stderr) = run(SCRUB, &["--sim", "8M", "--limit", "512", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["tool"], "scrub");
+}
