@@ -181,29 +181,36 @@ fn check_args(args: &Args) -> Result<(), String> {
         }
     }
     if args.format {
-        // The new volume's limits are known before it exists.
-        let largest = VolumeOptions::default().max_extent_bytes as u64;
-        if args.bs > largest {
-            return Err(format!(
-                "--bs {}: --format makes a volume whose largest extent is {}",
-                human_size(args.bs),
-                human_size(largest)
-            ));
-        }
-        if args.stream >= args.streams {
-            return Err(format!(
-                "--stream {}: --format makes a volume of --streams {} (streams 0..={})",
-                args.stream,
-                args.streams,
-                args.streams - 1
-            ));
-        }
+        check_new_volume(args)?;
     }
     if args.sim && args.sim_zone > args.sim_capacity {
         return Err(format!(
             "--sim-zone {}: more than --sim-capacity {}",
             human_size(args.sim_zone),
             human_size(args.sim_capacity)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the options against the volume a format would make, before
+/// it exists: for `--format`, and for blank devices that seqwrite formats.
+fn check_new_volume(args: &Args) -> Result<(), String> {
+    // The new volume's limits are known before it exists.
+    let largest = VolumeOptions::default().max_extent_bytes as u64;
+    if args.bs > largest {
+        return Err(format!(
+            "--bs {}: --format makes a volume whose largest extent is {}",
+            human_size(args.bs),
+            human_size(largest)
+        ));
+    }
+    if args.stream >= args.streams {
+        return Err(format!(
+            "--stream {}: --format makes a volume of --streams {} (streams 0..={})",
+            args.stream,
+            args.streams,
+            args.streams - 1
         ));
     }
     Ok(())
@@ -303,11 +310,21 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         match Volume::open(open_devices(args, &controllers)?, &options) {
             Ok(volume) => volume,
+            // Every device read back blank (no label anywhere, every read
+            // whole): nothing can be lost, so a volume is made. Any other
+            // error (unreadable, damaged, foreign, another version) stops
+            // here with its reason: seqwrite never formats by inference.
             Err(Error::NoVolume) => {
+                check_new_volume(args)?;
+                log::info!("no volume found and every device is blank: formatting");
                 created = true;
                 Volume::format(open_devices(args, &controllers)?, &options).map_err(|e| format!("format: {e}"))?
             }
-            Err(e) => return Err(format!("open: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)"
+                ))
+            }
         }
     };
     let capacity = volume.capacity_bytes();
