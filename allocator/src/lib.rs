@@ -22,14 +22,17 @@
 //!   extent map; [`Volume::read`] verifies it and, on a mismatch or a media
 //!   error, reads the other copy, returns good data and records the bad
 //!   block ([`Volume::bad_blocks`]).
-//! - Durable metadata ([`journal`]): two metadata segments of whole zones
-//!   at the start of the first namespace. [`Volume::commit`] flushes data,
-//!   appends a checksummed, sequenced delta record to the current segment
-//!   and flushes again. When a segment fills (or its log passes half of
-//!   it), a checkpoint of the whole state goes to the other segment under
-//!   a new generation, and only then is the old one reset. Opening reads
-//!   both segments' checkpoints, takes the newest whole one and replays its
-//!   deltas until one fails its checks: a torn tail is dropped.
+//! - Durable metadata ([`journal`]): two copies (one per namespace of a
+//!   mirror, two in different zones of a single or dup namespace), each of
+//!   two segments of whole zones that begin with the device's label.
+//!   [`Volume::commit`] flushes data, writes a checksummed, sequenced delta
+//!   record to both copies and flushes both. When a segment fills (or its
+//!   log passes half of it), a checkpoint of the whole state goes to the
+//!   other segment under a new generation, and only then is the old one
+//!   retired. Opening finds devices by label, reads each record from
+//!   whichever copy holds it whole, and fails with [`Error::MetadataLost`]
+//!   when a later record proves an earlier one lost on every copy; only a
+//!   torn tail (never acknowledged) is dropped.
 //! - Free and reclaim: [`Volume::free`] lowers a zone's live count; a zone
 //!   with nothing live is reset once the frees are committed;
 //!   [`Volume::reclaim_step`] relocates a bounded amount of the emptiest
@@ -45,7 +48,9 @@
 //! that emptied it are committed, so a power cut at any point leaves the
 //! last committed state (or, for a commit in progress, the new one) whole.
 //! On a ZNS device whose metadata zone holds a torn record, opening writes
-//! a fresh checkpoint elsewhere rather than appending after garbage.
+//! a fresh checkpoint elsewhere rather than appending after garbage. A
+//! commit that failed is retried by writing a whole checkpoint under a new
+//! generation, never by appending the same operations again.
 //!
 //! ```
 //! use nvme_driver::sim::{SimConfig, Simulator};

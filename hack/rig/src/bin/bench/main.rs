@@ -89,7 +89,7 @@ Options:
   --no-precondition   skip writing both conventional namespaces first
   --zoned-size SIZE   each ZNS namespace (default 4G)
   --zone SIZE         zone size (default 64M)
-  --fill PERCENT      share of the namespace seqwrite and raw-zbd write (95)
+  --fill PERCENT      share of the namespace seqwrite and raw-zbd write (90)
   --btrfs-fill PERCENT  share btrfs writes (70)
   --iodepth N         queue depth of the second write runs (8)
   --no-ablations      leave out the ablations
