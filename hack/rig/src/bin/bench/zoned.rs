@@ -10,8 +10,9 @@
 //! kernel path, and read by fio for the scrub's kernel baseline. Every
 //! write job writes 256 KiB blocks sequentially, at queue depth 1 as the
 //! seed's job does, and again at `--iodepth`. Ours writes the largest share
-//! of its namespace (`--fill`, default 90%: a single-namespace volume keeps two metadata copies, four zones of 64); btrfs writes what a zoned btrfs
-//! of that size holds comfortably (`--btrfs-fill`, default 70%: its metadata
+//! of its namespace (`--fill`, default 90%: a single-namespace volume keeps
+//! two metadata copies, four of the 64 zones); btrfs writes what a zoned
+//! btrfs of that size holds comfortably (`--btrfs-fill`, default 70%: its metadata
 //! and system block groups take zones of their own).
 //!
 //! Guest protocol, one line each: `== KEY` (to stderr) when a step starts;
