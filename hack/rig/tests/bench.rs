@@ -29,7 +29,7 @@ fn a_quick_bench_reports_every_pair() {
         "4 KiB random read, QD32",
         "256 KiB sequential write, QD1",
         "512 KiB sequential read, QD32",
-        "seqwrite 256K QD1, 95% fill",
+        "seqwrite 256K QD1, 90% fill",
         "seqwrite 256K QD8",
         "seqwrite flatness, QD1",
         "scrub, verifying",
