@@ -88,6 +88,13 @@ pub enum Error {
         /// Indexes of the bad 4 KiB blocks within the extent.
         blocks: Vec<u32>,
     },
+    /// The device returned a result its command does not allow: a Zone
+    /// Append LBA outside the room reserved for the extent. The write
+    /// fails and nothing of it is committed.
+    BadDeviceResult {
+        /// What was wrong, in words.
+        what: String,
+    },
     /// A wait exceeded its bound.
     Timeout {
         /// What was waited for, in words ("a free DMA buffer").
@@ -139,6 +146,7 @@ impl fmt::Display for Error {
                 write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")
             }
             Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
+            Error::BadDeviceResult { what } => write!(f, "the device returned a bad result: {what}"),
             Error::ControllerReset { device } => write!(
                 f,
                 "the controller of device {device} was reset since the last commit; reopen the volume to continue \

@@ -329,3 +329,27 @@ fn the_software_zone_size_comes_from_the_label() {
         check(&mut volume, &model);
     }
 }
+
+#[test]
+fn a_zone_append_lba_outside_the_reserved_room_fails_that_extent_only() {
+    let (mut harness, options) = single_zns();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 1);
+    // Past the zone, before it (wrapping), and back onto the zone's first
+    // extent (each failed append took 2 blocks after the 6 of `fill`).
+    for (k, skew) in [ZONE_LBAS, u64::MAX - 4 * ZONE_LBAS + 1, 0].into_iter().enumerate() {
+        let skew = if k == 2 { 0u64.wrapping_sub((6 + 2 * 2) * LPB) } else { skew };
+        harness.sims[0].inject(Fault::MisreportAppendLba { count: 1, skew_lbas: skew });
+        match volume.write(0, &pattern(77, 2), 77) {
+            Err(Error::BadDeviceResult { what }) => assert!(what.contains("returned LBA") || what.contains("over"), "{what}"),
+            other => panic!("skew {skew}: expected BadDeviceResult, got {other:?}"),
+        }
+        volume.check_invariants();
+    }
+    fill(&mut volume, &mut model, 1);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("opens after bad completions");
+    check(&mut volume, &model);
+}

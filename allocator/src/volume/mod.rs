@@ -406,11 +406,16 @@ impl Volume {
         if self.extents.contains_key(&id) {
             return Err(Error::Corrupt(format!("extent {id} added twice")));
         }
+        // Checked on every lane before any is changed.
+        for (lane, &location) in extent.locations.iter().enumerate() {
+            if let Some(other) = self.overlapping(lane, location, extent.blocks) {
+                return Err(Error::Corrupt(format!("extents {other} and {id} overlap at {location:?} in lane {lane}")));
+            }
+        }
         for (lane, &location) in extent.locations.iter().enumerate() {
             let lane = &mut self.lanes[lane];
-            if let Some(other) = lane.index.insert(location, id) {
-                return Err(Error::Corrupt(format!("extents {other} and {id} both at {location:?}")));
-            }
+            let replaced = lane.index.insert(location, id);
+            assert!(replaced.is_none(), "checked for overlaps above");
             if !self.loading {
                 lane.table.add_valid(location.zone, extent.blocks);
             }
@@ -427,6 +432,19 @@ impl Volume {
         }
         self.extents.insert(id, extent);
         Ok(())
+    }
+
+    /// A live extent of `lane` whose blocks overlap `blocks` blocks at
+    /// `location`.
+    pub(super) fn overlapping(&self, lane: usize, location: Location, blocks: u32) -> Option<ExtentId> {
+        let index = &self.lanes[lane].index;
+        let end = Location { zone: location.zone, offset: location.offset + blocks };
+        if let Some((&before, &id)) = index.range(..=location).next_back() {
+            if before.zone == location.zone && before.offset + self.extents[&id].blocks > location.offset {
+                return Some(id);
+            }
+        }
+        index.range(location..end).next().map(|(_, &id)| id)
     }
 
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Extent> {

@@ -144,6 +144,10 @@ impl Volume {
         let device = self.lanes[lane].device;
         let mode = self.mode(device);
         let (zone, offset) = self.place(lane, slot, blocks)?;
+        // Paired with the check at completion (`appended_offset`): the
+        // extent's room is reserved in its zone before the command goes.
+        let entry = self.lanes[lane].table.zone(zone);
+        assert!(offset + blocks <= entry.allocated && entry.allocated <= entry.capacity, "placed outside its zone");
         if mode == Mode::Ordered {
             self.wait_zone_idle(lane, zone)?;
         }
@@ -338,10 +342,25 @@ impl Volume {
             Ok(()) => {
                 self.lanes[lane].written[zone as usize] += blocks;
                 if pending.locations[lane].is_none() {
+                    // Zone Append: the device chose the LBA. It must lie
+                    // within the room reserved in this zone at submission
+                    // (`place`), on a 4 KiB block; anything else is a
+                    // device fault, never a location to commit.
+                    let lba = completion.result_u64();
                     let d = &self.devices[device];
                     let start = d.zones[zone as usize].start_lba;
-                    let offset = (completion.result_u64() - start) / d.lbas_per_block;
-                    pending.locations[lane] = Some(Location { zone, offset: offset as u32 });
+                    let reserved = self.lanes[lane].table.zone(zone).allocated;
+                    match appended_offset(lba, start, d.lbas_per_block, blocks, reserved) {
+                        Some(offset) => pending.locations[lane] = Some(Location { zone, offset }),
+                        None => {
+                            pending.error.get_or_insert(Error::BadDeviceResult {
+                                what: format!(
+                                    "Zone Append of {blocks} blocks to zone {zone} (LBA {start}, {reserved} blocks \
+                                     reserved) returned LBA {lba}"
+                                ),
+                            });
+                        }
+                    }
                 }
             }
             Err(error) => {
@@ -357,6 +376,12 @@ impl Volume {
         let result = match pending.error {
             Some(error) => Err(error),
             None if pending.reported => Err(Error::InvalidArgument("write abandoned at submission".into())),
+            None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
+                let location = l.expect("every copy placed");
+                self.overlapping(lane, location, pending.blocks).map(|other| (lane, other))
+            }) => Err(Error::BadDeviceResult {
+                what: format!("extent {} lane {lane} was placed over extent {other}", pending.id),
+            }),
             None => {
                 let extent = Extent {
                     owner: pending.owner,
@@ -401,5 +426,33 @@ impl Volume {
             }
         }
         self.process_retiring()
+    }
+}
+
+/// The 4 KiB block offset in its zone of a Zone Append that the device
+/// placed at `lba`, when it lies within the `reserved` blocks of the zone
+/// starting at `start`; `None` for any other value.
+fn appended_offset(lba: u64, start: u64, lbas_per_block: u64, blocks: u32, reserved: u32) -> Option<u32> {
+    let lbas = lba.checked_sub(start)?;
+    if lbas % lbas_per_block != 0 {
+        return None;
+    }
+    let offset = u32::try_from(lbas / lbas_per_block).ok()?;
+    (u64::from(offset) + u64::from(blocks) <= u64::from(reserved)).then_some(offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::appended_offset;
+
+    #[test]
+    fn an_appended_lba_must_lie_within_the_reserved_room() {
+        // A zone at LBA 1000, 512-byte LBAs, 10 blocks reserved.
+        assert_eq!(appended_offset(1000, 1000, 8, 2, 10), Some(0));
+        assert_eq!(appended_offset(1064, 1000, 8, 2, 10), Some(8));
+        assert_eq!(appended_offset(1072, 1000, 8, 2, 10), None, "past the reserved room");
+        assert_eq!(appended_offset(999, 1000, 8, 2, 10), None, "before the zone");
+        assert_eq!(appended_offset(1004, 1000, 8, 2, 10), None, "inside a 4 KiB block");
+        assert_eq!(appended_offset(u64::MAX, 1000, 8, 2, 10), None);
     }
 }

@@ -222,6 +222,8 @@ pub(crate) struct State {
     pub(crate) power_cut_after: Option<u64>,
     /// Flushes to let through before one fails ([`super::Fault::FlushFails`]).
     pub(crate) flush_fails_after: Option<u32>,
+    /// Zone Appends left to misreport, and by how much ([`super::Fault::MisreportAppendLba`]).
+    pub(crate) misreport_append: (u32, u64),
     pub(crate) scheduled_power_cut: Option<PowerCutReport>,
     pub(crate) drop_admin: u32,
     /// Abort answers "not aborted" for everything.
@@ -292,6 +294,7 @@ impl State {
             drop_io: 0,
             power_cut_after: None,
             flush_fails_after: None,
+            misreport_append: (0, 0),
             scheduled_power_cut: None,
             drop_admin: 0,
             decline_aborts: false,

@@ -84,6 +84,16 @@ pub enum Fault {
         /// The I/O command opcode (OPC) to reject.
         opcode: u8,
     },
+    /// The next `count` Zone Appends write where the zone's write pointer
+    /// is, as they must, but report an LBA `skew_lbas` further on (modulo
+    /// 2^64): a controller whose completions cannot be trusted, for tests
+    /// that the host checks what a device returns.
+    MisreportAppendLba {
+        /// Zone Appends affected.
+        count: u32,
+        /// Added to the LBA reported (wrapping).
+        skew_lbas: u64,
+    },
     /// After `after` more Flush commands succeed, the next one completes
     /// with Write Fault (SCT 2h / SC 80h) and leaves the cache as it is:
     /// a flush that failed, for tests of what is retried after one. Fires

@@ -260,7 +260,12 @@ impl State {
             namespace.storage.write(slba, blocks, durable, |destination| transfer.take(destination));
             self.after_write(index, slba, blocks, fua);
             if append {
-                (slba as u32, (slba >> 32) as u32)
+                let mut reported = slba;
+                if self.misreport_append.0 > 0 {
+                    self.misreport_append.0 -= 1;
+                    reported = slba.wrapping_add(self.misreport_append.1);
+                }
+                (reported as u32, (reported >> 32) as u32)
             } else {
                 (0, 0)
             }

@@ -202,6 +202,7 @@ impl Simulator {
             Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
             Fault::PowerCutAfter { io_commands } => state.power_cut_after = Some(io_commands),
             Fault::FlushFails { after } => state.flush_fails_after = Some(after),
+            Fault::MisreportAppendLba { count, skew_lbas } => state.misreport_append = (count, skew_lbas),
             Fault::ZoneReadOnly { nsid, zslba } | Fault::ZoneOffline { nsid, zslba } => {
                 let condition =
                     if matches!(fault, Fault::ZoneReadOnly { .. }) { Condition::ReadOnly } else { Condition::Offline };
@@ -221,6 +222,7 @@ impl Simulator {
         state.faults.clear();
         state.rejected_opcodes.fill(false);
         state.flush_fails_after = None;
+        state.misreport_append = (0, 0);
         state.drop_io = 0;
         state.drop_admin = 0;
         state.power_cut_after = None;
