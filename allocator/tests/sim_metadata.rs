@@ -353,3 +353,34 @@ fn a_zone_append_lba_outside_the_reserved_room_fails_that_extent_only() {
     let mut volume = harness.open(&options).expect("opens after bad completions");
     check(&mut volume, &model);
 }
+
+#[test]
+fn a_failed_ordered_write_or_relocation_leaves_the_next_one_working() {
+    for write_mode in [zoned_allocator::WriteMode::Ordered, zoned_allocator::WriteMode::Append] {
+        let (mut harness, options) = single_zns();
+        let options = VolumeOptions { write_mode, ..options };
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 2);
+        let data_zones = Fault::WriteFault { nsid: 1, slba: 4 * ZONE_LBAS, blocks: 28 * ZONE_LBAS };
+        // A data write fails; the next one to the same stream succeeds.
+        harness.sims[0].inject(data_zones.clone());
+        assert!(matches!(volume.write(0, &pattern(50, 2), 50), Err(Error::Command { .. })), "{write_mode:?}");
+        harness.sims[0].clear_faults();
+        let id = volume.write(0, &pattern(51, 3), 51).unwrap_or_else(|e| panic!("{write_mode:?}: after a failure: {e}"));
+        model.insert(id, (51, 3));
+        // A relocation write (scrub's repair on a zoned lane) fails; the
+        // next relocation succeeds.
+        let (&victim, &(seed, blocks)) = model.iter().next().unwrap();
+        harness.sims[0].inject(data_zones);
+        assert!(volume.rewrite_copy(victim, 0, &pattern(seed, blocks)).is_err());
+        harness.sims[0].clear_faults();
+        volume.rewrite_copy(victim, 0, &pattern(seed, blocks)).unwrap_or_else(|e| panic!("{write_mode:?}: {e}"));
+        fill(&mut volume, &mut model, 1);
+        volume.check_invariants();
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("reopens");
+        check(&mut volume, &model);
+    }
+}

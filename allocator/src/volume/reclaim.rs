@@ -75,9 +75,26 @@ impl Volume {
         let extent = &self.extents[&id];
         let blocks = extent.blocks;
         let from = extent.locations[lane];
-        let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let to = Location { zone, offset };
+        if let Err(error) = self.copy_or_write(id, lane, from, to, blocks) {
+            // Nothing, or part, was written in the reserved room: the
+            // reclaim zone must not take the next relocation.
+            self.abandon_zone(lane, Slot::Reclaim, zone);
+            return Err(error);
+        }
+        self.lanes[lane].written[zone as usize] += blocks;
+        self.reclaim_open[lane] = true;
+        self.move_extent(id, lane, to, true);
+        self.stats.relocated_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
+        Ok(blocks)
+    }
+
+    /// Puts copy `lane` of extent `id` at `to`: Copy, or a verified read
+    /// and a write.
+    fn copy_or_write(&mut self, id: ExtentId, lane: usize, from: Location, to: Location, blocks: u32) -> Result<()> {
+        let device = self.lanes[lane].device;
+        let Location { zone, offset } = to;
         let mut copied = false;
         if self.copy_supported[device] {
             match self.copy_blocks(device, from, to, blocks) {
@@ -107,11 +124,7 @@ impl Volume {
             let lba = self.devices[device].lba(zone, offset);
             self.devices[device].write_at(lba, &data)?;
         }
-        self.lanes[lane].written[zone as usize] += blocks;
-        self.reclaim_open[lane] = true;
-        self.move_extent(id, lane, to, true);
-        self.stats.relocated_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
-        Ok(blocks)
+        Ok(())
     }
 
     /// Copies `blocks` from `from` to `to` on one namespace with Copy

@@ -25,7 +25,12 @@ impl Volume {
         let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let lba = self.devices[device].lba(zone, offset);
-        self.devices[device].write_at(lba, good)?;
+        if let Err(error) = self.devices[device].write_at(lba, good) {
+            // The reclaim zone's write pointer no longer stands where its
+            // next relocation would write.
+            self.abandon_zone(lane, Slot::Reclaim, zone);
+            return Err(error);
+        }
         self.lanes[lane].written[zone as usize] += blocks;
         self.reclaim_open[lane] = true;
         let to = Location { zone, offset };

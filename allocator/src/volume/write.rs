@@ -173,9 +173,32 @@ impl Volume {
             self.lanes[lane].table.write_completed(zone);
             let pending = self.writes[index].as_mut().expect("pending write");
             pending.remaining -= 1;
+            // The room is reserved but nothing was written there: an
+            // ordered write after it would not start at the write pointer.
+            if mode == Mode::Ordered {
+                self.abandon_zone(lane, slot, zone);
+            }
             return Err(error);
         }
         Ok(())
+    }
+
+    /// After a write into `zone` failed, the zone's write pointer no longer
+    /// stands where the next allocation in it would write: retire it from
+    /// `slot` (it is finished once idle, see `process_retiring`), so that
+    /// the next write goes to a fresh zone instead of failing with Zone
+    /// Invalid Write. What was committed in it stays readable.
+    pub(super) fn abandon_zone(&mut self, lane: usize, slot: Slot, zone: u32) {
+        if !self.lane_is_zoned(lane) {
+            return;
+        }
+        let table = &mut self.lanes[lane].table;
+        if table.open_zone(slot) == Some(zone) {
+            if let Some(retired) = table.retire_slot(slot) {
+                log::warn!("lane {lane} zone {zone}: a write failed; the zone is retired");
+                self.retiring.push((lane, retired.zone));
+            }
+        }
     }
 
     /// Allocates `blocks` in `lane` for `slot`, keeping within the
@@ -338,6 +361,7 @@ impl Volume {
         let blocks = pending.blocks;
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
+        let mut abandon = None;
         match device::status(&completion) {
             Ok(()) => {
                 self.lanes[lane].written[zone as usize] += blocks;
@@ -365,9 +389,14 @@ impl Volume {
             }
             Err(error) => {
                 pending.error.get_or_insert(Error::Command { what: "data write", error });
+                abandon = Some(Slot::Stream(pending.stream));
             }
         }
         pending.remaining -= 1;
+        if let Some(slot) = abandon.filter(|_| self.mode(device) == Mode::Ordered) {
+            self.abandon_zone(lane, slot, zone);
+        }
+        let pending = self.writes[index].as_mut().expect("pending write");
         if pending.remaining > 0 {
             return;
         }
