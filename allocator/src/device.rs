@@ -201,6 +201,17 @@ impl Device {
         Ok(zones)
     }
 
+    /// Whether the device reports `zone` Read Only or Offline (asked after
+    /// a zone command failed with a status that does not say: a reset of a
+    /// read-only zone may be answered with Invalid Zone State Transition,
+    /// as the simulator does).
+    pub(crate) fn zone_is_worn(&mut self, zone: u32) -> bool {
+        self.report_zones()
+            .ok()
+            .and_then(|zones| zones.get(zone as usize).map(|d| d.state))
+            .is_some_and(|state| matches!(state, ZoneState::ReadOnly | ZoneState::Offline))
+    }
+
     /// A free DMA buffer, polling (and stashing completions) until one
     /// returns, for at most the timeout.
     pub(crate) fn buffer(&mut self) -> Result<DmaBuffer> {
@@ -331,6 +342,16 @@ impl Device {
 /// A completion's outcome. The one place the allocator reads it.
 pub(crate) fn status(completion: &IoCompletion) -> std::result::Result<(), nvme_driver::IoError> {
     completion.status
+}
+
+/// Whether `error` says the zone is worn out: Zone Is Read Only or Zone Is
+/// Offline (ZNS Command Set 1.1 §3.3.3), which only the device causes.
+pub(crate) fn zone_worn_out(error: &nvme_driver::IoError) -> bool {
+    use nvme_driver::spec::status::{CommandSpecificStatus, StatusCode};
+    matches!(
+        error.device_status().map(|status| status.code()),
+        Some(StatusCode::CommandSpecific(CommandSpecificStatus::ZoneIsReadOnly | CommandSpecificStatus::ZoneIsOffline))
+    )
 }
 
 /// Whether a zone in `state` holds a write pointer that counts.

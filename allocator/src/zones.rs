@@ -39,6 +39,10 @@ pub enum ZoneUse {
     /// No more allocation: filled, or retired with room left below the
     /// finish threshold. A reclaim candidate.
     Full,
+    /// Worn out: the device made it Read Only or Offline. Never allocated
+    /// from or reset again; its live extents stay where they are (readable
+    /// while Read Only) until reclaim moves them off.
+    Worn,
 }
 
 /// One zone's accounting, in 4 KiB blocks.
@@ -104,6 +108,8 @@ pub struct ZoneTable {
     /// Retire an open zone once fewer blocks than this remain.
     finish_threshold: u32,
     active: u32,
+    /// Zones worn out (Read Only or Offline on the device).
+    worn: Vec<u32>,
 }
 
 impl ZoneTable {
@@ -129,6 +135,7 @@ impl ZoneTable {
             reserve,
             finish_threshold: 0,
             active: 0,
+            worn: Vec::new(),
         }
     }
 
@@ -333,6 +340,47 @@ impl ZoneTable {
         })?
     }
 
+    /// Takes `zone` out of use for good: the device made it Read Only or
+    /// Offline. Its live count stays, for reclaim to move off.
+    pub fn wear_out(&mut self, zone: u32) {
+        let entry = &mut self.zones[zone as usize];
+        assert_ne!(entry.usage, ZoneUse::NotOwned, "wearing out zone {zone} of another lane");
+        match entry.usage {
+            ZoneUse::Full => {
+                self.full.remove(&(entry.valid, zone));
+            }
+            ZoneUse::Empty => self.empty.retain(|&z| z != zone),
+            ZoneUse::Open(slot) => {
+                let index = self.slot_index(slot);
+                self.open[index] = None;
+            }
+            ZoneUse::Worn | ZoneUse::NotOwned => {}
+        }
+        let entry = &mut self.zones[zone as usize];
+        if entry.active {
+            entry.active = false;
+            self.active -= 1;
+        }
+        entry.allocated = entry.capacity.max(entry.allocated);
+        if entry.usage != ZoneUse::Worn {
+            entry.usage = ZoneUse::Worn;
+            self.worn.push(zone);
+        }
+    }
+
+    /// Zones worn out so far.
+    pub fn worn_zones(&self) -> &[u32] {
+        &self.worn
+    }
+
+    /// A worn-out zone that still holds live blocks, for reclaim to empty.
+    pub fn worn_with_data(&self) -> Option<u32> {
+        self.worn.iter().copied().find(|&z| {
+            let entry = &self.zones[z as usize];
+            entry.valid > 0 && entry.inflight == 0
+        })
+    }
+
     /// Makes a full zone with nothing live empty again (after the device
     /// reset it).
     pub fn reset(&mut self, zone: u32) {
@@ -374,6 +422,24 @@ mod tests {
 
     fn table(zones: usize, capacity: u32, reserve: usize) -> ZoneTable {
         ZoneTable::new(&vec![capacity; zones], |_| true, 2, reserve)
+    }
+
+    #[test]
+    fn a_worn_zone_is_never_allocated_or_reset_and_keeps_its_live_count() {
+        let mut t = table(4, 10, 0);
+        let a = t.allocate(Slot::Stream(0), 4).unwrap();
+        t.add_valid(a.zone, 4);
+        t.wear_out(a.zone);
+        assert_eq!(t.zone(a.zone).usage, ZoneUse::Worn);
+        assert_eq!(t.worn_with_data(), Some(a.zone));
+        let b = t.allocate(Slot::Stream(0), 4).unwrap();
+        assert_ne!(b.zone, a.zone, "a worn zone takes no allocation");
+        t.wear_out(3);
+        assert_eq!(t.empty_zones(), 1, "an empty zone worn out leaves the FIFO");
+        t.remove_valid(a.zone, 4);
+        assert!(t.dead_zones().is_empty(), "a worn zone is never reset");
+        assert_eq!(t.worn_with_data(), None);
+        assert_eq!(t.worn_zones(), &[a.zone, 3]);
     }
 
     #[test]

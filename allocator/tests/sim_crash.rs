@@ -152,8 +152,11 @@ fn crash_once(seed: u64) {
     volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit after the cut: {e}"));
     drop(volume);
     harness.restart();
-    let volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: second reopen: {e}"));
+    let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: second reopen: {e}"));
     assert!(volume.extent(id).is_some(), "seed {seed}: the write after the cut was lost");
+    let mut back = vec![0u8; 2 * 4096];
+    volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: the write after the cut: {e}"));
+    assert!(back == pattern(seed, 2), "seed {seed}: the write after the cut reads back wrong");
 }
 
 #[test]

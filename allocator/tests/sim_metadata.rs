@@ -342,7 +342,9 @@ fn a_zone_append_lba_outside_the_reserved_room_fails_that_extent_only() {
         let skew = if k == 2 { 0u64.wrapping_sub((6 + 2 * 2) * LPB) } else { skew };
         harness.sims[0].inject(Fault::MisreportAppendLba { count: 1, skew_lbas: skew });
         match volume.write(0, &pattern(77, 2), 77) {
-            Err(Error::BadDeviceResult { what }) => assert!(what.contains("returned LBA") || what.contains("over"), "{what}"),
+            Err(Error::BadDeviceResult { what }) => {
+                assert!(what.contains("returned LBA") || what.contains("over"), "{what}")
+            }
             other => panic!("skew {skew}: expected BadDeviceResult, got {other:?}"),
         }
         volume.check_invariants();
@@ -367,7 +369,8 @@ fn a_failed_ordered_write_or_relocation_leaves_the_next_one_working() {
         harness.sims[0].inject(data_zones.clone());
         assert!(matches!(volume.write(0, &pattern(50, 2), 50), Err(Error::Command { .. })), "{write_mode:?}");
         harness.sims[0].clear_faults();
-        let id = volume.write(0, &pattern(51, 3), 51).unwrap_or_else(|e| panic!("{write_mode:?}: after a failure: {e}"));
+        let id =
+            volume.write(0, &pattern(51, 3), 51).unwrap_or_else(|e| panic!("{write_mode:?}: after a failure: {e}"));
         model.insert(id, (51, 3));
         // A relocation write (scrub's repair on a zoned lane) fails; the
         // next relocation succeeds.
@@ -378,6 +381,57 @@ fn a_failed_ordered_write_or_relocation_leaves_the_next_one_working() {
         volume.rewrite_copy(victim, 0, &pattern(seed, blocks)).unwrap_or_else(|e| panic!("{write_mode:?}: {e}"));
         fill(&mut volume, &mut model, 1);
         volume.check_invariants();
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("reopens");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn a_data_zone_worn_read_only_stays_readable_and_reclaim_moves_its_data_off() {
+    for dead_first in [false, true] {
+        let (mut harness, options) = single_zns();
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 3);
+        let (&first, _) = model.iter().next().unwrap();
+        let zone = volume.location(first, 0).unwrap().zone;
+        if dead_first {
+            // The stream moves on to another zone, then everything in this
+            // one is freed: the reset after the commit meets the read-only
+            // zone.
+            let mut seed = 200;
+            while volume.location(*model.keys().last().unwrap(), 0).unwrap().zone == zone {
+                seed += 1;
+                let id = volume.write(0, &pattern(seed, 8), seed).unwrap();
+                model.insert(id, (seed, 8));
+            }
+            let ids: Vec<u64> =
+                model.keys().copied().filter(|&id| volume.location(id, 0).unwrap().zone == zone).collect();
+            for id in ids {
+                volume.free(id).unwrap();
+                model.remove(&id);
+            }
+        }
+        harness.sims[0].inject(Fault::ZoneReadOnly { nsid: 1, zslba: u64::from(zone) * ZONE_LBAS });
+        if !dead_first {
+            // The stream's zone is the worn one: one write fails, the next
+            // goes elsewhere.
+            assert!(volume.write(0, &pattern(90, 2), 90).is_err());
+        }
+        let id = volume.write(0, &pattern(91, 2), 91).expect("writes go on in another zone");
+        model.insert(id, (91, 2));
+        volume.commit().expect("a commit is not stopped by a worn zone");
+        assert_eq!(volume.stats().zones_worn, 1, "dead first: {dead_first}");
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("opens with a read-only zone");
+        check(&mut volume, &model);
+        assert_eq!(volume.stats().zones_worn, 1);
+        // Reclaim empties the worn zone first.
+        while !matches!(volume.reclaim_step(64).unwrap(), zoned_allocator::ReclaimProgress::Idle) {}
+        assert!(model.keys().all(|&id| volume.location(id, 0).unwrap().zone != zone), "data moved off zone {zone}");
         drop(volume);
         harness.restart();
         let mut volume = harness.open(&options).expect("reopens");

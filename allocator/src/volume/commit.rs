@@ -2,7 +2,8 @@
 //! segments, and resetting zones whose emptiness is durable.
 
 use super::{CommitInfo, Volume};
-use crate::error::Result;
+use crate::device::zone_worn_out;
+use crate::error::{Error, Result};
 use crate::journal::log::Journal;
 use crate::journal::{self, Checkpoint, ExtentRecord};
 use crate::ExtentId;
@@ -64,7 +65,18 @@ impl Volume {
                 }
                 self.retiring.retain(|&r| r != (lane, zone));
                 if self.devices[device].is_zoned() {
-                    self.devices[device].zone_action(zone, ZoneSendAction::Reset)?;
+                    match self.devices[device].zone_action(zone, ZoneSendAction::Reset) {
+                        Ok(()) => {}
+                        Err(Error::Command { error, .. })
+                            if zone_worn_out(&error) || self.devices[device].zone_is_worn(zone) =>
+                        {
+                            log::warn!("lane {lane} zone {zone} is worn out ({error}): taken out of use");
+                            self.lanes[lane].table.wear_out(zone);
+                            self.stats.zones_worn += 1;
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    }
                 }
                 self.lanes[lane].written[zone as usize] = 0;
                 self.lanes[lane].table.reset(zone);

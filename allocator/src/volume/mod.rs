@@ -189,6 +189,9 @@ pub struct VolumeStats {
     pub zones_finished: u64,
     /// Zones reset because nothing in them was live.
     pub zones_reset: u64,
+    /// Data zones found worn out (Read Only or Offline on the device) and
+    /// taken out of use, at open or since.
+    pub zones_worn: u64,
     /// Bytes moved by reclaim and repair relocations.
     pub relocated_bytes: u64,
     /// Copy commands issued by relocation (NVM Command Set 1.0 §3.2.2).

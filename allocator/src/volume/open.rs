@@ -301,7 +301,10 @@ impl Volume {
                     match d.state {
                         ZoneState::Empty => (0, false),
                         ZoneState::Full | ZoneState::ReadOnly | ZoneState::Offline => (capacity, false),
-                        _ => (((d.wp.saturating_sub(d.zslba)) / lpb).min(u64::from(capacity)) as u32, true),
+                        // Rounded up: a power cut can leave the write
+                        // pointer inside a 4 KiB block, and that block is
+                        // used (the next Zone Append would land after it).
+                        _ => ((d.wp.saturating_sub(d.zslba)).div_ceil(lpb).min(u64::from(capacity)) as u32, true),
                     }
                 } else {
                     (live_end[z], false)
@@ -314,10 +317,16 @@ impl Volume {
                 }
                 table.restore(zone, allocated, valid[z]);
                 self.lanes[lane_index].written[z] = allocated;
-                if allocated > 0 && valid[z] == 0 {
+                if zoned && unwritable(descriptors[device_index][z].state) {
+                    // Worn out on the device: nothing is reset, finished or
+                    // written there again; reclaim moves its live data off.
+                    log::warn!("lane {lane_index} zone {zone} is {:?}", descriptors[device_index][z].state);
+                    table.wear_out(zone);
+                    self.stats.zones_worn += 1;
+                } else if allocated > 0 && valid[z] == 0 {
                     // Nothing committed lives here: uncommitted writes or a
                     // reset that a power cut interrupted.
-                    if zoned && !unwritable(descriptors[device_index][z].state) {
+                    if zoned {
                         actions.push((device_index, zone, ZoneSendAction::Reset));
                     }
                     self.lanes[lane_index].written[z] = 0;

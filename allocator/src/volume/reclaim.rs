@@ -39,9 +39,17 @@ impl Volume {
             None => {
                 let lanes = self.lanes.len();
                 let ratio = self.options.reclaim_max_valid_ratio;
-                let found = (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).find_map(|lane| {
-                    let table = &self.lanes[lane].table;
-                    table.dead_zones().first().map(|&z| (lane, z)).or_else(|| table.victim(ratio).map(|z| (lane, z)))
+                // Worn-out zones first: their data has one way off.
+                let worn = (0..lanes).find_map(|lane| self.lanes[lane].table.worn_with_data().map(|z| (lane, z)));
+                let found = worn.or_else(|| {
+                    (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).find_map(|lane| {
+                        let table = &self.lanes[lane].table;
+                        table
+                            .dead_zones()
+                            .first()
+                            .map(|&z| (lane, z))
+                            .or_else(|| table.victim(ratio).map(|z| (lane, z)))
+                    })
                 });
                 let Some(victim) = found else {
                     return Ok(ReclaimProgress::Idle);

@@ -362,6 +362,7 @@ impl Volume {
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
         let mut abandon = None;
+        let mut worn = false;
         match device::status(&completion) {
             Ok(()) => {
                 self.lanes[lane].written[zone as usize] += blocks;
@@ -388,6 +389,7 @@ impl Volume {
                 }
             }
             Err(error) => {
+                worn = device::zone_worn_out(&error);
                 pending.error.get_or_insert(Error::Command { what: "data write", error });
                 abandon = Some(Slot::Stream(pending.stream));
             }
@@ -395,6 +397,12 @@ impl Volume {
         pending.remaining -= 1;
         if let Some(slot) = abandon.filter(|_| self.mode(device) == Mode::Ordered) {
             self.abandon_zone(lane, slot, zone);
+        }
+        if worn && self.lanes[lane].table.zone(zone).usage != ZoneUse::Worn {
+            log::warn!("lane {lane} zone {zone} is worn out: taken out of use");
+            self.lanes[lane].table.wear_out(zone);
+            self.retiring.retain(|&r| r != (lane, zone));
+            self.stats.zones_worn += 1;
         }
         let pending = self.writes[index].as_mut().expect("pending write");
         if pending.remaining > 0 {
@@ -408,9 +416,12 @@ impl Volume {
             None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
                 let location = l.expect("every copy placed");
                 self.overlapping(lane, location, pending.blocks).map(|other| (lane, other))
-            }) => Err(Error::BadDeviceResult {
-                what: format!("extent {} lane {lane} was placed over extent {other}", pending.id),
-            }),
+            }) =>
+            {
+                Err(Error::BadDeviceResult {
+                    what: format!("extent {} lane {lane} was placed over extent {other}", pending.id),
+                })
+            }
             None => {
                 let extent = Extent {
                     owner: pending.owner,
