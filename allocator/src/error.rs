@@ -95,6 +95,14 @@ pub enum Error {
         /// What was wrong, in words.
         what: String,
     },
+    /// No zone can take the metadata: a metadata zone wore out (Read Only
+    /// or Offline) where the journal must write next. The volume is
+    /// read-only: what is committed stays readable; writes, frees and
+    /// commits are refused.
+    ReadOnly {
+        /// Why, in words (the zone and its state).
+        why: String,
+    },
     /// A wait exceeded its bound.
     Timeout {
         /// What was waited for, in words ("a free DMA buffer").
@@ -146,6 +154,7 @@ impl fmt::Display for Error {
                 write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")
             }
             Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
+            Error::ReadOnly { why } => write!(f, "the volume is read-only: {why}"),
             Error::BadDeviceResult { what } => write!(f, "the device returned a bad result: {what}"),
             Error::ControllerReset { device } => write!(
                 f,

@@ -181,6 +181,30 @@ impl Journal {
         Ok(blocks)
     }
 
+    /// After a failed rotation: the first zone of the segment it targeted
+    /// that the device reports worn out (Read Only or Offline), in words.
+    /// The layout of metadata is fixed by format, so no other zone can take
+    /// that segment's place.
+    pub fn worn_target(&self, devices: &mut [Device]) -> Option<String> {
+        let target = 1 - self.segment;
+        for (index, copy) in self.copies.into_iter().enumerate() {
+            let device = &mut devices[copy.device];
+            if !device.is_zoned() {
+                continue;
+            }
+            let first = copy.first_zone + target * self.g;
+            for zone in first..first + self.g {
+                if device.zone_is_worn(zone) {
+                    return Some(format!(
+                        "metadata zone {zone} of device {} (copy {index}, segment {target}) is worn out",
+                        copy.device
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Makes `segment` hold no checkpoint: reset on zoned namespaces, its
     /// checkpoint block cleared on conventional ones (its labels stay).
     fn retire(&mut self, devices: &mut [Device], segment: u32) -> Result<()> {
@@ -210,7 +234,12 @@ impl Journal {
         }
         let (zone, in_zone) = segment_position(device, copy, self.g, self.segment, self.offset);
         if in_zone > 0 {
-            device.zone_action(zone, ZoneSendAction::Finish)?;
+            if let Err(error) = device.zone_action(zone, ZoneSendAction::Finish) {
+                // A worn-out zone needs no finishing: it takes no writes.
+                if !device.zone_is_worn(zone) {
+                    return Err(error);
+                }
+            }
         }
         Ok(())
     }

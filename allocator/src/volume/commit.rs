@@ -113,8 +113,19 @@ impl Volume {
     /// state, on every copy (see [`Journal::rotate`]).
     pub(super) fn rotate(&mut self) -> Result<()> {
         let payload = journal::encode_checkpoint(&self.checkpoint());
-        self.journal.rotate(&mut self.devices, &payload)?;
-        self.stats.checkpoints += 1;
-        Ok(())
+        match self.journal.rotate(&mut self.devices, &payload) {
+            Ok(_) => {
+                self.stats.checkpoints += 1;
+                Ok(())
+            }
+            Err(error) => {
+                if let Some(why) = self.journal.worn_target(&mut self.devices) {
+                    log::error!("{why}: the volume is read-only");
+                    self.read_only = Some(why.clone());
+                    return Err(Error::ReadOnly { why });
+                }
+                Err(error)
+            }
+        }
     }
 }

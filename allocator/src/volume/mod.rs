@@ -309,6 +309,8 @@ pub struct Volume {
     scratch: Vec<IoCompletion>,
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
+    /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
+    read_only: Option<String>,
 }
 
 const LANE_BITS: u32 = 8;
@@ -402,6 +404,7 @@ impl Volume {
             stats,
             scratch: Vec::new(),
             loading: false,
+            read_only: None,
         })
     }
 
@@ -486,6 +489,9 @@ impl Volume {
     /// volatile cache, and with it writes this volume counts on, may be
     /// gone, and the zone state on the device may no longer match ours.
     pub(super) fn check_resets(&self) -> Result<()> {
+        if let Some(why) = &self.read_only {
+            return Err(Error::ReadOnly { why: why.clone() });
+        }
         match self.devices.iter().position(Device::reset_since_durable) {
             Some(device) => Err(Error::ControllerReset { device }),
             None => Ok(()),
@@ -583,6 +589,12 @@ impl Volume {
     /// Operations not yet committed.
     pub fn uncommitted_ops(&self) -> usize {
         self.ops.len()
+    }
+
+    /// Why the volume is read-only, if it is: no zone can take its
+    /// metadata ([`Error::ReadOnly`]).
+    pub fn read_only(&self) -> Option<&str> {
+        self.read_only.as_deref()
     }
 
     /// What open found and did about the metadata.

@@ -133,7 +133,12 @@ impl Volume {
         let repair = recovered.copies_differ || !unlabelled.is_empty();
         if log_mismatch || repair {
             volume.journal.broken = true;
-            volume.rotate()?;
+            match volume.rotate() {
+                Ok(()) => {}
+                // Everything committed is readable; nothing more can be.
+                Err(Error::ReadOnly { why }) => log::warn!("opened read-only: {why}"),
+                Err(error) => return Err(error),
+            }
         } else {
             volume.clear_stale_checkpoints(&images)?;
         }
