@@ -75,6 +75,8 @@
 pub mod checksum;
 pub mod device;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod journal;
 mod volume;
 pub mod zones;

@@ -44,7 +44,7 @@ pub(crate) struct Header {
 impl Header {
     /// Blocks the whole record occupies.
     pub fn record_blocks(&self) -> u64 {
-        (HEADER_BYTES as u64 + self.payload_bytes).div_ceil(BLOCK_SIZE as u64)
+        (HEADER_BYTES as u64).saturating_add(self.payload_bytes).div_ceil(BLOCK_SIZE as u64)
     }
 
     /// The format version of a record header whose magic and checksum hold,

@@ -1,0 +1,71 @@
+//! Entry points for the fuzz targets (`fuzz/fuzz_targets/metadata.rs`) and
+//! the tests that replay them: every decoder of device bytes in the
+//! allocator (labels, record headers, deltas, checkpoints) and recovery
+//! over arbitrary segment images. Each must return a value or a typed
+//! error, never panic. Not part of the API.
+
+use crate::journal::layout::SegmentImage;
+use crate::journal::recovery::recover;
+use crate::journal::{
+    decode_checkpoint, decode_label, decode_ops, encode_checkpoint, encode_label, encode_ops, Header, LabelRead,
+};
+use crate::BLOCK_SIZE;
+
+/// Every metadata decoder on `data`, and the encoders on what decodes:
+/// decoding what was encoded gives it back.
+pub fn decoders(data: &[u8]) {
+    let _ = Header::decode(data);
+    let _ = Header::decode_any_version(data);
+    let mut block = data.to_vec();
+    block.resize(BLOCK_SIZE, 0);
+    if let LabelRead::Label(label) = decode_label(&block) {
+        assert_eq!(decode_label(&encode_label(&label)), LabelRead::Label(label), "a label round-trips");
+    }
+    if let Ok(ops) = decode_ops(data) {
+        assert_eq!(decode_ops(&encode_ops(&ops)).expect("re-encoded ops decode"), ops, "ops round-trip");
+    }
+    if let Ok(checkpoint) = decode_checkpoint(data) {
+        let again = decode_checkpoint(&encode_checkpoint(&checkpoint)).expect("a re-encoded checkpoint decodes");
+        assert_eq!(again, checkpoint, "a checkpoint round-trips");
+    }
+}
+
+/// Recovery over four segment images cut from `data` (two copies of two
+/// segments), after a control byte (rewind, unreadable blocks, a copy
+/// absent) and the volume ID (8 bytes, little-endian): a recovered state
+/// or a typed error, never a panic, and a recovered log never ends past
+/// its segment.
+pub fn recovery(data: &[u8]) {
+    if data.len() < 9 {
+        return;
+    }
+    let control = data[0];
+    let volume_id = u64::from_le_bytes(data[1..9].try_into().expect("8 bytes"));
+    let rest = &data[9..];
+    let rewind = control & 1 != 0;
+    let quarter = rest.len() / 4;
+    let mut images = Vec::new();
+    for copy in 0..2 {
+        let segment = |index: usize| {
+            let bytes = &rest[index * quarter..(index + 1) * quarter];
+            let blocks = bytes.len().div_ceil(BLOCK_SIZE);
+            let mut image = SegmentImage { data: bytes.to_vec(), unreadable: vec![false; blocks] };
+            image.data.resize(blocks * BLOCK_SIZE, 0);
+            for (block, bad) in image.unreadable.iter_mut().enumerate() {
+                *bad = control & 2 != 0 && block % 7 == usize::from(control >> 2) % 7;
+            }
+            image
+        };
+        images.push(if control & 8 != 0 && copy == 1 {
+            None
+        } else {
+            Some([segment(2 * copy), segment(2 * copy + 1)])
+        });
+    }
+    if let Ok(recovered) = recover(&images, volume_id, rewind) {
+        let blocks = images.iter().flatten().map(|s| s[recovered.segment as usize].blocks()).max().unwrap_or(0);
+        assert!(recovered.end <= blocks, "the log ends at {} of {blocks} blocks", recovered.end);
+        assert!(recovered.checkpoint_end <= recovered.end);
+        assert!(recovered.next_generation > recovered.generation);
+    }
+}
