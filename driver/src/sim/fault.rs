@@ -221,6 +221,9 @@ pub struct SimStats {
     pub admin_commands: [u64; 256],
     /// I/O commands fetched, by opcode.
     pub io_commands: [u64; 256],
+    /// Logical blocks written (Write, Zone Append, Write Zeroes, Copy
+    /// destinations), for benchmarks of write amplification.
+    pub lbas_written: u64,
     /// Completion queue entries written.
     pub completions_posted: u64,
     /// Completions executed but never posted (a dropped-completion fault).
@@ -246,6 +249,7 @@ impl Default for SimStats {
         SimStats {
             admin_commands: [0; 256],
             io_commands: [0; 256],
+            lbas_written: 0,
             completions_posted: 0,
             completions_dropped: 0,
             errors: 0,

@@ -166,6 +166,7 @@ impl State {
     /// order, so durable data is always a prefix); unrecovered-read faults
     /// of the blocks heal; counters.
     fn after_write(&mut self, index: usize, slba: u64, blocks: u64, fua: bool) {
+        self.stats.lbas_written += blocks;
         let namespace = &mut self.namespaces[index];
         if fua {
             if let Some(zones) = &namespace.zones {
