@@ -9,8 +9,14 @@
 //! QEMU forgets zone state when it exits, so reopening is tested within
 //! one boot (a second process); persistence across power cuts is the
 //! simulator's job (`allocator/tests/sim_crash.rs`).
+//!
+//! Some scenarios ask the host to damage a backing image while the guest
+//! waits (lines `volume-check: corrupt-me`, `overwrite-me`, `restore-me`;
+//! [`Vm::on_line`]).
 
+use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
+use std::hash::Hasher;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -271,4 +277,309 @@ fn mirror_across_controllers_and_repair_after_host_corruption() {
     assert!(detail(&outcome, "mirror", "verify").contains("both copies"));
     let read = detail(&outcome, "repair", "read");
     assert!(read.contains("block 2 repaired"), "{read}");
+}
+
+/// The guest's addresses, in the order the controllers are given: the
+/// rig names controller N's image `nvmeN.img`.
+const ADDRESSES: [&str; 4] = [FIRST, SECOND, THIRD, FOURTH];
+
+/// The unit the host writes in: the allocator's 4 KiB block.
+const BLOCK: usize = 4096;
+
+/// Chunks the host reads whole images in, to hash them.
+const HASH_CHUNK_BYTES: usize = 4 << 20;
+
+/// Bytes of one backing image, from a guest request line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ImageRange {
+    image: PathBuf,
+    offset: u64,
+    len: usize,
+}
+
+/// What the host did for the metadata scenario, and what went wrong doing
+/// it (asserted after the run; a panic in the observer would only lose the
+/// guest's output).
+#[derive(Debug, Default)]
+struct MetadataHost {
+    /// The bytes each overwrite replaced, latest last.
+    saved: Vec<(ImageRange, Vec<u8>)>,
+    /// Per image of the last overwrite, the hash of what it must hold
+    /// until the next restore: nothing may write to it in between.
+    expected: Vec<(PathBuf, u64)>,
+    /// What was done, in order, as `overwrite-me` / `restore-me` lines.
+    done: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// Parses `BDF OFFSET LEN [BDF OFFSET LEN ...]` into ranges of the images
+/// in `dir`.
+fn parse_ranges(dir: &Path, words: &str) -> Result<Vec<ImageRange>, String> {
+    let words: Vec<&str> = words.split_whitespace().collect();
+    if words.is_empty() || !words.len().is_multiple_of(3) {
+        return Err(format!("expected BDF OFFSET LEN triples: {words:?}"));
+    }
+    words
+        .chunks(3)
+        .map(|triple| {
+            let index = ADDRESSES.iter().position(|a| *a == triple[0]).ok_or(format!("unknown BDF {}", triple[0]))?;
+            let number = |word: &str| word.parse::<u64>().map_err(|e| format!("{word}: {e}"));
+            let len = usize::try_from(number(triple[2])?).map_err(|e| e.to_string())?;
+            Ok(ImageRange { image: dir.join(format!("nvme{index}.img")), offset: number(triple[1])?, len })
+        })
+        .collect()
+}
+
+/// Random bytes for `range` (seeded by its place, so a rerun writes the
+/// same), never all zeroes: what a failing or foreign writer leaves.
+fn garbage(range: &ImageRange) -> Vec<u8> {
+    let mut state = range.offset ^ 0x6A09_E667_F3BC_C908;
+    let mut bytes = Vec::with_capacity(range.len + 8);
+    while bytes.len() < range.len {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    bytes.truncate(range.len);
+    bytes
+}
+
+/// Writes `bytes` at `offset` of `image` one block at a time, from the
+/// last block to the first: a guest that watches the first block (a
+/// label) sees it change only once the whole range has. QEMU reads the
+/// image through the host page cache, so the guest's next read sees each
+/// write.
+fn write_back_to_front(image: &Path, offset: u64, bytes: &[u8]) -> Result<(), String> {
+    let file = File::options().write(true).open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    for (index, block) in bytes.chunks(BLOCK).enumerate().rev() {
+        let at = offset + (index * BLOCK) as u64;
+        file.write_all_at(block, at).map_err(|e| format!("writing {} at {at}: {e}", image.display()))?;
+    }
+    Ok(())
+}
+
+fn read_range(range: &ImageRange) -> Result<Vec<u8>, String> {
+    let file = File::open(&range.image).map_err(|e| format!("{}: {e}", range.image.display()))?;
+    let mut bytes = vec![0u8; range.len];
+    file.read_exact_at(&mut bytes, range.offset)
+        .map_err(|e| format!("reading {} bytes at {} of {}: {e}", range.len, range.offset, range.image.display()))?;
+    Ok(bytes)
+}
+
+/// A hash of the whole of `image` as it would read with `overlays`
+/// (offset, bytes) written over it.
+fn image_hash(image: &Path, overlays: &[(u64, &[u8])]) -> Result<u64, String> {
+    let file = File::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let size = file.metadata().map_err(|e| format!("{}: {e}", image.display()))?.len();
+    let mut hasher = DefaultHasher::new();
+    let mut chunk = vec![0u8; HASH_CHUNK_BYTES];
+    let mut at = 0u64;
+    while at < size {
+        let len = chunk.len().min((size - at) as usize);
+        let chunk = &mut chunk[..len];
+        file.read_exact_at(chunk, at).map_err(|e| format!("reading {} at {at}: {e}", image.display()))?;
+        for &(offset, bytes) in overlays {
+            let (start, end) = (offset.max(at), (offset + bytes.len() as u64).min(at + len as u64));
+            if start < end {
+                chunk[(start - at) as usize..(end - at) as usize]
+                    .copy_from_slice(&bytes[(start - offset) as usize..(end - offset) as usize]);
+            }
+        }
+        hasher.write(chunk);
+        at += len as u64;
+    }
+    Ok(hasher.finish())
+}
+
+impl MetadataHost {
+    /// Overwrites `ranges` with garbage, in order, keeping what they held.
+    /// First, while the guest still waits, notes the hash each image will
+    /// have.
+    fn overwrite(&mut self, ranges: &[ImageRange]) -> Result<(), String> {
+        let garbage: Vec<Vec<u8>> = ranges.iter().map(garbage).collect();
+        let mut images: Vec<&PathBuf> = ranges.iter().map(|r| &r.image).collect();
+        images.sort();
+        images.dedup();
+        self.expected.clear();
+        for image in images {
+            let overlays: Vec<(u64, &[u8])> = ranges
+                .iter()
+                .zip(&garbage)
+                .filter(|(r, _)| r.image == *image)
+                .map(|(r, g)| (r.offset, g.as_slice()))
+                .collect();
+            self.expected.push((image.clone(), image_hash(image, &overlays)?));
+        }
+        for (range, garbage) in ranges.iter().zip(&garbage) {
+            let original = read_range(range)?;
+            write_back_to_front(&range.image, range.offset, garbage)?;
+            self.saved.push((range.clone(), original));
+        }
+        Ok(())
+    }
+
+    /// Requires every image of the last overwrite to hold exactly what it
+    /// left, then writes back what `ranges` held before it, in order.
+    fn restore(&mut self, ranges: &[ImageRange]) -> Result<(), String> {
+        for (image, expected) in std::mem::take(&mut self.expected) {
+            if image_hash(&image, &[])? != expected {
+                return Err(format!("{} changed after the overwrite: something wrote to it", image.display()));
+            }
+        }
+        for range in ranges {
+            let (saved, bytes) = self
+                .saved
+                .iter()
+                .rev()
+                .find(|(s, _)| {
+                    s.image == range.image
+                        && s.offset <= range.offset
+                        && range.offset + range.len as u64 <= s.offset + s.len as u64
+                })
+                .ok_or_else(|| format!("nothing saved for {range:?}"))?;
+            let start = (range.offset - saved.offset) as usize;
+            write_back_to_front(&range.image, range.offset, &bytes[start..start + range.len])?;
+        }
+        Ok(())
+    }
+
+    /// Acts on one line of the guest's output.
+    fn on_line(&mut self, dir: &Path, line: &str) {
+        let (request, result) = if let Some(words) = line.strip_prefix("volume-check: overwrite-me ") {
+            ("overwrite-me", parse_ranges(dir, words).and_then(|r| self.overwrite(&r)))
+        } else if let Some(words) = line.strip_prefix("volume-check: restore-me ") {
+            ("restore-me", parse_ranges(dir, words).and_then(|r| self.restore(&r)))
+        } else {
+            return;
+        };
+        eprintln!("host: {line}: {result:?}");
+        match result {
+            Ok(()) => self.done.push(line.to_owned()),
+            Err(e) => self.errors.push(format!("{request}: {e}")),
+        }
+    }
+}
+
+/// The volume ID a check's detail names (`volume 0x...`).
+fn volume_id<'a>(outcome: &'a Outcome, label: &str, check: &str) -> &'a str {
+    let text = detail(outcome, label, check);
+    let start = text.find("volume 0x").unwrap_or_else(|| panic!("no volume ID in {text:?}")) + "volume ".len();
+    let end = text[start..].find(|c: char| !c.is_ascii_hexdigit() && c != 'x').map_or(text.len(), |n| start + n);
+    &text[start..end]
+}
+
+/// Format 2's metadata on a mirror of a conventional controller (device
+/// 0, whose image the host overwrites) and a ZNS one, in one boot, one
+/// process per phase (`volume-check metadata`):
+///
+/// - random bytes over device 0's metadata zones, labels and all: the
+///   volume opens from device 1's copy, every extent reads back from both
+///   copies, device 0's copy is rewritten (`copies_repaired`) and labelled
+///   again, and the next open has nothing to repair;
+/// - the devices given the other way round: the same volume opens
+///   (`device_order` [1, 0]);
+/// - a single volume's namespace (a third controller) in place of device
+///   1: `ForeignDevice { device: 1, .. }`, and both volumes still open as
+///   they were, with nothing to repair;
+/// - device 0's journal records (its labels kept) and all of device 1's
+///   metadata overwritten: open fails with `MetadataLost`, not `NoVolume`;
+///   `seqwrite` without `--format` exits 1 with "nothing was formatted"
+///   and writes nothing (the host hashes both images when it damages them
+///   and again before it restores device 0's records); then the volume
+///   opens, takes device 1 (no label, its data verifies) and rewrites its
+///   copy, and every extent reads back.
+#[test]
+fn mirror_metadata_survives_garbage_swaps_and_foreign_devices_and_seqwrite_refuses_damage() {
+    let images = ImageDir::new("qemu-volume-metadata");
+    let host: Arc<Mutex<MetadataHost>> = Arc::default();
+    let vm = {
+        let host = Arc::clone(&host);
+        let dir = images.0.clone();
+        Vm::new()
+            .controller(Controller::nvme(256 * MIB))
+            .controller(Controller::zns(256 * MIB, 16 * MIB))
+            .controller(Controller::zns(256 * MIB, 16 * MIB))
+            .images(&images.0)
+            .on_line(move |line| host.lock().unwrap_or_else(|p| p.into_inner()).on_line(&dir, line))
+    };
+    let pair = format!("--pci {FIRST} --pci {SECOND}");
+    let phases: Vec<(&str, String, &[&str])> = vec![
+        ("format", pair.clone(), &["geometry", "commit", "commit frees", "commit second", "committed", "overwritten"]),
+        ("garbage", pair.clone(), &["geometry", "open", "invariants", "labels"]),
+        ("reopen", pair.clone(), &["geometry", "open", "invariants", "labels"]),
+        ("swapped", format!("--pci {SECOND} --pci {FIRST}"), &["geometry", "open", "invariants", "labels"]),
+        (
+            "foreign",
+            format!("{pair} --pci {THIRD}"),
+            &[
+                "geometry",
+                "commit other",
+                "other volume",
+                "foreign refused",
+                "other volume intact",
+                "volume intact",
+                "invariants",
+                "labels",
+            ],
+        ),
+        (
+            "damage",
+            pair.clone(),
+            &[
+                "geometry",
+                "open",
+                "damaged",
+                "open refused",
+                "seqwrite refused",
+                "not formatted",
+                "restored",
+                "invariants",
+                "reopen",
+                "labels",
+            ],
+        ),
+    ];
+    let labels: Vec<String> = phases.iter().map(|(phase, _, _)| format!("metadata {phase}")).collect();
+    // One chain: each phase needs the one before it.
+    let scenario = Scenario {
+        runs: phases.iter().map(|(phase, pci, _)| format!("metadata --phase {phase} {pci}")).collect(),
+        expect: phases.iter().zip(&labels).map(|((_, _, checks), label)| (label.as_str(), *checks)).collect(),
+    };
+    let outcome = run(vm, &[scenario]);
+    let host = host.lock().unwrap();
+    assert!(host.errors.is_empty(), "the host's part failed: {:?}", host.errors);
+    let requests: Vec<&str> = host.done.iter().map(|l| l.split_whitespace().nth(1).unwrap_or_default()).collect();
+    assert_eq!(requests, ["overwrite-me", "overwrite-me", "restore-me"], "{:#?}", host.done);
+
+    // One volume throughout, whatever the order given.
+    let id = volume_id(&outcome, "metadata format", "committed");
+    for (label, check) in [
+        ("metadata garbage", "open"),
+        ("metadata reopen", "open"),
+        ("metadata swapped", "open"),
+        ("metadata foreign", "volume intact"),
+        ("metadata damage", "open"),
+        ("metadata damage", "restored"),
+        ("metadata damage", "reopen"),
+    ] {
+        assert_eq!(volume_id(&outcome, label, check), id, "{label} {check}");
+    }
+    // Device 0 probed as no member once overwritten.
+    let overwritten = detail(&outcome, "metadata format", "overwritten");
+    assert!(!overwritten.contains("Member"), "{overwritten}");
+    let other = volume_id(&outcome, "metadata foreign", "other volume");
+    assert_ne!(other, id);
+    let refused = detail(&outcome, "metadata foreign", "foreign refused");
+    assert!(refused.starts_with(&format!("ForeignDevice {{ device: 1, found: {}", u64_of(other))), "{refused}");
+    let refused = detail(&outcome, "metadata damage", "open refused");
+    assert!(refused.starts_with("committed metadata lost on every copy"), "{refused}");
+    let seqwrite = detail(&outcome, "metadata damage", "seqwrite refused");
+    assert!(seqwrite.contains("nothing was formatted"), "{seqwrite}");
+}
+
+/// `0x...` as the decimal `{:?}` prints.
+fn u64_of(hex: &str) -> u64 {
+    u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or_else(|e| panic!("{hex}: {e}"))
 }
