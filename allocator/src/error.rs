@@ -55,6 +55,13 @@ pub enum Error {
         /// The first read that failed.
         what: String,
     },
+    /// No label was found on device `device`, but what its label places
+    /// hold is not blank (garbage over the labels, or another owner's data):
+    /// nothing may treat it as blank.
+    Unrecognized {
+        /// Index in the list given to open.
+        device: usize,
+    },
     /// Device `device` holds a volume of another format version than
     /// [`crate::FORMAT_VERSION`].
     UnsupportedVersion {
@@ -70,7 +77,8 @@ pub enum Error {
     MetadataLost {
         /// The generation of the checkpoint the lost commit follows.
         generation: u64,
-        /// The first commit (journal sequence number) that no copy holds.
+        /// The first commit (journal sequence number) that no copy holds; 0
+        /// when no checkpoint verifies at all (a rewind cannot help then).
         seq: u64,
         /// The newest commit a readable record proves.
         newest_seq: u64,
@@ -139,15 +147,20 @@ impl fmt::Display for Error {
             Error::Unreadable { device, what } => {
                 write!(f, "device {device}: no label found and reads failed ({what}); it may hold a volume")
             }
+            Error::Unrecognized { device } => write!(
+                f,
+                "device {device}: no label found, but it holds data (not blank); format it explicitly to reuse it"
+            ),
             Error::UnsupportedVersion { device, version } => write!(
                 f,
                 "device {device} holds a volume of format version {version}; this build reads version {}",
                 crate::FORMAT_VERSION
             ),
+            Error::MetadataLost { seq: 0, what, .. } => write!(f, "committed metadata lost on every copy: {what}"),
             Error::MetadataLost { generation, seq, newest_seq, what } => write!(
                 f,
-                "committed metadata lost on every copy: {what}; commits {seq}..={newest_seq} of generation \
-                 {generation} are at stake (open with rewind to drop them)"
+                "committed metadata lost on every copy: {what}; commits {seq}..={newest_seq} (after generation \
+                 {generation}'s checkpoint) are at stake (open with rewind to drop them)"
             ),
             Error::Corrupt(why) => write!(f, "volume metadata is corrupt: {why}"),
             Error::Uncorrectable { extent, owner, blocks } => {

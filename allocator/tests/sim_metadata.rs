@@ -438,3 +438,23 @@ fn a_data_zone_worn_read_only_stays_readable_and_reclaim_moves_its_data_off() {
         check(&mut volume, &model);
     }
 }
+
+#[test]
+fn garbage_over_every_label_is_not_blank_and_never_no_volume() {
+    let (mut harness, options) = single_conventional();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut Model::new(), 2);
+    drop(volume);
+    harness.restart();
+    // Every block of both copies' metadata zones (0..4) flipped.
+    for lba in (0..4 * ZONE_LBAS).step_by(LPB as usize) {
+        harness.sims[0].corrupt_at_rest(1, lba, 9);
+    }
+    let before = device_writes(&harness);
+    match harness.open(&options) {
+        Err(Error::Unrecognized { device: 0 }) => {}
+        other => panic!("expected Unrecognized, got {other:?}"),
+    }
+    assert_eq!(device_writes(&harness), before, "a failed open wrote to the device");
+    assert_eq!(Volume::probe(&mut harness.devices()[0]), DeviceState::Unrecognized);
+}

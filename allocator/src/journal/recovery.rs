@@ -33,6 +33,9 @@ pub(crate) enum Probe {
     Blank,
     /// No label was found, and some of the places could not be read.
     Unreadable(String),
+    /// No label was found, every place was read, and some hold data: not
+    /// blank (garbage over the labels, or another owner's data).
+    Unrecognized,
     /// A volume of another format version.
     OtherVersion(u8),
 }
@@ -72,6 +75,7 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
     }
     let capacity = device.ns.capacity_blocks();
     let mut failed = None;
+    let mut data_found = false;
     let mut block = vec![0u8; BLOCK_SIZE];
     let mut seen = std::collections::HashSet::new();
     for lba in candidates {
@@ -85,12 +89,15 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
             Ok(()) => match decode_label(&block) {
                 LabelRead::Label(label) => return Probe::Label(label),
                 LabelRead::Newer(version) | LabelRead::Older(version) => return Probe::OtherVersion(version),
-                LabelRead::None => {}
+                LabelRead::None => data_found |= block.iter().any(|&b| b != 0),
             },
         }
     }
     match failed {
         Some(what) => Probe::Unreadable(what),
+        // Blank means never written (or zeroed): anything else may be
+        // someone's data, and nothing may format it by inference.
+        None if data_found => Probe::Unrecognized,
         None => Probe::Blank,
     }
 }
@@ -151,12 +158,15 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         .max_by_key(|r| r.header.generation)
         .copied();
     let Some(checkpoint) = checkpoint else {
-        let (generation, seq) = newest.unwrap_or((0, 0));
+        let (generation, newest_seq) = newest.unwrap_or((0, 0));
         return Err(Error::MetadataLost {
             generation,
-            seq,
-            newest_seq: seq,
-            what: "no checkpoint verifies on any copy".into(),
+            seq: 0,
+            newest_seq,
+            what: format!(
+                "no checkpoint verifies on any copy (the newest record found is commit {newest_seq} of generation \
+                 {generation})"
+            ),
         });
     };
     let (segment, generation) = (checkpoint.segment, checkpoint.header.generation);

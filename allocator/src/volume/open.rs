@@ -448,15 +448,14 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
         }
     }
     let Some(label) = probes.iter().find_map(|p| if let Probe::Label(l) = p { Some(l.clone()) } else { None }) else {
-        return Err(
-            match probes.iter().enumerate().find_map(|(i, p)| match p {
-                Probe::Unreadable(what) => Some((i, what.clone())),
-                _ => None,
-            }) {
-                Some((device, what)) => Error::Unreadable { device, what },
-                None => Error::NoVolume,
-            },
-        );
+        for (device, probe) in probes.iter().enumerate() {
+            match probe {
+                Probe::Unreadable(what) => return Err(Error::Unreadable { device, what: what.clone() }),
+                Probe::Unrecognized => return Err(Error::Unrecognized { device }),
+                _ => {}
+            }
+        }
+        return Err(Error::NoVolume);
     };
     let count = label.superblock.devices.len();
     if devices.len() != count {
@@ -495,6 +494,7 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
             return Err(match &probes[given] {
                 Probe::Unreadable(what) => Error::Unreadable { device: given, what: what.clone() },
                 Probe::Blank => Error::BlankDevice { device: given, volume_id: label.volume_id },
+                Probe::Unrecognized => Error::Unrecognized { device: given },
                 _ => Error::InvalidConfig(format!(
                     "device {given}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned \
                      {zoned} in its place {slot}; found {found:?}"
@@ -559,6 +559,8 @@ pub enum DeviceState {
     },
     /// No label found, and reads failed: it may hold a volume.
     Unreadable(String),
+    /// No label found, and it holds data: not blank.
+    Unrecognized,
     /// A volume of another format version.
     OtherVersion(u8),
 }
@@ -575,6 +577,7 @@ impl Volume {
             },
             Probe::Blank => DeviceState::Blank,
             Probe::Unreadable(what) => DeviceState::Unreadable(what),
+            Probe::Unrecognized => DeviceState::Unrecognized,
             Probe::OtherVersion(version) => DeviceState::OtherVersion(version),
         }
     }
