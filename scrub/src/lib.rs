@@ -8,35 +8,36 @@
 //!   to the request size (the namespace's largest transfer by default),
 //!   each carrying its checksums. The plan is read ahead of the queue,
 //!   one index walk per refill, so the queue never drains waiting for it.
-//! - The in-flight table: a fixed number of reads in flight (default 64)
-//!   on the lane's queue pair, polled; completions free their slot at once
-//!   and new reads are submitted in the same pass. Never submit-and-wait
-//!   (except in the [`ScrubOptions::submit_and_wait`] ablation, which
-//!   reproduces the regressed btrfs behaviour for comparison).
-//! - Verification: each completed read is copied out of its DMA buffer
-//!   (which goes straight back to the pool) and checksummed on worker
-//!   threads ([`ScrubOptions::verify_threads`]), so checksumming overlaps
-//!   I/O. With `verify: false` the engine still plans, merges, reads and
-//!   accounts: the engine's own speed without checksum cost.
+//! - The in-flight table (this file): a fixed number of reads in flight
+//!   (default 64) on the lane's queue pair, polled; completions free their
+//!   slot at once and new reads are submitted in the same pass. Never
+//!   submit-and-wait (except in the [`ScrubOptions::submit_and_wait`]
+//!   ablation, which reproduces the regressed btrfs behaviour for
+//!   comparison).
+//! - Verification (`verify.rs`): each completed read is copied out of its
+//!   DMA buffer (which goes straight back to the pool) and checksummed on
+//!   worker threads ([`ScrubOptions::verify_threads`]), so checksumming
+//!   overlaps I/O. With `verify: false` the engine still plans, merges,
+//!   reads and accounts: the engine's own speed without checksum cost.
 //! - Detection: checksum mismatches, and reads that fail (media errors,
 //!   typed by their NVMe status, timeouts, resets). A failed merged read is
 //!   narrowed down by re-reading each extent on its own.
-//! - Repair ([`ScrubOptions::repair`]): a bad copy's extent is read from
-//!   the other copy and verified; then written back in place on a
-//!   conventional namespace, or relocated on a zoned one (overwrite is
+//! - Repair (`repair.rs`, [`ScrubOptions::repair`]): a bad copy's extent
+//!   is read from the other copy and verified; then written back in place
+//!   on a conventional namespace, or relocated on a zoned one (overwrite is
 //!   impossible there) through the allocator, which journals the move at
 //!   the commit that ends the repair. The copy is re-read to confirm. A
 //!   block with no good copy is reported uncorrectable with its extent and
 //!   owner, and nothing is changed. Each copy is scrubbed in turn, as
 //!   btrfs scrubs per device.
-//! - Control ([`Control`]): pause, resume and cancel from another thread; a
-//!   rate limit in MiB/s (a token bucket on submitted bytes); a
-//!   [`Checkpoint`] of the last completed position, handed to the caller to
-//!   persist, from which a later run resumes without rereading finished
-//!   work.
-//! - Report ([`Report`]): bytes read and verified, errors by kind,
-//!   corrected and uncorrectable blocks, duration, mean queue depth and
-//!   mean request size (the iostat view), as text or JSON.
+//! - Control ([`Control`]): pause, resume and cancel from another thread;
+//!   a rate limit in MiB/s (a token bucket on submitted bytes); a
+//!   [`Checkpoint`] (`checkpoint.rs`) of the last completed position,
+//!   handed to the caller to persist, from which a later run resumes
+//!   without rereading finished work.
+//! - Report ([`Report`], `report.rs`): bytes read and verified, errors by
+//!   kind, corrected and uncorrectable blocks, duration, mean queue depth
+//!   and mean request size (the iostat view), as text or JSON.
 //!
 //! # Example
 //!
@@ -79,20 +80,27 @@
 
 #![deny(missing_docs)]
 
+mod checkpoint;
 pub mod plan;
+mod repair;
+mod report;
+mod verify;
 
-use nvme_driver::dma::DmaMemory;
-use nvme_driver::spec::status::StatusCode;
-use nvme_driver::{IoBuffer, IoCompletion, IoError};
+pub use checkpoint::Checkpoint;
+pub use report::{ErrorCounts, Report, Uncorrectable};
+
+use nvme_driver::{IoBuffer, IoCompletion};
 use plan::{Planner, Read};
-use serde::{Deserialize, Serialize};
+use repair::{resolve_suspects, Suspect};
+use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use verify::{Verifier, VerifyJob, VerifyResult};
 use zoned_allocator::device::SYNC_TOKEN;
-use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
+use zoned_allocator::{Location, Volume, BLOCK_SIZE};
 
 /// The scrub's one error type.
 #[derive(Debug)]
@@ -207,28 +215,6 @@ impl Control {
     }
 }
 
-/// Where a scrub stands: the caller persists it (JSON) to resume after a
-/// restart. Everything before the position of the lane named was read and
-/// verified; lanes before it are done.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
-    /// The volume scrubbed ([`Volume::id`]); [`scrub`] refuses a checkpoint of
-    /// another volume.
-    pub volume_id: u64,
-    /// The copy (lane) being scrubbed at this point.
-    pub lane: usize,
-    /// The extent to start from, and blocks of it already done.
-    pub zone: u32,
-    /// The 4 KiB block offset of that extent in `zone`.
-    pub offset: u32,
-    /// Blocks at the start of that extent already read and verified.
-    pub skip_blocks: u32,
-    /// Bytes read before this point, over the whole scrub.
-    pub bytes_done: u64,
-    /// Every lane is done.
-    pub finished: bool,
-}
-
 /// Progress, as the scrub goes.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Progress {
@@ -244,257 +230,6 @@ pub struct Progress {
     /// Estimated time to finish at that rate, in seconds (infinite before the
     /// first completion).
     pub eta_s: f64,
-}
-
-/// A block with no good copy.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Uncorrectable {
-    /// The extent the blocks belong to.
-    pub extent: ExtentId,
-    /// The extent's owner, as given to [`Volume::submit_write`].
-    pub owner: u64,
-    /// The copy (lane) that was scrubbed when the blocks were found; no lane
-    /// had a good copy.
-    pub lane: usize,
-    /// Block indices within the extent.
-    pub blocks: Vec<u32>,
-}
-
-/// Bad blocks found, by kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ErrorCounts {
-    /// Blocks whose data failed its checksum.
-    pub checksum: u64,
-    /// Blocks unreadable with a media status, by the status's spec name.
-    pub media: BTreeMap<String, u64>,
-    /// Blocks unreadable for another reason (a timeout, a reset, another
-    /// status), by reason.
-    pub command: BTreeMap<String, u64>,
-    /// Read commands that failed (before narrowing to extents).
-    pub failed_reads: u64,
-}
-
-impl ErrorCounts {
-    /// Bad blocks of every kind: checksum mismatches plus unreadable blocks.
-    pub fn total_blocks(&self) -> u64 {
-        self.checksum + self.media.values().sum::<u64>() + self.command.values().sum::<u64>()
-    }
-}
-
-/// What a scrub did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Report {
-    /// Bytes the scrub set out to read: live bytes times the copies scrubbed.
-    pub bytes_total: u64,
-    /// Bytes read by the scrub's own reads (not counting repair I/O).
-    pub bytes_read: u64,
-    /// Bytes read whose checksums were checked (0 with `verify: false`).
-    pub bytes_verified: u64,
-    /// Read commands completed, merged reads counted once.
-    pub reads: u64,
-    /// Bad blocks found, by kind.
-    pub errors: ErrorCounts,
-    /// Blocks rewritten from a good copy and confirmed by a re-read.
-    pub corrected_blocks: u64,
-    /// Blocks with no good copy, by extent; nothing was changed for them.
-    pub uncorrectable: Vec<Uncorrectable>,
-    /// Wall time of the whole scrub, pauses and the final commit included,
-    /// in seconds.
-    pub duration_s: f64,
-    /// `bytes_read` over the running time (pauses excluded), in MiB/s.
-    pub rate_mib_s: f64,
-    /// Time-weighted reads in flight while running.
-    pub mean_queue_depth: f64,
-    /// `bytes_read` over `reads`, in bytes: how well the plan merged extents.
-    pub mean_request_bytes: f64,
-    /// Index walks of the allocator (one per plan refill).
-    pub plan_lookups: u64,
-    /// The scrub was cancelled through [`Control::cancel`] before the end.
-    pub cancelled: bool,
-    /// The scrub started from a [`Checkpoint`].
-    pub resumed: bool,
-    /// Checksums were verified ([`ScrubOptions::verify`]).
-    pub verify: bool,
-    /// Bad copies were repaired ([`ScrubOptions::repair`]).
-    pub repair: bool,
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mib = |b: u64| b as f64 / f64::from(1 << 20);
-        writeln!(
-            f,
-            "scrub {}: {:.1} MiB read of {:.1} MiB in {:.2} s ({:.1} MiB/s){}",
-            if self.cancelled { "cancelled" } else { "done" },
-            mib(self.bytes_read),
-            mib(self.bytes_total),
-            self.duration_s,
-            self.rate_mib_s,
-            if self.resumed { ", resumed" } else { "" }
-        )?;
-        writeln!(
-            f,
-            "  verified: {:.1} MiB{}",
-            mib(self.bytes_verified),
-            if self.verify { "" } else { " (verification off)" }
-        )?;
-        writeln!(
-            f,
-            "  requests: {} reads, mean {:.0} KiB, mean queue depth {:.1}, {} plan lookups",
-            self.reads,
-            self.mean_request_bytes / 1024.0,
-            self.mean_queue_depth,
-            self.plan_lookups
-        )?;
-        writeln!(
-            f,
-            "  errors: {} checksum, {} media, {} other (blocks); {} failed reads",
-            self.errors.checksum,
-            self.errors.media.values().sum::<u64>(),
-            self.errors.command.values().sum::<u64>(),
-            self.errors.failed_reads
-        )?;
-        for (kind, count) in self.errors.media.iter().chain(&self.errors.command) {
-            writeln!(f, "    {kind}: {count}")?;
-        }
-        writeln!(
-            f,
-            "  corrected: {} blocks{}",
-            self.corrected_blocks,
-            if self.repair { "" } else { " (read-only: nothing repaired)" }
-        )?;
-        write!(f, "  uncorrectable: {} blocks", self.uncorrectable.iter().map(|u| u.blocks.len()).sum::<usize>())?;
-        for u in &self.uncorrectable {
-            write!(f, "\n    extent {} (owner {}), copy {}: blocks {:?}", u.extent, u.owner, u.lane, u.blocks)?;
-        }
-        Ok(())
-    }
-}
-
-/// A suspect extent copy: blocks found bad, and how.
-#[derive(Clone, Debug)]
-struct Suspect {
-    lane: usize,
-    id: ExtentId,
-    /// Blocks (within the extent) that failed their checksum.
-    bad_blocks: Vec<u32>,
-    /// The read covering it failed (narrow it down by re-reading).
-    read_failed: bool,
-}
-
-/// One completed read waiting for verification. The DMA buffer travels to
-/// the verifying thread, which copies it out (no reference into DMA
-/// memory is ever formed) and drops it, returning it to the pool.
-struct VerifyJob {
-    seq: u64,
-    buffer: IoBuffer,
-    /// (piece offset in blocks, crcs) per piece.
-    pieces: Vec<(u32, Vec<u32>)>,
-}
-
-struct VerifyResult {
-    seq: u64,
-    /// Per piece, the mismatching block indices within the piece.
-    bad: Vec<Vec<u32>>,
-}
-
-/// Verifies one read, with `scratch` as the copy of its data.
-fn verify_job(job: VerifyJob, scratch: &mut Vec<u8>) -> VerifyResult {
-    scratch.resize(job.buffer.len(), 0);
-    job.buffer.buffer().copy_out(job.buffer.offset(), scratch);
-    drop(job.buffer);
-    let bad = job
-        .pieces
-        .iter()
-        .map(|(offset, crcs)| {
-            let start = *offset as usize * BLOCK_SIZE;
-            let data = &scratch[start..start + crcs.len() * BLOCK_SIZE];
-            zoned_allocator::checksum::mismatches(data, crcs)
-        })
-        .collect();
-    VerifyResult { seq: job.seq, bad }
-}
-
-/// Verification on worker threads (or inline).
-struct Verifier {
-    jobs: Option<mpsc::Sender<VerifyJob>>,
-    results: mpsc::Receiver<VerifyResult>,
-    inline: Option<mpsc::Sender<VerifyResult>>,
-    scratch: Vec<u8>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-    outstanding: usize,
-}
-
-impl Verifier {
-    fn new(threads: usize) -> Self {
-        let (result_tx, results) = mpsc::channel();
-        if threads == 0 {
-            return Verifier {
-                jobs: None,
-                results,
-                inline: Some(result_tx),
-                scratch: Vec::new(),
-                workers: Vec::new(),
-                outstanding: 0,
-            };
-        }
-        let (job_tx, job_rx) = mpsc::channel::<VerifyJob>();
-        let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
-        let workers = (0..threads)
-            .map(|_| {
-                let job_rx = Arc::clone(&job_rx);
-                let result_tx = result_tx.clone();
-                std::thread::spawn(move || {
-                    let mut scratch = Vec::new();
-                    loop {
-                        let job = match job_rx.lock() {
-                            Ok(rx) => rx.recv(),
-                            Err(_) => return,
-                        };
-                        let Ok(job) = job else { return };
-                        if result_tx.send(verify_job(job, &mut scratch)).is_err() {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect();
-        Verifier { jobs: Some(job_tx), results, inline: None, scratch: Vec::new(), workers, outstanding: 0 }
-    }
-
-    fn submit(&mut self, job: VerifyJob) {
-        self.outstanding += 1;
-        match (&self.jobs, &self.inline) {
-            (Some(jobs), _) => {
-                let _ = jobs.send(job);
-            }
-            (None, Some(inline)) => {
-                let _ = inline.send(verify_job(job, &mut self.scratch));
-            }
-            (None, None) => unreachable!("a verifier has workers or runs inline"),
-        }
-    }
-
-    fn try_recv(&mut self) -> Option<VerifyResult> {
-        let result = self.results.try_recv().ok()?;
-        self.outstanding -= 1;
-        Some(result)
-    }
-
-    fn recv_timeout(&mut self, timeout: Duration) -> Option<VerifyResult> {
-        let result = self.results.recv_timeout(timeout).ok()?;
-        self.outstanding -= 1;
-        Some(result)
-    }
-}
-
-impl Drop for Verifier {
-    fn drop(&mut self) {
-        self.jobs = None;
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
-    }
 }
 
 /// A read in the in-flight table or waiting for verification.
@@ -885,125 +620,5 @@ impl Engine<'_> {
             bytes_done: self.bytes_done,
             finished: false,
         });
-    }
-}
-
-/// Narrows failed reads to extents, then repairs (or reports) every
-/// suspect copy.
-fn resolve_suspects(
-    volume: &mut Volume,
-    options: &ScrubOptions,
-    suspects: Vec<Suspect>,
-    report: &mut Report,
-) -> Result<()> {
-    // One entry per (lane, extent).
-    let mut merged: BTreeMap<(usize, ExtentId), Suspect> = BTreeMap::new();
-    for s in suspects {
-        merged
-            .entry((s.lane, s.id))
-            .and_modify(|m| {
-                m.read_failed |= s.read_failed;
-                m.bad_blocks.extend(&s.bad_blocks);
-            })
-            .or_insert(s);
-    }
-    for ((lane, id), mut suspect) in merged {
-        let Some((len, owner)) = volume.extent(id) else { continue };
-        let blocks = (len / BLOCK_SIZE) as u32;
-        let mut copy = vec![0u8; len];
-        if suspect.read_failed {
-            // Which blocks does this extent's copy really fail on?
-            match volume.read_copy(id, lane, &mut copy) {
-                Ok(()) => {
-                    let crcs_bad = checksum_mismatches(volume, id, &copy);
-                    if !crcs_bad.is_empty() && options.verify {
-                        report.errors.checksum += crcs_bad.len() as u64;
-                    }
-                    suspect.bad_blocks.extend(crcs_bad);
-                }
-                Err(zoned_allocator::Error::Command { error, .. }) => {
-                    let key = error_kind(&error);
-                    let map = if key.0 { &mut report.errors.media } else { &mut report.errors.command };
-                    *map.entry(key.1).or_default() += u64::from(blocks);
-                    suspect.bad_blocks.extend(0..blocks);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        suspect.bad_blocks.sort_unstable();
-        suspect.bad_blocks.dedup();
-        if suspect.bad_blocks.is_empty() {
-            continue;
-        }
-        // The other copies, verified block by block.
-        let mut good = vec![0u8; len];
-        let mut good_blocks = vec![false; blocks as usize];
-        if let Ok(()) = volume.read_copy(id, lane, &mut copy) {
-            let bad_here = checksum_mismatches(volume, id, &copy);
-            for b in 0..blocks {
-                if !bad_here.contains(&b) {
-                    good_blocks[b as usize] = true;
-                }
-            }
-            good.copy_from_slice(&copy);
-        }
-        for other in (0..volume.lanes()).filter(|&l| l != lane) {
-            let mut data = vec![0u8; len];
-            if volume.read_copy(id, other, &mut data).is_err() {
-                continue;
-            }
-            let bad_there = checksum_mismatches(volume, id, &data);
-            for b in 0..blocks {
-                if !good_blocks[b as usize] && !bad_there.contains(&b) {
-                    let range = b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE;
-                    good[range.clone()].copy_from_slice(&data[range]);
-                    good_blocks[b as usize] = true;
-                }
-            }
-        }
-        let unrecoverable: Vec<u32> = (0..blocks).filter(|&b| !good_blocks[b as usize]).collect();
-        if !unrecoverable.is_empty() {
-            report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: unrecoverable });
-            continue;
-        }
-        if !options.repair {
-            continue;
-        }
-        if volume.lane_is_zoned(lane) {
-            volume.rewrite_copy(id, lane, &good)?;
-        } else {
-            volume.repair_in_place(id, lane, &good)?;
-        }
-        // Confirm. A copy the rewrite did not heal (a sector that still
-        // fails to read: a drive that could not remap it) is reported
-        // uncorrectable and the scrub goes on, so the other suspects are
-        // still repaired and committed.
-        let healed = match volume.read_copy(id, lane, &mut copy) {
-            Ok(()) => checksum_mismatches(volume, id, &copy).is_empty(),
-            Err(zoned_allocator::Error::Command { error, .. }) => {
-                log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
-                false
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if healed {
-            report.corrected_blocks += suspect.bad_blocks.len() as u64;
-        } else {
-            report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: suspect.bad_blocks });
-        }
-    }
-    volume.take_bad_blocks();
-    Ok(())
-}
-
-fn checksum_mismatches(volume: &Volume, id: ExtentId, data: &[u8]) -> Vec<u32> {
-    volume.checksums(id).map_or_else(Vec::new, |crcs| zoned_allocator::checksum::mismatches(data, crcs))
-}
-
-/// (is a media error, its name).
-fn error_kind(error: &IoError) -> (bool, String) {
-    match error {
-        IoError::Device(status) => (matches!(status.code(), StatusCode::Media(_)), status.code().name().to_owned()),
-        other => (false, other.to_string()),
     }
 }

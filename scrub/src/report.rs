@@ -1,0 +1,132 @@
+//! What a scrub found and did: errors by kind, corrected and
+//! uncorrectable blocks, and the iostat view of its reads, as text or JSON.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use zoned_allocator::ExtentId;
+
+/// A block with no good copy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Uncorrectable {
+    /// The extent the blocks belong to.
+    pub extent: ExtentId,
+    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write).
+    pub owner: u64,
+    /// The copy (lane) that was scrubbed when the blocks were found; no lane
+    /// had a good copy.
+    pub lane: usize,
+    /// Block indices within the extent.
+    pub blocks: Vec<u32>,
+}
+
+/// Bad blocks found, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounts {
+    /// Blocks whose data failed its checksum.
+    pub checksum: u64,
+    /// Blocks unreadable with a media status, by the status's spec name.
+    pub media: BTreeMap<String, u64>,
+    /// Blocks unreadable for another reason (a timeout, a reset, another
+    /// status), by reason.
+    pub command: BTreeMap<String, u64>,
+    /// Read commands that failed (before narrowing to extents).
+    pub failed_reads: u64,
+}
+
+impl ErrorCounts {
+    /// Bad blocks of every kind: checksum mismatches plus unreadable blocks.
+    pub fn total_blocks(&self) -> u64 {
+        self.checksum + self.media.values().sum::<u64>() + self.command.values().sum::<u64>()
+    }
+}
+
+/// What a scrub did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// Bytes the scrub set out to read: live bytes times the copies scrubbed.
+    pub bytes_total: u64,
+    /// Bytes read by the scrub's own reads (not counting repair I/O).
+    pub bytes_read: u64,
+    /// Bytes read whose checksums were checked (0 with `verify: false`).
+    pub bytes_verified: u64,
+    /// Read commands completed, merged reads counted once.
+    pub reads: u64,
+    /// Bad blocks found, by kind.
+    pub errors: ErrorCounts,
+    /// Blocks rewritten from a good copy and confirmed by a re-read.
+    pub corrected_blocks: u64,
+    /// Blocks with no good copy, by extent; nothing was changed for them.
+    pub uncorrectable: Vec<Uncorrectable>,
+    /// Wall time of the whole scrub, pauses and the final commit included,
+    /// in seconds.
+    pub duration_s: f64,
+    /// `bytes_read` over the running time (pauses excluded), in MiB/s.
+    pub rate_mib_s: f64,
+    /// Time-weighted reads in flight while running.
+    pub mean_queue_depth: f64,
+    /// `bytes_read` over `reads`, in bytes: how well the plan merged extents.
+    pub mean_request_bytes: f64,
+    /// Index walks of the allocator (one per plan refill).
+    pub plan_lookups: u64,
+    /// The scrub was cancelled through [`Control::cancel`](crate::Control::cancel) before the end.
+    pub cancelled: bool,
+    /// The scrub started from a [`Checkpoint`](crate::Checkpoint).
+    pub resumed: bool,
+    /// Checksums were verified ([`ScrubOptions::verify`](crate::ScrubOptions::verify)).
+    pub verify: bool,
+    /// Bad copies were repaired ([`ScrubOptions::repair`](crate::ScrubOptions::repair)).
+    pub repair: bool,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        writeln!(
+            f,
+            "scrub {}: {:.1} MiB read of {:.1} MiB in {:.2} s ({:.1} MiB/s){}",
+            if self.cancelled { "cancelled" } else { "done" },
+            mib(self.bytes_read),
+            mib(self.bytes_total),
+            self.duration_s,
+            self.rate_mib_s,
+            if self.resumed { ", resumed" } else { "" }
+        )?;
+        writeln!(
+            f,
+            "  verified: {:.1} MiB{}",
+            mib(self.bytes_verified),
+            if self.verify { "" } else { " (verification off)" }
+        )?;
+        writeln!(
+            f,
+            "  requests: {} reads, mean {:.0} KiB, mean queue depth {:.1}, {} plan lookups",
+            self.reads,
+            self.mean_request_bytes / 1024.0,
+            self.mean_queue_depth,
+            self.plan_lookups
+        )?;
+        writeln!(
+            f,
+            "  errors: {} checksum, {} media, {} other (blocks); {} failed reads",
+            self.errors.checksum,
+            self.errors.media.values().sum::<u64>(),
+            self.errors.command.values().sum::<u64>(),
+            self.errors.failed_reads
+        )?;
+        for (kind, count) in self.errors.media.iter().chain(&self.errors.command) {
+            writeln!(f, "    {kind}: {count}")?;
+        }
+        writeln!(
+            f,
+            "  corrected: {} blocks{}",
+            self.corrected_blocks,
+            if self.repair { "" } else { " (read-only: nothing repaired)" }
+        )?;
+        write!(f, "  uncorrectable: {} blocks", self.uncorrectable.iter().map(|u| u.blocks.len()).sum::<usize>())?;
+        for u in &self.uncorrectable {
+            write!(f, "\n    extent {} (owner {}), copy {}: blocks {:?}", u.extent, u.owner, u.lane, u.blocks)?;
+        }
+        Ok(())
+    }
+}
