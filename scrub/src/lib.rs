@@ -28,8 +28,12 @@
 //!   impossible there) through the allocator, which journals the move at
 //!   the commit that ends the repair. The copy is re-read to confirm. A
 //!   block with no good copy is reported uncorrectable with its extent and
-//!   owner, and nothing is changed. Each copy is scrubbed in turn, as
-//!   btrfs scrubs per device.
+//!   owner, and nothing is changed. A repair whose write fails (or whose
+//!   confirming read does not complete) is reported with its error
+//!   ([`RepairFailed`]), the copy is left as it was, and the scrub goes on
+//!   with the others; the commit at the end still makes every relocation
+//!   that succeeded durable. Each copy is scrubbed in turn, as btrfs
+//!   scrubs per device.
 //! - Control ([`Control`]): pause, resume and cancel from another thread;
 //!   a rate limit in MiB/s (a token bucket on submitted bytes); a
 //!   [`Checkpoint`] (`checkpoint.rs`) of the last completed position,
@@ -87,7 +91,7 @@ mod report;
 mod verify;
 
 pub use checkpoint::Checkpoint;
-pub use report::{ErrorCounts, Report, Uncorrectable};
+pub use report::{ErrorCounts, RepairError, RepairFailed, Report, Uncorrectable};
 
 use nvme_driver::{IoBuffer, IoCompletion};
 use plan::{Planner, Read};
@@ -105,7 +109,9 @@ use zoned_allocator::{Location, Volume, BLOCK_SIZE};
 /// The scrub's one error type.
 #[derive(Debug)]
 pub enum Error {
-    /// The volume failed (opening, repair writes, the commit).
+    /// The volume failed (quiescing it, narrowing a failed read, the
+    /// commit). A failed repair is not an error of the scrub: the report
+    /// lists it ([`Report::repair_failed`]).
     Volume(zoned_allocator::Error),
     /// The checkpoint belongs to another volume or is malformed.
     BadCheckpoint(String),
@@ -316,8 +322,9 @@ pub fn scrub(
     let depth_area = engine.depth_area;
     let bytes_done = engine.bytes_done;
     drop(engine);
-    resolve_suspects(volume, options, suspects, &mut report)?;
-    if options.repair && report.corrected_blocks > 0 {
+    // Commit what was repaired, even when some repairs failed: the
+    // relocations journaled so far become durable.
+    if resolve_suspects(volume, options, suspects, &mut report)? {
         volume.commit()?;
     }
     report.cancelled = cancelled;

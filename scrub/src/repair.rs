@@ -2,7 +2,7 @@
 //! the good blocks of every copy, written back (in place or relocated) and
 //! confirmed by a re-read; blocks with no good copy reported.
 
-use crate::{Report, Result, ScrubOptions, Uncorrectable};
+use crate::{RepairError, RepairFailed, Report, Result, ScrubOptions, Uncorrectable};
 use nvme_driver::spec::status::StatusCode;
 use nvme_driver::IoError;
 use std::collections::BTreeMap;
@@ -20,13 +20,15 @@ pub(crate) struct Suspect {
 }
 
 /// Narrows failed reads to extents, then repairs (or reports) every
-/// suspect copy.
+/// suspect copy. A repair whose write fails is recorded in
+/// [`Report::repair_failed`] and the others go on. Returns whether a repair
+/// wrote to the volume (relocations to commit).
 pub(crate) fn resolve_suspects(
     volume: &mut Volume,
     options: &ScrubOptions,
     suspects: Vec<Suspect>,
     report: &mut Report,
-) -> Result<()> {
+) -> Result<bool> {
     // One entry per (lane, extent).
     let mut merged: BTreeMap<(usize, ExtentId), Suspect> = BTreeMap::new();
     for s in suspects {
@@ -38,61 +40,14 @@ pub(crate) fn resolve_suspects(
             })
             .or_insert(s);
     }
-    for ((lane, id), mut suspect) in merged {
-        let Some((len, owner)) = volume.extent(id) else { continue };
-        let blocks = (len / BLOCK_SIZE) as u32;
-        let mut copy = vec![0u8; len];
-        if suspect.read_failed {
-            // Which blocks does this extent's copy really fail on?
-            match volume.read_copy(id, lane, &mut copy) {
-                Ok(()) => {
-                    let crcs_bad = checksum_mismatches(volume, id, &copy);
-                    if !crcs_bad.is_empty() && options.verify {
-                        report.errors.checksum += crcs_bad.len() as u64;
-                    }
-                    suspect.bad_blocks.extend(crcs_bad);
-                }
-                Err(zoned_allocator::Error::Command { error, .. }) => {
-                    let key = error_kind(&error);
-                    let map = if key.0 { &mut report.errors.media } else { &mut report.errors.command };
-                    *map.entry(key.1).or_default() += u64::from(blocks);
-                    suspect.bad_blocks.extend(0..blocks);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        suspect.bad_blocks.sort_unstable();
-        suspect.bad_blocks.dedup();
-        if suspect.bad_blocks.is_empty() {
+    let mut wrote = false;
+    for ((lane, id), suspect) in merged {
+        let Some((_, owner)) = volume.extent(id) else { continue };
+        let bad_blocks = narrow(volume, options, suspect, report)?;
+        if bad_blocks.is_empty() {
             continue;
         }
-        // The other copies, verified block by block.
-        let mut good = vec![0u8; len];
-        let mut good_blocks = vec![false; blocks as usize];
-        if let Ok(()) = volume.read_copy(id, lane, &mut copy) {
-            let bad_here = checksum_mismatches(volume, id, &copy);
-            for b in 0..blocks {
-                if !bad_here.contains(&b) {
-                    good_blocks[b as usize] = true;
-                }
-            }
-            good.copy_from_slice(&copy);
-        }
-        for other in (0..volume.lanes()).filter(|&l| l != lane) {
-            let mut data = vec![0u8; len];
-            if volume.read_copy(id, other, &mut data).is_err() {
-                continue;
-            }
-            let bad_there = checksum_mismatches(volume, id, &data);
-            for b in 0..blocks {
-                if !good_blocks[b as usize] && !bad_there.contains(&b) {
-                    let range = b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE;
-                    good[range.clone()].copy_from_slice(&data[range]);
-                    good_blocks[b as usize] = true;
-                }
-            }
-        }
-        let unrecoverable: Vec<u32> = (0..blocks).filter(|&b| !good_blocks[b as usize]).collect();
+        let (good, unrecoverable) = good_data(volume, id, lane);
         if !unrecoverable.is_empty() {
             report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: unrecoverable });
             continue;
@@ -100,31 +55,121 @@ pub(crate) fn resolve_suspects(
         if !options.repair {
             continue;
         }
-        if volume.lane_is_zoned(lane) {
-            volume.rewrite_copy(id, lane, &good)?;
-        } else {
-            volume.repair_in_place(id, lane, &good)?;
-        }
-        // Confirm. A copy the rewrite did not heal (a sector that still
-        // fails to read: a drive that could not remap it) is reported
-        // uncorrectable and the scrub goes on, so the other suspects are
-        // still repaired and committed.
-        let healed = match volume.read_copy(id, lane, &mut copy) {
-            Ok(()) => checksum_mismatches(volume, id, &copy).is_empty(),
-            Err(zoned_allocator::Error::Command { error, .. }) => {
-                log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
-                false
+        match repair(volume, id, lane, &good) {
+            Repair::Healed => {
+                wrote = true;
+                report.corrected_blocks += bad_blocks.len() as u64;
             }
-            Err(e) => return Err(e.into()),
-        };
-        if healed {
-            report.corrected_blocks += suspect.bad_blocks.len() as u64;
-        } else {
-            report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: suspect.bad_blocks });
+            Repair::StillBad => {
+                wrote = true;
+                report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: bad_blocks });
+            }
+            Repair::Failed { wrote: written, error } => {
+                wrote |= written;
+                log::warn!("extent {id}, copy {lane}: repair failed, left as it was: {error}");
+                report.repair_failed.push(RepairFailed { extent: id, owner, lane, blocks: bad_blocks, error });
+            }
         }
     }
     volume.take_bad_blocks();
-    Ok(())
+    Ok(wrote)
+}
+
+/// The blocks of a suspect copy that are bad, sorted: those that failed
+/// their checksum and, when a read covering the copy failed, what a re-read
+/// of the copy alone finds (counted in the report's errors here).
+fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report: &mut Report) -> Result<Vec<u32>> {
+    let Suspect { lane, id, mut bad_blocks, read_failed } = suspect;
+    if read_failed {
+        let Some((len, _)) = volume.extent(id) else { return Ok(Vec::new()) };
+        let blocks = (len / BLOCK_SIZE) as u32;
+        let mut copy = vec![0u8; len];
+        // Which blocks does this extent's copy really fail on?
+        match volume.read_copy(id, lane, &mut copy) {
+            Ok(()) => {
+                let crcs_bad = checksum_mismatches(volume, id, &copy);
+                if !crcs_bad.is_empty() && options.verify {
+                    report.errors.checksum += crcs_bad.len() as u64;
+                }
+                bad_blocks.extend(crcs_bad);
+            }
+            Err(zoned_allocator::Error::Command { error, .. }) => {
+                let key = error_kind(&error);
+                let map = if key.0 { &mut report.errors.media } else { &mut report.errors.command };
+                *map.entry(key.1).or_default() += u64::from(blocks);
+                bad_blocks.extend(0..blocks);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bad_blocks.sort_unstable();
+    bad_blocks.dedup();
+    Ok(bad_blocks)
+}
+
+/// The extent's data rebuilt block by block from the verified blocks of
+/// every copy, `lane`'s own first, and the blocks no copy holds good.
+fn good_data(volume: &mut Volume, id: ExtentId, lane: usize) -> (Vec<u8>, Vec<u32>) {
+    let len = volume.extent(id).map_or(0, |(len, _)| len);
+    let blocks = (len / BLOCK_SIZE) as u32;
+    let mut good = vec![0u8; len];
+    let mut good_blocks = vec![false; blocks as usize];
+    let mut data = vec![0u8; len];
+    for copy in std::iter::once(lane).chain((0..volume.lanes()).filter(|&l| l != lane)) {
+        if volume.read_copy(id, copy, &mut data).is_err() {
+            continue;
+        }
+        let bad_there = checksum_mismatches(volume, id, &data);
+        for b in 0..blocks {
+            if !good_blocks[b as usize] && !bad_there.contains(&b) {
+                let range = b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE;
+                good[range.clone()].copy_from_slice(&data[range]);
+                good_blocks[b as usize] = true;
+            }
+        }
+    }
+    let unrecoverable = (0..blocks).filter(|&b| !good_blocks[b as usize]).collect();
+    (good, unrecoverable)
+}
+
+/// How one repair ended.
+enum Repair {
+    /// Written, and a re-read verifies.
+    Healed,
+    /// Written, but the copy still fails to read or verify (a sector the
+    /// drive could not remap).
+    StillBad,
+    /// The write, or the re-read confirming it, failed.
+    Failed {
+        /// The write went through (the re-read failed).
+        wrote: bool,
+        /// How.
+        error: RepairError,
+    },
+}
+
+/// Writes `good` over copy `lane` of extent `id`, in place on a
+/// conventional namespace or relocated on a zoned one (journaled at the
+/// next commit), then re-reads it to confirm.
+fn repair(volume: &mut Volume, id: ExtentId, lane: usize, good: &[u8]) -> Repair {
+    let written = if volume.lane_is_zoned(lane) {
+        volume.rewrite_copy(id, lane, good).map(drop)
+    } else {
+        volume.repair_in_place(id, lane, good)
+    };
+    if let Err(error) = written {
+        return Repair::Failed { wrote: false, error: RepairError::from(&error) };
+    }
+    let mut copy = vec![0u8; good.len()];
+    match volume.read_copy(id, lane, &mut copy) {
+        Ok(()) if checksum_mismatches(volume, id, &copy).is_empty() => Repair::Healed,
+        Ok(()) => Repair::StillBad,
+        Err(zoned_allocator::Error::Command { error, .. }) if error.device_status().is_some() => {
+            log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
+            Repair::StillBad
+        }
+        Err(error) => Repair::Failed { wrote: true, error: RepairError::from(&error) },
+    }
 }
 
 fn checksum_mismatches(volume: &Volume, id: ExtentId, data: &[u8]) -> Vec<u32> {

@@ -1,7 +1,8 @@
 //! What a scrub found and did: errors by kind, corrected and
 //! uncorrectable blocks, and the iostat view of its reads, as text or JSON.
 
-use serde::Serialize;
+use nvme_driver::IoError;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use zoned_allocator::ExtentId;
@@ -18,6 +19,86 @@ pub struct Uncorrectable {
     pub lane: usize,
     /// Block indices within the extent.
     pub blocks: Vec<u32>,
+}
+
+/// A bad copy the scrub could not repair although a good copy exists: the
+/// repair's write (or its confirming read) failed. The copy was left as it
+/// was, the scrub went on with the others, and a later scrub retries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairFailed {
+    /// The extent the blocks belong to.
+    pub extent: ExtentId,
+    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write).
+    pub owner: u64,
+    /// The copy (lane) whose repair failed.
+    pub lane: usize,
+    /// Block indices within the extent found bad in that copy.
+    pub blocks: Vec<u32>,
+    /// How the repair failed.
+    pub error: RepairError,
+}
+
+/// How a repair failed, in a form that can be persisted in a
+/// [`Checkpoint`](crate::Checkpoint).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RepairError {
+    /// The device completed a command of the repair with an error status
+    /// (NVMe Base 2.0 §4.2.3): Write Fault, Zone Invalid Write, ...
+    Status {
+        /// The command, in the allocator's words ("Write", "Read").
+        command: String,
+        /// SCT, the Status Code Type.
+        sct: u8,
+        /// SC, the Status Code.
+        sc: u8,
+        /// The status code's spec name.
+        name: String,
+    },
+    /// A command of the repair ended without a status of its own: it timed
+    /// out, was aborted, was ended by a controller reset, or the device is
+    /// gone.
+    Command {
+        /// The command, in the allocator's words.
+        command: String,
+        /// How it ended, in words.
+        reason: String,
+    },
+    /// The volume refused or failed the repair otherwise (no zone left for
+    /// the relocation, a controller reset since the last commit, ...).
+    Volume {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+impl From<&zoned_allocator::Error> for RepairError {
+    fn from(error: &zoned_allocator::Error) -> Self {
+        match error {
+            zoned_allocator::Error::Command { what, error: IoError::Device(status) } => RepairError::Status {
+                command: (*what).to_owned(),
+                sct: status.sct.raw(),
+                sc: status.sc,
+                name: status.name().to_owned(),
+            },
+            zoned_allocator::Error::Command { what, error } => {
+                RepairError::Command { command: (*what).to_owned(), reason: error.to_string() }
+            }
+            other => RepairError::Volume { reason: other.to_string() },
+        }
+    }
+}
+
+impl fmt::Display for RepairError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RepairError::Status { command, sct, sc, name } => {
+                write!(f, "{command} failed: {name} (SCT {sct:X}h, SC {sc:02X}h)")
+            }
+            RepairError::Command { command, reason } => write!(f, "{command} failed: {reason}"),
+            RepairError::Volume { reason } => write!(f, "{reason}"),
+        }
+    }
 }
 
 /// Bad blocks found, by kind.
@@ -58,6 +139,9 @@ pub struct Report {
     pub corrected_blocks: u64,
     /// Blocks with no good copy, by extent; nothing was changed for them.
     pub uncorrectable: Vec<Uncorrectable>,
+    /// Bad copies whose repair failed (a good copy exists), by extent; they
+    /// were left as they were.
+    pub repair_failed: Vec<RepairFailed>,
     /// Wall time of the whole scrub, pauses and the final commit included,
     /// in seconds.
     pub duration_s: f64,
@@ -126,6 +210,17 @@ impl fmt::Display for Report {
         write!(f, "  uncorrectable: {} blocks", self.uncorrectable.iter().map(|u| u.blocks.len()).sum::<usize>())?;
         for u in &self.uncorrectable {
             write!(f, "\n    extent {} (owner {}), copy {}: blocks {:?}", u.extent, u.owner, u.lane, u.blocks)?;
+        }
+        if !self.repair_failed.is_empty() {
+            let blocks: usize = self.repair_failed.iter().map(|r| r.blocks.len()).sum();
+            write!(f, "\n  repair failed: {blocks} blocks (a good copy exists; left as they were)")?;
+            for r in &self.repair_failed {
+                write!(
+                    f,
+                    "\n    extent {} (owner {}), copy {}: blocks {:?}: {}",
+                    r.extent, r.owner, r.lane, r.blocks, r.error
+                )?;
+            }
         }
         Ok(())
     }

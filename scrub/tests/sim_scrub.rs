@@ -7,10 +7,11 @@
 mod support;
 
 use nvme_driver::sim::Fault;
-use nvme_scrub::{scrub, Checkpoint, Control, Report, ScrubOptions};
+use nvme_scrub::{scrub, Checkpoint, Control, RepairError, Report, ScrubOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use support::{conventional, pattern, volume_options, zns, Harness, Rng};
-use zoned_allocator::{Profile, Volume, VolumeOptions};
+use zoned_allocator::zones::ZoneUse;
+use zoned_allocator::{Location, Profile, Volume, VolumeOptions};
 
 fn run(volume: &mut Volume, options: &ScrubOptions) -> Report {
     scrub(volume, options, &Control::new(), None, &mut |_| {}, &mut |_| {}).expect("scrub")
@@ -34,6 +35,26 @@ fn check_all(volume: &mut Volume, extents: &BTreeMap<u64, Vec<u8>>) {
         let mut back = vec![0u8; data.len()];
         volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
         assert!(&back == data, "extent {id} reads back wrong");
+    }
+}
+
+/// Flips `bit` of the first block of copy `lane` of extent `id`, at rest.
+fn corrupt(harness: &Harness, volume: &Volume, id: u64, lane: usize, bit: u64) {
+    let location = volume.location(id, lane).unwrap();
+    let sim = if harness.sims.len() > 1 { lane } else { 0 };
+    harness.sims[sim].corrupt_at_rest(1, volume.lba(lane, location), bit);
+}
+
+/// Makes every write to `lane`'s empty zones (where a relocation goes)
+/// fail with Write Fault, on a volume with one lane per simulator.
+fn fail_writes_to_empty_zones(harness: &Harness, volume: &Volume, lane: usize) {
+    let table = volume.zone_table(lane);
+    for zone in 0..table.zone_count() {
+        let entry = table.zone(zone);
+        if entry.usage == ZoneUse::Empty {
+            let slba = volume.lba(lane, Location { zone, offset: 0 });
+            harness.sims[lane].inject(Fault::WriteFault { nsid: 1, slba, blocks: u64::from(entry.capacity) * 8 });
+        }
     }
 }
 
@@ -232,6 +253,119 @@ fn the_rate_limit_is_not_exceeded() {
     // the property.
     assert!(report.rate_mib_s <= limit * 1.1, "{report}");
     assert!(report.rate_mib_s >= limit * 0.5, "{report}");
+}
+
+/// The report names exactly one failed repair: block 0 of copy `lane` of
+/// extent `id`, whose write failed with Write Fault.
+fn assert_write_fault(report: &Report, id: u64, lane: usize) {
+    let [failed] = report.repair_failed.as_slice() else { panic!("one failed repair expected: {report}") };
+    assert_eq!(
+        (failed.extent, failed.owner, failed.lane, failed.blocks.clone()),
+        (id, id - 1, lane, vec![0]),
+        "{report}"
+    );
+    let write_fault = RepairError::Status { command: "Write".into(), sct: 2, sc: 0x80, name: "Write Fault".into() };
+    assert_eq!(failed.error, write_fault, "{report}");
+    assert!(report.to_string().contains("Write failed: Write Fault"), "{report}");
+}
+
+#[test]
+fn a_failed_relocation_write_is_reported_and_the_other_repairs_are_committed() {
+    let (mut harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 100, 8, 10);
+    let ids: Vec<u64> = extents.keys().copied().collect();
+    // Copy 0 of one extent, whose relocation will fail; copy 1 of three
+    // others, repaired after that failure.
+    let (stuck, healed) = (ids[10], [ids[30], ids[50], ids[70]]);
+    corrupt(&harness, &volume, stuck, 0, 5);
+    for &id in &healed {
+        corrupt(&harness, &volume, id, 1, 6);
+    }
+    let before: Vec<Location> = healed.iter().map(|&id| volume.location(id, 1).unwrap()).collect();
+    fail_writes_to_empty_zones(&harness, &volume, 0);
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (4, 3), "{report}");
+    assert!(report.uncorrectable.is_empty(), "{report}");
+    assert_write_fault(&report, stuck, 0);
+    let after: Vec<Location> = healed.iter().map(|&id| volume.location(id, 1).unwrap()).collect();
+    for (i, &id) in healed.iter().enumerate() {
+        assert_ne!(after[i], before[i], "extent {id} was not relocated");
+    }
+    check_all(&mut volume, &extents);
+    // A new process: the relocations were committed, and nothing was lost.
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    check_all(&mut volume, &extents);
+    for (i, &id) in healed.iter().enumerate() {
+        assert_eq!(volume.location(id, 1), Some(after[i]), "extent {id}: the relocation was not committed");
+    }
+    let read_only = run(&mut volume, &ScrubOptions { repair: false, ..ScrubOptions::default() });
+    assert_eq!(read_only.errors.checksum, 1, "only the copy whose repair failed is still bad: {read_only}");
+    // Once writes work again, the next scrub repairs it.
+    harness.sims[0].clear_faults();
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (1, 1), "{report}");
+    assert_eq!(run(&mut volume, &ScrubOptions::default()).errors.total_blocks(), 0);
+    check_all(&mut volume, &extents);
+}
+
+#[test]
+fn a_failed_repair_write_in_place_is_reported_and_the_scrub_goes_on() {
+    let mut harness = Harness::single(conventional(64));
+    let options = VolumeOptions { profile: Profile::Dup, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 50, 8, 11);
+    let ids: Vec<u64> = extents.keys().copied().collect();
+    // Copy 1 of `stuck` cannot be written; the others are repaired, in
+    // copy 1 after the failure too.
+    let stuck = ids[5];
+    for (id, lane) in [(ids[2], 0), (stuck, 1), (ids[20], 1), (ids[40], 0)] {
+        corrupt(&harness, &volume, id, lane, 1);
+    }
+    let slba = volume.lba(1, volume.location(stuck, 1).unwrap());
+    harness.sims[0].inject(Fault::WriteFault { nsid: 1, slba, blocks: extents[&stuck].len() as u64 / 512 });
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (4, 3), "{report}");
+    assert!(report.uncorrectable.is_empty(), "{report}");
+    assert_write_fault(&report, stuck, 1);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    check_all(&mut volume, &extents);
+    let read_only = run(&mut volume, &ScrubOptions { repair: false, ..ScrubOptions::default() });
+    assert_eq!(read_only.errors.checksum, 1, "only the copy whose repair failed is still bad: {read_only}");
+}
+
+/// A relocation into a copy's reclaim zone after one that failed there.
+#[test]
+fn a_relocation_after_a_failed_one_in_the_same_copy_succeeds() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 100, 8, 14);
+    let blocks = |id: u64| extents[&id].len() as u32 / 4096;
+    // Two damaged copies in copy 0, repaired in this order, the first
+    // longer than the second.
+    let ids: Vec<u64> = extents.keys().copied().skip(10).collect();
+    let (first, second) = ids
+        .iter()
+        .flat_map(|&a| ids.iter().map(move |&b| (a, b)))
+        .find(|&(a, b)| a < b && blocks(a) > blocks(b))
+        .unwrap();
+    corrupt(&harness, &volume, first, 0, 2);
+    corrupt(&harness, &volume, second, 0, 2);
+    // The first relocation goes to the start of the first empty zone: its
+    // write fails past the blocks the second one needs, wherever the
+    // second goes.
+    let table = volume.zone_table(0);
+    let zone = (0..table.zone_count()).find(|&z| table.zone(z).usage == ZoneUse::Empty).unwrap();
+    let slba = volume.lba(0, Location { zone, offset: blocks(second) });
+    harness.sims[0].inject(Fault::WriteFault { nsid: 1, slba, blocks: u64::from(blocks(first) - blocks(second)) * 8 });
+    let report = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((report.errors.checksum, report.corrected_blocks), (2, 1), "{report}");
+    assert_write_fault(&report, first, 0);
+    check_all(&mut volume, &extents);
 }
 
 /// Random corruption across both copies; the report must be exactly what

@@ -261,7 +261,9 @@ fn run(args: &Args) -> Result<bool, String> {
     if let Some(e) = save_error {
         return Err(format!("saving the checkpoint: {e}"));
     }
-    let clean = report.uncorrectable.is_empty() && (report.errors.total_blocks() == 0 || !args.readonly);
+    let clean = report.uncorrectable.is_empty()
+        && report.repair_failed.is_empty()
+        && (report.errors.total_blocks() == 0 || !args.readonly);
     if args.json {
         let json = serde_json::json!({
             "tool": "scrub",
