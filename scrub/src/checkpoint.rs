@@ -1,15 +1,29 @@
-//! Where a scrub stands, persisted by the caller to resume after a
-//! restart.
+//! Where a scrub stands, and what it found so far, persisted by the caller
+//! to resume after a restart.
+//!
+//! The format is JSON through serde. Version 1 (no `version` field) held
+//! the position only; version 2 adds [`Checkpoint::findings`]. A version-1
+//! checkpoint still loads, with nothing found before it; a checkpoint of a
+//! later version than [`CHECKPOINT_VERSION`] is refused.
 
+use crate::{Error, ErrorCounts, RepairFailed, Result, Uncorrectable};
 use serde::{Deserialize, Serialize};
+use zoned_allocator::ExtentId;
+
+/// The checkpoint format this scrub writes, and the newest it reads.
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// Where a scrub stands: the caller persists it (JSON) to resume after a
 /// restart. Everything before the position of the lane named was read and
 /// verified; lanes before it are done.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// The volume scrubbed ([`Volume::id`](zoned_allocator::Volume::id)); [`scrub`](crate::scrub) refuses a checkpoint of
-    /// another volume.
+    /// The format ([`CHECKPOINT_VERSION`] when written by this scrub; 1 when
+    /// absent).
+    #[serde(default = "first_version")]
+    pub version: u32,
+    /// The volume scrubbed ([`Volume::id`](zoned_allocator::Volume::id));
+    /// [`scrub`](crate::scrub) refuses a checkpoint of another volume.
     pub volume_id: u64,
     /// The copy (lane) being scrubbed at this point.
     pub lane: usize,
@@ -23,4 +37,111 @@ pub struct Checkpoint {
     pub bytes_done: u64,
     /// Every lane is done.
     pub finished: bool,
+    /// What the scrub found and repaired before this point (nothing in a
+    /// version-1 checkpoint).
+    #[serde(default)]
+    pub findings: Findings,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+impl Checkpoint {
+    /// Reads a checkpoint persisted as JSON, refusing malformed text and
+    /// formats newer than this scrub's.
+    pub fn from_json(text: &str) -> Result<Checkpoint> {
+        let checkpoint: Checkpoint =
+            serde_json::from_str(text).map_err(|e| Error::BadCheckpoint(format!("not a scrub checkpoint ({e})")))?;
+        checkpoint.check_version()?;
+        Ok(checkpoint)
+    }
+
+    /// Refuses a format this scrub does not know.
+    pub(crate) fn check_version(&self) -> Result<()> {
+        if self.version == 0 || self.version > CHECKPOINT_VERSION {
+            return Err(Error::BadCheckpoint(format!(
+                "format version {}, this scrub reads 1 to {CHECKPOINT_VERSION}",
+                self.version
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a scrub found and did up to a checkpoint, so that a resumed scrub
+/// reports everything found across its runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Findings {
+    /// Bad blocks found, by kind.
+    pub errors: ErrorCounts,
+    /// Blocks rewritten from a good copy and confirmed by a re-read.
+    pub corrected_blocks: u64,
+    /// Blocks with no good copy.
+    pub uncorrectable: Vec<Uncorrectable>,
+    /// Bad copies whose repair failed.
+    pub repair_failed: Vec<RepairFailed>,
+    /// Copies found bad and not yet repaired or reported: repair runs once
+    /// the reads end, so a checkpoint taken while reading carries them, and
+    /// the scrub resumed from it repairs them.
+    pub suspects: Vec<Suspect>,
+}
+
+/// A suspect extent copy: blocks found bad, and how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspect {
+    /// The copy (lane).
+    pub lane: usize,
+    /// The extent.
+    pub extent: ExtentId,
+    /// Blocks (within the extent) that failed their checksum (already
+    /// counted in [`ErrorCounts::checksum`]).
+    pub bad_blocks: Vec<u32>,
+    /// A read covering the copy failed: repair narrows it down by
+    /// re-reading the copy alone.
+    pub read_failed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_version_checkpoint_loads_with_nothing_found() {
+        let text = r#"{"volume_id":7,"lane":1,"zone":3,"offset":8,"skip_blocks":2,"bytes_done":4096,"finished":false}"#;
+        let checkpoint = Checkpoint::from_json(text).unwrap();
+        assert_eq!((checkpoint.version, checkpoint.lane, checkpoint.bytes_done), (1, 1, 4096));
+        assert_eq!(checkpoint.findings, Findings::default());
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_what_it_wrote() {
+        let checkpoint = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            volume_id: 7,
+            lane: 0,
+            zone: 3,
+            offset: 8,
+            skip_blocks: 0,
+            bytes_done: 1 << 20,
+            finished: false,
+            findings: Findings {
+                errors: ErrorCounts { checksum: 2, failed_reads: 1, ..ErrorCounts::default() },
+                corrected_blocks: 1,
+                suspects: vec![Suspect { lane: 0, extent: 9, bad_blocks: vec![0, 3], read_failed: true }],
+                ..Findings::default()
+            },
+        };
+        let text = serde_json::to_string(&checkpoint).unwrap();
+        assert_eq!(Checkpoint::from_json(&text).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn newer_formats_and_other_text_are_refused() {
+        let newer = r#"{"version":3,"volume_id":7,"lane":0,"zone":0,"offset":0,"skip_blocks":0,"bytes_done":0,"finished":false}"#;
+        let error = Checkpoint::from_json(newer).unwrap_err().to_string();
+        assert!(error.contains("format version 3"), "{error}");
+        let error = Checkpoint::from_json(r#"{"volume_id":7}"#).unwrap_err().to_string();
+        assert!(error.contains("not a scrub checkpoint"), "{error}");
+    }
 }

@@ -38,7 +38,11 @@
 //!   a rate limit in MiB/s (a token bucket on submitted bytes); a
 //!   [`Checkpoint`] (`checkpoint.rs`) of the last completed position,
 //!   handed to the caller to persist, from which a later run resumes
-//!   without rereading finished work.
+//!   without rereading finished work. It carries what was found before
+//!   it ([`Findings`]): counts, uncorrectable blocks, repairs made and
+//!   failed, and the bad copies not yet repaired (repair runs once the
+//!   reads end), so the resumed run repairs those and reports everything
+//!   found across the runs.
 //! - Report ([`Report`], `report.rs`): bytes read and verified, errors by
 //!   kind, corrected and uncorrectable blocks, duration, mean queue depth
 //!   and mean request size (the iostat view), as text or JSON.
@@ -90,12 +94,12 @@ mod repair;
 mod report;
 mod verify;
 
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
 pub use report::{ErrorCounts, RepairError, RepairFailed, Report, Uncorrectable};
 
 use nvme_driver::{IoBuffer, IoCompletion};
 use plan::{Planner, Read};
-use repair::{resolve_suspects, Suspect};
+use repair::resolve_suspects;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -238,10 +242,18 @@ pub struct Progress {
     pub eta_s: f64,
 }
 
-/// A read in the in-flight table or waiting for verification.
+/// A read in the in-flight table or waiting for verification, and what it
+/// found: accounted when it retires, in order, so that a checkpoint holds
+/// exactly what was found before its position.
 struct Pending {
     read: Read,
     done: bool,
+    /// The read failed.
+    failed: bool,
+    /// Blocks that failed their checksum.
+    checksum_blocks: u64,
+    /// Copies found bad.
+    suspects: Vec<Suspect>,
 }
 
 /// Scrubs `volume`. `resume` continues a scrub from its checkpoint;
@@ -264,6 +276,7 @@ pub fn scrub(
         return Err(Error::InvalidArgument(format!("copy {bad}: the volume has {}", volume.lanes())));
     }
     if let Some(checkpoint) = resume {
+        checkpoint.check_version()?;
         if checkpoint.volume_id != volume.id() {
             return Err(Error::BadCheckpoint(format!(
                 "it belongs to volume {:#x}, not {:#x}",
@@ -273,13 +286,19 @@ pub fn scrub(
         }
     }
     let per_lane = volume.valid_blocks() * BLOCK_SIZE as u64;
+    let found = resume.map(|c| c.findings.clone()).unwrap_or_default();
     let mut report = Report {
         bytes_total: per_lane * lanes.len() as u64,
+        errors: found.errors,
+        corrected_blocks: found.corrected_blocks,
+        uncorrectable: found.uncorrectable,
+        repair_failed: found.repair_failed,
         verify: options.verify,
         repair: options.repair,
         resumed: resume.is_some(),
         ..Report::default()
     };
+    let bytes_done = resume.map_or(0, |c| c.bytes_done);
     let started = Instant::now();
     let mut engine = Engine {
         options,
@@ -291,17 +310,15 @@ pub fn scrub(
         depth_area: 0.0,
         depth_since: started,
         in_flight: 0,
-        bytes_done: resume.map_or(0, |c| c.bytes_done),
+        bytes_done,
         bytes_submitted: 0,
-        last_checkpoint_bytes: 0,
+        last_checkpoint_bytes: bytes_done,
         last_progress: started,
-        suspects: Vec::new(),
+        suspects: found.suspects,
         volume_id: volume.id(),
     };
-    let mut cancelled = false;
-    if resume.is_some_and(|c| c.finished) {
-        cancelled = false;
-    } else {
+    let mut cancelled: Option<Position> = None;
+    if !resume.is_some_and(|c| c.finished) {
         for (index, &lane) in lanes.iter().enumerate() {
             let (from, skip) = match resume {
                 Some(c) if c.lane == lane => (Location { zone: c.zone, offset: c.offset }, c.skip_blocks),
@@ -310,8 +327,8 @@ pub fn scrub(
             };
             match engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)? {
                 LaneEnd::Done => {}
-                LaneEnd::Cancelled => {
-                    cancelled = true;
+                LaneEnd::Cancelled(at) => {
+                    cancelled = Some(at);
                     break;
                 }
             }
@@ -327,28 +344,56 @@ pub fn scrub(
     if resolve_suspects(volume, options, suspects, &mut report)? {
         volume.commit()?;
     }
-    report.cancelled = cancelled;
+    report.cancelled = cancelled.is_some();
     report.duration_s = started.elapsed().as_secs_f64();
     report.rate_mib_s = report.bytes_read as f64 / f64::from(1 << 20) / run_time.as_secs_f64().max(1e-9);
     report.mean_queue_depth = depth_area / run_time.as_secs_f64().max(1e-9);
     report.mean_request_bytes = if report.reads > 0 { report.bytes_read as f64 / report.reads as f64 } else { 0.0 };
-    if !cancelled {
-        on_checkpoint(&Checkpoint {
-            volume_id: volume.id(),
-            lane: *lanes.last().unwrap_or(&0),
-            zone: 0,
-            offset: 0,
-            skip_blocks: 0,
-            bytes_done,
-            finished: true,
-        });
-    }
+    // The last checkpoint: where a cancelled scrub stopped, or the end,
+    // with everything found, now repaired or reported.
+    let at = cancelled.unwrap_or(Position {
+        lane: *lanes.last().unwrap_or(&0),
+        location: Location { zone: 0, offset: 0 },
+        skip: 0,
+    });
+    on_checkpoint(&Checkpoint {
+        version: CHECKPOINT_VERSION,
+        volume_id: volume.id(),
+        lane: at.lane,
+        zone: at.location.zone,
+        offset: at.location.offset,
+        skip_blocks: at.skip,
+        bytes_done,
+        finished: cancelled.is_none(),
+        findings: findings(&report, Vec::new()),
+    });
     Ok(report)
 }
 
 enum LaneEnd {
     Done,
-    Cancelled,
+    /// Cancelled: everything before this position was read.
+    Cancelled(Position),
+}
+
+/// A position in the scrub: a lane, the extent to start from there, and
+/// blocks of it already read.
+#[derive(Clone, Copy, Debug)]
+struct Position {
+    lane: usize,
+    location: Location,
+    skip: u32,
+}
+
+/// The findings so far, for a checkpoint.
+fn findings(report: &Report, suspects: Vec<Suspect>) -> Findings {
+    Findings {
+        errors: report.errors.clone(),
+        corrected_blocks: report.corrected_blocks,
+        uncorrectable: report.uncorrectable.clone(),
+        repair_failed: report.repair_failed.clone(),
+        suspects,
+    }
 }
 
 struct Engine<'a> {
@@ -418,7 +463,7 @@ impl Engine<'_> {
             match self.control.state() {
                 CANCEL => cancelled = true,
                 PAUSE if pending.is_empty() => {
-                    self.checkpoint(lane, &queue, &planner, on_checkpoint, true);
+                    self.checkpoint_at(lane, None, &queue, &planner, on_checkpoint);
                     let paused_at = Instant::now();
                     while self.control.state() == PAUSE {
                         std::thread::sleep(Duration::from_millis(5));
@@ -461,7 +506,10 @@ impl Engine<'_> {
                     return Err(Error::Volume(nvme_driver::Error::from(error).into()));
                 }
                 self.bytes_submitted += bytes;
-                pending.insert(next_seq, Pending { read, done: false });
+                pending.insert(
+                    next_seq,
+                    Pending { read, done: false, failed: false, checksum_blocks: 0, suspects: Vec::new() },
+                );
                 next_seq += 1;
                 self.set_in_flight(self.in_flight + 1);
                 submitted += 1;
@@ -489,16 +537,14 @@ impl Engine<'_> {
                         }
                     }
                     Err(error) => {
-                        self.report.errors.failed_reads += 1;
                         log::debug!("read of {} blocks at LBA {} failed: {error}", entry.read.blocks, entry.read.lba);
-                        for piece in &entry.read.pieces {
-                            self.suspects.push(Suspect {
-                                lane,
-                                id: piece.id,
-                                bad_blocks: Vec::new(),
-                                read_failed: true,
-                            });
-                        }
+                        entry.failed = true;
+                        entry.suspects.extend(entry.read.pieces.iter().map(|piece| Suspect {
+                            lane,
+                            extent: piece.id,
+                            bad_blocks: Vec::new(),
+                            read_failed: true,
+                        }));
                         entry.done = true;
                     }
                 }
@@ -512,7 +558,10 @@ impl Engine<'_> {
                 if !entry.get().done {
                     break;
                 }
-                let read = entry.remove().read;
+                let Pending { read, failed, checksum_blocks, suspects, .. } = entry.remove();
+                self.report.errors.failed_reads += u64::from(failed);
+                self.report.errors.checksum += checksum_blocks;
+                self.suspects.extend(suspects);
                 self.bytes_done += read.bytes() as u64;
                 if self.options.verify {
                     self.report.bytes_verified += read.bytes() as u64;
@@ -560,12 +609,11 @@ impl Engine<'_> {
             }
         }
         self.set_in_flight(0);
-        if cancelled {
-            self.checkpoint(lane, &queue, &planner, on_checkpoint, true);
-            self.report.plan_lookups += planner.lookups;
-            return Ok(LaneEnd::Cancelled);
-        }
         self.report.plan_lookups += planner.lookups;
+        if cancelled {
+            // Drained: the position is the next read to plan or submit.
+            return Ok(LaneEnd::Cancelled(position(lane, None, &queue, &planner)));
+        }
         Ok(LaneEnd::Done)
     }
 
@@ -573,10 +621,10 @@ impl Engine<'_> {
         let Some(entry) = pending.get_mut(&result.seq) else { return };
         for (piece, bad) in entry.read.pieces.iter().zip(result.bad) {
             if !bad.is_empty() {
-                self.report.errors.checksum += bad.len() as u64;
-                self.suspects.push(Suspect {
+                entry.checksum_blocks += bad.len() as u64;
+                entry.suspects.push(Suspect {
                     lane,
-                    id: piece.id,
+                    extent: piece.id,
                     bad_blocks: bad.iter().map(|b| b + piece.extent_block).collect(),
                     read_failed: false,
                 });
@@ -585,19 +633,8 @@ impl Engine<'_> {
         entry.done = true;
     }
 
-    /// A checkpoint at the first read not yet finished (all are finished
-    /// when `drained`).
-    fn checkpoint(
-        &mut self,
-        lane: usize,
-        queue: &VecDeque<Read>,
-        planner: &Planner,
-        on_checkpoint: &mut dyn FnMut(&Checkpoint),
-        _drained: bool,
-    ) {
-        self.checkpoint_at(lane, None, queue, planner, on_checkpoint);
-    }
-
+    /// A checkpoint at the first read not yet finished, or at the next one
+    /// to submit or plan, with everything found before it.
     fn checkpoint_at(
         &mut self,
         lane: usize,
@@ -606,26 +643,35 @@ impl Engine<'_> {
         planner: &Planner,
         on_checkpoint: &mut dyn FnMut(&Checkpoint),
     ) {
-        let (location, skip) = match first_unfinished.or(queue.front()) {
-            Some(read) => {
-                let piece = &read.pieces[0];
-                let extent_start = Location {
-                    zone: read.start.zone,
-                    offset: read.start.offset + piece.offset_blocks - piece.extent_block,
-                };
-                (extent_start, piece.extent_block)
-            }
-            None => planner.position(),
-        };
+        let at = position(lane, first_unfinished, queue, planner);
         self.last_checkpoint_bytes = self.bytes_done;
         on_checkpoint(&Checkpoint {
+            version: CHECKPOINT_VERSION,
             volume_id: self.volume_id,
             lane,
-            zone: location.zone,
-            offset: location.offset,
-            skip_blocks: skip,
+            zone: at.location.zone,
+            offset: at.location.offset,
+            skip_blocks: at.skip,
             bytes_done: self.bytes_done,
             finished: false,
+            findings: findings(self.report, self.suspects.clone()),
         });
     }
+}
+
+/// The position of the first read not yet finished, else of the next read
+/// to submit, else of the next to plan.
+fn position(lane: usize, first_unfinished: Option<&Read>, queue: &VecDeque<Read>, planner: &Planner) -> Position {
+    let (location, skip) = match first_unfinished.or(queue.front()) {
+        Some(read) => {
+            let piece = &read.pieces[0];
+            let extent_start = Location {
+                zone: read.start.zone,
+                offset: read.start.offset + piece.offset_blocks - piece.extent_block,
+            };
+            (extent_start, piece.extent_block)
+        }
+        None => planner.position(),
+    };
+    Position { lane, location, skip }
 }

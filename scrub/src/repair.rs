@@ -2,22 +2,11 @@
 //! the good blocks of every copy, written back (in place or relocated) and
 //! confirmed by a re-read; blocks with no good copy reported.
 
-use crate::{RepairError, RepairFailed, Report, Result, ScrubOptions, Uncorrectable};
+use crate::{RepairError, RepairFailed, Report, Result, ScrubOptions, Suspect, Uncorrectable};
 use nvme_driver::spec::status::StatusCode;
 use nvme_driver::IoError;
 use std::collections::BTreeMap;
 use zoned_allocator::{ExtentId, Volume, BLOCK_SIZE};
-
-/// A suspect extent copy: blocks found bad, and how.
-#[derive(Clone, Debug)]
-pub(crate) struct Suspect {
-    pub(crate) lane: usize,
-    pub(crate) id: ExtentId,
-    /// Blocks (within the extent) that failed their checksum.
-    pub(crate) bad_blocks: Vec<u32>,
-    /// The read covering it failed (narrow it down by re-reading).
-    pub(crate) read_failed: bool,
-}
 
 /// Narrows failed reads to extents, then repairs (or reports) every
 /// suspect copy. A repair whose write fails is recorded in
@@ -33,7 +22,7 @@ pub(crate) fn resolve_suspects(
     let mut merged: BTreeMap<(usize, ExtentId), Suspect> = BTreeMap::new();
     for s in suspects {
         merged
-            .entry((s.lane, s.id))
+            .entry((s.lane, s.extent))
             .and_modify(|m| {
                 m.read_failed |= s.read_failed;
                 m.bad_blocks.extend(&s.bad_blocks);
@@ -79,7 +68,7 @@ pub(crate) fn resolve_suspects(
 /// their checksum and, when a read covering the copy failed, what a re-read
 /// of the copy alone finds (counted in the report's errors here).
 fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report: &mut Report) -> Result<Vec<u32>> {
-    let Suspect { lane, id, mut bad_blocks, read_failed } = suspect;
+    let Suspect { lane, extent: id, mut bad_blocks, read_failed } = suspect;
     if read_failed {
         let Some((len, _)) = volume.extent(id) else { return Ok(Vec::new()) };
         let blocks = (len / BLOCK_SIZE) as u32;

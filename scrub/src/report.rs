@@ -8,7 +8,7 @@ use std::fmt;
 use zoned_allocator::ExtentId;
 
 /// A block with no good copy.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Uncorrectable {
     /// The extent the blocks belong to.
     pub extent: ExtentId,
@@ -102,7 +102,7 @@ impl fmt::Display for RepairError {
 }
 
 /// Bad blocks found, by kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorCounts {
     /// Blocks whose data failed its checksum.
     pub checksum: u64,

@@ -9,6 +9,7 @@ mod support;
 use nvme_driver::sim::Fault;
 use nvme_scrub::{scrub, Checkpoint, Control, RepairError, Report, ScrubOptions};
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 use support::{conventional, pattern, volume_options, zns, Harness, Rng};
 use zoned_allocator::zones::ZoneUse;
 use zoned_allocator::{Location, Profile, Volume, VolumeOptions};
@@ -218,6 +219,13 @@ fn cancel_and_resume_after_a_restart_rereads_nothing() {
     assert!(scrub(&mut volume, &scrub_options, &Control::new(), Some(&other), &mut |_| {}, &mut |_| {}).is_err());
 }
 
+/// Every extent reads back, save those with a block no copy holds.
+fn check_all_but(volume: &mut Volume, damage: &Damage) {
+    let lost: BTreeSet<u64> = damage.uncorrectable.iter().map(|&(id, _)| id).collect();
+    let extents = damage.extents.iter().filter(|(id, _)| !lost.contains(id)).map(|(&id, d)| (id, d.clone())).collect();
+    check_all(volume, &extents);
+}
+
 #[test]
 fn the_queue_stays_deep_and_the_ablation_does_not() {
     let (harness, options) = {
@@ -336,6 +344,134 @@ fn a_failed_repair_write_in_place_is_reported_and_the_scrub_goes_on() {
     check_all(&mut volume, &extents);
     let read_only = run(&mut volume, &ScrubOptions { repair: false, ..ScrubOptions::default() });
     assert_eq!(read_only.errors.checksum, 1, "only the copy whose repair failed is still bad: {read_only}");
+}
+
+/// Damage spread over a mirrored volume of 400 extents, and what a whole
+/// scrub of it must report.
+struct Damage {
+    extents: BTreeMap<u64, Vec<u8>>,
+    checksum: u64,
+    media: u64,
+    corrected: u64,
+    /// (extent, copy) with no good copy.
+    uncorrectable: BTreeSet<(u64, usize)>,
+}
+
+fn damage(harness: &Harness, volume: &mut Volume) -> Damage {
+    let extents = fill(volume, 400, 16, 12);
+    let ids: Vec<u64> = extents.keys().copied().collect();
+    let (mut checksum, mut corrected) = (0, 0);
+    // One block of copy 0 in every 25th extent, of copy 1 in every 40th
+    // (never the same extent).
+    for (lane, first, step) in [(0, 3, 25), (1, 15, 40)] {
+        for &id in ids.iter().skip(first).step_by(step) {
+            corrupt(harness, volume, id, lane, 100 + id);
+            checksum += 1;
+            corrected += 1;
+        }
+    }
+    // Early in copy 0: an extent bad in both copies, and one unreadable.
+    let both = ids[9];
+    corrupt(harness, volume, both, 0, 7);
+    corrupt(harness, volume, both, 1, 7);
+    checksum += 2;
+    let unreadable = ids[17];
+    let slba = volume.lba(0, volume.location(unreadable, 0).unwrap());
+    harness.sims[0].inject(Fault::UnrecoveredRead { nsid: 1, slba, blocks: 1 });
+    let media = extents[&unreadable].len() as u64 / 4096;
+    corrected += media;
+    Damage { extents, checksum, media, corrected, uncorrectable: BTreeSet::from([(both, 0), (both, 1)]) }
+}
+
+fn assert_reports_all(report: &Report, expected: &Damage) {
+    assert_eq!(report.errors.checksum, expected.checksum, "{report}");
+    assert_eq!(report.errors.media.get("Unrecovered Read Error"), Some(&expected.media), "{report}");
+    assert_eq!(report.corrected_blocks, expected.corrected, "{report}");
+    let uncorrectable: BTreeSet<(u64, usize)> = report.uncorrectable.iter().map(|u| (u.extent, u.lane)).collect();
+    assert_eq!(uncorrectable, expected.uncorrectable, "{report}");
+}
+
+#[test]
+fn errors_found_before_a_cancel_are_reported_after_the_resume() {
+    let (mut harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let expected = damage(&harness, &mut volume);
+    let total = volume.valid_blocks() * 2 * 4096;
+    let scrub_options =
+        ScrubOptions { checkpoint_every_bytes: 1 << 20, max_request_bytes: Some(128 << 10), ..ScrubOptions::default() };
+    let control = Control::new();
+    let mut saved: Option<Checkpoint> = None;
+    let first = scrub(&mut volume, &scrub_options, &control, None, &mut |_| {}, &mut |c| {
+        if c.bytes_done >= total / 3 {
+            control.cancel();
+        }
+        saved = Some(c.clone());
+    })
+    .unwrap();
+    assert!(first.cancelled, "{first}");
+    assert!(first.errors.checksum > 0 && first.errors.checksum < expected.checksum, "{first}");
+    let text = serde_json::to_string(&saved.expect("a checkpoint")).unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    let checkpoint: Checkpoint = serde_json::from_str(&text).unwrap();
+    let mut last: Option<Checkpoint> = None;
+    let second = scrub(&mut volume, &scrub_options, &Control::new(), Some(&checkpoint), &mut |_| {}, &mut |c| {
+        last = Some(c.clone())
+    })
+    .unwrap();
+    assert!(second.resumed && !second.cancelled, "{second}");
+    // The copies repaired by the first run may have moved past the
+    // checkpoint, where the second reads them again.
+    assert!(first.bytes_read + second.bytes_read >= total, "first {first}\nsecond {second}");
+    assert_reports_all(&second, &expected);
+    // The last checkpoint holds it all too, every suspect resolved.
+    let last = last.expect("a checkpoint");
+    assert!(last.finished && last.findings.suspects.is_empty(), "{last:?}");
+    assert_eq!((last.findings.errors, last.findings.corrected_blocks), (second.errors.clone(), expected.corrected));
+    // Everything but the blocks with no good copy was repaired.
+    check_all_but(&mut volume, &expected);
+    let again = run(&mut volume, &ScrubOptions::default());
+    assert_eq!((again.errors.checksum, again.corrected_blocks), (2, 0), "{again}");
+}
+
+#[test]
+fn errors_in_a_checkpoint_are_repaired_after_a_power_cut() {
+    let (mut harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let expected = damage(&harness, &mut volume);
+    let total = volume.valid_blocks() * 2 * 4096;
+    let scrub_options = ScrubOptions {
+        checkpoint_every_bytes: 1 << 20,
+        max_request_bytes: Some(128 << 10),
+        timeout: Duration::from_millis(200),
+        ..ScrubOptions::default()
+    };
+    // The power fails right after a checkpoint a third of the way in,
+    // before the scrub repaired anything.
+    let mut saved: Option<String> = None;
+    let first = scrub(&mut volume, &scrub_options, &Control::new(), None, &mut |_| {}, &mut |c| {
+        if saved.is_none() && c.bytes_done >= total / 3 {
+            saved = Some(serde_json::to_string(c).unwrap());
+            for sim in &harness.sims {
+                sim.power_cut();
+            }
+        }
+    });
+    assert!(first.is_err(), "the scrub went on without power");
+    drop(volume);
+    harness.power_cut();
+    let mut volume = harness.open(&options).unwrap();
+    let checkpoint: Checkpoint = serde_json::from_str(&saved.expect("a checkpoint")).unwrap();
+    // Found before the cut, not yet repaired.
+    assert!(checkpoint.findings.errors.checksum > 0, "{checkpoint:?}");
+    assert!(!checkpoint.findings.suspects.is_empty(), "{checkpoint:?}");
+    assert_eq!(checkpoint.findings.corrected_blocks, 0, "{checkpoint:?}");
+    let second =
+        scrub(&mut volume, &scrub_options, &Control::new(), Some(&checkpoint), &mut |_| {}, &mut |_| {}).unwrap();
+    assert!(second.resumed && !second.cancelled, "{second}");
+    assert_reports_all(&second, &expected);
+    check_all_but(&mut volume, &expected);
 }
 
 /// A relocation into a copy's reclaim zone after one that failed there.

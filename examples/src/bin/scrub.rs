@@ -194,9 +194,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let resume = if args.resume {
         let path = args.state.as_ref().expect("clap requires --state");
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let checkpoint: Checkpoint =
-            serde_json::from_str(&text).map_err(|e| format!("{}: not a scrub checkpoint ({e})", path.display()))?;
-        Some(checkpoint)
+        Some(Checkpoint::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?)
     } else {
         None
     };
