@@ -2,9 +2,12 @@
 //! to resume after a restart.
 //!
 //! The format is JSON through serde. Version 1 (no `version` field) held
-//! the position only; version 2 adds [`Checkpoint::findings`]. A version-1
-//! checkpoint still loads, with nothing found before it; a checkpoint of a
-//! later version than [`CHECKPOINT_VERSION`] is refused.
+//! the position only; version 2 adds what was found
+//! ([`Checkpoint::findings`]), the bytes verified and the copies of the
+//! pass. A version-1 checkpoint still loads, with nothing found and nothing
+//! known verified before it (so the pass it continues is never called
+//! clean); a checkpoint of a later version than [`CHECKPOINT_VERSION`] is
+//! refused.
 
 use crate::{Error, ErrorCounts, RepairFailed, Result, Uncorrectable};
 use serde::{Deserialize, Serialize};
@@ -13,9 +16,10 @@ use zoned_allocator::ExtentId;
 /// The checkpoint format this scrub writes, and the newest it reads.
 pub const CHECKPOINT_VERSION: u32 = 2;
 
-/// Where a scrub stands: the caller persists it (JSON) to resume after a
-/// restart. Everything before the position of the lane named was read and
-/// verified; lanes before it are done.
+/// Where a scrub's pass stands: the caller persists it (JSON) to resume
+/// after a restart. Everything before the position of the lane named was
+/// read; lanes before it are done. A checkpoint with `finished` set ends
+/// its pass: resuming from it starts a new pass over everything.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// The format ([`CHECKPOINT_VERSION`] when written by this scrub; 1 when
@@ -33,9 +37,17 @@ pub struct Checkpoint {
     pub offset: u32,
     /// Blocks at the start of that extent already read and verified.
     pub skip_blocks: u32,
-    /// Bytes read before this point, over the whole scrub.
+    /// Bytes read before this point, over the whole pass.
     pub bytes_done: u64,
-    /// Every lane is done.
+    /// Bytes of `bytes_done` whose checksums were checked (0 in a version-1
+    /// checkpoint: not known).
+    #[serde(default)]
+    pub bytes_verified: u64,
+    /// The copies (lanes) the pass scrubs, in order (empty in a version-1
+    /// checkpoint); a resume must scrub the same.
+    #[serde(default)]
+    pub lanes: Vec<usize>,
+    /// Every lane is done: the pass is over.
     pub finished: bool,
     /// What the scrub found and repaired before this point (nothing in a
     /// version-1 checkpoint).
@@ -72,6 +84,7 @@ impl Checkpoint {
 /// What a scrub found and did up to a checkpoint, so that a resumed scrub
 /// reports everything found across its runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Findings {
     /// Bad blocks found, by kind.
     pub errors: ErrorCounts,
@@ -81,6 +94,8 @@ pub struct Findings {
     pub uncorrectable: Vec<Uncorrectable>,
     /// Bad copies whose repair failed.
     pub repair_failed: Vec<RepairFailed>,
+    /// Bad blocks with a good copy left as they were.
+    pub unrepaired_blocks: u64,
     /// Copies found bad and not yet repaired or reported: repair runs once
     /// the reads end, so a checkpoint taken while reading carries them, and
     /// the scrub resumed from it repairs them.
@@ -111,6 +126,7 @@ mod tests {
         let text = r#"{"volume_id":7,"lane":1,"zone":3,"offset":8,"skip_blocks":2,"bytes_done":4096,"finished":false}"#;
         let checkpoint = Checkpoint::from_json(text).unwrap();
         assert_eq!((checkpoint.version, checkpoint.lane, checkpoint.bytes_done), (1, 1, 4096));
+        assert_eq!((checkpoint.bytes_verified, checkpoint.lanes.len()), (0, 0), "not known");
         assert_eq!(checkpoint.findings, Findings::default());
     }
 
@@ -124,6 +140,8 @@ mod tests {
             offset: 8,
             skip_blocks: 0,
             bytes_done: 1 << 20,
+            bytes_verified: 1 << 20,
+            lanes: vec![0, 1],
             finished: false,
             findings: Findings {
                 errors: ErrorCounts { checksum: 2, failed_reads: 1, ..ErrorCounts::default() },

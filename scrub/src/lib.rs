@@ -42,10 +42,14 @@
 //!   it ([`Findings`]): counts, uncorrectable blocks, repairs made and
 //!   failed, and the bad copies not yet repaired (repair runs once the
 //!   reads end), so the resumed run repairs those and reports everything
-//!   found across the runs.
+//!   found across the runs. A checkpoint of a finished pass starts a new
+//!   pass over everything.
 //! - Report ([`Report`], `report.rs`): bytes read and verified, errors by
-//!   kind, corrected and uncorrectable blocks, duration, mean queue depth
-//!   and mean request size (the iostat view), as text or JSON.
+//!   kind, corrected and uncorrectable blocks, failed repairs, duration,
+//!   mean queue depth and mean request size (the iostat view), as text or
+//!   JSON, and the pass's [`Outcome`]: clean only when every byte of the
+//!   copies scrubbed was read and verified, over every run of a resumed
+//!   pass, and no bad block is left.
 //!
 //! # Example
 //!
@@ -57,7 +61,7 @@
 //! ```
 //! use nvme_driver::sim::{SimConfig, Simulator};
 //! use nvme_driver::{Controller, ControllerOptions};
-//! use nvme_scrub::{scrub, Control, ScrubOptions};
+//! use nvme_scrub::{scrub, Control, Outcome, ScrubOptions};
 //! use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions};
 //!
 //! // Two controllers, each with a 64 MiB ZNS namespace of 1 MiB zones
@@ -83,6 +87,7 @@
 //! assert_eq!(report.errors.checksum, 1);
 //! assert_eq!(report.corrected_blocks, 1);
 //! assert!(report.uncorrectable.is_empty());
+//! assert_eq!(report.outcome, Outcome::Clean); // all read and verified, nothing left bad
 //! println!("{report}");
 //! ```
 
@@ -95,7 +100,7 @@ mod report;
 mod verify;
 
 pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
-pub use report::{ErrorCounts, RepairError, RepairFailed, Report, Uncorrectable};
+pub use report::{ErrorCounts, Outcome, RepairError, RepairFailed, Report, Uncorrectable};
 
 use nvme_driver::{IoBuffer, IoCompletion};
 use plan::{Planner, Read};
@@ -256,10 +261,15 @@ struct Pending {
     suspects: Vec<Suspect>,
 }
 
-/// Scrubs `volume`. `resume` continues a scrub from its checkpoint;
-/// `on_progress` is called about twice a second, `on_checkpoint` every
-/// [`ScrubOptions::checkpoint_every_bytes`] and at the end (persist it to
-/// resume after a restart).
+/// Scrubs `volume`. `resume` continues a pass from its checkpoint (with
+/// what it found so far); a finished checkpoint starts a new pass, as
+/// `None` does. `on_progress` is called about twice a second,
+/// `on_checkpoint` every [`ScrubOptions::checkpoint_every_bytes`] and at
+/// the end, after the repairs (persist it to resume after a restart).
+///
+/// Coverage is judged by position: a volume written between the runs of a
+/// pass may have extents placed behind the checkpoint, which that pass
+/// does not read.
 pub fn scrub(
     volume: &mut Volume,
     options: &ScrubOptions,
@@ -276,23 +286,20 @@ pub fn scrub(
         return Err(Error::InvalidArgument(format!("copy {bad}: the volume has {}", volume.lanes())));
     }
     if let Some(checkpoint) = resume {
-        checkpoint.check_version()?;
-        if checkpoint.volume_id != volume.id() {
-            return Err(Error::BadCheckpoint(format!(
-                "it belongs to volume {:#x}, not {:#x}",
-                checkpoint.volume_id,
-                volume.id()
-            )));
-        }
+        check_checkpoint(checkpoint, volume, &lanes)?;
     }
+    // A finished checkpoint ends its pass: this scrub starts a new one.
+    let resume = resume.filter(|c| !c.finished);
     let per_lane = volume.valid_blocks() * BLOCK_SIZE as u64;
     let found = resume.map(|c| c.findings.clone()).unwrap_or_default();
     let mut report = Report {
         bytes_total: per_lane * lanes.len() as u64,
+        lanes: lanes.clone(),
         errors: found.errors,
         corrected_blocks: found.corrected_blocks,
         uncorrectable: found.uncorrectable,
         repair_failed: found.repair_failed,
+        unrepaired_blocks: found.unrepaired_blocks,
         verify: options.verify,
         repair: options.repair,
         resumed: resume.is_some(),
@@ -311,6 +318,7 @@ pub fn scrub(
         depth_since: started,
         in_flight: 0,
         bytes_done,
+        bytes_verified: resume.map_or(0, |c| c.bytes_verified),
         bytes_submitted: 0,
         last_checkpoint_bytes: bytes_done,
         last_progress: started,
@@ -318,19 +326,17 @@ pub fn scrub(
         volume_id: volume.id(),
     };
     let mut cancelled: Option<Position> = None;
-    if !resume.is_some_and(|c| c.finished) {
-        for (index, &lane) in lanes.iter().enumerate() {
-            let (from, skip) = match resume {
-                Some(c) if c.lane == lane => (Location { zone: c.zone, offset: c.offset }, c.skip_blocks),
-                Some(c) if lanes.iter().position(|&l| l == c.lane).is_some_and(|p| p > index) => continue,
-                _ => (Location { zone: 0, offset: 0 }, 0),
-            };
-            match engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)? {
-                LaneEnd::Done => {}
-                LaneEnd::Cancelled(at) => {
-                    cancelled = Some(at);
-                    break;
-                }
+    for (index, &lane) in lanes.iter().enumerate() {
+        let (from, skip) = match resume {
+            Some(c) if c.lane == lane => (Location { zone: c.zone, offset: c.offset }, c.skip_blocks),
+            Some(c) if lanes.iter().position(|&l| l == c.lane).is_some_and(|p| p > index) => continue,
+            _ => (Location { zone: 0, offset: 0 }, 0),
+        };
+        match engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)? {
+            LaneEnd::Done => {}
+            LaneEnd::Cancelled(at) => {
+                cancelled = Some(at);
+                break;
             }
         }
     }
@@ -338,6 +344,7 @@ pub fn scrub(
     let run_time = started.elapsed().saturating_sub(engine.paused);
     let depth_area = engine.depth_area;
     let bytes_done = engine.bytes_done;
+    let bytes_verified = engine.bytes_verified;
     drop(engine);
     // Commit what was repaired, even when some repairs failed: the
     // relocations journaled so far become durable.
@@ -345,6 +352,9 @@ pub fn scrub(
         volume.commit()?;
     }
     report.cancelled = cancelled.is_some();
+    report.pass_bytes_read = bytes_done;
+    report.pass_bytes_verified = bytes_verified;
+    report.outcome = report.judge(cancelled.is_none());
     report.duration_s = started.elapsed().as_secs_f64();
     report.rate_mib_s = report.bytes_read as f64 / f64::from(1 << 20) / run_time.as_secs_f64().max(1e-9);
     report.mean_queue_depth = depth_area / run_time.as_secs_f64().max(1e-9);
@@ -364,10 +374,41 @@ pub fn scrub(
         offset: at.location.offset,
         skip_blocks: at.skip,
         bytes_done,
+        bytes_verified,
+        lanes,
         finished: cancelled.is_none(),
         findings: findings(&report, Vec::new()),
     });
     Ok(report)
+}
+
+/// Refuses a checkpoint of another volume, of an unknown format, or (for
+/// a pass not finished) of a pass over other copies.
+fn check_checkpoint(checkpoint: &Checkpoint, volume: &Volume, lanes: &[usize]) -> Result<()> {
+    checkpoint.check_version()?;
+    if checkpoint.volume_id != volume.id() {
+        return Err(Error::BadCheckpoint(format!(
+            "it belongs to volume {:#x}, not {:#x}",
+            checkpoint.volume_id,
+            volume.id()
+        )));
+    }
+    if checkpoint.finished {
+        return Ok(());
+    }
+    if !checkpoint.lanes.is_empty() && checkpoint.lanes != lanes {
+        return Err(Error::BadCheckpoint(format!(
+            "its pass scrubs copies {:?}, this scrub copies {lanes:?}: resume with the same copies",
+            checkpoint.lanes
+        )));
+    }
+    if !lanes.contains(&checkpoint.lane) {
+        return Err(Error::BadCheckpoint(format!(
+            "it stopped in copy {}, which this scrub does not scrub",
+            checkpoint.lane
+        )));
+    }
+    Ok(())
 }
 
 enum LaneEnd {
@@ -392,6 +433,7 @@ fn findings(report: &Report, suspects: Vec<Suspect>) -> Findings {
         corrected_blocks: report.corrected_blocks,
         uncorrectable: report.uncorrectable.clone(),
         repair_failed: report.repair_failed.clone(),
+        unrepaired_blocks: report.unrepaired_blocks,
         suspects,
     }
 }
@@ -407,7 +449,10 @@ struct Engine<'a> {
     depth_area: f64,
     depth_since: Instant,
     in_flight: usize,
+    /// Bytes of the pass read, its checkpoint's included.
     bytes_done: u64,
+    /// Bytes of `bytes_done` verified.
+    bytes_verified: u64,
     /// Bytes submitted while not paused, for the rate limit.
     bytes_submitted: u64,
     last_checkpoint_bytes: u64,
@@ -564,6 +609,7 @@ impl Engine<'_> {
                 self.suspects.extend(suspects);
                 self.bytes_done += read.bytes() as u64;
                 if self.options.verify {
+                    self.bytes_verified += read.bytes() as u64;
                     self.report.bytes_verified += read.bytes() as u64;
                 }
             }
@@ -653,6 +699,8 @@ impl Engine<'_> {
             offset: at.location.offset,
             skip_blocks: at.skip,
             bytes_done: self.bytes_done,
+            bytes_verified: self.bytes_verified,
+            lanes: self.report.lanes.clone(),
             finished: false,
             findings: findings(self.report, self.suspects.clone()),
         });

@@ -38,10 +38,13 @@ pub(crate) fn resolve_suspects(
         }
         let (good, unrecoverable) = good_data(volume, id, lane);
         if !unrecoverable.is_empty() {
+            // The copy is left whole, its correctable blocks too.
+            report.unrepaired_blocks += bad_blocks.iter().filter(|b| !unrecoverable.contains(b)).count() as u64;
             report.uncorrectable.push(Uncorrectable { extent: id, owner, lane, blocks: unrecoverable });
             continue;
         }
         if !options.repair {
+            report.unrepaired_blocks += bad_blocks.len() as u64;
             continue;
         }
         match repair(volume, id, lane, &good) {

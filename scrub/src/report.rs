@@ -122,14 +122,50 @@ impl ErrorCounts {
     }
 }
 
-/// What a scrub did.
+/// What a scrub's pass comes to, judged on all of it (every run of a
+/// resumed pass).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every byte of the copies scrubbed was read and verified, and no bad
+    /// block is left: none was found, or every one found was repaired.
+    Clean,
+    /// No bad block is left in what was read, but not every byte was read
+    /// and verified: the scrub was cancelled, verification was off, or an
+    /// earlier run of the pass did not verify (or left a checkpoint of the
+    /// first format, which does not say).
+    #[default]
+    Incomplete,
+    /// Bad blocks are left: uncorrectable, a failed repair, or found by a
+    /// read-only scrub.
+    Damaged,
+}
+
+/// What a scrub did. Findings (errors, corrected, uncorrectable, failed
+/// and left repairs) and `pass_*` cover the whole pass: a scrub resumed
+/// from a [`Checkpoint`](crate::Checkpoint) includes what the runs before
+/// it found and read. The other counts, rates and times are this run's.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
-    /// Bytes the scrub set out to read: live bytes times the copies scrubbed.
+    /// What the pass comes to; the text says "clean" only for
+    /// [`Outcome::Clean`].
+    pub outcome: Outcome,
+    /// Bytes the pass sets out to read: live bytes times the copies
+    /// scrubbed.
     pub bytes_total: u64,
-    /// Bytes read by the scrub's own reads (not counting repair I/O).
+    /// Bytes of the pass read, over all its runs (not counting repair I/O).
+    /// A copy repaired by an earlier run may be read again when its
+    /// relocation moved it past the checkpoint, so this can exceed
+    /// `bytes_total`.
+    pub pass_bytes_read: u64,
+    /// Bytes of `pass_bytes_read` whose checksums were checked.
+    pub pass_bytes_verified: u64,
+    /// The copies (lanes) scrubbed.
+    pub lanes: Vec<usize>,
+    /// Bytes read by this run's own reads (not counting repair I/O).
     pub bytes_read: u64,
-    /// Bytes read whose checksums were checked (0 with `verify: false`).
+    /// Bytes this run read whose checksums were checked (0 with
+    /// `verify: false`).
     pub bytes_verified: u64,
     /// Read commands completed, merged reads counted once.
     pub reads: u64,
@@ -142,6 +178,10 @@ pub struct Report {
     /// Bad copies whose repair failed (a good copy exists), by extent; they
     /// were left as they were.
     pub repair_failed: Vec<RepairFailed>,
+    /// Bad blocks left as they were although a good copy exists: found by a
+    /// read-only scrub, or in a copy that also holds uncorrectable blocks
+    /// (such a copy is left whole). Failed repairs are not counted here.
+    pub unrepaired_blocks: u64,
     /// Wall time of the whole scrub, pauses and the final commit included,
     /// in seconds.
     pub duration_s: f64,
@@ -163,6 +203,54 @@ pub struct Report {
     pub repair: bool,
 }
 
+impl Report {
+    /// Judges the pass: damaged if bad blocks are left, else clean only if
+    /// it ran to the end (`complete`) and verified every byte it read.
+    pub(crate) fn judge(&self, complete: bool) -> Outcome {
+        if !self.uncorrectable.is_empty() || !self.repair_failed.is_empty() || self.unrepaired_blocks > 0 {
+            Outcome::Damaged
+        } else if complete && self.pass_bytes_verified == self.pass_bytes_read {
+            Outcome::Clean
+        } else {
+            Outcome::Incomplete
+        }
+    }
+
+    /// The result line: the outcome, and why.
+    fn result(&self) -> String {
+        let copies = match self.lanes.as_slice() {
+            [one] => format!("copy {one}"),
+            [first @ .., last] => {
+                format!("copies {} and {last}", first.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+            }
+            [] => "no copy".to_owned(),
+        };
+        match self.outcome {
+            Outcome::Clean => format!("clean: every byte of {copies} read and verified, no bad block left"),
+            Outcome::Incomplete => {
+                let why = if self.cancelled {
+                    "cancelled"
+                } else if !self.verify {
+                    "verification off"
+                } else {
+                    "an earlier run of this pass did not verify what it read"
+                };
+                let share = self.pass_bytes_verified as f64 / self.bytes_total.max(1) as f64 * 100.0;
+                format!("incomplete ({why}): {share:.1}% of {copies} read and verified, no bad block left in it")
+            }
+            Outcome::Damaged => {
+                let uncorrectable: usize = self.uncorrectable.iter().map(|u| u.blocks.len()).sum();
+                let failed: usize = self.repair_failed.iter().map(|r| r.blocks.len()).sum();
+                format!(
+                    "damaged: {uncorrectable} uncorrectable, {failed} whose repair failed, {} left unrepaired \
+                     (blocks)",
+                    self.unrepaired_blocks
+                )
+            }
+        }
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
@@ -176,6 +264,14 @@ impl fmt::Display for Report {
             self.rate_mib_s,
             if self.resumed { ", resumed" } else { "" }
         )?;
+        if self.resumed {
+            writeln!(
+                f,
+                "  pass (with the runs before): {:.1} MiB read, {:.1} MiB verified",
+                mib(self.pass_bytes_read),
+                mib(self.pass_bytes_verified)
+            )?;
+        }
         writeln!(
             f,
             "  verified: {:.1} MiB{}",
@@ -222,6 +318,9 @@ impl fmt::Display for Report {
                 )?;
             }
         }
-        Ok(())
+        if self.unrepaired_blocks > 0 {
+            write!(f, "\n  left unrepaired: {} blocks (a good copy exists)", self.unrepaired_blocks)?;
+        }
+        write!(f, "\n  result: {}", self.result())
     }
 }

@@ -7,7 +7,7 @@
 mod support;
 
 use nvme_driver::sim::Fault;
-use nvme_scrub::{scrub, Checkpoint, Control, RepairError, Report, ScrubOptions};
+use nvme_scrub::{scrub, Checkpoint, Control, Outcome, RepairError, Report, ScrubOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use support::{conventional, pattern, volume_options, zns, Harness, Rng};
@@ -474,6 +474,110 @@ fn errors_in_a_checkpoint_are_repaired_after_a_power_cut() {
     check_all_but(&mut volume, &expected);
 }
 
+#[test]
+fn a_finished_checkpoint_starts_a_fresh_pass() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 100, 8, 13);
+    let mut last: Option<Checkpoint> = None;
+    let first = scrub(&mut volume, &ScrubOptions::default(), &Control::new(), None, &mut |_| {}, &mut |c| {
+        last = Some(c.clone())
+    })
+    .unwrap();
+    assert_eq!(first.bytes_read, first.bytes_total);
+    let finished = last.expect("a checkpoint");
+    assert!(finished.finished);
+    let id = *extents.keys().nth(40).unwrap();
+    corrupt(&harness, &volume, id, 1, 3);
+    let second =
+        scrub(&mut volume, &ScrubOptions::default(), &Control::new(), Some(&finished), &mut |_| {}, &mut |_| {})
+            .unwrap();
+    assert_eq!(second.bytes_read, second.bytes_total, "{second}");
+    assert_eq!((second.errors.checksum, second.corrected_blocks), (1, 1), "{second}");
+    assert!(!second.resumed, "a new pass: {second}");
+    assert_eq!((second.pass_bytes_verified, second.outcome), (second.bytes_total, Outcome::Clean), "{second}");
+}
+
+/// Cancels a scrub once a third of `total` is read; returns its report and
+/// last checkpoint.
+fn scrub_a_third(volume: &mut Volume, options: &ScrubOptions, total: u64) -> (Report, Checkpoint) {
+    let control = Control::new();
+    let mut saved = None;
+    let report = scrub(volume, options, &control, None, &mut |_| {}, &mut |c| {
+        if c.bytes_done >= total / 3 {
+            control.cancel();
+        }
+        saved = Some(c.clone());
+    })
+    .unwrap();
+    assert!(report.cancelled, "{report}");
+    (report, saved.expect("a checkpoint"))
+}
+
+#[test]
+fn a_report_says_clean_only_when_its_pass_read_and_verified_every_byte() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 300, 8, 15);
+    let total = volume.valid_blocks() * 2 * 4096;
+    let scrub_options = ScrubOptions {
+        checkpoint_every_bytes: 256 << 10,
+        max_request_bytes: Some(64 << 10),
+        ..ScrubOptions::default()
+    };
+    let resume = |volume: &mut Volume, options: &ScrubOptions, checkpoint: &Checkpoint| {
+        scrub(volume, options, &Control::new(), Some(checkpoint), &mut |_| {}, &mut |_| {})
+    };
+
+    // Cancelled a third of the way: incomplete, and the text says so.
+    let (first, checkpoint) = scrub_a_third(&mut volume, &scrub_options, total);
+    assert_eq!(first.outcome, Outcome::Incomplete, "{first}");
+    assert_eq!((first.pass_bytes_read, first.pass_bytes_verified), (first.bytes_read, first.bytes_read));
+    assert!(first.pass_bytes_read < total, "{first}");
+    let text = first.to_string();
+    assert!(text.contains("result: incomplete (cancelled)") && !text.contains("clean"), "{text}");
+    let json = serde_json::to_value(&first).unwrap();
+    assert_eq!((&json["outcome"], &json["pass_bytes_read"]), (&"incomplete".into(), &first.pass_bytes_read.into()));
+    // Resumed to the end: the pass read and verified every byte.
+    let second = resume(&mut volume, &scrub_options, &checkpoint).unwrap();
+    assert_eq!(second.outcome, Outcome::Clean, "{second}");
+    assert_eq!((second.pass_bytes_read, second.pass_bytes_verified), (total, total), "{second}");
+    assert!(second.to_string().contains("result: clean"), "{second}");
+    // A resume that would scrub other copies than the pass did is refused.
+    let one_copy = ScrubOptions { lanes: Some(vec![1]), ..scrub_options.clone() };
+    let refused = resume(&mut volume, &one_copy, &checkpoint).unwrap_err();
+    assert!(refused.to_string().contains("copies [0, 1]"), "{refused}");
+
+    // Without verification nothing is called clean, nor is a pass that
+    // began without it.
+    let unverified = ScrubOptions { verify: false, ..scrub_options.clone() };
+    let report = run(&mut volume, &unverified);
+    assert_eq!((report.outcome, report.pass_bytes_read, report.pass_bytes_verified), (Outcome::Incomplete, total, 0));
+    assert!(report.to_string().contains("result: incomplete (verification off)"), "{report}");
+    let (_, checkpoint) = scrub_a_third(&mut volume, &unverified, total);
+    let report = resume(&mut volume, &scrub_options, &checkpoint).unwrap();
+    assert_eq!(report.outcome, Outcome::Incomplete, "{report}");
+    assert!(report.pass_bytes_verified < report.pass_bytes_read, "{report}");
+    // Nor after a checkpoint of the first format, which does not say.
+    let (_, checkpoint) = scrub_a_third(&mut volume, &scrub_options, total);
+    let first_format = serde_json::json!({
+        "volume_id": checkpoint.volume_id, "lane": checkpoint.lane, "zone": checkpoint.zone,
+        "offset": checkpoint.offset, "skip_blocks": checkpoint.skip_blocks,
+        "bytes_done": checkpoint.bytes_done, "finished": false,
+    });
+    let checkpoint = Checkpoint::from_json(&first_format.to_string()).unwrap();
+    let report = resume(&mut volume, &scrub_options, &checkpoint).unwrap();
+    assert!(report.resumed && report.outcome == Outcome::Incomplete, "{report}");
+    assert_eq!(report.pass_bytes_read, total, "{report}");
+
+    // Damage left in place (read-only) is damage, whatever the coverage.
+    let id = *extents.keys().nth(100).unwrap();
+    corrupt(&harness, &volume, id, 0, 4);
+    let report = run(&mut volume, &ScrubOptions { repair: false, ..ScrubOptions::default() });
+    assert_eq!((report.outcome, report.unrepaired_blocks), (Outcome::Damaged, 1), "{report}");
+    assert!(report.to_string().contains("result: damaged"), "{report}");
+}
+
 /// A relocation into a copy's reclaim zone after one that failed there.
 #[test]
 fn a_relocation_after_a_failed_one_in_the_same_copy_succeeds() {
@@ -565,6 +669,11 @@ fn fault_pattern(seed: u64) {
         .sum();
     assert_eq!(found, expected_uncorrectable, "seed {seed}: {report}");
     assert_eq!(report.corrected_blocks, expected_corrected - held_back, "seed {seed}: {report}");
+    assert_eq!(report.unrepaired_blocks, held_back, "seed {seed}: {report}");
+    // Everything was read and verified: clean unless a block is left bad.
+    let outcome = if found.is_empty() { Outcome::Clean } else { Outcome::Damaged };
+    assert_eq!(report.outcome, outcome, "seed {seed}: {report}");
+    assert_eq!((report.pass_bytes_read, report.pass_bytes_verified), (report.bytes_total, report.bytes_total));
     // Good data is intact: every extent without an uncorrectable block
     // reads back exactly.
     for (&id, data) in &extents {
