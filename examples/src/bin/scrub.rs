@@ -1,6 +1,9 @@
 //! scrub: reads every extent of a volume at high queue depth, verifies
 //! checksums and repairs bad copies from the other one, like `btrfs scrub
-//! start -B`, with a rate limit, resume, progress and `--json`.
+//! start -B`, with a rate limit, resume, progress and `--json`. The report
+//! ends with the pass's result: clean only when every byte of the copies
+//! scrubbed was read and verified (over every run of a resumed pass) and no
+//! bad block is left.
 
 use clap::Parser;
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
@@ -11,7 +14,7 @@ use nvme_examples::args::{
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
-use nvme_scrub::{scrub, Checkpoint, Control, ScrubOptions};
+use nvme_scrub::{scrub, Checkpoint, Control, Outcome, ScrubOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,7 +24,18 @@ use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOp
 
 /// Verify every block of a volume and repair bad copies from the other one.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(
+    version,
+    about,
+    long_about = None,
+    after_help = "The report ends with the result of the pass: clean (every byte of the copies scrubbed read and \
+                  verified, over every run of a resumed pass, and no bad block left), incomplete (no bad block left \
+                  in what was read, but not everything was read and verified: cancelled, --no-verify, or an earlier \
+                  run that did not verify), or damaged (bad blocks left: uncorrectable, a failed repair, or found by \
+                  --readonly). --json carries it as report.outcome, with report.pass_bytes_read, \
+                  report.pass_bytes_verified and report.bytes_total.\n\
+                  Exit status: 0 clean or incomplete, 3 damaged, 1 the scrub failed, 2 a bad argument."
+)]
 struct Args {
     /// Controller PCI address: one, or two for a mirror across controllers.
     /// Default: the first NVMe function bound to vfio-pci.
@@ -61,10 +75,12 @@ struct Args {
     /// Scrub only this copy, 0 or 1 (and one the volume has).
     #[arg(long, value_parser = args::int_in::<usize>(0, 1))]
     copy: Option<usize>,
-    /// Keep the checkpoint in FILE; with --resume, continue from it.
+    /// Keep the checkpoint in FILE (the position, and what was found and
+    /// repaired so far); with --resume, continue from it.
     #[arg(long, value_name = "FILE")]
     state: Option<PathBuf>,
-    /// Continue from the checkpoint in --state.
+    /// Continue the pass saved in --state, reporting what its earlier runs
+    /// found too; a finished pass starts a new one.
     #[arg(long, requires = "state")]
     resume: bool,
     /// Cancel after this many bytes, more than 0 (for tests of resume).
@@ -95,13 +111,8 @@ fn main() -> ExitCode {
         args::exit_usage_error::<Args>("scrub", &message);
     }
     match run(&args) {
-        Ok(clean) => {
-            if clean {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(3)
-            }
-        }
+        Ok(Outcome::Damaged) => ExitCode::from(3),
+        Ok(Outcome::Clean | Outcome::Incomplete) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("scrub: {message}");
             ExitCode::FAILURE
@@ -188,7 +199,7 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
     Ok((controllers, volume))
 }
 
-fn run(args: &Args) -> Result<bool, String> {
+fn run(args: &Args) -> Result<Outcome, String> {
     // The checkpoint is read before any device is opened: a bad file
     // stops the scrub before it starts.
     let resume = if args.resume {
@@ -259,9 +270,6 @@ fn run(args: &Args) -> Result<bool, String> {
     if let Some(e) = save_error {
         return Err(format!("saving the checkpoint: {e}"));
     }
-    let clean = report.uncorrectable.is_empty()
-        && report.repair_failed.is_empty()
-        && (report.errors.total_blocks() == 0 || !args.readonly);
     if args.json {
         let json = serde_json::json!({
             "tool": "scrub",
@@ -278,5 +286,5 @@ fn run(args: &Args) -> Result<bool, String> {
         println!("  crc32c: {}, {} verify thread(s)", checksum::implementation().name(), args.verify_threads);
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
-    Ok(clean)
+    Ok(report.outcome)
 }
