@@ -1,7 +1,9 @@
 //! The scrub engine on the simulator: clean volumes, corruption and media
-//! errors in one copy or both, repair in place and by relocation,
-//! read-only runs, resume after a restart, the ablation, and thousands of
-//! seeded fault patterns with exactly predicted reports.
+//! errors in one copy or both, repair in place and by relocation, repair
+//! writes that fail, read-only runs, resume after a restart or a power cut
+//! with what was found before it, coverage and the outcome of a pass, the
+//! ablation, and thousands of seeded fault patterns with exactly predicted
+//! reports.
 
 #[path = "../../allocator/tests/support/mod.rs"]
 mod support;
@@ -608,8 +610,10 @@ fn a_relocation_after_a_failed_one_in_the_same_copy_succeeds() {
     check_all(&mut volume, &extents);
 }
 
-/// Random corruption across both copies; the report must be exactly what
-/// the corruption predicts, and no good data may change.
+/// Random corruption across both copies, and in a third of the patterns
+/// repair writes that fail (to a copy's reclaim zones on ZNS, over one
+/// copy of one extent on a conventional namespace); the report must be
+/// exactly what they predict, and no good data may change.
 fn fault_pattern(seed: u64) {
     let mut rng = Rng::new(seed);
     let zoned = seed.is_multiple_of(2);
@@ -639,15 +643,37 @@ fn fault_pattern(seed: u64) {
             sim.corrupt_at_rest(1, lba + rng.below(8), rng.below(4096));
         }
     }
+    // Copies whose repair write fails, drawn apart so the patterns above
+    // stay those of earlier versions: (extent, lane) of a correctable copy.
+    let correctable = |id: u64, lane: usize| {
+        let other = bad.get(&(id, 1 - lane));
+        bad[&(id, lane)].iter().all(|b| !other.is_some_and(|o| o.contains(b)))
+    };
+    let mut write_rng = Rng::new(seed ^ 0x5752_4954_4546_4c54);
+    let mut fails: BTreeSet<(u64, usize)> = BTreeSet::new();
+    if write_rng.below(3) == 0 {
+        if zoned {
+            let lane = write_rng.below(2) as usize;
+            fail_writes_to_empty_zones(&harness, &volume, lane);
+            fails.extend(bad.keys().filter(|&&(id, l)| l == lane && correctable(id, l)));
+        } else if let Some(&(id, lane)) = bad.keys().find(|&&(id, l)| correctable(id, l)) {
+            let slba = volume.lba(lane, volume.location(id, lane).unwrap());
+            harness.sims[0].inject(Fault::WriteFault { nsid: 1, slba, blocks: extents[&id].len() as u64 / 512 });
+            fails.insert((id, lane));
+        }
+    }
     let report =
         run(&mut volume, &ScrubOptions { max_in_flight: 1 + rng.below(64) as usize, ..ScrubOptions::default() });
     let mut expected_corrected = 0;
     let mut expected_uncorrectable = BTreeSet::new();
+    let mut expected_failed = BTreeSet::new();
     for (&(id, lane), blocks) in &bad {
         let other = bad.get(&(id, 1 - lane));
         for &block in blocks {
             if other.is_some_and(|o| o.contains(&block)) {
                 expected_uncorrectable.insert((id, lane, block));
+            } else if fails.contains(&(id, lane)) {
+                expected_failed.insert((id, lane, block));
             } else {
                 expected_corrected += 1;
             }
@@ -670,8 +696,11 @@ fn fault_pattern(seed: u64) {
     assert_eq!(found, expected_uncorrectable, "seed {seed}: {report}");
     assert_eq!(report.corrected_blocks, expected_corrected - held_back, "seed {seed}: {report}");
     assert_eq!(report.unrepaired_blocks, held_back, "seed {seed}: {report}");
+    let failed: BTreeSet<(u64, usize, u32)> =
+        report.repair_failed.iter().flat_map(|r| r.blocks.iter().map(move |&b| (r.extent, r.lane, b))).collect();
+    assert_eq!(failed, expected_failed, "seed {seed}: {report}");
     // Everything was read and verified: clean unless a block is left bad.
-    let outcome = if found.is_empty() { Outcome::Clean } else { Outcome::Damaged };
+    let outcome = if found.is_empty() && failed.is_empty() { Outcome::Clean } else { Outcome::Damaged };
     assert_eq!(report.outcome, outcome, "seed {seed}: {report}");
     assert_eq!((report.pass_bytes_read, report.pass_bytes_verified), (report.bytes_total, report.bytes_total));
     // Good data is intact: every extent without an uncorrectable block
@@ -684,9 +713,10 @@ fn fault_pattern(seed: u64) {
         volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));
         assert!(&back == data, "seed {seed}: extent {id}");
     }
+    // What failed is still bad, and only that.
     if found.is_empty() {
         let again = run(&mut volume, &ScrubOptions::default());
-        assert_eq!(again.errors.total_blocks(), 0, "seed {seed}: second scrub {again}");
+        assert_eq!(again.errors.total_blocks(), failed.len() as u64, "seed {seed}: second scrub {again}");
     }
 }
 
