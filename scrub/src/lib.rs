@@ -345,6 +345,7 @@ pub fn scrub(
     let depth_area = engine.depth_area;
     let bytes_done = engine.bytes_done;
     let bytes_verified = engine.bytes_verified;
+    assert!(bytes_verified <= bytes_done, "verified {bytes_verified} bytes of {bytes_done} read");
     drop(engine);
     // Commit what was repaired, even when some repairs failed: the
     // relocations journaled so far become durable.
@@ -391,6 +392,12 @@ fn check_checkpoint(checkpoint: &Checkpoint, volume: &Volume, lanes: &[usize]) -
             "it belongs to volume {:#x}, not {:#x}",
             checkpoint.volume_id,
             volume.id()
+        )));
+    }
+    if checkpoint.bytes_verified > checkpoint.bytes_done {
+        return Err(Error::BadCheckpoint(format!(
+            "malformed: {} bytes verified of {} read",
+            checkpoint.bytes_verified, checkpoint.bytes_done
         )));
     }
     if checkpoint.finished {
@@ -690,6 +697,7 @@ impl Engine<'_> {
         on_checkpoint: &mut dyn FnMut(&Checkpoint),
     ) {
         let at = position(lane, first_unfinished, queue, planner);
+        assert!(self.bytes_verified <= self.bytes_done, "more verified than read");
         self.last_checkpoint_bytes = self.bytes_done;
         on_checkpoint(&Checkpoint {
             version: CHECKPOINT_VERSION,

@@ -195,7 +195,8 @@ pub struct Report {
     pub plan_lookups: u64,
     /// The scrub was cancelled through [`Control::cancel`](crate::Control::cancel) before the end.
     pub cancelled: bool,
-    /// The scrub started from a [`Checkpoint`](crate::Checkpoint).
+    /// The scrub continued a pass from a [`Checkpoint`](crate::Checkpoint)
+    /// (a finished checkpoint starts a new pass instead).
     pub resumed: bool,
     /// Checksums were verified ([`ScrubOptions::verify`](crate::ScrubOptions::verify)).
     pub verify: bool,
@@ -235,7 +236,7 @@ impl Report {
                 } else {
                     "an earlier run of this pass did not verify what it read"
                 };
-                let share = self.pass_bytes_verified as f64 / self.bytes_total.max(1) as f64 * 100.0;
+                let share = (self.pass_bytes_verified as f64 / self.bytes_total.max(1) as f64 * 100.0).min(100.0);
                 format!("incomplete ({why}): {share:.1}% of {copies} read and verified, no bad block left in it")
             }
             Outcome::Damaged => {
