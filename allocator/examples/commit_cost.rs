@@ -47,7 +47,7 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
     }
-    if args.bs % 4096 != 0 || args.bs > 1 << 20 {
+    if !args.bs.is_multiple_of(4096) || args.bs > 1 << 20 {
         return Err(format!("--bs {}: expected a multiple of 4096 up to 1 MiB", args.bs));
     }
     Ok(args)

@@ -86,8 +86,8 @@ pub use error::{Error, Result};
 pub use journal::format::FORMAT_VERSION;
 pub use journal::recovery::Dropped;
 pub use volume::{
-    BadBlock, CommitInfo, DeviceState, ExtentRef, ReadOutcome, ReclaimProgress, RecoveryReport, Volume, VolumeOptions,
-    VolumeStats, WriteDone, WriteMode,
+    BadBlock, CommitInfo, DeviceState, ExtentRef, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Volume,
+    VolumeOptions, VolumeStats, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

@@ -458,3 +458,30 @@ fn garbage_over_every_label_is_not_blank_and_never_no_volume() {
     assert_eq!(device_writes(&harness), before, "a failed open wrote to the device");
     assert_eq!(Volume::probe(&mut harness.devices()[0]), DeviceState::Unrecognized);
 }
+
+#[test]
+fn scrubbing_metadata_finds_a_bad_copy_and_rewrites_both() {
+    for (mut harness, options) in [single_zns(), mirror()] {
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 3);
+        let clean = volume.scrub_metadata(true).expect("a clean scrub");
+        assert!(clean.bytes_read > 0 && !clean.repaired, "{clean:?}");
+        assert!(clean.bad_records.iter().chain(&clean.bad_labels).all(|&n| n == 0), "{clean:?}");
+        // One delta of copy 0 rots at rest (device 0's zones 0..2).
+        let delta = records(&harness.sims[0], 0..2).into_iter().find(|r| !r.checkpoint && r.seq == 3).unwrap();
+        harness.sims[0].corrupt_at_rest(1, delta.lba, 100);
+        let seen = volume.scrub_metadata(false).expect("a read-only scrub finds it");
+        assert_eq!((seen.bad_records[0], seen.repaired), (1, false), "{seen:?}");
+        let found = volume.scrub_metadata(true).expect("scrub finds it");
+        assert_eq!(found.bad_records[0], 1, "{found:?}");
+        assert!(found.repaired);
+        let again = volume.scrub_metadata(true).expect("scrub after the repair");
+        assert!(!again.repaired && again.bad_records.iter().all(|&n| n == 0), "{again:?}");
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("reopens");
+        assert!(!volume.recovery().copies_repaired, "open found nothing left to repair");
+        check(&mut volume, &model);
+    }
+}

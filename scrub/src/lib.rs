@@ -305,6 +305,9 @@ pub fn scrub(
         resumed: resume.is_some(),
         ..Report::default()
     };
+    // The metadata first: labels, checkpoints and journal records on every
+    // copy, a bad copy rewritten from the good one.
+    report.metadata = Some(volume.scrub_metadata(options.repair)?);
     let bytes_done = resume.map_or(0, |c| c.bytes_done);
     let started = Instant::now();
     let mut engine = Engine {

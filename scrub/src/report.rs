@@ -5,7 +5,7 @@ use nvme_driver::IoError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use zoned_allocator::ExtentId;
+use zoned_allocator::{ExtentId, MetadataScrub};
 
 /// A block with no good copy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,13 +202,25 @@ pub struct Report {
     pub verify: bool,
     /// Bad copies were repaired ([`ScrubOptions::repair`](crate::ScrubOptions::repair)).
     pub repair: bool,
+    /// The volume's metadata (labels, checkpoints, journal records on
+    /// every copy), read and checked at the start of this run, and
+    /// rewritten on every copy when one was bad and repair is on.
+    pub metadata: Option<MetadataScrub>,
 }
 
 impl Report {
     /// Judges the pass: damaged if bad blocks are left, else clean only if
     /// it ran to the end (`complete`) and verified every byte it read.
     pub(crate) fn judge(&self, complete: bool) -> Outcome {
-        if !self.uncorrectable.is_empty() || !self.repair_failed.is_empty() || self.unrepaired_blocks > 0 {
+        let metadata_left_bad = self
+            .metadata
+            .as_ref()
+            .is_some_and(|m| !m.repaired && m.bad_records.iter().chain(&m.bad_labels).any(|&bad| bad > 0));
+        if !self.uncorrectable.is_empty()
+            || !self.repair_failed.is_empty()
+            || self.unrepaired_blocks > 0
+            || metadata_left_bad
+        {
             Outcome::Damaged
         } else if complete && self.pass_bytes_verified == self.pass_bytes_read {
             Outcome::Clean
@@ -271,6 +283,18 @@ impl fmt::Display for Report {
                 "  pass (with the runs before): {:.1} MiB read, {:.1} MiB verified",
                 mib(self.pass_bytes_read),
                 mib(self.pass_bytes_verified)
+            )?;
+        }
+        if let Some(m) = &self.metadata {
+            let bad: u64 = m.bad_records.iter().chain(&m.bad_labels).sum();
+            writeln!(
+                f,
+                "  metadata: {:.1} MiB of both copies read; {} bad record(s) {:?} and label(s) {:?} per copy{}",
+                mib(m.bytes_read),
+                bad,
+                m.bad_records,
+                m.bad_labels,
+                if m.repaired { ", both copies rewritten" } else { "" }
             )?;
         }
         writeln!(

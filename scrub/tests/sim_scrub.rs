@@ -731,3 +731,35 @@ fn seeded_fault_patterns_give_exactly_the_expected_report() {
         fault_pattern(seed);
     }
 }
+
+/// The LBAs of journal records (4 KiB blocks that begin with the record
+/// magic) in the first `lbas` of namespace 1 of `sim`.
+fn journal_records(sim: &nvme_driver::sim::Simulator, lbas: u64) -> Vec<u64> {
+    (0..lbas).step_by(8).filter(|&lba| &sim.read_block(1, lba)[..8] == b"ZNVOLLOG").collect()
+}
+
+#[test]
+fn rotted_metadata_on_one_copy_is_found_and_rewritten() {
+    let (harness, options) = mirror_zns();
+    let mut volume = harness.format(&options);
+    let extents = fill(&mut volume, 40, 8, 5);
+    let clean = run(&mut volume, &ScrubOptions::default());
+    let metadata = clean.metadata.clone().expect("the metadata is scrubbed");
+    assert!(metadata.bytes_read > 0 && !metadata.repaired, "{clean}");
+    assert_eq!(clean.outcome, Outcome::Clean, "{clean}");
+    // A record of device 1's copy (its first two 1 MiB zones) rots.
+    let records = journal_records(&harness.sims[1], 2 * 2048);
+    let last = *records.last().expect("records on device 1");
+    harness.sims[1].corrupt_at_rest(1, last, 77);
+    let readonly = run(&mut volume, &ScrubOptions { repair: false, ..ScrubOptions::default() });
+    let seen = readonly.metadata.clone().unwrap();
+    assert_eq!((seen.bad_records[1], seen.repaired), (1, false), "{readonly}");
+    assert_eq!(readonly.outcome, Outcome::Damaged, "{readonly}");
+    let repaired = run(&mut volume, &ScrubOptions::default());
+    let fixed = repaired.metadata.clone().unwrap();
+    assert!(fixed.repaired && fixed.bad_records[1] == 1, "{repaired}");
+    assert_eq!(repaired.outcome, Outcome::Clean, "{repaired}");
+    let after = run(&mut volume, &ScrubOptions::default());
+    assert!(after.metadata.unwrap().bad_records.iter().all(|&n| n == 0));
+    check_all(&mut volume, &extents);
+}

@@ -130,6 +130,11 @@ pub(crate) struct Recovered {
     /// Some present copy lacks a record or label the other holds: the
     /// metadata must be rewritten on every copy.
     pub copies_differ: bool,
+    /// Per copy (absent ones count nothing): records of the recovered
+    /// chain that do not verify on it, and label blocks of its current
+    /// segment that are not this volume's.
+    pub bad_records: Vec<u64>,
+    pub bad_labels: Vec<u64>,
     /// What a rewind dropped.
     pub dropped: Option<Dropped>,
 }
@@ -206,14 +211,23 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         log::warn!("rewinding past {what}: commits {}..={} dropped", seq + 1, newest.1);
         dropped = Some(Dropped { first_seq: seq + 1, last_seq: newest.1, extents });
     }
-    let present = images.iter().filter(|i| i.is_some()).count();
-    let copies_differ = chain.iter().any(|r| {
-        at[&(r.segment, r.offset)]
+    let mut bad_records = vec![0u64; images.len()];
+    let mut bad_labels = vec![0u64; images.len()];
+    for (copy, segments) in images.iter().enumerate() {
+        let Some(segments) = segments else { continue };
+        bad_records[copy] = chain
             .iter()
-            .filter(|o| o.header.generation == r.header.generation && o.header.seq == r.header.seq)
-            .count()
-            < present
-    }) || !labels_whole(images, segment, volume_id);
+            .filter(|r| {
+                !at[&(r.segment, r.offset)].iter().any(|o| {
+                    o.copy == copy && o.header.generation == r.header.generation && o.header.seq == r.header.seq
+                })
+            })
+            .count() as u64;
+        bad_labels[copy] = (0..LABEL_BLOCKS)
+            .filter(|&block| !is_label_of(&segments[segment as usize], block, volume_id))
+            .count() as u64;
+    }
+    let copies_differ = bad_records.iter().chain(&bad_labels).any(|&bad| bad > 0);
     let checkpoint_payload = payload(images, &chain[0]).expect("verified");
     let checkpoint_state = decode_checkpoint(checkpoint_payload)?;
     let mut deltas = Vec::with_capacity(chain.len() - 1);
@@ -230,6 +244,8 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         seq,
         next_generation: max_generation + 1,
         copies_differ,
+        bad_records,
+        bad_labels,
         dropped,
     })
 }
@@ -273,15 +289,10 @@ fn payload<'a>(images: &'a [Option<[SegmentImage; 2]>], record: &Found) -> Optio
     record_payload(image, &record.header, record.offset)
 }
 
-/// Whether every present copy's `segment` begins with two labels of this
-/// volume.
-fn labels_whole(images: &[Option<[SegmentImage; 2]>], segment: u32, volume_id: u64) -> bool {
-    images.iter().flatten().all(|segments| {
-        (0..LABEL_BLOCKS).all(|block| {
-            matches!(
-                segments[segment as usize].range(block, 1).map(decode_label),
-                Some(LabelRead::Label(label)) if label.volume_id == volume_id
-            )
-        })
-    })
+/// Whether block `block` of `image` is a label of this volume.
+fn is_label_of(image: &SegmentImage, block: u64, volume_id: u64) -> bool {
+    matches!(
+        image.range(block, 1).map(decode_label),
+        Some(LabelRead::Label(label)) if label.volume_id == volume_id
+    )
 }

@@ -15,6 +15,7 @@ mod scan;
 mod write;
 
 pub use open::DeviceState;
+pub use repair::MetadataScrub;
 
 use crate::device::Device;
 use crate::error::{Error, Result};

@@ -508,7 +508,7 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
 /// Reads both segments of every metadata copy: what was written of each
 /// (up to the write pointers on zoned namespaces, the whole segment on
 /// conventional ones).
-fn read_images(
+pub(super) fn read_images(
     devices: &mut [Device],
     descriptors: &[Vec<ZoneDescriptor>],
     superblock: &Superblock,

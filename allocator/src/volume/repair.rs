@@ -1,14 +1,77 @@
 //! Repair of one copy from good data: in place on conventional
-//! namespaces, relocated on zoned ones; and quiescing for scrub.
+//! namespaces, relocated on zoned ones; the metadata's own scrub; and
+//! quiescing for scrub.
 
+use super::open::read_images;
 use super::Volume;
 use crate::checksum::mismatches;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::journal::recovery::recover;
 use crate::zones::Slot;
 use crate::{ExtentId, Location, BLOCK_SIZE};
+use serde::Serialize;
+
+/// What a scrub of the metadata found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetadataScrub {
+    /// Bytes of metadata read, over both copies and both segments.
+    pub bytes_read: u64,
+    /// Per metadata copy: records of the committed state (its checkpoint
+    /// and deltas) that do not verify there.
+    pub bad_records: Vec<u64>,
+    /// Per metadata copy: label blocks at the head of its current segment
+    /// that are missing or damaged.
+    pub bad_labels: Vec<u64>,
+    /// Both copies were rewritten whole (a commit that writes a checkpoint
+    /// to every copy), repairing what was bad.
+    pub repaired: bool,
+}
 
 impl Volume {
+    /// Reads every metadata copy (labels, checkpoints, journal records),
+    /// checks each against the committed state, and, with `repair`, when
+    /// one lacks what the other holds rewrites both whole: a commit that
+    /// writes a checkpoint to every copy (uncommitted work is committed
+    /// with it). Fails with [`Error::MetadataLost`] when no copy holds the
+    /// committed state.
+    pub fn scrub_metadata(&mut self, repair: bool) -> Result<MetadataScrub> {
+        self.check_resets()?;
+        self.wait_idle()?;
+        let mut descriptors = Vec::with_capacity(self.devices.len());
+        for device in &mut self.devices {
+            descriptors.push(if device.is_zoned() { device.report_zones()? } else { Vec::new() });
+        }
+        let images = read_images(&mut self.devices, &descriptors, &self.superblock);
+        let bytes_read =
+            images.iter().flatten().flat_map(|segments| segments.iter()).map(|i| i.blocks() * BLOCK_SIZE as u64).sum();
+        let recovered = recover(&images, self.volume_id, false)?;
+        // The committed state is what open would find (after a failed
+        // commit, the devices may hold one more).
+        let found = (recovered.generation, recovered.seq);
+        let committed = (self.journal.generation, self.journal.seq);
+        if found < committed || (found > committed && !self.journal.broken) {
+            return Err(Error::Corrupt(format!(
+                "the metadata on the devices ends at generation {} commit {}, the volume committed generation {} \
+                 commit {}",
+                found.0, found.1, committed.0, committed.1
+            )));
+        }
+        let mut report = MetadataScrub {
+            bytes_read,
+            bad_records: recovered.bad_records,
+            bad_labels: recovered.bad_labels,
+            repaired: false,
+        };
+        if recovered.copies_differ && repair {
+            log::warn!("metadata copies differ ({report:?}): rewriting both");
+            self.journal.broken = true;
+            self.commit()?;
+            report.repaired = true;
+        }
+        Ok(report)
+    }
+
     /// Rewrites copy `lane` of extent `id` from `good` data (its checksums
     /// must match) at a new location, journaled at the next commit: how
     /// scrub repairs a copy on a zoned namespace, where overwriting in
