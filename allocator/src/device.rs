@@ -16,10 +16,6 @@ use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Requ
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Tokens of blocking commands have this bit set; the volume's own tokens
-/// never do.
-pub const SYNC_TOKEN: u64 = 1 << 63;
-
 /// How a device is opened for a volume.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceOptions {
@@ -119,7 +115,7 @@ impl Device {
     }
 
     /// The queue pair, for engines (scrub) that issue their own reads.
-    /// Completions whose token has [`SYNC_TOKEN`] set belong to the volume.
+    /// Completions are routed by their token ([`crate::Token`]).
     pub fn queue_pair(&mut self) -> &mut QueuePair {
         &mut self.pair
     }
@@ -268,7 +264,7 @@ impl Device {
     /// other completions for the next poll.
     pub(crate) fn run(&mut self, mut request: Request, what: &'static str) -> Result<IoCompletion> {
         self.next_token += 1;
-        let token = SYNC_TOKEN | self.next_token;
+        let token = crate::Token::Sync(self.next_token).encode();
         request.token = token;
         self.submit(request)?;
         let deadline = Instant::now() + self.timeout;

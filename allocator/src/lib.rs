@@ -78,6 +78,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod journal;
+pub mod token;
 mod volume;
 pub mod zones;
 
@@ -85,9 +86,10 @@ pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use journal::format::FORMAT_VERSION;
 pub use journal::recovery::Dropped;
+pub use token::Token;
 pub use volume::{
-    BadBlock, CommitInfo, DeviceState, ExtentRef, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Volume,
-    VolumeOptions, VolumeStats, WriteDone, WriteMode,
+    BadBlock, CommitInfo, DeviceState, ExtentRef, LaneReads, MetadataScrub, ReadOutcome, ReclaimProgress,
+    RecoveryReport, Volume, VolumeOptions, VolumeStats, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

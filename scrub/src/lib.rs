@@ -102,7 +102,7 @@ mod verify;
 pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
 pub use report::{ErrorCounts, Outcome, RepairError, RepairFailed, Report, Uncorrectable};
 
-use nvme_driver::{IoBuffer, IoCompletion};
+use nvme_driver::IoCompletion;
 use plan::{Planner, Read};
 use repair::resolve_suspects;
 use serde::Serialize;
@@ -112,7 +112,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verify::{Verifier, VerifyJob, VerifyResult};
-use zoned_allocator::device::SYNC_TOKEN;
 use zoned_allocator::{Location, Volume, BLOCK_SIZE};
 
 /// The scrub's one error type.
@@ -495,11 +494,9 @@ impl Engine<'_> {
         on_progress: &mut dyn FnMut(&Progress),
         on_checkpoint: &mut dyn FnMut(&Checkpoint),
     ) -> Result<LaneEnd> {
-        let device_index = volume.lane_device(lane);
+        volume.quiesce()?;
         let max_request = {
-            let devices = volume.quiesce()?;
-            let device = &devices[device_index];
-            let limit = device.max_transfer_bytes().min(device.pool().buffer_len());
+            let limit = volume.lane_reads(lane)?.max_request_bytes();
             self.options.max_request_bytes.unwrap_or(limit).min(limit)
         };
         if max_request < BLOCK_SIZE {
@@ -546,20 +543,12 @@ impl Engine<'_> {
                 }
                 // The volume was quiesced when the lane began and writes
                 // nothing until repair: no wait here.
-                let device = &mut volume.devices_mut()[device_index];
-                let Some(buffer) = device.pool().get() else { break };
-                let read = queue.pop_front().expect("non-empty");
-                let request = device
-                    .namespace()
-                    .read(read.lba, IoBuffer::range(buffer, 0, read.bytes()), next_seq)
-                    .map_err(|e| Error::Volume(e.into()))?;
-                if let Err((error, _)) = device.queue_pair().submit(request) {
-                    queue.push_front(read);
-                    if error == nvme_driver::queue::SubmitError::QueueFull {
-                        break;
-                    }
-                    return Err(Error::Volume(nvme_driver::Error::from(error).into()));
+                let (lba, read_bytes) = queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
+                if !volume.lane_reads(lane)?.submit(lba, read_bytes, next_seq)? {
+                    // No buffer or queue slot free: reap first.
+                    break;
                 }
+                let read = queue.pop_front().expect("non-empty");
                 self.bytes_submitted += bytes;
                 pending.insert(
                     next_seq,
@@ -570,12 +559,9 @@ impl Engine<'_> {
                 submitted += 1;
             }
             // Reap.
-            volume.devices_mut()[device_index].poll(&mut completions);
+            volume.lane_reads(lane)?.poll(&mut completions);
             let reaped = completions.len();
             for completion in completions.drain(..) {
-                if completion.token & SYNC_TOKEN != 0 {
-                    continue;
-                }
                 self.set_in_flight(self.in_flight - 1);
                 let seq = completion.token;
                 let Some(entry) = pending.get_mut(&seq) else { continue };

@@ -16,6 +16,7 @@ mod write;
 
 pub use open::DeviceState;
 pub use repair::MetadataScrub;
+pub use scan::LaneReads;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -313,8 +314,6 @@ pub struct Volume {
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
     read_only: Option<String>,
 }
-
-const LANE_BITS: u32 = 8;
 
 impl Volume {
     /// The in-memory volume around loaded devices, with empty zone tables.

@@ -5,7 +5,6 @@
 use super::open::read_images;
 use super::Volume;
 use crate::checksum::mismatches;
-use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::journal::recovery::recover;
 use crate::zones::Slot;
@@ -123,12 +122,9 @@ impl Volume {
         self.devices[device].flush()
     }
 
-    /// Waits for writes in flight, then hands out the namespaces for an
-    /// engine (scrub) that issues its own commands on their queue pairs.
-    /// Completions it reaps whose token has [`crate::device::SYNC_TOKEN`]
-    /// set are stale ones of the volume's and can be dropped.
-    pub fn quiesce(&mut self) -> Result<&mut [Device]> {
-        self.wait_idle()?;
-        Ok(&mut self.devices)
+    /// Waits for writes in flight, so that an engine (scrub) can read
+    /// through [`Volume::lane_reads`].
+    pub fn quiesce(&mut self) -> Result<()> {
+        self.wait_idle()
     }
 }

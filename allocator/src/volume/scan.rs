@@ -1,8 +1,13 @@
-//! The walk scrub takes: a lane's extents in physical order with their
-//! checksums.
+//! What an engine such as scrub reads through: a lane's extents in
+//! physical order with their checksums, and reads of the lane's namespace
+//! on its queue pair (`LaneReads`), tagged so that their completions never
+//! mix with the volume's (see [`crate::Token`]).
 
 use super::{ExtentRef, Volume};
-use crate::Location;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::{Location, Token, BLOCK_SIZE};
+use nvme_driver::{IoBuffer, IoCompletion};
 
 impl Volume {
     /// Copy `lane`'s extents in physical order from `from`: one map lookup,
@@ -20,5 +25,74 @@ impl Volume {
                 crcs: &extent.crcs,
             }
         })
+    }
+}
+
+/// Reads of one copy's namespace for an engine, on its queue pair, while
+/// the volume writes nothing ([`Volume::lane_reads`]).
+#[derive(Debug)]
+pub struct LaneReads<'a> {
+    device: &'a mut Device,
+}
+
+impl Volume {
+    /// Lends copy `lane`'s namespace for reads. The volume must be quiesced
+    /// ([`Volume::quiesce`]): with writes in flight it refuses, since their
+    /// completions would be reaped here.
+    pub fn lane_reads(&mut self, lane: usize) -> Result<LaneReads<'_>> {
+        if lane >= self.lanes.len() {
+            return Err(Error::InvalidArgument(format!("copy {lane}: the volume has {}", self.lanes.len())));
+        }
+        if self.writes_in_flight() > 0 {
+            return Err(Error::InvalidArgument("writes in flight: quiesce the volume first".into()));
+        }
+        let device = self.lanes[lane].device;
+        Ok(LaneReads { device: &mut self.devices[device] })
+    }
+}
+
+impl LaneReads<'_> {
+    /// The largest read: the namespace's transfer limit and the buffer size.
+    pub fn max_request_bytes(&self) -> usize {
+        self.device.max_transfer_bytes().min(self.device.pool().buffer_len())
+    }
+
+    /// Submits a read of `bytes` (whole 4 KiB blocks, at most
+    /// [`LaneReads::max_request_bytes`]) at `lba`, tagged `tag` (at most
+    /// [`crate::token::TAG_MAX`]). `Ok(false)` when no buffer or queue slot is
+    /// free now: poll, then submit again.
+    pub fn submit(&mut self, lba: u64, bytes: usize, tag: u64) -> Result<bool> {
+        if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE) || bytes > self.max_request_bytes() {
+            return Err(Error::InvalidArgument(format!("a read of {bytes} bytes")));
+        }
+        let Some(buffer) = self.device.pool().get() else { return Ok(false) };
+        let token = Token::Engine(tag).encode();
+        let request = self.device.namespace().read(lba, IoBuffer::range(buffer, 0, bytes), token)?;
+        match self.device.queue_pair().submit(request) {
+            Ok(()) => Ok(true),
+            Err((nvme_driver::queue::SubmitError::QueueFull, _)) => Ok(false),
+            Err((error, _)) => Err(nvme_driver::Error::from(error).into()),
+        }
+    }
+
+    /// Reaps this engine's completed reads into `out`, each with its tag as
+    /// its token; stale completions of the volume's own (a blocking command
+    /// that timed out) are dropped.
+    pub fn poll(&mut self, out: &mut Vec<IoCompletion>) {
+        let start = out.len();
+        self.device.poll(out);
+        let mut index = start;
+        while index < out.len() {
+            match Token::decode(out[index].token) {
+                Token::Engine(tag) => {
+                    out[index].token = tag;
+                    index += 1;
+                }
+                other => {
+                    debug_assert!(matches!(other, Token::Sync(_)), "a write completed while quiesced");
+                    out.swap_remove(index);
+                }
+            }
+        }
     }
 }

@@ -1,11 +1,12 @@
 //! The write path: placement within the zone limits, Zone Append or
 //! ordered writes, completions, and the waits that bound them.
 
-use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode, LANE_BITS};
+use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
-use crate::device::{self, SYNC_TOKEN};
+use crate::device;
 use crate::error::{Error, Result};
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
+use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::dma::DmaMemory;
@@ -154,7 +155,7 @@ impl Volume {
         let buffer = self.take_buffer(device)?;
         buffer.copy_in(0, data);
         let io = IoBuffer::range(buffer, 0, data.len());
-        let token = (index as u64) << LANE_BITS | lane as u64;
+        let token = Token::Write { slot: index, lane }.encode();
         let d = &self.devices[device];
         let request = match mode {
             Mode::Append => d.ns.zone_append(d.zones[zone as usize].start_lba, io, false, token)?,
@@ -347,12 +348,12 @@ impl Volume {
     }
 
     pub(super) fn complete(&mut self, completion: IoCompletion) {
-        if completion.token & SYNC_TOKEN != 0 {
-            // A blocking command that already timed out; nothing waits.
-            return;
-        }
-        let index = (completion.token >> LANE_BITS) as usize;
-        let lane = (completion.token & ((1 << LANE_BITS) - 1)) as usize;
+        let (index, lane) = match Token::decode(completion.token) {
+            Token::Write { slot, lane } => (slot, lane),
+            // A blocking command that already timed out, or an engine's
+            // read after it stopped: nothing waits.
+            Token::Sync(_) | Token::Engine(_) => return,
+        };
         let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut) else {
             log::warn!("completion for unknown write token {:#x}", completion.token);
             return;
