@@ -2,8 +2,8 @@
 //!
 //! Every number is checked when the command line is parsed, so a bad value
 //! stops the tool with exit status 2 before any device is opened. Clap
-//! names the option in its message ("invalid value 'nan' for '--runtime
-//! <SECONDS>'"); the messages here say what is accepted.
+//! names the option in its message (`invalid value 'nan' for '--runtime
+//! <SECONDS>'`); the messages here say what is accepted.
 
 use crate::size::parse_size;
 use clap::builder::RangedU64ValueParser;

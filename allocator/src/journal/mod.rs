@@ -1,7 +1,7 @@
-//! The metadata journal: its wire format ([`format`]: labels, records,
-//! checkpoints), where it lies ([`layout`]: two copies of two segments),
-//! how it is written ([`log`]) and how the committed state is recovered
-//! from it ([`recovery`]).
+//! The metadata journal: its wire format (`format`: labels, records,
+//! checkpoints), where it lies (`layout`: two copies of two segments), how
+//! it is written (`log`) and how the committed state is recovered from it
+//! (`recovery`).
 
 pub(crate) mod format;
 pub(crate) mod layout;

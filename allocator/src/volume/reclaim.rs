@@ -29,7 +29,7 @@ impl Volume {
 
     /// Relocates up to about `max_blocks` of live data out of the zone
     /// being reclaimed (choosing one when none is: the full zone with the
-    /// fewest live blocks, below [`VolumeOptions::reclaim_max_valid_ratio`]).
+    /// fewest live blocks, below [`crate::VolumeOptions::reclaim_max_valid_ratio`]).
     /// When the zone is empty the moves are committed and it is reset.
     pub fn reclaim_step(&mut self, max_blocks: u64) -> Result<ReclaimProgress> {
         self.check_resets()?;
