@@ -613,7 +613,7 @@ mod tests {
         assert!(bad(|o| o.zone = 3 << 20));
         assert!(bad(|o| o.size = 8 * o.zone));
         assert!(bad(|o| o.iodepth = 0));
-        assert_eq!(Options::defaults(false).ours_bytes(), 3891 << 20);
+        assert_eq!(Options::defaults(false).ours_bytes(), 3865313280);
     }
 
     #[test]
@@ -634,7 +634,7 @@ mod tests {
         let script = guest_script(&Options::defaults(false));
         assert!(script.contains("--iodepth 8 --json"), "{script}");
         assert!(script.contains("'--iodepth=8'"), "{script}");
-        assert!(script.contains(&format!("seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size 4080009216")));
+        assert!(script.contains(&format!("seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size 3865313280")));
     }
 
     const FIO_WRITE: &str = r#"{"jobs":[{"write":{"bw_bytes":138412032,"io_bytes":3007315968},
