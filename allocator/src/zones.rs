@@ -373,6 +373,15 @@ impl ZoneTable {
         &self.worn
     }
 
+    /// Gives an empty zone away for good (to metadata whose zone wore
+    /// out): it is no longer this lane's.
+    pub fn take_out(&mut self, zone: u32) {
+        let entry = &mut self.zones[zone as usize];
+        assert_eq!(entry.usage, ZoneUse::Empty, "taking out zone {zone}");
+        entry.usage = ZoneUse::NotOwned;
+        self.empty.retain(|&z| z != zone);
+    }
+
     /// A worn-out zone that still holds live blocks, for reclaim to empty.
     pub fn worn_with_data(&self) -> Option<u32> {
         self.worn.iter().copied().find(|&z| {

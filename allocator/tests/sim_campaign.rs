@@ -167,10 +167,15 @@ fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, state: &mut Work) -> b
     true
 }
 
-/// A random LBA of simulator `sim`'s metadata zones, or of its data.
-fn random_lba(setup: &Setup, sim: usize, metadata: bool, rng: &mut Rng) -> u64 {
+/// A random LBA of simulator `sim`'s data, or of the metadata copy
+/// `copy` of those on it (two zones each): a single fault stays within one
+/// copy, as a bad block or a worn zone does.
+fn random_lba(setup: &Setup, sim: usize, metadata: Option<u64>, rng: &mut Rng) -> u64 {
     let meta = setup.meta_zones[sim];
-    let zone = if metadata { rng.below(meta) } else { meta + rng.below(ZONES - meta) };
+    let zone = match metadata {
+        Some(copy) => (copy % (meta / 2)) * 2 + rng.below(2),
+        None => meta + rng.below(ZONES - meta),
+    };
     zone * ZONE_LBAS + rng.below(ZONE_LBAS / LPB) * LPB
 }
 
@@ -220,7 +225,7 @@ fn run(seed: u64) {
         }
         FaultKind::ZoneReadOnly { metadata } => {
             let sim = (0..setup.zoned.len()).cycle().skip(victim).find(|&s| setup.zoned[s]).unwrap();
-            let lba = random_lba(&setup, sim, metadata, &mut rng);
+            let lba = random_lba(&setup, sim, metadata.then(|| rng.below(2)), &mut rng);
             let steps = rng.below(40) as usize;
             work(&mut volume, &mut rng, steps, &mut state);
             setup.harness.sims[sim].inject(Fault::ZoneReadOnly { nsid: 1, zslba: lba / ZONE_LBAS * ZONE_LBAS });
@@ -240,15 +245,17 @@ fn run(seed: u64) {
     // Faults at rest, after the work.
     match kind {
         FaultKind::RotAtRest { metadata } => {
+            let copy = metadata.then(|| rng.below(2));
             for _ in 0..1 + rng.below(6) {
-                let lba = random_lba(&setup, victim, metadata, &mut rng);
+                let lba = random_lba(&setup, victim, copy, &mut rng);
                 setup.harness.sims[victim].corrupt_at_rest(1, lba + rng.below(LPB), rng.below(4096));
             }
             outcome.may_lose_reads = setup.profile == Profile::Single && !metadata;
         }
         FaultKind::MediaErrors { metadata } => {
+            let copy = metadata.then(|| rng.below(2));
             for _ in 0..1 + rng.below(4) {
-                let lba = random_lba(&setup, victim, metadata, &mut rng);
+                let lba = random_lba(&setup, victim, copy, &mut rng);
                 let blocks = (LPB * (1 + rng.below(8))).min(ZONES * ZONE_LBAS - lba);
                 setup.harness.sims[victim].inject(Fault::UnrecoveredRead { nsid: 1, slba: lba, blocks });
             }

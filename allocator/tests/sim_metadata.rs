@@ -485,3 +485,36 @@ fn scrubbing_metadata_finds_a_bad_copy_and_rewrites_both() {
         check(&mut volume, &model);
     }
 }
+
+#[test]
+fn a_metadata_zone_worn_read_only_moves_its_segment_and_commits_go_on() {
+    // Single: copy 0's segment 1 is zone 1 of the one device; mirror: copy
+    // 1's segment 1 is zone 1 of the ZNS device 1.
+    for (mut harness, options, sim) in [(single_zns(), 0), (mirror(), 1)].map(|((h, o), s)| (h, o, s)) {
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        harness.sims[sim].inject(Fault::ZoneReadOnly { nsid: 1, zslba: ZONE_LBAS });
+        let mut rounds = 0;
+        while volume.stats().checkpoints < 4 {
+            fill(&mut volume, &mut model, 1);
+            rounds += 1;
+            assert!(rounds < 1000, "no rotation happened");
+        }
+        assert_eq!(volume.stats().meta_zones_replaced, 1, "the worn segment moved once");
+        assert!(volume.read_only().is_none());
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("opens with the moved segment");
+        check(&mut volume, &model);
+        // And goes on rotating through the moved segment.
+        let rotations = volume.stats().checkpoints;
+        while volume.stats().checkpoints < rotations + 3 {
+            fill(&mut volume, &mut model, 1);
+        }
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("reopens");
+        check(&mut volume, &model);
+        assert!(volume.scrub_metadata(false).unwrap().bad_records.iter().all(|&n| n == 0));
+    }
+}

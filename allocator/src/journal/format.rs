@@ -145,6 +145,9 @@ pub(crate) struct Superblock {
     pub finish_threshold_blocks: u32,
     /// Per device: NSID, LBA size, capacity in LBAs, zoned.
     pub devices: Vec<(u32, u32, u64, bool)>,
+    /// Per metadata copy, the first zone of each of its two segments: where
+    /// format put them, or where a segment moved when a zone wore out.
+    pub meta_segments: [[u32; 2]; 2],
 }
 
 /// A whole checkpoint: configuration, next extent ID, extents, and per
@@ -375,6 +378,10 @@ impl Writer {
             self.u64(capacity);
             self.u8(u8::from(zoned));
         }
+        for segments in &s.meta_segments {
+            self.u32(segments[0]);
+            self.u32(segments[1]);
+        }
     }
     fn extent(&mut self, e: &ExtentRecord) {
         self.u64(e.id);
@@ -448,6 +455,7 @@ impl<'a> Reader<'a> {
         for _ in 0..device_count {
             devices.push((self.u32()?, self.u32()?, self.u64()?, self.u8()? != 0));
         }
+        let meta_segments = [[self.u32()?, self.u32()?], [self.u32()?, self.u32()?]];
         Ok(Superblock {
             profile,
             streams,
@@ -457,6 +465,7 @@ impl<'a> Reader<'a> {
             max_extent_blocks,
             finish_threshold_blocks,
             devices,
+            meta_segments,
         })
     }
     fn extent(&mut self) -> Result<ExtentRecord> {
@@ -539,6 +548,7 @@ mod tests {
                 max_extent_blocks: 128,
                 finish_threshold_blocks: 0,
                 devices: vec![(1, 512, 1 << 20, true), (1, 4096, 1 << 17, false)],
+                meta_segments: [[0, 2], [0, 9]],
             },
             next_id: 10,
             extents: vec![extent(1), extent(4)],

@@ -20,24 +20,36 @@ pub(crate) const LABEL_BLOCKS: u64 = 2;
 /// Metadata copies of every volume.
 pub(crate) const COPIES: usize = 2;
 
-/// One copy of the metadata: which device holds it, from which zone.
+/// One copy of the metadata: which device holds it, and the first zone of
+/// each of its two segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MetaCopy {
     pub device: usize,
-    pub first_zone: u32,
+    pub segments: [u32; 2],
 }
 
-/// Where the two copies lie, for segments of `g` zones.
+/// Where format puts the two copies, for segments of `g` zones: each
+/// copy's two segments side by side.
 pub(crate) fn meta_copies(profile: Profile, g: u32) -> [MetaCopy; COPIES] {
     match profile {
         Profile::Single | Profile::Dup => {
-            [MetaCopy { device: 0, first_zone: 0 }, MetaCopy { device: 0, first_zone: 2 * g }]
+            [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 0, segments: [2 * g, 3 * g] }]
         }
-        Profile::Mirror => [MetaCopy { device: 0, first_zone: 0 }, MetaCopy { device: 1, first_zone: 0 }],
+        Profile::Mirror => [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 1, segments: [0, g] }],
     }
 }
 
-/// Zones at the start of `device` that hold metadata.
+/// The copies as a superblock places them (after any move).
+pub(crate) fn placed_copies(superblock: &super::Superblock) -> [MetaCopy; COPIES] {
+    let mut copies = meta_copies(superblock.profile, superblock.meta_zones_per_segment);
+    for (copy, segments) in copies.iter_mut().zip(superblock.meta_segments) {
+        copy.segments = segments;
+    }
+    copies
+}
+
+/// Zones at the start of `device` that format gave to metadata (a segment
+/// moved elsewhere leaves its old zones unused).
 pub(crate) fn meta_zones_on(profile: Profile, g: u32, device: usize) -> u32 {
     meta_copies(profile, g).iter().filter(|c| c.device == device).count() as u32 * 2 * g
 }
@@ -85,7 +97,7 @@ pub(crate) fn meta_zones_per_segment(device: &Device, segments_here: u32) -> Res
 /// The zone and block within it of block `offset` of `segment` of `copy`.
 pub(crate) fn segment_position(device: &Device, copy: MetaCopy, g: u32, segment: u32, offset: u64) -> (u32, u64) {
     let mut left = offset;
-    let first = copy.first_zone + segment * g;
+    let first = copy.segments[segment as usize];
     for zone in first..first + g {
         let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
         if left < capacity || zone == first + g - 1 {
@@ -98,7 +110,7 @@ pub(crate) fn segment_position(device: &Device, copy: MetaCopy, g: u32, segment:
 
 /// Blocks a segment of `copy` holds.
 pub(crate) fn segment_capacity(device: &Device, copy: MetaCopy, g: u32, segment: u32) -> u64 {
-    let first = (copy.first_zone + segment * g) as usize;
+    let first = copy.segments[segment as usize] as usize;
     device.zones[first..first + g as usize].iter().map(|z| u64::from(z.capacity_blocks)).sum()
 }
 

@@ -10,7 +10,7 @@
 //! way (TigerBeetle's superblock takes the same stance: a write that may
 //! have failed is superseded, never repeated in place).
 
-use super::layout::{meta_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
+use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
 use super::{encode_label, encode_record, Kind, Label};
 use crate::device::Device;
 use crate::error::Result;
@@ -50,7 +50,7 @@ impl Journal {
         Journal {
             volume_id: label.volume_id,
             g,
-            copies: meta_copies(label.superblock.profile, g),
+            copies: placed_copies(&label.superblock),
             label,
             segment: 0,
             offset: 0,
@@ -181,28 +181,33 @@ impl Journal {
         Ok(blocks)
     }
 
-    /// After a failed rotation: the first zone of the segment it targeted
-    /// that the device reports worn out (Read Only or Offline), in words.
-    /// The layout of metadata is fixed by format, so no other zone can take
-    /// that segment's place.
-    pub fn worn_target(&self, devices: &mut [Device]) -> Option<String> {
+    /// After a failed rotation: the copy and first zone of the segment it
+    /// targeted that the device reports worn out (Read Only or Offline).
+    pub fn worn_target(&self, devices: &mut [Device]) -> Option<(usize, u32)> {
         let target = 1 - self.segment;
         for (index, copy) in self.copies.into_iter().enumerate() {
             let device = &mut devices[copy.device];
             if !device.is_zoned() {
                 continue;
             }
-            let first = copy.first_zone + target * self.g;
+            let first = copy.segments[target as usize];
             for zone in first..first + self.g {
                 if device.zone_is_worn(zone) {
-                    return Some(format!(
-                        "metadata zone {zone} of device {} (copy {index}, segment {target}) is worn out",
-                        copy.device
-                    ));
+                    return Some((index, zone));
                 }
             }
         }
         None
+    }
+
+    /// Moves segment `segment` of copy `copy` to the `g` zones from
+    /// `first`; the labels say so from the next rotation on, under a new
+    /// label generation.
+    pub fn move_segment(&mut self, copy: usize, segment: u32, first: u32) {
+        assert_ne!(segment, self.segment, "moving the segment the log is in");
+        self.copies[copy].segments[segment as usize] = first;
+        self.label.superblock.meta_segments[copy][segment as usize] = first;
+        self.label.generation += 1;
     }
 
     /// Makes `segment` hold no checkpoint: reset on zoned namespaces, its
@@ -220,7 +225,7 @@ impl Journal {
     }
 
     fn reset_segment(&self, device: &mut Device, copy: MetaCopy, segment: u32) -> Result<()> {
-        let first = copy.first_zone + segment * self.g;
+        let first = copy.segments[segment as usize];
         for zone in first..first + self.g {
             device.zone_action(zone, ZoneSendAction::Reset)?;
         }

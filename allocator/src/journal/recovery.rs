@@ -40,11 +40,12 @@ pub(crate) enum Probe {
     OtherVersion(u8),
 }
 
-/// Finds a label on `device`: the first two blocks of the namespace, then
-/// the heads of the other segments. On a zoned namespace those are zone
-/// starts; on a conventional one they depend on the software zone size,
-/// so the sizes a volume may have been formatted with are tried (`hint`
-/// first).
+/// Finds the newest label on `device` (the highest label generation: it
+/// says where the segments are now): the first two blocks of the
+/// namespace, then the heads of the other segments. On a zoned namespace
+/// those are zone starts; on a conventional one they depend on the
+/// software zone size, so the sizes a volume may have been formatted with
+/// are tried (`hint` first).
 pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) -> Probe {
     let lpb = device.lbas_per_block;
     let mut candidates: Vec<u64> = vec![0, lpb];
@@ -52,8 +53,8 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
         if let Err(error) = device.load_zones(0) {
             return Probe::Unreadable(format!("Report Zones: {error}"));
         }
-        let half = device.zones.len() / 2;
-        candidates.extend(device.zones[1..half.max(1)].iter().flat_map(|z| [z.start_lba, z.start_lba + lpb]));
+        // Every zone start: a segment whose zone wore out moves anywhere.
+        candidates.extend(device.zones.iter().skip(1).flat_map(|z| [z.start_lba, z.start_lba + lpb]));
     } else {
         let capacity_bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
         let mut sizes: Vec<u64> = hint_software_zone_bytes.into_iter().collect();
@@ -76,6 +77,7 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
     let capacity = device.ns.capacity_blocks();
     let mut failed = None;
     let mut data_found = false;
+    let mut newest: Option<Label> = None;
     let mut block = vec![0u8; BLOCK_SIZE];
     let mut seen = std::collections::HashSet::new();
     for lba in candidates {
@@ -87,11 +89,19 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
                 failed.get_or_insert(format!("LBA {lba}: {error}"));
             }
             Ok(()) => match decode_label(&block) {
-                LabelRead::Label(label) => return Probe::Label(label),
+                // The newest label says where the segments are now.
+                LabelRead::Label(label) => {
+                    if newest.as_ref().is_none_or(|n| label.generation > n.generation) {
+                        newest = Some(label);
+                    }
+                }
                 LabelRead::Newer(version) | LabelRead::Older(version) => return Probe::OtherVersion(version),
                 LabelRead::None => data_found |= block.iter().any(|&b| b != 0),
             },
         }
+    }
+    if let Some(label) = newest {
+        return Probe::Label(label);
     }
     match failed {
         Some(what) => Probe::Unreadable(what),

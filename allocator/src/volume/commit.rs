@@ -6,6 +6,7 @@ use crate::device::zone_worn_out;
 use crate::error::{Error, Result};
 use crate::journal::log::Journal;
 use crate::journal::{self, Checkpoint, ExtentRecord};
+use crate::zones::ZoneUse;
 use crate::ExtentId;
 use nvme_driver::cmd::zns::ZoneSendAction;
 
@@ -110,22 +111,80 @@ impl Volume {
     }
 
     /// Moves the log to the other segment with a checkpoint of the whole
-    /// state, on every copy (see [`Journal::rotate`]).
+    /// state, on every copy (see [`Journal::rotate`]). When a zone of the
+    /// target segment has worn out, the segment moves to empty zones taken
+    /// from the data (with a warning and a count); only when none are left
+    /// does the volume turn read-only.
     pub(super) fn rotate(&mut self) -> Result<()> {
-        let payload = journal::encode_checkpoint(&self.checkpoint());
-        match self.journal.rotate(&mut self.devices, &payload) {
-            Ok(_) => {
-                self.stats.checkpoints += 1;
-                Ok(())
-            }
-            Err(error) => {
-                if let Some(why) = self.journal.worn_target(&mut self.devices) {
+        loop {
+            let payload = journal::encode_checkpoint(&self.checkpoint());
+            let error = match self.journal.rotate(&mut self.devices, &payload) {
+                Ok(_) => {
+                    self.stats.checkpoints += 1;
+                    return Ok(());
+                }
+                Err(error) => error,
+            };
+            let Some((copy, zone)) = self.journal.worn_target(&mut self.devices) else { return Err(error) };
+            let device = self.journal.copies[copy].device;
+            match self.free_zones_for_metadata(device) {
+                Some(first) => {
+                    let target = 1 - self.journal.segment;
+                    log::warn!(
+                        "metadata zone {zone} of device {device} (copy {copy}) is worn out: segment {target} moves \
+                         to zones {first}..{}",
+                        first + self.journal.g
+                    );
+                    self.journal.move_segment(copy, target, first);
+                    self.superblock.meta_segments = self.journal.label.superblock.meta_segments;
+                    self.stats.meta_zones_replaced += 1;
+                }
+                None => {
+                    let why = format!(
+                        "metadata zone {zone} of device {device} (copy {copy}) is worn out and no {} empty zone(s) \
+                         in a row are left to take its segment",
+                        self.journal.g
+                    );
                     log::error!("{why}: the volume is read-only");
                     self.read_only = Some(why.clone());
                     return Err(Error::ReadOnly { why });
                 }
-                Err(error)
             }
         }
+    }
+
+    /// Takes `g` consecutive empty zones of `device` from its lanes for a
+    /// metadata segment, keeping each lane's reclaim reserve. Returns the
+    /// first.
+    fn free_zones_for_metadata(&mut self, device: usize) -> Option<u32> {
+        let g = self.journal.g;
+        let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == device).collect();
+        let owner = |volume: &Self, zone: u32| {
+            lanes.iter().copied().find(|&l| volume.lanes[l].table.zone(zone).usage == ZoneUse::Empty)
+        };
+        let zones = self.devices[device].zones.len() as u32;
+        let mut run = 0;
+        let mut first = None;
+        // From the end: data fills zones from the front.
+        for zone in (0..zones).rev() {
+            run = if owner(self, zone).is_some() { run + 1 } else { 0 };
+            if run == g {
+                first = Some(zone);
+                break;
+            }
+        }
+        let first = first?;
+        let reserve = self.superblock.reserve_zones as usize;
+        for &lane in &lanes {
+            let taken = (first..first + g).filter(|&z| self.lanes[lane].table.zone(z).usage == ZoneUse::Empty).count();
+            if self.lanes[lane].table.empty_zones() < reserve + taken + 1 {
+                return None;
+            }
+        }
+        for zone in first..first + g {
+            let lane = owner(self, zone).expect("checked empty");
+            self.lanes[lane].table.take_out(zone);
+        }
+        Some(first)
     }
 }

@@ -20,7 +20,7 @@ pub use scan::LaneReads;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::journal::layout::{meta_copies, meta_zones_on};
+use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
 use crate::journal::{ExtentRecord, Label, Op, Superblock};
@@ -194,6 +194,9 @@ pub struct VolumeStats {
     /// Data zones found worn out (Read Only or Offline on the device) and
     /// taken out of use, at open or since.
     pub zones_worn: u64,
+    /// Metadata segments moved to other zones because one of theirs wore
+    /// out (since open).
+    pub meta_zones_replaced: u64,
     /// Bytes moved by reclaim and repair relocations.
     pub relocated_bytes: u64,
     /// Copy commands issued by relocation (NVM Command Set 1.0 §3.2.2).
@@ -330,7 +333,14 @@ impl Volume {
         let mut lanes = Vec::new();
         for (lane_index, &device) in lane_devices.iter().enumerate() {
             let meta_zones = meta_zones_on(profile, g, device);
-            let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone);
+            // Segments moved out of the format's area (a zone wore out).
+            let moved: Vec<u32> = placed_copies(&superblock)
+                .iter()
+                .filter(|c| c.device == device)
+                .flat_map(|c| c.segments.iter().flat_map(move |&first| first..first + g))
+                .filter(|&zone| zone >= meta_zones)
+                .collect();
+            let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone) && !moved.contains(&zone);
             let capacities: Vec<u32> = devices[device].zones.iter().map(|z| z.capacity_blocks).collect();
             let mut table = ZoneTable::new(&capacities, owned, superblock.streams, superblock.reserve_zones as usize);
             table.set_finish_threshold(superblock.finish_threshold_blocks);

@@ -6,8 +6,8 @@ use crate::checksum::mismatches;
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
-    default_software_zone_bytes, meta_copies, meta_zones_per_segment, read_segment_image, segment_capacity,
-    write_segment, SegmentImage, LABEL_BLOCKS,
+    default_software_zone_bytes, meta_copies, meta_zones_per_segment, placed_copies, read_segment_image,
+    segment_capacity, write_segment, SegmentImage, LABEL_BLOCKS,
 };
 use crate::journal::recovery::{probe, recover, Probe};
 use crate::journal::{self, Checkpoint, Label, Op, Superblock};
@@ -56,6 +56,7 @@ impl Volume {
                 .iter()
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
+            meta_segments: meta_copies(profile, g).map(|copy| copy.segments),
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -359,7 +360,7 @@ impl Volume {
             let lpb = device.lbas_per_block;
             let mut expected_left = self.journal.offset;
             for segment in 0..2 {
-                for zone in copy.first_zone + segment * g..copy.first_zone + (segment + 1) * g {
+                for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
                     let d = descriptors[copy.device][zone as usize];
                     if segment != current {
                         if d.state != ZoneState::Empty && !unwritable(d.state) {
@@ -447,7 +448,14 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
             return Err(Error::UnsupportedVersion { device, version: *version });
         }
     }
-    let Some(label) = probes.iter().find_map(|p| if let Probe::Label(l) = p { Some(l.clone()) } else { None }) else {
+    // The newest label (it says where the segments are now); on a tie the
+    // first given, so that a device of another volume is the one named.
+    let labels = probes.iter().filter_map(|p| if let Probe::Label(l) = p { Some(l) } else { None });
+    let newest = labels.fold(None::<&Label>, |best, l| match best {
+        Some(b) if b.generation >= l.generation => Some(b),
+        _ => Some(l),
+    });
+    let Some(label) = newest.cloned() else {
         for (device, probe) in probes.iter().enumerate() {
             match probe {
                 Probe::Unreadable(what) => return Err(Error::Unreadable { device, what: what.clone() }),
@@ -514,7 +522,7 @@ pub(super) fn read_images(
     superblock: &Superblock,
 ) -> Vec<Option<[SegmentImage; 2]>> {
     let g = superblock.meta_zones_per_segment;
-    meta_copies(superblock.profile, g)
+    placed_copies(superblock)
         .into_iter()
         .map(|copy| {
             let device = &mut devices[copy.device];
@@ -522,7 +530,7 @@ pub(super) fn read_images(
                 let mut blocks = segment_capacity(device, copy, g, segment);
                 if device.is_zoned() {
                     blocks = 0;
-                    for zone in copy.first_zone + segment * g..copy.first_zone + (segment + 1) * g {
+                    for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
                         let d = &descriptors[copy.device][zone as usize];
                         let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
                         let written = match d.state {
