@@ -104,9 +104,9 @@ pub enum Error {
         what: String,
     },
     /// No zone can take the metadata: a metadata zone wore out (Read Only
-    /// or Offline) where the journal must write next. The volume is
-    /// read-only: what is committed stays readable; writes, frees and
-    /// commits are refused.
+    /// or Offline) where the journal must write next, and no empty zones
+    /// are left to move its segment to. The volume is read-only: what is
+    /// committed stays readable; writes, frees and commits are refused.
     ReadOnly {
         /// Why, in words (the zone and its state).
         why: String,
