@@ -167,14 +167,30 @@ fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, state: &mut Work) -> b
     true
 }
 
-/// A random LBA of simulator `sim`'s data, or of the metadata copy
-/// `copy` of those on it (two zones each): a single fault stays within one
-/// copy, as a bad block or a worn zone does.
-fn random_lba(setup: &Setup, sim: usize, metadata: Option<u64>, rng: &mut Rng) -> u64 {
+/// Where a single fault falls on simulator `sim`: within one metadata copy
+/// (two zones), or within one data zone, as a bad area or a worn zone
+/// does. (A dup's two copies of an extent lie in different zones, a
+/// mirror's on different devices, so one area never holds both.)
+#[derive(Clone, Copy)]
+enum Area {
+    MetadataCopy(u64),
+    DataZone(u64),
+}
+
+fn area(setup: &Setup, sim: usize, metadata: bool, rng: &mut Rng) -> Area {
     let meta = setup.meta_zones[sim];
-    let zone = match metadata {
-        Some(copy) => (copy % (meta / 2)) * 2 + rng.below(2),
-        None => meta + rng.below(ZONES - meta),
+    if metadata {
+        Area::MetadataCopy(rng.below(meta / 2))
+    } else {
+        Area::DataZone(meta + rng.below(ZONES - meta))
+    }
+}
+
+/// A random 4 KiB-aligned LBA within `area`.
+fn random_lba(area: Area, rng: &mut Rng) -> u64 {
+    let zone = match area {
+        Area::MetadataCopy(copy) => copy * 2 + rng.below(2),
+        Area::DataZone(zone) => zone,
     };
     zone * ZONE_LBAS + rng.below(ZONE_LBAS / LPB) * LPB
 }
@@ -225,7 +241,8 @@ fn run(seed: u64) {
         }
         FaultKind::ZoneReadOnly { metadata } => {
             let sim = (0..setup.zoned.len()).cycle().skip(victim).find(|&s| setup.zoned[s]).unwrap();
-            let lba = random_lba(&setup, sim, metadata.then(|| rng.below(2)), &mut rng);
+            let place = area(&setup, sim, metadata, &mut rng);
+            let lba = random_lba(place, &mut rng);
             let steps = rng.below(40) as usize;
             work(&mut volume, &mut rng, steps, &mut state);
             setup.harness.sims[sim].inject(Fault::ZoneReadOnly { nsid: 1, zslba: lba / ZONE_LBAS * ZONE_LBAS });
@@ -245,18 +262,19 @@ fn run(seed: u64) {
     // Faults at rest, after the work.
     match kind {
         FaultKind::RotAtRest { metadata } => {
-            let copy = metadata.then(|| rng.below(2));
+            let place = area(&setup, victim, metadata, &mut rng);
             for _ in 0..1 + rng.below(6) {
-                let lba = random_lba(&setup, victim, copy, &mut rng);
+                let lba = random_lba(place, &mut rng);
                 setup.harness.sims[victim].corrupt_at_rest(1, lba + rng.below(LPB), rng.below(4096));
             }
             outcome.may_lose_reads = setup.profile == Profile::Single && !metadata;
         }
         FaultKind::MediaErrors { metadata } => {
-            let copy = metadata.then(|| rng.below(2));
+            let place = area(&setup, victim, metadata, &mut rng);
             for _ in 0..1 + rng.below(4) {
-                let lba = random_lba(&setup, victim, copy, &mut rng);
-                let blocks = (LPB * (1 + rng.below(8))).min(ZONES * ZONE_LBAS - lba);
+                let lba = random_lba(place, &mut rng);
+                // Within the zone the area is in.
+                let blocks = (LPB * (1 + rng.below(8))).min(ZONE_LBAS - lba % ZONE_LBAS);
                 setup.harness.sims[victim].inject(Fault::UnrecoveredRead { nsid: 1, slba: lba, blocks });
             }
             outcome.may_lose_reads = setup.profile == Profile::Single && !metadata;
