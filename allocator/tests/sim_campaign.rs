@@ -20,8 +20,7 @@
 mod support;
 
 use nvme_driver::sim::{Fault, FaultConfig, Simulator};
-use std::collections::{BTreeMap, BTreeSet};
-use support::{conventional, pattern, volume_options, zns, Harness, Rng};
+use support::{conventional, pattern, volume_options, zns, Harness, Model, Rng};
 use zoned_allocator::{Error, Profile, ReclaimProgress, Volume, VolumeOptions};
 
 /// 512-byte LBAs per 4 KiB block, and LBAs per 256 KiB zone.
@@ -29,8 +28,6 @@ const LPB: u64 = 8;
 const ZONE_LBAS: u64 = 512;
 /// Zones per namespace (32 of 256 KiB, ZNS or software).
 const ZONES: u64 = 32;
-
-type Model = BTreeMap<u64, (u64, usize)>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FaultKind {
@@ -310,24 +307,7 @@ fn check(setup: &Setup, state: &Work, outcome: &Outcome, context: &str) {
         Err(error) => panic!("{context}: reopening: {error}"),
     };
     volume.check_invariants();
-    let found: BTreeSet<u64> = volume.extent_ids().collect();
-    let old: BTreeSet<u64> = state.committed.keys().copied().collect();
-    let new: BTreeSet<u64> = state.current.keys().copied().collect();
-    let expected = if found == old {
-        &state.committed
-    } else if state.inside_commit && found == new {
-        &state.current
-    } else {
-        panic!(
-            "{context}: the volume holds {} extents, {} committed (inside a commit: {}); missing {:?}, unexpected \
-             {:?}",
-            found.len(),
-            old.len(),
-            state.inside_commit,
-            old.difference(&found).take(5).collect::<Vec<_>>(),
-            found.difference(&old).take(5).collect::<Vec<_>>()
-        );
-    };
+    let expected = support::expected_state(&volume, &state.committed, &state.current, state.inside_commit, context);
     for (&id, &(data_seed, blocks)) in expected {
         let mut back = vec![0u8; blocks * 4096];
         match volume.read(id, &mut back) {

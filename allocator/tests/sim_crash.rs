@@ -10,11 +10,8 @@
 mod support;
 
 use nvme_driver::sim::{Fault, FaultConfig};
-use std::collections::BTreeMap;
-use support::{conventional, pattern, volume_options, zns, Harness, Rng};
+use support::{conventional, pattern, volume_options, zns, Harness, Model, Rng};
 use zoned_allocator::{Profile, ReclaimProgress, Volume, VolumeOptions};
-
-type Model = BTreeMap<u64, (u64, usize)>;
 
 struct Outcome {
     cut_inside_commit: bool,
@@ -123,25 +120,8 @@ fn crash_once(seed: u64) {
 
     let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: reopening after the cut: {e}"));
     volume.check_invariants();
-    let found: std::collections::BTreeSet<u64> = volume.extent_ids().collect();
-    let old: std::collections::BTreeSet<u64> = committed.keys().copied().collect();
-    let new: std::collections::BTreeSet<u64> = current.keys().copied().collect();
-    let expected = if found == old {
-        &committed
-    } else if outcome.cut_inside_commit && found == new {
-        &current
-    } else {
-        panic!(
-            "seed {seed}: after the cut the volume holds {} extents; committed {} (cut inside a commit: {}, {} \
-             pending); missing {:?}, unexpected {:?}",
-            found.len(),
-            old.len(),
-            outcome.cut_inside_commit,
-            new.len(),
-            old.difference(&found).take(5).collect::<Vec<_>>(),
-            found.difference(&old).take(5).collect::<Vec<_>>(),
-        );
-    };
+    let context = format!("seed {seed}: after the cut");
+    let expected = support::expected_state(&volume, &committed, &current, outcome.cut_inside_commit, &context);
     for (&id, &(data_seed, blocks)) in expected {
         let mut back = vec![0u8; blocks * 4096];
         volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));

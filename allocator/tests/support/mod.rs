@@ -151,3 +151,39 @@ impl Rng {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
     }
 }
+
+/// Extents as a test knows them: ID → (pattern seed, 4 KiB blocks).
+pub type Model = std::collections::BTreeMap<u64, (u64, usize)>;
+
+/// The state a volume reopened after a fault must hold: exactly the
+/// committed one, or, when the fault fell inside a commit, exactly the one
+/// that commit was making durable. Panics naming `context` and what is
+/// missing or unexpected otherwise. The crash test and the fault campaign
+/// share it.
+pub fn expected_state<'a>(
+    volume: &zoned_allocator::Volume,
+    committed: &'a Model,
+    current: &'a Model,
+    inside_commit: bool,
+    context: &str,
+) -> &'a Model {
+    use std::collections::BTreeSet;
+    let found: BTreeSet<u64> = volume.extent_ids().collect();
+    let old: BTreeSet<u64> = committed.keys().copied().collect();
+    let new: BTreeSet<u64> = current.keys().copied().collect();
+    if found == old {
+        committed
+    } else if inside_commit && found == new {
+        current
+    } else {
+        panic!(
+            "{context}: the volume holds {} extents, {} committed (inside a commit: {inside_commit}, {} pending); \
+             missing {:?}, unexpected {:?}",
+            found.len(),
+            old.len(),
+            new.len(),
+            old.difference(&found).take(5).collect::<Vec<_>>(),
+            found.difference(&old).take(5).collect::<Vec<_>>(),
+        )
+    }
+}
