@@ -61,6 +61,11 @@ pub struct Device {
     /// The controller's reset generation when the volume last knew its
     /// writes durable (open, or the last commit).
     pub(crate) durable_generation: u64,
+    /// Where it is (a PCI address, when the caller says), model and
+    /// serial, for status views.
+    pub(crate) identity: (String, String, String),
+    /// A blocking command failed ([`Device::take_failed`]).
+    failed: bool,
 }
 
 impl Device {
@@ -82,7 +87,11 @@ impl Device {
         let pair = controller.create_queue_pair(options.queue_depth)?;
         let pool = DmaPool::new(controller.transport(), max_transfer, options.buffers.max(4))?;
         let durable_generation = pair.reset_generation();
+        let id = controller.identify();
+        let identity = (String::new(), id.mn.trim().to_string(), id.sn.trim().to_string());
         Ok(Device {
+            identity,
+            failed: false,
             lbas_per_block: (BLOCK_SIZE / block_size) as u64,
             ns,
             pair,
@@ -96,6 +105,11 @@ impl Device {
             zone_size_lbas: 0,
             durable_generation,
         })
+    }
+
+    /// Says where the device is (say, its PCI address), for status views.
+    pub fn set_identity(&mut self, address: &str) {
+        self.identity.0 = address.to_string();
     }
 
     /// Whether the controller was reset since the volume last knew its
@@ -262,7 +276,20 @@ impl Device {
 
     /// Runs one command to completion (its token is replaced), keeping
     /// other completions for the next poll.
-    pub(crate) fn run(&mut self, mut request: Request, what: &'static str) -> Result<IoCompletion> {
+    pub(crate) fn run(&mut self, request: Request, what: &'static str) -> Result<IoCompletion> {
+        let result = self.run_inner(request, what);
+        self.failed |= result.is_err();
+        result
+    }
+
+    /// Whether a blocking command failed since the last call (for the
+    /// volume to tell which device a failed commit or metadata write was
+    /// on); clears it.
+    pub(crate) fn take_failed(&mut self) -> bool {
+        std::mem::take(&mut self.failed)
+    }
+
+    fn run_inner(&mut self, mut request: Request, what: &'static str) -> Result<IoCompletion> {
         self.next_token += 1;
         let token = crate::Token::Sync(self.next_token).encode();
         request.token = token;

@@ -124,6 +124,27 @@ pub enum Error {
         /// Index of the device, in the list given at format or open.
         device: usize,
     },
+    /// A mirror member is missing, blank, failing, or marked failed in the
+    /// metadata: the volume can open degraded, on the devices that are
+    /// left, when the caller allows it ([`crate::VolumeOptions::degraded`],
+    /// as `mount -o degraded` does). Nothing was written.
+    Degraded {
+        /// The volume's devices (places) that cannot be used.
+        missing: Vec<usize>,
+        /// Why, in words.
+        why: String,
+    },
+    /// No member device is left to read or write: every one failed.
+    NoDevices,
+    /// Device place `device` cannot take the role asked of it (replace or
+    /// rejoin): it is online, the new device is too small, or its label
+    /// names another place or volume.
+    Member {
+        /// The volume's device place.
+        device: usize,
+        /// Why, in words.
+        why: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -174,6 +195,13 @@ impl fmt::Display for Error {
                 "the controller of device {device} was reset since the last commit; reopen the volume to continue \
                  from the committed state"
             ),
+            Error::Degraded { missing, why } => write!(
+                f,
+                "device place(s) {missing:?} cannot be used ({why}); the volume can open degraded on the others \
+                 (allow it with the degraded option)"
+            ),
+            Error::NoDevices => write!(f, "every device of the volume failed: nothing is left to read or write"),
+            Error::Member { device, why } => write!(f, "device place {device}: {why}"),
         }
     }
 }

@@ -84,12 +84,13 @@ pub mod zones;
 
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
-pub use journal::format::FORMAT_VERSION;
+pub use journal::format::{MemberRecord, ScrubRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
 pub use token::Token;
 pub use volume::{
-    BadBlock, CommitInfo, DeviceState, ExtentRef, LaneReads, MetadataScrub, ReadOutcome, ReclaimProgress,
-    RecoveryReport, Volume, VolumeOptions, VolumeStats, WriteDone, WriteMode,
+    BadBlock, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef, LaneReads, MemberState, MetadataScrub,
+    ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState,
+    VolumeStats, VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.
@@ -107,6 +108,18 @@ pub struct Location {
     pub zone: u32,
     /// The first 4 KiB block of the copy, counted from the zone start.
     pub offset: u32,
+}
+
+impl Location {
+    /// Where a copy that does not exist lies: the extent was written while
+    /// the copy's device was away, or the copy was lost with it. The
+    /// metadata records it as such, and a resilver writes the copy.
+    pub const MISSING: Location = Location { zone: u32::MAX, offset: u32::MAX };
+
+    /// Whether this is [`Location::MISSING`].
+    pub fn is_missing(self) -> bool {
+        self == Location::MISSING
+    }
 }
 
 /// How many copies, and where.

@@ -30,12 +30,12 @@ struct Record {
 }
 
 /// The record headers in `zones` of namespace 1 (scanning every 4 KiB
-/// block for the magic and format version 2).
+/// block for the magic and the current format version).
 fn records(sim: &Simulator, zones: std::ops::Range<u64>) -> Vec<Record> {
     let mut found = Vec::new();
     for lba in (zones.start * ZONE_LBAS..zones.end * ZONE_LBAS).step_by(LPB as usize) {
         let block = sim.read_block(1, lba);
-        if &block[..8] == b"ZNVOLLOG" && block[9] == 2 {
+        if &block[..8] == b"ZNVOLLOG" && block[9] == zoned_allocator::FORMAT_VERSION {
             let word = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().unwrap());
             found.push(Record { lba, checkpoint: block[8] == 1, generation: word(24), seq: word(32) });
         }

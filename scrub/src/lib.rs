@@ -97,10 +97,12 @@ mod checkpoint;
 pub mod plan;
 mod repair;
 mod report;
+pub mod resilver;
 mod verify;
 
 pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
 pub use report::{ErrorCounts, Outcome, RepairError, RepairFailed, Report, Uncorrectable};
+pub use resilver::{resilver, Resilver, ResilverOptions, ResilverProgress, ResilverReport};
 
 use nvme_driver::IoCompletion;
 use plan::{Planner, Read};
@@ -197,9 +199,9 @@ impl Default for ScrubOptions {
     }
 }
 
-const RUN: u8 = 0;
-const PAUSE: u8 = 1;
-const CANCEL: u8 = 2;
+pub(crate) const RUN: u8 = 0;
+pub(crate) const PAUSE: u8 = 1;
+pub(crate) const CANCEL: u8 = 2;
 
 /// Pause, resume and cancel a running scrub from another thread.
 #[derive(Clone, Debug, Default)]
@@ -224,7 +226,7 @@ impl Control {
     pub fn cancel(&self) {
         self.0.store(CANCEL, Ordering::Release);
     }
-    fn state(&self) -> u8 {
+    pub(crate) fn state(&self) -> u8 {
         self.0.load(Ordering::Acquire)
     }
 }

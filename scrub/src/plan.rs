@@ -65,6 +65,9 @@ pub struct Planner {
     skip: u32,
     max_blocks: u32,
     done: bool,
+    /// Plan only extents that lack their copy in this lane (a resilver's
+    /// work), skipping the rest.
+    lacking_in: Option<usize>,
     /// Walks of the allocator's extent index so far (one per refill).
     pub lookups: u64,
 }
@@ -73,8 +76,19 @@ impl Planner {
     /// Plans `lane` from the extent at or after `from`, skipping the first
     /// `skip` blocks of the extent that starts exactly at `from`.
     pub fn new(lane: usize, from: Location, skip: u32, max_request_bytes: usize) -> Self {
-        let max_blocks = (max_request_bytes / BLOCK_SIZE).max(1) as u32;
-        Planner { lane, next: from, skip, max_blocks, done: false, lookups: 0 }
+        let max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
+        Planner { lane, next: from, skip, max_blocks, done: false, lacking_in: None, lookups: 0 }
+    }
+
+    /// Sets the largest read (for reads planned from now on).
+    pub fn set_max_request(&mut self, max_request_bytes: usize) {
+        self.max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
+    }
+
+    /// Plans only the extents whose copy in lane `target` is missing.
+    pub fn lacking_in(mut self, target: usize) -> Self {
+        self.lacking_in = Some(target);
+        self
     }
 
     /// Every extent of the lane has been planned.
@@ -102,6 +116,9 @@ impl Planner {
         let mut current: Option<Read> = None;
         let mut walked_to = None;
         'walk: for extent in volume.extents_from(self.lane, self.next) {
+            if self.lacking_in.is_some_and(|target| !volume.lacks_copy(extent.id, target)) {
+                continue;
+            }
             // A position may fall inside an extent: skip its planned head.
             let skip = if extent.location == self.next { self.skip } else { 0 };
             let mut block = skip;

@@ -19,8 +19,9 @@ use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 pub(crate) const HEADER_BYTES: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// The on-disk format this build writes and reads. Version 1 kept one copy
-/// of the journal on the first namespace and had no labels.
-pub const FORMAT_VERSION: u8 = 2;
+/// of the journal on the first namespace and had no labels; version 2 had
+/// no member states, error counters or missing copies.
+pub const FORMAT_VERSION: u8 = 3;
 const VERSION: u8 = FORMAT_VERSION;
 const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"ZNVLABEL");
 
@@ -127,11 +128,53 @@ pub(crate) enum Op {
         lane: u8,
         to: Location,
     },
+    /// Device `device`'s standing and error counters are now `record`.
+    Member {
+        device: u8,
+        record: MemberRecord,
+    },
+    /// A scrub pass ended with `record`.
+    Scrubbed(ScrubRecord),
 }
 
 const OP_ADD: u8 = 1;
 const OP_FREE: u8 = 2;
 const OP_MOVE: u8 = 3;
+const OP_MEMBER: u8 = 4;
+const OP_SCRUBBED: u8 = 5;
+
+/// What the metadata keeps of one member device: whether the volume gave
+/// it up (it went away or passed its error threshold), and its error
+/// counters, which survive restarts (btrfs keeps the same per device in
+/// its device stats items).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemberRecord {
+    /// The volume stopped using the device; its copies are stale.
+    pub failed: bool,
+    /// Reads that failed (media errors, timeouts, resets).
+    pub read_errors: u64,
+    /// Writes that failed.
+    pub write_errors: u64,
+    /// Blocks read whose checksum did not match.
+    pub checksum_errors: u64,
+}
+
+/// What the metadata keeps of the last scrub pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScrubRecord {
+    /// When it ended, in seconds since the Unix epoch.
+    pub finished_unix_s: u64,
+    /// Bytes it read and verified.
+    pub bytes_verified: u64,
+    /// Bad blocks it found (checksum mismatches and failed reads).
+    pub bad_blocks: u64,
+    /// Blocks it repaired from another copy.
+    pub repaired_blocks: u64,
+    /// Blocks with no good copy.
+    pub uncorrectable_blocks: u64,
+    /// Every byte was read and verified, and nothing bad is left.
+    pub clean: bool,
+}
 
 /// What a checkpoint records about the volume's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +191,10 @@ pub(crate) struct Superblock {
     /// Per metadata copy, the first zone of each of its two segments: where
     /// format put them, or where a segment moved when a zone wore out.
     pub meta_segments: [[u32; 2]; 2],
+    /// Per device: its standing and error counters.
+    pub members: Vec<MemberRecord>,
+    /// The last scrub pass, if any.
+    pub last_scrub: Option<ScrubRecord>,
 }
 
 /// A whole checkpoint: configuration, next extent ID, extents, and per
@@ -270,6 +317,15 @@ pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.u8(*lane);
                 w.location(*to);
             }
+            Op::Member { device, record } => {
+                w.u8(OP_MEMBER);
+                w.u8(*device);
+                w.member(record);
+            }
+            Op::Scrubbed(record) => {
+                w.u8(OP_SCRUBBED);
+                w.scrub(record);
+            }
         }
     }
     w.0
@@ -284,6 +340,8 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
             OP_ADD => Op::Add(r.extent()?),
             OP_FREE => Op::Free(r.u64()?),
             OP_MOVE => Op::Move { id: r.u64()?, lane: r.u8()?, to: r.location()? },
+            OP_MEMBER => Op::Member { device: r.u8()?, record: r.member()? },
+            OP_SCRUBBED => Op::Scrubbed(r.scrub()?),
             other => return Err(corrupt(format!("unknown journal operation {other}"))),
         };
         ops.push(op);
@@ -382,6 +440,31 @@ impl Writer {
             self.u32(segments[0]);
             self.u32(segments[1]);
         }
+        debug_assert_eq!(s.members.len(), s.devices.len());
+        for member in &s.members {
+            self.member(member);
+        }
+        match &s.last_scrub {
+            Some(record) => {
+                self.u8(1);
+                self.scrub(record);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn member(&mut self, m: &MemberRecord) {
+        self.u8(u8::from(m.failed));
+        self.u64(m.read_errors);
+        self.u64(m.write_errors);
+        self.u64(m.checksum_errors);
+    }
+    fn scrub(&mut self, s: &ScrubRecord) {
+        self.u64(s.finished_unix_s);
+        self.u64(s.bytes_verified);
+        self.u64(s.bad_blocks);
+        self.u64(s.repaired_blocks);
+        self.u64(s.uncorrectable_blocks);
+        self.u8(u8::from(s.clean));
     }
     fn extent(&mut self, e: &ExtentRecord) {
         self.u64(e.id);
@@ -456,6 +539,15 @@ impl<'a> Reader<'a> {
             devices.push((self.u32()?, self.u32()?, self.u64()?, self.u8()? != 0));
         }
         let meta_segments = [[self.u32()?, self.u32()?], [self.u32()?, self.u32()?]];
+        let mut members = Vec::new();
+        for _ in 0..device_count {
+            members.push(self.member()?);
+        }
+        let last_scrub = match self.u8()? {
+            0 => None,
+            1 => Some(self.scrub()?),
+            other => return Err(corrupt(format!("last scrub tag {other}"))),
+        };
         Ok(Superblock {
             profile,
             streams,
@@ -466,6 +558,35 @@ impl<'a> Reader<'a> {
             finish_threshold_blocks,
             devices,
             meta_segments,
+            members,
+            last_scrub,
+        })
+    }
+    fn member(&mut self) -> Result<MemberRecord> {
+        let failed = match self.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(corrupt(format!("member state {other}"))),
+        };
+        Ok(MemberRecord {
+            failed,
+            read_errors: self.u64()?,
+            write_errors: self.u64()?,
+            checksum_errors: self.u64()?,
+        })
+    }
+    fn scrub(&mut self) -> Result<ScrubRecord> {
+        Ok(ScrubRecord {
+            finished_unix_s: self.u64()?,
+            bytes_verified: self.u64()?,
+            bad_blocks: self.u64()?,
+            repaired_blocks: self.u64()?,
+            uncorrectable_blocks: self.u64()?,
+            clean: match self.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(corrupt(format!("scrub outcome {other}"))),
+            },
         })
     }
     fn extent(&mut self) -> Result<ExtentRecord> {
@@ -549,6 +670,18 @@ mod tests {
                 finish_threshold_blocks: 0,
                 devices: vec![(1, 512, 1 << 20, true), (1, 4096, 1 << 17, false)],
                 meta_segments: [[0, 2], [0, 9]],
+                members: vec![
+                    MemberRecord::default(),
+                    MemberRecord { failed: true, read_errors: 3, write_errors: 1, checksum_errors: 9 },
+                ],
+                last_scrub: Some(ScrubRecord {
+                    finished_unix_s: 1_800_000_000,
+                    bytes_verified: 1 << 30,
+                    bad_blocks: 2,
+                    repaired_blocks: 2,
+                    uncorrectable_blocks: 0,
+                    clean: true,
+                }),
             },
             next_id: 10,
             extents: vec![extent(1), extent(4)],
@@ -556,6 +689,19 @@ mod tests {
         };
         let payload = encode_checkpoint(&checkpoint);
         assert_eq!(decode_checkpoint(&payload).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn member_and_scrub_ops_and_missing_copies_round_trip() {
+        let mut missing = extent(7);
+        missing.locations[1] = Location::MISSING;
+        let ops = vec![
+            Op::Member { device: 1, record: MemberRecord { failed: true, read_errors: 1, write_errors: 2, checksum_errors: 3 } },
+            Op::Scrubbed(ScrubRecord { finished_unix_s: 5, clean: false, ..ScrubRecord::default() }),
+            Op::Add(missing),
+            Op::Move { id: 7, lane: 0, to: Location::MISSING },
+        ];
+        assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
     }
 
     #[test]

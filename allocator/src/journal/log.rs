@@ -62,15 +62,27 @@ impl Journal {
         }
     }
 
-    /// Blocks of a segment: the smallest over copies and segments, so that
-    /// both copies hold every record at the same offset.
-    pub fn segment_blocks(&self, devices: &[Device]) -> u64 {
+    /// Blocks of a segment: the smallest over the copies present and both
+    /// segments, so that every copy holds each record at the same offset.
+    pub fn segment_blocks(&self, devices: &[Option<Device>]) -> u64 {
         self.copies
             .iter()
-            .flat_map(|&copy| (0..2).map(move |segment| (copy, segment)))
-            .map(|(copy, segment)| segment_capacity(&devices[copy.device], copy, self.g, segment))
+            .filter_map(|&copy| devices[copy.device].as_ref().map(|device| (copy, device)))
+            .flat_map(|(copy, device)| (0..2).map(move |segment| (copy, device, segment)))
+            .map(|(copy, device, segment)| segment_capacity(device, copy, self.g, segment))
             .min()
-            .expect("two copies")
+            .unwrap_or(0)
+    }
+
+    /// The copies whose device is in use: the journal writes those only.
+    /// A copy on a device given up is left as it was, and outranked by the
+    /// next checkpoint's generation.
+    fn present(&self, devices: &[Option<Device>]) -> Result<Vec<MetaCopy>> {
+        let copies: Vec<MetaCopy> = self.copies.into_iter().filter(|c| devices[c.device].is_some()).collect();
+        if copies.is_empty() {
+            return Err(crate::Error::NoDevices);
+        }
+        Ok(copies)
     }
 
     /// Blocks the delta record of a payload of `payload_bytes` takes.
@@ -81,7 +93,7 @@ impl Journal {
     /// Whether a delta of `blocks` must go to a new segment instead: the
     /// segment is full, or its log passed half of it (so that the next
     /// checkpoint, at most as large as the log it replaces, always fits).
-    pub fn must_rotate(&self, devices: &[Device], blocks: u64) -> bool {
+    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64) -> bool {
         let capacity = self.segment_blocks(devices);
         let log_blocks = self.offset - self.checkpoint_end;
         self.broken || self.offset + blocks > capacity || log_blocks + blocks > capacity / 2
@@ -89,13 +101,13 @@ impl Journal {
 
     /// Appends a delta to both copies and flushes them. On failure the log
     /// is broken (see the [module documentation](self)).
-    pub fn append(&mut self, devices: &mut [Device], payload: &[u8]) -> Result<()> {
+    pub fn append(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<()> {
         assert!(!self.broken, "appending after a failed write");
         let record = encode_record(Kind::Delta, self.volume_id, self.generation, self.seq + 1, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         assert!(self.offset + blocks <= self.segment_blocks(devices), "a delta past its segment");
         self.broken = true;
-        for copy in self.copies {
+        for copy in self.present(devices)? {
             self.write_copy(devices, copy, self.segment, self.offset, &record)?;
         }
         self.flush(devices)?;
@@ -108,7 +120,7 @@ impl Journal {
     /// Moves the log to the other segment with a checkpoint of the whole
     /// state (`payload`), on both copies, under a new generation; then
     /// retires the old segment. Returns the blocks the checkpoint took.
-    pub fn rotate(&mut self, devices: &mut [Device], payload: &[u8]) -> Result<u64> {
+    pub fn rotate(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<u64> {
         let old = self.segment;
         let target = 1 - old;
         let generation = self.next_generation;
@@ -132,12 +144,13 @@ impl Journal {
     /// The first checkpoint of a new volume, in segment 0 of both copies.
     /// On conventional namespaces segment 1 gets labels and its checkpoint
     /// slot is cleared, so no older volume's checkpoint survives there.
-    pub fn format(&mut self, devices: &mut [Device], payload: &[u8]) -> Result<()> {
-        for copy in self.copies {
-            if !devices[copy.device].is_zoned() {
+    pub fn format(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<()> {
+        for copy in self.present(devices)? {
+            let device = devices[copy.device].as_mut().expect("present");
+            if !device.is_zoned() {
                 let mut head = self.labels(copy, 1);
                 head.resize(head.len() + BLOCK_SIZE, 0);
-                write_segment(&mut devices[copy.device], copy, self.g, 1, 0, &head)?;
+                write_segment(device, copy, self.g, 1, 0, &head)?;
             }
         }
         let generation = self.next_generation;
@@ -156,7 +169,7 @@ impl Journal {
     /// zone is finished, so metadata holds one active zone per copy.
     fn write_checkpoint(
         &mut self,
-        devices: &mut [Device],
+        devices: &mut [Option<Device>],
         segment: u32,
         generation: u64,
         seq: u64,
@@ -167,8 +180,8 @@ impl Journal {
         if LABEL_BLOCKS + blocks > self.segment_blocks(devices) {
             return Err(crate::Error::NoSpace);
         }
-        for copy in self.copies {
-            let device = &mut devices[copy.device];
+        for copy in self.present(devices)? {
+            let device = devices[copy.device].as_mut().expect("present");
             if device.is_zoned() {
                 self.reset_segment(device, copy, segment)?;
                 self.finish_open_zone(device, copy)?;
@@ -183,10 +196,10 @@ impl Journal {
 
     /// After a failed rotation: the copy and first zone of the segment it
     /// targeted that the device reports worn out (Read Only or Offline).
-    pub fn worn_target(&self, devices: &mut [Device]) -> Option<(usize, u32)> {
+    pub fn worn_target(&self, devices: &mut [Option<Device>]) -> Option<(usize, u32)> {
         let target = 1 - self.segment;
         for (index, copy) in self.copies.into_iter().enumerate() {
-            let device = &mut devices[copy.device];
+            let Some(device) = devices[copy.device].as_mut() else { continue };
             if !device.is_zoned() {
                 continue;
             }
@@ -212,9 +225,9 @@ impl Journal {
 
     /// Makes `segment` hold no checkpoint: reset on zoned namespaces, its
     /// checkpoint block cleared on conventional ones (its labels stay).
-    fn retire(&mut self, devices: &mut [Device], segment: u32) -> Result<()> {
-        for copy in self.copies {
-            let device = &mut devices[copy.device];
+    fn retire(&mut self, devices: &mut [Option<Device>], segment: u32) -> Result<()> {
+        for copy in self.present(devices)? {
+            let device = devices[copy.device].as_mut().expect("present");
             if device.is_zoned() {
                 self.reset_segment(device, copy, segment)?;
             } else {
@@ -262,8 +275,8 @@ impl Journal {
     /// zone it ends in when partly written, so that metadata holds no open
     /// resource between commits (and the two copies on one namespace are
     /// never open at once).
-    fn write_copy(&self, devices: &mut [Device], copy: MetaCopy, segment: u32, offset: u64, data: &[u8]) -> Result<()> {
-        let device = &mut devices[copy.device];
+    fn write_copy(&self, devices: &mut [Option<Device>], copy: MetaCopy, segment: u32, offset: u64, data: &[u8]) -> Result<()> {
+        let device = devices[copy.device].as_mut().expect("a copy in use");
         write_segment(device, copy, self.g, segment, offset, data)?;
         if device.is_zoned() {
             let end = offset + (data.len() / BLOCK_SIZE) as u64;
@@ -277,11 +290,14 @@ impl Journal {
         Ok(())
     }
 
-    /// Flushes every namespace holding a copy.
-    fn flush(&self, devices: &mut [Device]) -> Result<()> {
-        devices[self.copies[0].device].flush()?;
-        if self.copies[1].device != self.copies[0].device {
-            devices[self.copies[1].device].flush()?;
+    /// Flushes every namespace in use holding a copy.
+    fn flush(&self, devices: &mut [Option<Device>]) -> Result<()> {
+        let mut flushed = Vec::new();
+        for copy in self.present(devices)? {
+            if !flushed.contains(&copy.device) {
+                devices[copy.device].as_mut().expect("present").flush()?;
+                flushed.push(copy.device);
+            }
         }
         Ok(())
     }

@@ -21,14 +21,63 @@ impl Volume {
     /// in flight, flushes data, appends a journal record (or writes a
     /// checkpoint when the segment is full) and flushes it. Then resets
     /// zones with nothing live.
+    ///
+    /// A device that goes away (or passes its error threshold) during the
+    /// commit is given up, and the commit is retried on the others: it
+    /// returns once the record is durable on every device still in use.
     pub fn commit(&mut self) -> Result<CommitInfo> {
+        for device in self.devices.iter_mut().flatten() {
+            device.take_failed();
+        }
+        loop {
+            let in_use = self.devices.iter().flatten().count();
+            let error = match self.commit_once() {
+                Ok(info) => return Ok(info),
+                Err(error) => error,
+            };
+            if self.devices.iter().flatten().count() < in_use {
+                log::warn!("commit failed ({error}) and a device was given up: retrying on the others");
+                continue;
+            }
+            // A failed flush or metadata write counts toward its device's
+            // threshold, and a device that went away is given up.
+            if let Some(device) = self.failing_device() {
+                let io = match &error {
+                    Error::Command { error, .. } => Some(*error),
+                    _ if super::write::is_gone(&error) => Some(nvme_driver::IoError::DeviceGone),
+                    Error::Timeout { .. } => Some(nvme_driver::IoError::Timeout),
+                    _ => None,
+                };
+                if let Some(io) = io {
+                    if self.note_failure(device, super::member::Failed::Write, &io) {
+                        continue;
+                    }
+                }
+            }
+            return Err(error);
+        }
+    }
+
+    /// The device whose last blocking command failed, if one did.
+    fn failing_device(&mut self) -> Option<usize> {
+        (0..self.devices.len()).find(|&d| self.devices[d].as_mut().is_some_and(|device| device.take_failed()))
+    }
+
+    fn commit_once(&mut self) -> Result<CommitInfo> {
         self.check_resets()?;
         self.wait_idle()?;
+        self.journal_members();
         let mut info = CommitInfo { seq: self.journal.seq, ..CommitInfo::default() };
         if !self.ops.is_empty() || self.journal.broken {
             self.close_reclaim_zones()?;
-            for device in &mut self.devices {
-                device.flush()?;
+            for device in 0..self.devices.len() {
+                let Some(d) = self.devices[device].as_mut() else { continue };
+                if let Err(error) = d.flush() {
+                    if super::write::is_gone(&error) && self.give_up(device, format!("a flush failed: {error}")) {
+                        continue;
+                    }
+                    return Err(error);
+                }
             }
             // A reset before the flush finished may have dropped writes it
             // was to make durable: journal nothing then.
@@ -42,12 +91,13 @@ impl Volume {
             }
             // The same for the record itself.
             self.check_resets()?;
-            for device in &mut self.devices {
+            for device in self.devices.iter_mut().flatten() {
                 device.durable_generation = device.pair.reset_generation();
             }
             info.ops = self.ops.len();
             info.seq = self.journal.seq;
             self.ops.clear();
+            self.members_journaled();
             self.stats.commits += 1;
         }
         info.zones_reset = self.reset_dead_zones()?;
@@ -60,16 +110,20 @@ impl Volume {
         let mut count = 0;
         for lane in 0..self.lanes.len() {
             let device = self.lanes[lane].device;
+            if self.devices[device].is_none() {
+                // Reset when the device is back.
+                continue;
+            }
             for zone in self.lanes[lane].table.dead_zones() {
                 if self.reclaim == Some((lane, zone)) {
                     self.reclaim = None;
                 }
                 self.retiring.retain(|&r| r != (lane, zone));
-                if self.devices[device].is_zoned() {
-                    match self.devices[device].zone_action(zone, ZoneSendAction::Reset) {
+                if self.dev(device).is_zoned() {
+                    match self.dev_mut(device).zone_action(zone, ZoneSendAction::Reset) {
                         Ok(()) => {}
                         Err(Error::Command { error, .. })
-                            if zone_worn_out(&error) || self.devices[device].zone_is_worn(zone) =>
+                            if zone_worn_out(&error) || self.dev_mut(device).zone_is_worn(zone) =>
                         {
                             log::warn!("lane {lane} zone {zone} is worn out ({error}): taken out of use");
                             self.lanes[lane].table.wear_out(zone);
@@ -116,6 +170,9 @@ impl Volume {
     /// from the data (with a warning and a count); only when none are left
     /// does the volume turn read-only.
     pub(super) fn rotate(&mut self) -> Result<()> {
+        // Labels carry the volume's shape as it is now (member states, a
+        // replaced device's geometry).
+        self.journal.label.superblock = self.superblock.clone();
         loop {
             let payload = journal::encode_checkpoint(&self.checkpoint());
             let error = match self.journal.rotate(&mut self.devices, &payload) {
@@ -162,7 +219,7 @@ impl Volume {
         let owner = |volume: &Self, zone: u32| {
             lanes.iter().copied().find(|&l| volume.lanes[l].table.zone(zone).usage == ZoneUse::Empty)
         };
-        let zones = self.devices[device].zones.len() as u32;
+        let zones = self.dev(device).zones.len() as u32;
         let mut run = 0;
         let mut first = None;
         // From the end: data fills zones from the front.

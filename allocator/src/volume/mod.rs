@@ -7,6 +7,7 @@
 //! and inspection.
 
 mod commit;
+mod member;
 mod open;
 mod read;
 mod reclaim;
@@ -14,6 +15,7 @@ mod repair;
 mod scan;
 mod write;
 
+pub use member::{DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus};
 pub use open::DeviceState;
 pub use repair::MetadataScrub;
 pub use scan::LaneReads;
@@ -23,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
-use crate::journal::{ExtentRecord, Label, Op, Superblock};
+use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::spec::identify::Oncs;
@@ -75,6 +77,15 @@ pub struct VolumeOptions {
     /// of failing, and report what was dropped
     /// ([`Volume::recovery`]), like `zpool import -F`. Off by default.
     pub rewind: bool,
+    /// Open only: a mirror may open with a member missing, blank, failing
+    /// or marked failed, on the one left ([`Error::Degraded`] otherwise),
+    /// as btrfs's `mount -o degraded`. Off by default.
+    pub degraded: bool,
+    /// A member whose failed commands (media errors, timeouts, resets)
+    /// reach this many since open is given up: marked failed, and the
+    /// volume goes on degraded on the other. A device that goes away is
+    /// given up at once.
+    pub max_device_errors: u64,
 }
 
 impl Default for VolumeOptions {
@@ -90,6 +101,8 @@ impl Default for VolumeOptions {
             reclaim_max_valid_ratio: 0.75,
             timeout: Duration::from_secs(30),
             rewind: false,
+            degraded: false,
+            max_device_errors: 16,
         }
     }
 }
@@ -262,6 +275,9 @@ struct Lane {
 
 #[derive(Debug)]
 struct PendingWrite {
+    /// A resilver's copy of an existing extent to the one lane whose copy
+    /// is missing, rather than a new extent.
+    copy_of: Option<usize>,
     id: ExtentId,
     owner: u64,
     stream: u8,
@@ -269,6 +285,8 @@ struct PendingWrite {
     crcs: Vec<u32>,
     zones: Vec<u32>,
     locations: Vec<Option<Location>>,
+    /// Per lane: a command is in flight there.
+    in_flight: Vec<bool>,
     remaining: u8,
     error: Option<Error>,
     /// The submitter already got the error; don't report it again.
@@ -285,7 +303,18 @@ enum Mode {
 /// A volume over one or two namespaces. See the [crate documentation](crate).
 #[derive(Debug)]
 pub struct Volume {
-    devices: Vec<Device>,
+    /// Per device place: the device, or `None` when it is away (missing at
+    /// open, or given up since: see `members`).
+    devices: Vec<Option<Device>>,
+    /// Devices given up while open, kept (not dropped) so that their queue
+    /// pairs outlive any command they may still hold; handed back at close.
+    gone: Vec<Device>,
+    /// Per device place: its standing and error counters.
+    members: Vec<member::Member>,
+    /// Per device: data writes in flight there.
+    device_writes: Vec<usize>,
+    /// Resilver copies finished since the last [`Volume::next_copy_done`].
+    copies_done: VecDeque<WriteDone>,
     lanes: Vec<Lane>,
     superblock: Superblock,
     volume_id: u64,
@@ -320,7 +349,15 @@ pub struct Volume {
 
 impl Volume {
     /// The in-memory volume around loaded devices, with empty zone tables.
-    pub(super) fn assemble(devices: Vec<Device>, label: Label, options: VolumeOptions) -> Result<Self> {
+    /// An absent device's lanes get a table of `absent_zones[device]`
+    /// zones of unknown capacity, to keep its copies' places until it
+    /// rejoins (`member::rebuild_lane` then sizes it from the device).
+    pub(super) fn assemble(
+        devices: Vec<Option<Device>>,
+        label: Label,
+        options: VolumeOptions,
+        absent_zones: &[usize],
+    ) -> Result<Self> {
         let superblock = label.superblock.clone();
         let volume_id = label.volume_id;
         let g = superblock.meta_zones_per_segment;
@@ -341,12 +378,15 @@ impl Volume {
                 .filter(|&zone| zone >= meta_zones)
                 .collect();
             let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone) && !moved.contains(&zone);
-            let capacities: Vec<u32> = devices[device].zones.iter().map(|z| z.capacity_blocks).collect();
+            let capacities: Vec<u32> = match &devices[device] {
+                Some(d) => d.zones.iter().map(|z| z.capacity_blocks).collect(),
+                None => vec![member::UNKNOWN_CAPACITY; absent_zones.get(device).copied().unwrap_or(0)],
+            };
             let mut table = ZoneTable::new(&capacities, owned, superblock.streams, superblock.reserve_zones as usize);
             table.set_finish_threshold(superblock.finish_threshold_blocks);
             let data_zones = (0..table.zone_count()).filter(|&z| table.zone(z).usage == ZoneUse::Empty).count();
             let needed = superblock.reserve_zones as usize + usize::from(superblock.streams) + 1;
-            if data_zones < needed {
+            if data_zones < needed && devices[device].is_some() {
                 return Err(Error::InvalidConfig(format!(
                     "lane {} has {data_zones} data zones; {} streams, reclaim and a reserve of {} need {needed}",
                     lanes.len(),
@@ -363,6 +403,10 @@ impl Volume {
         // reclaim take turns at (each copy's zone is closed once written).
         let mut zone_limits = Vec::new();
         for (index, device) in devices.iter().enumerate() {
+            let Some(device) = device else {
+                zone_limits.push(None);
+                continue;
+            };
             let limits = device.ns.zones().and_then(|z| {
                 if z.max_open_zones.is_none() && z.max_active_zones.is_none() {
                     return None;
@@ -385,13 +429,21 @@ impl Volume {
             }
             zone_limits.push(limits);
         }
-        let copy_supported = devices.iter().map(|d| d.ns.supports(Oncs::COPY)).collect();
+        let copy_supported = devices.iter().map(|d| d.as_ref().is_some_and(|d| d.ns.supports(Oncs::COPY))).collect();
+        let mut members: Vec<member::Member> =
+            superblock.members.iter().map(|&record| member::Member::new(record)).collect();
+        members.resize_with(devices.len(), || member::Member::new(MemberRecord::default()));
+        let device_writes = vec![0; devices.len()];
         let stats = VolumeStats {
             zones: lanes.iter().map(|l| u64::from(l.table.zone_count())).sum(),
             ..VolumeStats::default()
         };
         Ok(Volume {
             devices,
+            gone: Vec::new(),
+            members,
+            device_writes,
+            copies_done: VecDeque::new(),
             lanes,
             journal: Journal::new(label),
             recovery: RecoveryReport::default(),
@@ -424,11 +476,20 @@ impl Volume {
         }
         // Checked on every lane before any is changed.
         for (lane, &location) in extent.locations.iter().enumerate() {
+            if location.is_missing() {
+                continue;
+            }
             if let Some(other) = self.overlapping(lane, location, extent.blocks) {
                 return Err(Error::Corrupt(format!("extents {other} and {id} overlap at {location:?} in lane {lane}")));
             }
         }
+        if extent.locations.iter().all(|l| l.is_missing()) {
+            return Err(Error::Corrupt(format!("extent {id} has no copy")));
+        }
         for (lane, &location) in extent.locations.iter().enumerate() {
+            if location.is_missing() {
+                continue;
+            }
             let lane = &mut self.lanes[lane];
             let replaced = lane.index.insert(location, id);
             assert!(replaced.is_none(), "checked for overlaps above");
@@ -466,6 +527,9 @@ impl Volume {
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Extent> {
         let extent = self.extents.remove(&id).ok_or(Error::NoSuchExtent(id))?;
         for (lane, &location) in extent.locations.iter().enumerate() {
+            if location.is_missing() {
+                continue;
+            }
             let lane = &mut self.lanes[lane];
             lane.index.remove(&location);
             if !self.loading {
@@ -478,17 +542,28 @@ impl Volume {
         Ok(extent)
     }
 
+    /// Moves copy `lane_index` of extent `id` to `to`; either may be
+    /// [`Location::MISSING`] (a copy lost with its device, or written by a
+    /// resilver).
     pub(super) fn move_extent(&mut self, id: ExtentId, lane_index: usize, to: Location, journal: bool) {
         let extent = self.extents.get_mut(&id).expect("moving a live extent");
         let from = extent.locations[lane_index];
         extent.locations[lane_index] = to;
+        assert!(extent.locations.iter().any(|l| !l.is_missing()), "extent {id} left with no copy");
         let blocks = extent.blocks;
         let lane = &mut self.lanes[lane_index];
-        lane.index.remove(&from);
-        lane.index.insert(to, id);
-        if !self.loading {
-            lane.table.remove_valid(from.zone, blocks);
-            lane.table.add_valid(to.zone, blocks);
+        if !from.is_missing() {
+            lane.index.remove(&from);
+            if !self.loading {
+                lane.table.remove_valid(from.zone, blocks);
+            }
+        }
+        if !to.is_missing() {
+            let replaced = lane.index.insert(to, id);
+            assert!(replaced.is_none(), "extent {id} moved over another at {to:?}");
+            if !self.loading {
+                lane.table.add_valid(to.zone, blocks);
+            }
         }
         if journal {
             self.ops.push(Op::Move { id, lane: lane_index as u8, to });
@@ -502,7 +577,10 @@ impl Volume {
         if let Some(why) = &self.read_only {
             return Err(Error::ReadOnly { why: why.clone() });
         }
-        match self.devices.iter().position(Device::reset_since_durable) {
+        if self.devices.iter().all(Option::is_none) {
+            return Err(Error::NoDevices);
+        }
+        match self.devices.iter().position(|d| d.as_ref().is_some_and(Device::reset_since_durable)) {
             Some(device) => Err(Error::ControllerReset { device }),
             None => Ok(()),
         }
@@ -528,9 +606,10 @@ impl Volume {
         self.extents.get(&id).and_then(|e| e.locations.get(lane).copied())
     }
 
-    /// The first LBA of `location` on lane `lane`'s namespace.
+    /// The first LBA of `location` on lane `lane`'s namespace (0 while the
+    /// lane's device is away).
     pub fn lba(&self, lane: usize, location: Location) -> u64 {
-        self.devices[self.lanes[lane].device].lba(location.zone, location.offset)
+        self.devices[self.lanes[lane].device].as_ref().map_or(0, |d| d.lba(location.zone, location.offset))
     }
 
     /// The volume's identity (chosen at format), to tie saved state such as
@@ -542,12 +621,37 @@ impl Volume {
     /// Whether lane `lane` lies on a zoned namespace (where a copy cannot
     /// be rewritten in place).
     pub fn lane_is_zoned(&self, lane: usize) -> bool {
-        self.devices[self.lanes[lane].device].is_zoned()
+        let device = self.lanes[lane].device;
+        match &self.devices[device] {
+            Some(d) => d.is_zoned(),
+            None => self.superblock.devices[device].3,
+        }
     }
 
-    /// Blocks of live data in each copy.
+    /// Whether lane `lane`'s device is present and in use (not away or
+    /// given up).
+    pub fn lane_online(&self, lane: usize) -> bool {
+        self.devices[self.lanes[lane].device].is_some()
+    }
+
+    /// The device at place `device`, when present and in use.
+    pub(super) fn dev(&self, device: usize) -> &Device {
+        self.devices[device].as_ref().expect("a device in use")
+    }
+
+    /// The device at place `device`, when present and in use.
+    pub(super) fn dev_mut(&mut self, device: usize) -> &mut Device {
+        self.devices[device].as_mut().expect("a device in use")
+    }
+
+    /// The first lane whose device is in use.
+    pub(super) fn first_online_lane(&self) -> usize {
+        (0..self.lanes.len()).find(|&l| self.lane_online(l)).unwrap_or(0)
+    }
+
+    /// Blocks of live data (one copy of each extent).
     pub fn valid_blocks(&self) -> u64 {
-        self.lanes[0].table.valid_blocks()
+        self.extents.values().map(|e| u64::from(e.blocks)).sum()
     }
 
     /// Copies and namespaces, as chosen at format.
@@ -565,9 +669,10 @@ impl Volume {
         self.lanes[lane].device
     }
 
-    /// The volume's devices, in the order given at format or open; for tools
-    /// that need the namespace or its queue pair (say, to inject faults).
-    pub fn devices_mut(&mut self) -> &mut [Device] {
+    /// The volume's device at each place (`None` when away or given up);
+    /// for tools that need the namespace or its queue pair (say, to inject
+    /// faults).
+    pub fn devices_mut(&mut self) -> &mut [Option<Device>] {
         &mut self.devices
     }
 
@@ -584,7 +689,7 @@ impl Volume {
     /// Bytes the volume can hold: its first lane's zones, less the reclaim
     /// reserve.
     pub fn capacity_bytes(&self) -> u64 {
-        let table = &self.lanes[0].table;
+        let table = &self.lanes[self.first_online_lane()].table;
         let zones: Vec<u32> = (0..table.zone_count()).filter(|&z| table.zone(z).usage != ZoneUse::NotOwned).collect();
         let reserve: u64 =
             zones.iter().take(self.superblock.reserve_zones as usize).map(|&z| u64::from(table.zone(z).capacity)).sum();
@@ -617,7 +722,7 @@ impl Volume {
     pub fn stats(&self) -> VolumeStats {
         let mut stats = self.stats;
         stats.capacity_bytes = self.capacity_bytes();
-        stats.valid_bytes = self.lanes[0].table.valid_blocks() * BLOCK_SIZE as u64;
+        stats.valid_bytes = self.valid_blocks() * BLOCK_SIZE as u64;
         stats.extents = self.extents.len() as u64;
         stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
         stats
@@ -628,15 +733,22 @@ impl Volume {
         &self.lanes[lane].table
     }
 
-    /// Waits for writes, commits, and hands back the devices.
+    /// Waits for writes, commits, and hands back the devices: those in use
+    /// by place, then any given up while open.
     pub fn close(mut self) -> Result<Vec<Device>> {
         self.commit()?;
-        Ok(std::mem::take(&mut self.devices))
+        Ok(self.take_devices())
     }
 
     /// Hands back the devices without committing: what a crash leaves.
     pub fn abandon(mut self) -> Vec<Device> {
-        std::mem::take(&mut self.devices)
+        self.take_devices()
+    }
+
+    fn take_devices(&mut self) -> Vec<Device> {
+        let mut devices: Vec<Device> = self.devices.iter_mut().filter_map(Option::take).collect();
+        devices.append(&mut self.gone);
+        devices
     }
 
     /// Checks every invariant between the extent map, the per-lane indexes
@@ -647,6 +759,7 @@ impl Volume {
             let mut last_end: Option<Location> = None;
             for (&location, id) in &lane.index {
                 let extent = &self.extents[id];
+                assert!(!location.is_missing(), "a missing copy indexed in lane {lane_index}");
                 assert_eq!(extent.locations[lane_index], location, "extent {id} index");
                 if let Some(end) = last_end {
                     assert!(location >= end, "extents overlap at {location:?} in lane {lane_index}");
@@ -659,7 +772,11 @@ impl Volume {
             for (zone, &v) in valid.iter().enumerate() {
                 assert_eq!(lane.table.zone(zone as u32).valid, v, "lane {lane_index} zone {zone} valid count");
             }
-            assert_eq!(lane.index.len(), self.extents.len(), "lane {lane_index} index size");
+            let present = self.extents.values().filter(|e| !e.locations[lane_index].is_missing()).count();
+            assert_eq!(lane.index.len(), present, "lane {lane_index} index size");
+            if !self.lane_online(lane_index) {
+                assert_eq!(lane.table.active_zones(), 0, "lane {lane_index} is away but holds active zones");
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::journal::layout::{
     segment_capacity, write_segment, SegmentImage, LABEL_BLOCKS,
 };
 use crate::journal::recovery::{probe, recover, Probe};
-use crate::journal::{self, Checkpoint, Label, Op, Superblock};
+use crate::journal::{self, Checkpoint, Label, MemberRecord, Op, Superblock};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -57,16 +57,18 @@ impl Volume {
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
             meta_segments: meta_copies(profile, g).map(|copy| copy.segments),
+            members: vec![MemberRecord::default(); devices.len()],
+            last_scrub: None,
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
         // Checks the zone budget and lane sizes before anything is written.
-        let mut volume = Volume::assemble(devices, label, options.clone())?;
+        let mut volume = Volume::assemble(devices.into_iter().map(Some).collect(), label, options.clone(), &[])?;
         if volume.journal.segment_blocks(&volume.devices) < LABEL_BLOCKS + 16 {
             return Err(Error::InvalidConfig("the second device's metadata zones are too small".into()));
         }
         // Format destroys: every zone of every zoned namespace is reset.
-        for device in &mut volume.devices {
+        for device in volume.devices.iter_mut().flatten() {
             if device.is_zoned() {
                 let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
                 device.run(request, "Zone Reset (all)")?;
@@ -85,22 +87,37 @@ impl Volume {
     /// unreadable, or committed metadata is lost on every copy (see
     /// [`VolumeOptions::rewind`]). A copy that lacks what the other holds
     /// is rewritten.
+    ///
+    /// A mirror member that is not given, or is blank or failing, makes
+    /// open fail with [`Error::Degraded`] unless [`VolumeOptions::degraded`]
+    /// allows it: then the volume opens on the other, records the member
+    /// failed, and extents written from now on lack its copy. A member the
+    /// metadata records failed that is given again, with its label, rejoins:
+    /// only the copies it lacks are for a resilver to write.
     pub fn open(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument("no devices".into()));
         }
         let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
-        let (label, order, unlabelled) = identify(&probes, &devices)?;
-        let mut slots: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
-        let mut devices: Vec<Device> = order.iter().map(|&given| slots[given].take().expect("placed once")).collect();
+        let Identified { label, order, unlabelled, mut absent } = identify(&probes, &devices, options.degraded)?;
+        let mut given: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
+        let mut devices: Vec<Option<Device>> =
+            order.iter().map(|&g| g.map(|g| given[g].take().expect("placed once"))).collect();
         let superblock = label.superblock.clone();
         let mut descriptors = Vec::new();
         for device in &mut devices {
-            let blocks = if device.is_zoned() { 0 } else { superblock.software_zone_blocks };
-            descriptors.push(device.load_zones(blocks)?);
+            descriptors.push(match device {
+                Some(device) => {
+                    let blocks = if device.is_zoned() { 0 } else { superblock.software_zone_blocks };
+                    device.load_zones(blocks)?
+                }
+                None => Vec::new(),
+            });
         }
-        let g = meta_zones_per_segment(&devices[0], segments_on(superblock.profile, 0))?;
-        if g != superblock.meta_zones_per_segment {
+        let first = devices.iter().position(Option::is_some).expect("one device is present");
+        let first_device = devices[first].as_ref().expect("present");
+        let g = meta_zones_per_segment(first_device, segments_on(superblock.profile, first))?;
+        if g != superblock.meta_zones_per_segment && first == 0 {
             return Err(Error::Corrupt(format!(
                 "metadata segments of {} zones recorded, {g} computed",
                 superblock.meta_zones_per_segment
@@ -108,7 +125,13 @@ impl Volume {
         }
         let images = read_images(&mut devices, &descriptors, &superblock);
         let recovered = recover(&images, label.volume_id, options.rewind)?;
-        let mut volume = Volume::assemble(devices, label, options.clone())?;
+        let absent_zones: Vec<usize> = (0..devices.len())
+            .map(|device| {
+                let lane = lanes_of(superblock.profile, device).next().unwrap_or(0);
+                recovered.checkpoint.zone_valid.get(lane).map_or(0, Vec::len)
+            })
+            .collect();
+        let mut volume = Volume::assemble(devices, label, options.clone(), &absent_zones)?;
         volume.journal.segment = recovered.segment;
         volume.journal.offset = recovered.end;
         volume.journal.checkpoint_end = recovered.checkpoint_end;
@@ -123,19 +146,45 @@ impl Volume {
             }
         }
         volume.loading = false;
+        let mut rejoined = Vec::new();
         for &slot in &unlabelled {
-            volume.verify_member(slot, order[slot])?;
+            let given = order[slot].expect("an unlabelled device was placed");
+            match volume.verify_member(slot, given) {
+                Ok(()) => {}
+                Err(error) if options.degraded && volume.devices.iter().flatten().count() > 1 => {
+                    log::warn!("device place {slot}: {error}; opening degraded without it");
+                    volume.set_absent(slot);
+                    absent.push((slot, error.to_string()));
+                }
+                Err(error) => return Err(error),
+            }
         }
         let (actions, log_mismatch) = volume.plan_zones(&descriptors)?;
         // The state is known whole: only now does open write.
-        for (device, zone, action) in actions {
-            volume.devices[device].zone_action(zone, action)?;
+        volume.take_zone_actions(actions)?;
+        for (slot, why) in &absent {
+            let member = &mut volume.members[*slot];
+            member.record.failed = true;
+            member.why = Some(why.clone());
         }
-        let repair = recovered.copies_differ || !unlabelled.is_empty();
+        for slot in 0..volume.devices.len() {
+            if volume.devices[slot].is_some() && volume.members[slot].record.failed {
+                log::warn!("device place {slot}, recorded failed, is back: it rejoins");
+                volume.members[slot].record.failed = false;
+                volume.members[slot].why = None;
+                rejoined.push(slot);
+            }
+        }
+        let membership_changed = !absent.is_empty() || !rejoined.is_empty();
+        if membership_changed {
+            volume.journal.label.generation += 1;
+            volume.journal_members();
+        }
+        let repair = recovered.copies_differ || !unlabelled.is_empty() || membership_changed;
         if log_mismatch || repair {
             volume.journal.broken = true;
-            match volume.rotate() {
-                Ok(()) => {}
+            match volume.commit() {
+                Ok(_) => {}
                 // Everything committed is readable; nothing more can be.
                 Err(Error::ReadOnly { why }) => log::warn!("opened read-only: {why}"),
                 Err(error) => return Err(error),
@@ -143,9 +192,34 @@ impl Volume {
         } else {
             volume.clear_stale_checkpoints(&images)?;
         }
-        volume.recovery =
-            RecoveryReport { dropped: recovered.dropped, copies_repaired: repair, device_order: order.clone() };
+        volume.recovery = RecoveryReport {
+            dropped: recovered.dropped,
+            copies_repaired: repair,
+            device_order: order.iter().map(|g| g.unwrap_or(usize::MAX)).collect(),
+        };
         Ok(volume)
+    }
+
+    /// Makes place `slot` absent before the zones are planned: its device
+    /// is dropped, and its lanes keep their copies' places in tables of
+    /// unknown capacity.
+    fn set_absent(&mut self, slot: usize) {
+        self.devices[slot] = None;
+        for lane in 0..self.lanes.len() {
+            if self.lanes[lane].device == slot {
+                let zones = self.lanes[lane].table.zone_count() as usize;
+                let capacities = vec![super::member::UNKNOWN_CAPACITY; zones];
+                let old = &self.lanes[lane].table;
+                let owned: Vec<bool> = (0..zones as u32).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
+                let table = ZoneTable::new(
+                    &capacities,
+                    |z| owned[z as usize],
+                    self.superblock.streams,
+                    self.superblock.reserve_zones as usize,
+                );
+                self.lanes[lane].table = table;
+            }
+        }
     }
 
     /// Checks that device `slot` (given at `given`), which carries no
@@ -175,14 +249,15 @@ impl Volume {
         let other = 1 - self.journal.segment;
         for (copy, segments) in self.journal.copies.into_iter().zip(images) {
             let Some(segments) = segments else { continue };
+            let Some(device) = self.devices[copy.device].as_mut() else { continue };
             let stale = segments[other as usize]
                 .range(LABEL_BLOCKS, 1)
                 .and_then(journal::Header::decode)
                 .is_some_and(|h| h.volume_id == self.volume_id);
-            if stale && !self.devices[copy.device].is_zoned() {
+            if stale && !device.is_zoned() {
                 let g = self.journal.g;
-                write_segment(&mut self.devices[copy.device], copy, g, other, LABEL_BLOCKS, &[0u8; BLOCK_SIZE])?;
-                self.devices[copy.device].flush()?;
+                write_segment(device, copy, g, other, LABEL_BLOCKS, &[0u8; BLOCK_SIZE])?;
+                device.flush()?;
             }
         }
         Ok(())
@@ -240,18 +315,32 @@ impl Volume {
             Op::Free(id) => self.remove_extent(id, false).map(drop),
             Op::Move { id, lane, to } => {
                 let lane = usize::from(lane);
-                let blocks = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?.blocks;
+                let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
                 if lane >= self.lanes.len() {
                     return Err(Error::Corrupt(format!("move of extent {id} to lane {lane}")));
                 }
-                self.check_location(lane, to, blocks)?;
+                if to.is_missing() && extent.locations.iter().enumerate().all(|(l, at)| l == lane || at.is_missing()) {
+                    return Err(Error::Corrupt(format!("extent {id} left with no copy")));
+                }
+                self.check_location(lane, to, extent.blocks)?;
+                if let Some(other) = self.overlapping(lane, to, extent.blocks).filter(|&other| other != id) {
+                    return Err(Error::Corrupt(format!("extent {id} moved over extent {other} in lane {lane}")));
+                }
                 self.move_extent(id, lane, to, false);
+                Ok(())
+            }
+            Op::Member { device, record } => self.apply_member(device, record),
+            Op::Scrubbed(record) => {
+                self.superblock.last_scrub = Some(record);
                 Ok(())
             }
         }
     }
 
     pub(super) fn check_location(&self, lane: usize, location: Location, blocks: u32) -> Result<()> {
+        if location.is_missing() {
+            return Ok(());
+        }
         let table = &self.lanes[lane].table;
         let ok = location.zone < table.zone_count() && {
             let zone = table.zone(location.zone);
@@ -272,88 +361,16 @@ impl Volume {
     pub(super) fn plan_zones(&mut self, descriptors: &[Vec<ZoneDescriptor>]) -> Result<(Vec<ZoneAction>, bool)> {
         let mut actions = Vec::new();
         for lane_index in 0..self.lanes.len() {
-            let device_index = self.lanes[lane_index].device;
-            let zoned = self.devices[device_index].is_zoned();
-            // Per zone: the end of its furthest live extent, and live blocks.
-            let zone_count = self.lanes[lane_index].table.zone_count() as usize;
-            let mut live_end = vec![0u32; zone_count];
-            let mut valid = vec![0u32; zone_count];
-            for (&location, id) in &self.lanes[lane_index].index {
-                let blocks = self.extents[id].blocks;
-                let zone = location.zone as usize;
-                live_end[zone] = live_end[zone].max(location.offset + blocks);
-                valid[zone] += blocks;
-            }
-            // Start over from empty tables; `apply` filled valid counts.
-            let capacities: Vec<u32> = self.devices[device_index].zones.iter().map(|z| z.capacity_blocks).collect();
-            let old = &self.lanes[lane_index].table;
-            let owned: Vec<bool> = (0..old.zone_count()).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
-            let mut table = ZoneTable::new(
-                &capacities,
-                |z| owned[z as usize],
-                self.superblock.streams,
-                self.superblock.reserve_zones as usize,
-            );
-            table.set_finish_threshold(self.superblock.finish_threshold_blocks);
-            for zone in 0..zone_count as u32 {
-                if !owned[zone as usize] {
-                    continue;
-                }
-                let z = zone as usize;
-                let capacity = capacities[z];
-                let (allocated, needs_finish) = if zoned {
-                    let d = &descriptors[device_index][z];
-                    let lpb = self.devices[device_index].lbas_per_block;
-                    match d.state {
-                        ZoneState::Empty => (0, false),
-                        ZoneState::Full | ZoneState::ReadOnly | ZoneState::Offline => (capacity, false),
-                        // Rounded up: a power cut can leave the write
-                        // pointer inside a 4 KiB block, and that block is
-                        // used (the next Zone Append would land after it).
-                        _ => ((d.wp.saturating_sub(d.zslba)).div_ceil(lpb).min(u64::from(capacity)) as u32, true),
-                    }
-                } else {
-                    (live_end[z], false)
-                };
-                if live_end[z] > allocated {
-                    return Err(Error::Corrupt(format!(
-                        "lane {lane_index} zone {zone}: committed data reaches block {} but the zone holds {allocated}",
-                        live_end[z]
-                    )));
-                }
-                table.restore(zone, allocated, valid[z]);
-                self.lanes[lane_index].written[z] = allocated;
-                if zoned && unwritable(descriptors[device_index][z].state) {
-                    // Worn out on the device: nothing is reset, finished or
-                    // written there again; reclaim moves its live data off.
-                    log::warn!("lane {lane_index} zone {zone} is {:?}", descriptors[device_index][z].state);
-                    table.wear_out(zone);
-                    self.stats.zones_worn += 1;
-                } else if allocated > 0 && valid[z] == 0 {
-                    // Nothing committed lives here: uncommitted writes or a
-                    // reset that a power cut interrupted.
-                    if zoned {
-                        actions.push((device_index, zone, ZoneSendAction::Reset));
-                    }
-                    self.lanes[lane_index].written[z] = 0;
-                    table.reset(zone);
-                    self.stats.zones_reset += 1;
-                } else if needs_finish && zoned && allocated > 0 {
-                    // Reopened volumes do not append to old zones: finish
-                    // it, releasing its active resource.
-                    actions.push((device_index, zone, ZoneSendAction::Finish));
-                    self.stats.zones_finished += 1;
-                }
-            }
-            self.lanes[lane_index].table = table;
+            actions.extend(self.plan_lane(lane_index, descriptors, false)?);
         }
         // The metadata segments: on every zoned copy, the write pointers
         // must stand where the log ends, and the other segment is reset.
+        // A copy on a device away is left as it is.
         let g = self.journal.g;
         let current = self.journal.segment;
         let mut rotate = false;
         for copy in self.journal.copies {
-            let device = &self.devices[copy.device];
+            let Some(device) = self.devices[copy.device].as_ref() else { continue };
             if !device.is_zoned() {
                 continue;
             }
@@ -389,6 +406,151 @@ impl Volume {
         }
         Ok((actions, rotate))
     }
+}
+
+impl Volume {
+    /// Rebuilds lane `lane_index`'s zone table from its device's zones
+    /// (`descriptors`, by device place) and the extents. Returns the zone
+    /// actions to take. A committed copy beyond what its zone holds is
+    /// corruption, except on a device that was away (`returning`, or
+    /// recorded failed): its copy is then missing, for a resilver.
+    pub(super) fn plan_lane(
+        &mut self,
+        lane_index: usize,
+        descriptors: &[Vec<ZoneDescriptor>],
+        returning: bool,
+    ) -> Result<Vec<ZoneAction>> {
+        let device_index = self.lanes[lane_index].device;
+        let returning = returning || self.members[device_index].record.failed;
+        let present = self.devices[device_index].is_some();
+        let zoned = self.lane_is_zoned(lane_index);
+        let zone_count = self.lanes[lane_index].table.zone_count() as usize;
+        let capacities: Vec<u32> = match &self.devices[device_index] {
+            Some(device) => device.zones.iter().map(|z| z.capacity_blocks).collect(),
+            None => vec![super::member::UNKNOWN_CAPACITY; zone_count],
+        };
+        if present && capacities.len() != zone_count {
+            return Err(Error::Corrupt(format!(
+                "lane {lane_index}: {zone_count} zones recorded, the device has {}",
+                capacities.len()
+            )));
+        }
+        let allocated_on_device = |volume: &Self, zone: usize| -> (u32, bool) {
+            let capacity = capacities[zone];
+            if !present || !zoned {
+                return (0, false);
+            }
+            let d = &descriptors[device_index][zone];
+            let lpb = volume.dev(device_index).lbas_per_block;
+            match d.state {
+                ZoneState::Empty => (0, false),
+                ZoneState::Full | ZoneState::ReadOnly | ZoneState::Offline => (capacity, false),
+                // Rounded up: a power cut can leave the write pointer
+                // inside a 4 KiB block, and that block is used (the next
+                // Zone Append would land after it).
+                _ => ((d.wp.saturating_sub(d.zslba)).div_ceil(lpb).min(u64::from(capacity)) as u32, true),
+            }
+        };
+        // A copy on a returning device beyond what its zone holds (or
+        // outside its zones) never reached it: missing.
+        if present && returning {
+            let stale: Vec<(Location, ExtentId)> = self.lanes[lane_index]
+                .index
+                .iter()
+                .filter(|(location, id)| {
+                    let zone = location.zone as usize;
+                    let end = location.offset + self.extents[id].blocks;
+                    zone >= capacities.len()
+                        || end > capacities[zone]
+                        || (zoned && end > allocated_on_device(self, zone).0)
+                })
+                .map(|(&location, &id)| (location, id))
+                .collect();
+            for (location, id) in stale {
+                log::warn!("lane {lane_index}: extent {id}'s copy at {location:?} is not on the device: missing");
+                if self.extents[&id].locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
+                    return Err(Error::Corrupt(format!("extent {id}'s only copy is not on the returning device")));
+                }
+                self.move_extent(id, lane_index, Location::MISSING, true);
+            }
+        }
+        // Per zone: the end of its furthest live extent, and live blocks.
+        let mut live_end = vec![0u32; zone_count];
+        let mut valid = vec![0u32; zone_count];
+        for (&location, id) in &self.lanes[lane_index].index {
+            let blocks = self.extents[id].blocks;
+            let zone = location.zone as usize;
+            live_end[zone] = live_end[zone].max(location.offset + blocks);
+            valid[zone] += blocks;
+        }
+        // Start over from empty tables; `apply` filled valid counts.
+        let old = &self.lanes[lane_index].table;
+        let owned: Vec<bool> = (0..old.zone_count()).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
+        let mut table =
+            ZoneTable::new(&capacities, |z| owned[z as usize], self.superblock.streams, self.superblock.reserve_zones as usize);
+        table.set_finish_threshold(self.superblock.finish_threshold_blocks);
+        let mut actions = Vec::new();
+        for zone in 0..zone_count as u32 {
+            if !owned[zone as usize] {
+                continue;
+            }
+            let z = zone as usize;
+            let (allocated, needs_finish) =
+                if present && zoned { allocated_on_device(self, z) } else { (live_end[z], false) };
+            if live_end[z] > allocated {
+                return Err(Error::Corrupt(format!(
+                    "lane {lane_index} zone {zone}: committed data reaches block {} but the zone holds {allocated}",
+                    live_end[z]
+                )));
+            }
+            table.restore(zone, allocated, valid[z]);
+            self.lanes[lane_index].written[z] = allocated;
+            if !present {
+                // Away: nothing is done to its zones until it is back.
+                continue;
+            }
+            if zoned && unwritable(descriptors[device_index][z].state) {
+                // Worn out on the device: nothing is reset, finished or
+                // written there again; reclaim moves its live data off.
+                log::warn!("lane {lane_index} zone {zone} is {:?}", descriptors[device_index][z].state);
+                table.wear_out(zone);
+                self.stats.zones_worn += 1;
+            } else if allocated > 0 && valid[z] == 0 {
+                // Nothing committed lives here: uncommitted writes or a
+                // reset that a power cut interrupted.
+                if zoned {
+                    actions.push((device_index, zone, ZoneSendAction::Reset));
+                }
+                self.lanes[lane_index].written[z] = 0;
+                table.reset(zone);
+                self.stats.zones_reset += 1;
+            } else if needs_finish && allocated > 0 {
+                // Reopened volumes do not append to old zones: finish it,
+                // releasing its active resource.
+                actions.push((device_index, zone, ZoneSendAction::Finish));
+                self.stats.zones_finished += 1;
+            }
+        }
+        if !present {
+            // Its tables hold no zone open or active while away.
+            table.retire_all();
+            for zone in 0..table.zone_count() {
+                table.deactivate(zone);
+            }
+        }
+        self.lanes[lane_index].table = table;
+        Ok(actions)
+    }
+}
+
+/// The lanes that lie on device place `device`.
+fn lanes_of(profile: Profile, device: usize) -> impl Iterator<Item = usize> {
+    let lanes: &[usize] = match profile {
+        Profile::Single => &[0],
+        Profile::Dup => &[0, 0],
+        Profile::Mirror => &[0, 1],
+    };
+    lanes.iter().enumerate().filter(move |&(_, &d)| d == device).map(|(lane, _)| lane)
 }
 
 fn software_zone_blocks_for(device: &Device, options: &VolumeOptions) -> Result<u32> {
@@ -438,11 +600,24 @@ fn segments_on(profile: Profile, device: usize) -> u32 {
     2 * super::meta_copies_on(profile, device)
 }
 
-/// Places the given devices by their labels. Returns the label to open
-/// with, for each of the volume's devices the index of the given device
-/// that takes its place, and the places taken by devices without a label
-/// (which must then prove to hold the volume's data).
-fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, Vec<usize>)> {
+/// How open places the devices it was given.
+struct Identified {
+    /// The label to open with (the newest).
+    label: Label,
+    /// For each of the volume's places, the index of the given device that
+    /// takes it, if any.
+    order: Vec<Option<usize>>,
+    /// Places taken by devices without a label (which must then prove to
+    /// hold the volume's data).
+    unlabelled: Vec<usize>,
+    /// Places left empty (allowed only when opening degraded), and why.
+    absent: Vec<(usize, String)>,
+}
+
+/// Places the given devices by their labels. A place no given device can
+/// take is absent when `degraded` allows it ([`Error::Degraded`]
+/// otherwise); at least one must be taken.
+fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> Result<Identified> {
     for (device, probe) in probes.iter().enumerate() {
         if let Probe::OtherVersion(version) = probe {
             return Err(Error::UnsupportedVersion { device, version: *version });
@@ -466,7 +641,7 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
         return Err(Error::NoVolume);
     };
     let count = label.superblock.devices.len();
-    if devices.len() != count {
+    if devices.len() > count {
         return Err(Error::InvalidConfig(format!("the volume spans {count} namespace(s), {} given", devices.len())));
     }
     let mut order: Vec<Option<usize>> = vec![None; count];
@@ -487,37 +662,57 @@ fn identify(probes: &[Probe], devices: &[Device]) -> Result<(Label, Vec<usize>, 
     }
     let mut unlabelled_given = (0..probes.len()).filter(|&i| !matches!(probes[i], Probe::Label(_)));
     let mut unlabelled = Vec::new();
+    let mut absent = Vec::new();
     for (slot, place) in order.iter_mut().enumerate() {
         if place.is_none() {
             *place = unlabelled_given.next();
-            unlabelled.push(slot);
+            match place {
+                Some(_) => unlabelled.push(slot),
+                None => absent.push((slot, "not given".to_string())),
+            }
         }
     }
-    let order: Vec<usize> = order.into_iter().map(|p| p.expect("as many devices as places")).collect();
-    for (slot, &given) in order.iter().enumerate() {
+    for slot in 0..count {
+        let Some(given) = order[slot] else { continue };
         let (nsid, lba, capacity, zoned) = label.superblock.devices[slot];
         let device = &devices[given];
         let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
-        if found != (nsid, lba, capacity, zoned) {
-            return Err(match &probes[given] {
-                Probe::Unreadable(what) => Error::Unreadable { device: given, what: what.clone() },
-                Probe::Blank => Error::BlankDevice { device: given, volume_id: label.volume_id },
-                Probe::Unrecognized => Error::Unrecognized { device: given },
-                _ => Error::InvalidConfig(format!(
-                    "device {given}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned \
-                     {zoned} in its place {slot}; found {found:?}"
-                )),
-            });
+        if found == (nsid, lba, capacity, zoned) {
+            continue;
         }
+        let error = match &probes[given] {
+            Probe::Unreadable(what) => Error::Unreadable { device: given, what: what.clone() },
+            Probe::Blank => Error::BlankDevice { device: given, volume_id: label.volume_id },
+            Probe::Unrecognized => Error::Unrecognized { device: given },
+            _ => Error::InvalidConfig(format!(
+                "device {given}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned {zoned} \
+                 in its place {slot}; found {found:?}"
+            )),
+        };
+        // Only a device without a label may be left out: a labelled one
+        // that does not fit its place is not the device it claims to be.
+        if !degraded || matches!(probes[given], Probe::Label(_)) {
+            return Err(error);
+        }
+        order[slot] = None;
+        unlabelled.retain(|&s| s != slot);
+        absent.push((slot, error.to_string()));
     }
-    Ok((label, order, unlabelled))
+    if order.iter().all(Option::is_none) {
+        return Err(Error::NoDevices);
+    }
+    if !absent.is_empty() && !degraded {
+        let why = absent.iter().map(|(slot, why)| format!("place {slot}: {why}")).collect::<Vec<_>>().join("; ");
+        return Err(Error::Degraded { missing: absent.iter().map(|&(slot, _)| slot).collect(), why });
+    }
+    Ok(Identified { label, order, unlabelled, absent })
 }
 
 /// Reads both segments of every metadata copy: what was written of each
 /// (up to the write pointers on zoned namespaces, the whole segment on
 /// conventional ones).
 pub(super) fn read_images(
-    devices: &mut [Device],
+    devices: &mut [Option<Device>],
     descriptors: &[Vec<ZoneDescriptor>],
     superblock: &Superblock,
 ) -> Vec<Option<[SegmentImage; 2]>> {
@@ -525,7 +720,7 @@ pub(super) fn read_images(
     placed_copies(superblock)
         .into_iter()
         .map(|copy| {
-            let device = &mut devices[copy.device];
+            let device = devices[copy.device].as_mut()?;
             let read = |device: &mut Device, segment: u32| {
                 let mut blocks = segment_capacity(device, copy, g, segment);
                 if device.is_zoned() {

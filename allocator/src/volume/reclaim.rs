@@ -19,8 +19,8 @@ impl Volume {
             self.reclaim_open[lane] = false;
             let device = self.lanes[lane].device;
             if let Some(zone) = self.lanes[lane].table.open_zone(Slot::Reclaim) {
-                if self.devices[device].is_zoned() {
-                    self.devices[device].zone_action(zone, ZoneSendAction::Close)?;
+                if let Some(d) = self.devices[device].as_mut().filter(|d| d.is_zoned()) {
+                    d.zone_action(zone, ZoneSendAction::Close)?;
                 }
             }
         }
@@ -40,9 +40,12 @@ impl Volume {
                 let lanes = self.lanes.len();
                 let ratio = self.options.reclaim_max_valid_ratio;
                 // Worn-out zones first: their data has one way off.
-                let worn = (0..lanes).find_map(|lane| self.lanes[lane].table.worn_with_data().map(|z| (lane, z)));
+                let online: Vec<bool> = (0..lanes).map(|lane| self.lane_online(lane)).collect();
+                let worn = (0..lanes)
+                    .filter(|&lane| online[lane])
+                    .find_map(|lane| self.lanes[lane].table.worn_with_data().map(|z| (lane, z)));
                 let found = worn.or_else(|| {
-                    (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).find_map(|lane| {
+                    (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).filter(|&l| online[l]).find_map(|lane| {
                         let table = &self.lanes[lane].table;
                         table
                             .dead_zones()
@@ -129,8 +132,8 @@ impl Volume {
                 Err(Error::Uncorrectable { .. }) => self.read_copy(id, lane, &mut data)?,
                 Err(error) => return Err(error),
             }
-            let lba = self.devices[device].lba(zone, offset);
-            self.devices[device].write_at(lba, &data)?;
+            let lba = self.dev(device).lba(zone, offset);
+            self.dev_mut(device).write_at(lba, &data)?;
         }
         Ok(())
     }
@@ -138,7 +141,7 @@ impl Volume {
     /// Copies `blocks` from `from` to `to` on one namespace with Copy
     /// commands, each within the device's MSSRL/MCL/MDTS limits.
     pub(super) fn copy_blocks(&mut self, device: usize, from: Location, to: Location, blocks: u32) -> Result<()> {
-        let d = &self.devices[device];
+        let d = self.dev(device);
         let lpb = d.lbas_per_block;
         let limits = *d.ns.range_limits();
         let per_command = limits.copy_range_blocks.min(limits.copy_total_blocks).min(u64::from(u16::MAX) + 1);
@@ -149,9 +152,9 @@ impl Volume {
         while done < total {
             let n = per_command.min(total - done);
             let buffer = self.take_buffer(device)?;
-            let d = &self.devices[device];
+            let d = self.dev(device);
             let request = d.ns.copy(destination + done, &[(source + done, n as u32)], IoBuffer::new(buffer), 0)?;
-            self.devices[device].run(request, "Copy")?;
+            self.dev_mut(device).run(request, "Copy")?;
             self.stats.copy_commands += 1;
             done += n;
         }

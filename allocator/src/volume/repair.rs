@@ -39,7 +39,10 @@ impl Volume {
         self.wait_idle()?;
         let mut descriptors = Vec::with_capacity(self.devices.len());
         for device in &mut self.devices {
-            descriptors.push(if device.is_zoned() { device.report_zones()? } else { Vec::new() });
+            descriptors.push(match device {
+                Some(device) if device.is_zoned() => device.report_zones()?,
+                _ => Vec::new(),
+            });
         }
         let images = read_images(&mut self.devices, &descriptors, &self.superblock);
         let bytes_read =
@@ -86,8 +89,8 @@ impl Volume {
         let blocks = extent.blocks;
         let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
-        let lba = self.devices[device].lba(zone, offset);
-        if let Err(error) = self.devices[device].write_at(lba, good) {
+        let lba = self.dev(device).lba(zone, offset);
+        if let Err(error) = self.dev_mut(device).write_at(lba, good) {
             // The reclaim zone's write pointer no longer stands where its
             // next relocation would write.
             self.abandon_zone(lane, Slot::Reclaim, zone);
@@ -117,9 +120,9 @@ impl Volume {
         }
         let location = extent.locations[lane];
         let device = self.lanes[lane].device;
-        let lba = self.devices[device].lba(location.zone, location.offset);
-        self.devices[device].write_at(lba, good)?;
-        self.devices[device].flush()
+        let lba = self.dev(device).lba(location.zone, location.offset);
+        self.dev_mut(device).write_at(lba, good)?;
+        self.dev_mut(device).flush()
     }
 
     /// Waits for writes in flight, so that an engine (scrub) can read

@@ -13,14 +13,14 @@ impl Volume {
     /// Copy `lane`'s extents in physical order from `from`: one map lookup,
     /// then a walk, for scrub to take in batches as large as it likes.
     pub fn extents_from(&self, lane: usize, from: Location) -> impl Iterator<Item = ExtentRef<'_>> + '_ {
-        let device = &self.devices[self.lanes[lane].device];
+        let device = self.devices[self.lanes[lane].device].as_ref();
         self.lanes[lane].index.range(from..).map(move |(&location, id)| {
             let extent = &self.extents[id];
             ExtentRef {
                 id: *id,
                 owner: extent.owner,
                 location,
-                lba: device.lba(location.zone, location.offset),
+                lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
                 blocks: extent.blocks,
                 crcs: &extent.crcs,
             }
@@ -36,18 +36,22 @@ pub struct LaneReads<'a> {
 }
 
 impl Volume {
-    /// Lends copy `lane`'s namespace for reads. The volume must be quiesced
-    /// ([`Volume::quiesce`]): with writes in flight it refuses, since their
-    /// completions would be reaped here.
+    /// Lends copy `lane`'s namespace for reads. No write may be in flight
+    /// on that namespace ([`Volume::quiesce`]): it refuses then, since
+    /// their completions would be reaped here. Writes to another namespace
+    /// (a resilver's copies) may be.
     pub fn lane_reads(&mut self, lane: usize) -> Result<LaneReads<'_>> {
         if lane >= self.lanes.len() {
             return Err(Error::InvalidArgument(format!("copy {lane}: the volume has {}", self.lanes.len())));
         }
-        if self.writes_in_flight() > 0 {
-            return Err(Error::InvalidArgument("writes in flight: quiesce the volume first".into()));
-        }
         let device = self.lanes[lane].device;
-        Ok(LaneReads { device: &mut self.devices[device] })
+        if self.device_writes[device] > 0 {
+            return Err(Error::InvalidArgument("writes in flight there: quiesce the volume first".into()));
+        }
+        match self.devices[device].as_mut() {
+            Some(device) => Ok(LaneReads { device }),
+            None => Err(Error::Member { device, why: "not in use".into() }),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The write path: placement within the zone limits, Zone Append or
 //! ordered writes, completions, and the waits that bound them.
 
+use super::member::Failed;
 use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 impl Volume {
     pub(super) fn mode(&self, device: usize) -> Mode {
-        let d = &self.devices[device];
+        let d = self.dev(device);
         if !d.is_zoned() {
             return Mode::Conventional;
         }
@@ -76,8 +77,9 @@ impl Volume {
         }
         let blocks = (data.len() / BLOCK_SIZE) as u32;
         let slot = Slot::Stream(stream);
-        // Room in every lane first, so a write never lands in one only.
-        for lane in &self.lanes {
+        // Room in every lane in use first, so a write never lands in one
+        // only.
+        for lane in self.lanes.iter().filter(|l| self.devices[l.device].is_some()) {
             let table = &lane.table;
             if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
                 return Err(Error::NoSpace);
@@ -97,6 +99,7 @@ impl Volume {
         self.next_id += 1;
         let copies = self.lanes.len();
         let pending = PendingWrite {
+            copy_of: None,
             id,
             owner,
             stream,
@@ -104,11 +107,51 @@ impl Volume {
             crcs,
             zones: vec![u32::MAX; copies],
             locations: vec![None; copies],
+            in_flight: vec![false; copies],
             remaining: 0,
             error: None,
             reported: false,
         };
-        let index = match self.free_slots.pop() {
+        let index = self.pending_slot(pending);
+        for lane in 0..copies {
+            let device = self.lanes[lane].device;
+            let submitted = match self.devices[device] {
+                // Written while the device is away: the copy is missing,
+                // for a resilver to write.
+                None => Err(Error::NoDevices),
+                Some(_) => self.submit_lane_write(index, lane, slot, blocks, data),
+            };
+            let error = match submitted {
+                Ok(()) => continue,
+                Err(Error::NoDevices) => None,
+                Err(error) if is_gone(&error) && self.give_up(device, format!("a write failed: {error}")) => None,
+                Err(error) => Some(error),
+            };
+            let pending = self.writes[index].as_mut().expect("pending write");
+            match error {
+                None => pending.locations[lane] = Some(Location::MISSING),
+                Some(error) => {
+                    pending.reported = true;
+                    if pending.remaining == 0 {
+                        self.writes[index] = None;
+                        self.free_slots.push(index);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        if self.writes[index].as_ref().is_some_and(|p| p.remaining == 0) {
+            // Every lane it was to go to was given up during submission.
+            self.finish_write(index);
+        }
+        self.stats.writes += 1;
+        self.stats.write_bytes += data.len() as u64;
+        Ok(id)
+    }
+
+    /// Takes a free slot for a pending write.
+    pub(super) fn pending_slot(&mut self, pending: PendingWrite) -> usize {
+        match self.free_slots.pop() {
             Some(index) => {
                 self.writes[index] = Some(pending);
                 index
@@ -117,21 +160,7 @@ impl Volume {
                 self.writes.push(Some(pending));
                 self.writes.len() - 1
             }
-        };
-        for lane in 0..copies {
-            if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
-                let pending = self.writes[index].as_mut().expect("pending write");
-                pending.reported = true;
-                if pending.remaining == 0 {
-                    self.writes[index] = None;
-                    self.free_slots.push(index);
-                }
-                return Err(error);
-            }
         }
-        self.stats.writes += 1;
-        self.stats.write_bytes += data.len() as u64;
-        Ok(id)
     }
 
     pub(super) fn submit_lane_write(
@@ -156,7 +185,7 @@ impl Volume {
         buffer.copy_in(0, data);
         let io = IoBuffer::range(buffer, 0, data.len());
         let token = Token::Write { slot: index, lane }.encode();
-        let d = &self.devices[device];
+        let d = self.dev(device);
         let request = match mode {
             Mode::Append => d.ns.zone_append(d.zones[zone as usize].start_lba, io, false, token)?,
             Mode::Ordered | Mode::Conventional => d.ns.write(d.lba(zone, offset), io, false, token)?,
@@ -169,11 +198,16 @@ impl Volume {
                 pending.locations[lane] = Some(Location { zone, offset });
             }
             pending.remaining += 1;
+            pending.in_flight[lane] = true;
         }
-        if let Err(error) = self.devices[device].submit(request) {
+        self.device_writes[device] += 1;
+        if let Err(error) = self.dev_mut(device).submit(request) {
             self.lanes[lane].table.write_completed(zone);
+            self.device_writes[device] -= 1;
             let pending = self.writes[index].as_mut().expect("pending write");
             pending.remaining -= 1;
+            pending.in_flight[lane] = false;
+            pending.locations[lane] = None;
             // The room is reserved but nothing was written there: an
             // ordered write after it would not start at the write pointer.
             if mode == Mode::Ordered {
@@ -221,7 +255,7 @@ impl Volume {
                 if self.retiring.is_empty() {
                     return Err(Error::InvalidConfig(format!(
                         "namespace {}: no zone to retire within its open/active limits",
-                        self.devices[device].ns.nsid()
+                        self.dev(device).ns.nsid()
                     )));
                 }
                 self.poll_devices();
@@ -275,12 +309,15 @@ impl Volume {
             }
             self.retiring.swap_remove(index);
             let device = self.lanes[lane].device;
+            if self.devices[device].is_none() {
+                continue;
+            }
             if entry.usage == ZoneUse::Full
-                && self.devices[device].is_zoned()
+                && self.dev(device).is_zoned()
                 && entry.active
                 && self.lanes[lane].written[zone as usize] < entry.capacity
             {
-                self.devices[device].zone_action(zone, ZoneSendAction::Finish)?;
+                self.dev_mut(device).zone_action(zone, ZoneSendAction::Finish)?;
                 self.stats.zones_finished += 1;
             }
             self.lanes[lane].table.deactivate(zone);
@@ -291,7 +328,7 @@ impl Volume {
     pub(super) fn take_buffer(&mut self, device: usize) -> Result<nvme_driver::dma::DmaBuffer> {
         let deadline = Instant::now() + self.options.timeout;
         loop {
-            if let Some(buffer) = self.devices[device].pool.get() {
+            if let Some(buffer) = self.dev(device).pool.get() {
                 return Ok(buffer);
             }
             self.poll();
@@ -314,11 +351,22 @@ impl Volume {
 
     pub(super) fn poll_devices(&mut self) {
         let mut completions = std::mem::take(&mut self.scratch);
-        for device in &mut self.devices {
+        for index in 0..self.devices.len() {
+            let Some(device) = self.devices[index].as_mut() else { continue };
             device.poll(&mut completions);
-        }
-        for completion in completions.drain(..) {
-            self.complete(completion);
+            // An engine's reads (scrub, resilver) are its own: they go back
+            // to the device for `LaneReads::poll` to reap.
+            let mut at = 0;
+            while at < completions.len() {
+                if matches!(Token::decode(completions[at].token), Token::Engine(_)) {
+                    device.stash.push_back(completions.swap_remove(at));
+                } else {
+                    at += 1;
+                }
+            }
+            for completion in completions.drain(..) {
+                self.complete(completion);
+            }
         }
         self.scratch = completions;
     }
@@ -350,20 +398,23 @@ impl Volume {
     pub(super) fn complete(&mut self, completion: IoCompletion) {
         let (index, lane) = match Token::decode(completion.token) {
             Token::Write { slot, lane } => (slot, lane),
-            // A blocking command that already timed out, or an engine's
-            // read after it stopped: nothing waits.
+            // A blocking command that already timed out: nothing waits.
+            // (Engine reads never reach here: see `poll_devices`.)
             Token::Sync(_) | Token::Engine(_) => return,
         };
-        let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut) else {
+        let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut).filter(|p| p.in_flight[lane]) else {
             log::warn!("completion for unknown write token {:#x}", completion.token);
             return;
         };
+        pending.in_flight[lane] = false;
         let zone = pending.zones[lane];
         let blocks = pending.blocks;
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
+        self.device_writes[device] -= 1;
         let mut abandon = None;
         let mut worn = false;
+        let mut failed = None;
         match device::status(&completion) {
             Ok(()) => {
                 self.lanes[lane].written[zone as usize] += blocks;
@@ -373,7 +424,7 @@ impl Volume {
                     // (`place`), on a 4 KiB block; anything else is a
                     // device fault, never a location to commit.
                     let lba = completion.result_u64();
-                    let d = &self.devices[device];
+                    let d = self.devices[device].as_ref().expect("completed on a device in use");
                     let start = d.zones[zone as usize].start_lba;
                     let reserved = self.lanes[lane].table.zone(zone).allocated;
                     match appended_offset(lba, start, d.lbas_per_block, blocks, reserved) {
@@ -391,11 +442,27 @@ impl Volume {
             }
             Err(error) => {
                 worn = device::zone_worn_out(&error);
+                failed = Some(error.clone());
                 pending.error.get_or_insert(Error::Command { what: "data write", error });
                 abandon = Some(Slot::Stream(pending.stream));
             }
         }
         pending.remaining -= 1;
+        if let Some(error) = failed {
+            if self.note_failure(device, Failed::Write, &error) {
+                // Given up: this copy is missing, and the write stands on
+                // the others.
+                let pending = self.writes[index].as_mut().expect("pending write");
+                pending.locations[lane] = Some(Location::MISSING);
+                if matches!(pending.error, Some(Error::Command { what: "data write", .. })) {
+                    pending.error = None;
+                }
+                if pending.remaining == 0 {
+                    self.finish_write(index);
+                }
+                return;
+            }
+        }
         if let Some(slot) = abandon.filter(|_| self.mode(device) == Mode::Ordered) {
             self.abandon_zone(lane, slot, zone);
         }
@@ -409,13 +476,30 @@ impl Volume {
         if pending.remaining > 0 {
             return;
         }
+        self.finish_write(index);
+    }
+
+    /// Ends a pending write whose commands all finished: the new extent
+    /// (or the resilver copy) is recorded, and the outcome queued.
+    pub(super) fn finish_write(&mut self, index: usize) {
         let pending = self.writes[index].take().expect("pending write");
+        assert_eq!(pending.remaining, 0, "finishing write {} with commands in flight", pending.id);
         self.free_slots.push(index);
+        if let Some(lane) = pending.copy_of {
+            self.finish_copy(pending, lane);
+            return;
+        }
         let result = match pending.error {
             Some(error) => Err(error),
             None if pending.reported => Err(Error::InvalidArgument("write abandoned at submission".into())),
+            None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => {
+                Err(Error::NoDevices)
+            }
             None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
                 let location = l.expect("every copy placed");
+                if location.is_missing() {
+                    return None;
+                }
                 self.overlapping(lane, location, pending.blocks).map(|other| (lane, other))
             }) =>
             {
@@ -468,6 +552,14 @@ impl Volume {
         }
         self.process_retiring()
     }
+}
+
+/// Whether `error` says the device went away.
+pub(super) fn is_gone(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Driver(nvme_driver::Error::DeviceGone) | Error::Command { error: nvme_driver::IoError::DeviceGone, .. }
+    )
 }
 
 /// The 4 KiB block offset in its zone of a Zone Append that the device

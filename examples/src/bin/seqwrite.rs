@@ -349,18 +349,16 @@ fn run(args: &Args) -> Result<(), String> {
     if args.stream >= volume.streams() {
         return Err(format!("--stream {}: the volume has {} stream(s)", args.stream, volume.streams()));
     }
-    // Where the first data zone starts (after the metadata segments).
-    let data_offset_bytes = {
-        let table = volume.zone_table(0);
+    // Where the first data zone starts (after the metadata segments), on
+    // the first copy in use.
+    let lane = (0..volume.lanes()).find(|&l| volume.lane_online(l)).unwrap_or(0);
+    let (data_offset_bytes, namespace_bytes) = {
+        let table = volume.zone_table(lane);
         let first = (0..table.zone_count()).find(|&z| table.zone(z).usage != zoned_allocator::zones::ZoneUse::NotOwned);
-        let lba = volume.lba(0, zoned_allocator::Location { zone: first.unwrap_or(0), offset: 0 });
-        let first_device = volume.lane_device(0);
-        lba * u64::from(volume.devices_mut()[first_device].namespace().block_size())
-    };
-    let namespace_bytes = {
-        let first = volume.lane_device(0);
-        let ns = volume.devices_mut()[first].namespace();
-        ns.capacity_blocks() * u64::from(ns.block_size())
+        let lba = volume.lba(lane, zoned_allocator::Location { zone: first.unwrap_or(0), offset: 0 });
+        let device = volume.lane_device(lane);
+        let ns = volume.devices_mut()[device].as_ref().ok_or("no device in use")?.namespace();
+        (lba * u64::from(ns.block_size()), ns.capacity_blocks() * u64::from(ns.block_size()))
     };
 
     // Data and checksums, made ahead on worker threads.

@@ -1324,7 +1324,7 @@ impl MetadataZones {
         }
         let lba = volume.lba(lane, Location { zone: first, offset: 0 });
         let device = volume.lane_device(lane);
-        let lba_bytes = u64::from(volume.devices_mut()[device].namespace().block_size());
+        let lba_bytes = u64::from(volume.devices_mut()[device].as_ref().expect("in use").namespace().block_size());
         Ok(MetadataZones { bytes: lba * lba_bytes })
     }
 

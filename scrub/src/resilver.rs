@@ -1,0 +1,497 @@
+//! Resilver: writing every copy a mirror member lacks (it was replaced, or
+//! came back after missing some writes), from the other copy, in physical
+//! order and at high queue depth.
+//!
+//! - The reads are the scrub's: the [`Planner`] walks the source copy in
+//!   physical order, taking only extents that lack the target copy, and
+//!   merges adjacent ones into large reads; a fixed number are in flight on
+//!   the source's queue pair ([`ResilverOptions::max_in_flight`]).
+//! - Each completed read is copied out of its DMA buffer, verified against
+//!   the extents' checksums ([`ResilverOptions::verify`]), and each extent
+//!   is queued as a write of its missing copy
+//!   ([`Volume::submit_copy`]), so reads of the source and writes of the
+//!   target overlap. A block that fails its checksum has no good copy left:
+//!   the extent is reported ([`ResilverReport::unrecoverable`]) and its
+//!   copy stays missing.
+//! - Progress is the volume's own metadata: a copy written is journaled at
+//!   the next commit (every [`ResilverOptions::commit_every_bytes`]), and
+//!   what is still missing is what a resilver started after a restart
+//!   does. No progress file.
+//! - Work goes in steps ([`Resilver::step`]): between steps the volume is
+//!   the caller's again, to read and write (new writes go to every copy in
+//!   use, the target's included). Pause, resume and cancel come through a
+//!   [`Control`]; a rate limit in MiB/s bounds the reads.
+//! - At the end a verify pass (the scrub, over the target copy only)
+//!   confirms the new copy ([`ResilverOptions::verify_after`]).
+//!
+//! ZFS's sequential resilver (`zpool replace`, then a scrub) and btrfs's
+//! `replace` are the anchors; ZFS's dirty-time log is what the missing
+//! locations stand for.
+
+use crate::plan::{Planner, Read};
+use crate::{scrub, Control, Error, Report, Result, ScrubOptions, CANCEL, PAUSE};
+use nvme_driver::dma::DmaMemory;
+use nvme_driver::IoCompletion;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use zoned_allocator::{ExtentId, Location, Profile, Volume, BLOCK_SIZE};
+
+/// How to resilver.
+#[derive(Clone, Debug)]
+pub struct ResilverOptions {
+    /// Reads of the source copy in flight.
+    pub max_in_flight: usize,
+    /// Verify each extent's checksums as it is read (off: copy as read).
+    pub verify: bool,
+    /// Bandwidth ceiling on the reads, in MiB/s.
+    pub rate_limit_mib_s: Option<f64>,
+    /// Commit (making the copies written durable, and the progress with
+    /// them) after this many bytes.
+    pub commit_every_bytes: u64,
+    /// Scrub the new copy when every copy is written.
+    pub verify_after: bool,
+    /// Bound on waiting for one read or write.
+    pub timeout: Duration,
+}
+
+impl Default for ResilverOptions {
+    fn default() -> Self {
+        ResilverOptions {
+            max_in_flight: 64,
+            verify: true,
+            rate_limit_mib_s: None,
+            commit_every_bytes: 256 << 20,
+            verify_after: true,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Progress, as the resilver goes.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ResilverProgress {
+    /// The device place being brought up to date.
+    pub place: usize,
+    /// Bytes of copies written so far.
+    pub bytes_done: u64,
+    /// Bytes of copies missing when the resilver began.
+    pub bytes_total: u64,
+    /// Copy bandwidth so far, in MiB/s, pauses excluded.
+    pub rate_mib_s: f64,
+    /// Time to finish at that rate, in seconds (infinite before the first
+    /// copy).
+    pub eta_s: f64,
+}
+
+/// What a resilver did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ResilverReport {
+    /// The device place brought up to date.
+    pub place: usize,
+    /// The copy (lane) read, and the copy written.
+    pub source_lane: usize,
+    /// The copy written.
+    pub target_lane: usize,
+    /// Bytes of copies missing when it began.
+    pub bytes_total: u64,
+    /// Bytes of copies written and journaled.
+    pub bytes_copied: u64,
+    /// Extents whose copy was written.
+    pub extents_copied: u64,
+    /// Bytes read from the source, and read commands.
+    pub bytes_read: u64,
+    /// Read commands.
+    pub reads: u64,
+    /// Checksums were verified as read.
+    pub verified: bool,
+    /// Blocks of the source that failed their checksum.
+    pub checksum_errors: u64,
+    /// Reads of the source that failed.
+    pub failed_reads: u64,
+    /// Extents with no good copy left: their copy stays missing.
+    pub unrecoverable: Vec<ExtentId>,
+    /// Copies whose write failed (with why): they stay missing.
+    pub copy_failures: Vec<(ExtentId, String)>,
+    /// Bytes the target still lacks at the end.
+    pub bytes_left: u64,
+    /// Seconds, pauses included.
+    pub duration_s: f64,
+    /// Copy bandwidth, pauses excluded, in MiB/s.
+    pub rate_mib_s: f64,
+    /// Mean reads in flight, and mean copy writes in flight.
+    pub mean_read_queue_depth: f64,
+    /// Mean copy writes in flight.
+    pub mean_write_queue_depth: f64,
+    /// Commits made along the way.
+    pub commits: u64,
+    /// Stopped by a cancel before the end.
+    pub cancelled: bool,
+    /// The verify pass over the new copy.
+    pub verify: Option<Report>,
+}
+
+impl ResilverReport {
+    /// Every missing copy was written, and the verify pass (if run) is
+    /// clean.
+    pub fn complete(&self) -> bool {
+        !self.cancelled
+            && self.bytes_left == 0
+            && self.verify.as_ref().is_none_or(|v| v.outcome == crate::Outcome::Clean)
+    }
+}
+
+/// Brings device place `place` of `volume` up to date: see the [module
+/// documentation](self). Runs to the end (or a cancel), then commits and,
+/// when asked, scrubs the new copy.
+pub fn resilver(
+    volume: &mut Volume,
+    place: usize,
+    options: &ResilverOptions,
+    control: &Control,
+    on_progress: &mut dyn FnMut(&ResilverProgress),
+) -> Result<ResilverReport> {
+    let started = Instant::now();
+    let mut engine = Resilver::new(volume, place, options)?;
+    let mut last_progress = Instant::now();
+    loop {
+        match control.state() {
+            CANCEL => {
+                engine.report.cancelled = true;
+                break;
+            }
+            PAUSE => {
+                let paused_at = Instant::now();
+                while control.state() == PAUSE {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                engine.paused += paused_at.elapsed();
+                continue;
+            }
+            _ => {}
+        }
+        let done = engine.step(volume, 64 << 20)?;
+        if last_progress.elapsed() >= Duration::from_millis(500) || done {
+            last_progress = Instant::now();
+            on_progress(&engine.progress());
+        }
+        if done {
+            break;
+        }
+    }
+    let mut report = engine.finish(volume)?;
+    if options.verify_after && !report.cancelled {
+        let scrub_options = ScrubOptions {
+            lanes: Some(vec![report.target_lane]),
+            max_in_flight: options.max_in_flight,
+            timeout: options.timeout,
+            ..ScrubOptions::default()
+        };
+        report.verify = Some(scrub(volume, &scrub_options, &Control::new(), None, &mut |_| {}, &mut |_| {})?);
+    }
+    report.duration_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A resilver in steps. See the [module documentation](self).
+#[allow(missing_debug_implementations)]
+pub struct Resilver {
+    options: ResilverOptions,
+    planner: Planner,
+    queue: VecDeque<Read>,
+    /// Reads in flight: tag → read.
+    in_flight: Vec<Option<Read>>,
+    free_tags: Vec<usize>,
+    reads_in_flight: usize,
+    copies_in_flight: usize,
+    report: ResilverReport,
+    started: Instant,
+    paused: Duration,
+    read_depth_area: f64,
+    write_depth_area: f64,
+    depth_since: Instant,
+    bytes_submitted: u64,
+    since_commit: u64,
+    scratch: Vec<u8>,
+    completions: Vec<IoCompletion>,
+}
+
+impl Resilver {
+    /// Sets up a resilver of place `place`: a mirror member in use that
+    /// lacks copies, read from the other.
+    pub fn new(volume: &Volume, place: usize, options: &ResilverOptions) -> Result<Resilver> {
+        if options.max_in_flight == 0 || options.max_in_flight > 4096 {
+            return Err(Error::InvalidArgument(format!("{} reads in flight: expected 1..=4096", options.max_in_flight)));
+        }
+        if volume.profile() != Profile::Mirror {
+            return Err(Error::InvalidArgument(format!("a {:?} volume has no member to resilver", volume.profile())));
+        }
+        let target = (0..volume.lanes()).find(|&l| volume.lane_device(l) == place);
+        let Some(target) = target else {
+            return Err(Error::InvalidArgument(format!("the volume has no device place {place}")));
+        };
+        if !volume.lane_online(target) {
+            return Err(Error::InvalidArgument(format!("device place {place} is not in use: replace it first")));
+        }
+        let source = (0..volume.lanes()).find(|&l| l != target && volume.lane_online(l));
+        let Some(source) = source else {
+            return Err(Error::InvalidArgument("no other copy in use to read from".into()));
+        };
+        let bytes_total = volume.missing_blocks(target) * BLOCK_SIZE as u64;
+        let now = Instant::now();
+        Ok(Resilver {
+            options: options.clone(),
+            planner: Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target),
+            queue: VecDeque::new(),
+            in_flight: Vec::new(),
+            free_tags: Vec::new(),
+            reads_in_flight: 0,
+            copies_in_flight: 0,
+            report: ResilverReport {
+                place,
+                source_lane: source,
+                target_lane: target,
+                bytes_total,
+                verified: options.verify,
+                ..ResilverReport::default()
+            },
+            started: now,
+            paused: Duration::ZERO,
+            read_depth_area: 0.0,
+            write_depth_area: 0.0,
+            depth_since: now,
+            bytes_submitted: 0,
+            since_commit: 0,
+            scratch: Vec::new(),
+            completions: Vec::new(),
+        })
+    }
+
+    /// Progress so far.
+    pub fn progress(&self) -> ResilverProgress {
+        let running = self.running_s();
+        let rate = self.report.bytes_copied as f64 / running;
+        let left = self.report.bytes_total.saturating_sub(self.report.bytes_copied) as f64;
+        ResilverProgress {
+            place: self.report.place,
+            bytes_done: self.report.bytes_copied,
+            bytes_total: self.report.bytes_total,
+            rate_mib_s: rate / f64::from(1 << 20),
+            eta_s: if rate > 0.0 { left / rate } else { f64::INFINITY },
+        }
+    }
+
+    fn running_s(&self) -> f64 {
+        self.started.elapsed().saturating_sub(self.paused).as_secs_f64().max(1e-9)
+    }
+
+    fn account_depth(&mut self) {
+        let now = Instant::now();
+        let span = now.duration_since(self.depth_since).as_secs_f64();
+        self.read_depth_area += self.reads_in_flight as f64 * span;
+        self.write_depth_area += self.copies_in_flight as f64 * span;
+        self.depth_since = now;
+    }
+
+    /// Copies up to about `budget_bytes`, then drains its reads and hands
+    /// the volume back (writes of copies may still be in flight; they end
+    /// at the caller's next poll or commit). Returns `true` when every
+    /// missing copy was planned and written.
+    pub fn step(&mut self, volume: &mut Volume, budget_bytes: u64) -> Result<bool> {
+        let source = self.report.source_lane;
+        let depth = self.options.max_in_flight;
+        let budget_end = self.report.bytes_read + budget_bytes;
+        let mut idle_since: Option<Instant> = None;
+        // The source takes no write while we read it: wait out the
+        // caller's writes there.
+        volume.quiesce()?;
+        let max_request = volume.lane_reads(source)?.max_request_bytes();
+        self.planner.set_max_request(max_request);
+        loop {
+            let reading = self.report.bytes_read < budget_end;
+            if reading && self.queue.len() < 2 * depth {
+                self.planner.refill(volume, &mut self.queue, 4 * depth);
+            }
+            let mut moved = false;
+            while reading && self.reads_in_flight < depth && !self.queue.is_empty() {
+                let bytes = self.queue.front().map_or(0, Read::bytes) as u64;
+                if self.over_rate(bytes) {
+                    break;
+                }
+                let tag = self.free_tags.pop().unwrap_or(self.in_flight.len());
+                let (lba, read_bytes) = self.queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
+                if !volume.lane_reads(source)?.submit(lba, read_bytes, tag as u64)? {
+                    self.free_tags.push(tag);
+                    break;
+                }
+                let read = self.queue.pop_front().expect("non-empty");
+                if tag == self.in_flight.len() {
+                    self.in_flight.push(Some(read));
+                } else {
+                    self.in_flight[tag] = Some(read);
+                }
+                self.account_depth();
+                self.reads_in_flight += 1;
+                self.bytes_submitted += bytes;
+                moved = true;
+            }
+            let mut completions = std::mem::take(&mut self.completions);
+            volume.lane_reads(source)?.poll(&mut completions);
+            for completion in completions.drain(..) {
+                moved = true;
+                self.read_done(volume, completion)?;
+            }
+            self.completions = completions;
+            volume.poll();
+            while let Some(done) = volume.next_copy_done() {
+                moved = true;
+                self.account_depth();
+                self.copies_in_flight -= 1;
+                let blocks = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
+                match done.result {
+                    Ok(()) => {
+                        self.report.extents_copied += 1;
+                        self.report.bytes_copied += blocks;
+                        self.since_commit += blocks;
+                    }
+                    Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
+                }
+            }
+            let finished = self.queue.is_empty() && self.planner.is_done();
+            if self.reads_in_flight == 0 && (finished || !reading) {
+                if self.since_commit >= self.options.commit_every_bytes {
+                    self.commit(volume)?;
+                }
+                return Ok(finished && self.copies_in_flight == 0);
+            }
+            if moved {
+                idle_since = None;
+            } else {
+                if self.reads_in_flight == 0 && self.options.rate_limit_mib_s.is_some() {
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > self.options.timeout {
+                    return Err(Error::Timeout { what: "resilver reads or copies" });
+                }
+            }
+        }
+    }
+
+    fn over_rate(&self, bytes: u64) -> bool {
+        let Some(rate) = self.options.rate_limit_mib_s else { return false };
+        let allowed = (rate * f64::from(1 << 20) * self.running_s()) as u64;
+        self.bytes_submitted + bytes > allowed + bytes.min(1 << 20)
+    }
+
+    /// A read of the source finished: verify its extents and queue their
+    /// copies.
+    fn read_done(&mut self, volume: &mut Volume, completion: IoCompletion) -> Result<()> {
+        let tag = completion.token as usize;
+        let Some(read) = self.in_flight.get_mut(tag).and_then(Option::take) else { return Ok(()) };
+        self.free_tags.push(tag);
+        self.account_depth();
+        self.reads_in_flight -= 1;
+        self.report.reads += 1;
+        self.report.bytes_read += read.bytes() as u64;
+        let buffer = match completion.status {
+            Ok(()) => completion.buffer.expect("reads carry their buffer"),
+            Err(error) => {
+                log::warn!("resilver read of {} blocks at LBA {} failed: {error}", read.blocks, read.lba);
+                self.report.failed_reads += 1;
+                volume.record_read_errors(read.lane, 1, 0);
+                // Each extent alone, through the volume's own read (which
+                // tries every copy it has).
+                for piece in &read.pieces {
+                    self.copy_one(volume, piece.id)?;
+                }
+                return Ok(());
+            }
+        };
+        self.scratch.resize(buffer.len(), 0);
+        buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
+        drop(buffer);
+        for piece in &read.pieces {
+            let start = piece.offset_blocks as usize * BLOCK_SIZE;
+            let data = &self.scratch[start..start + piece.blocks as usize * BLOCK_SIZE];
+            let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == data.len());
+            assert!(whole || volume.extent(piece.id).is_none(), "extent {} split across reads", piece.id);
+            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+                // Freed (or written) since it was planned.
+                continue;
+            }
+            if self.options.verify {
+                let bad = zoned_allocator::checksum::mismatches(data, &piece.crcs);
+                if !bad.is_empty() {
+                    self.report.checksum_errors += bad.len() as u64;
+                    volume.record_read_errors(read.lane, 0, bad.len() as u64);
+                    self.report.unrecoverable.push(piece.id);
+                    continue;
+                }
+            }
+            match volume.submit_copy(piece.id, self.report.target_lane, data) {
+                Ok(()) => {
+                    self.account_depth();
+                    self.copies_in_flight += 1;
+                }
+                Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies one extent through the volume's verified read (after a
+    /// failed merged read).
+    fn copy_one(&mut self, volume: &mut Volume, id: ExtentId) -> Result<()> {
+        let Some((bytes, _)) = volume.extent(id) else { return Ok(()) };
+        if !volume.lacks_copy(id, self.report.target_lane) {
+            return Ok(());
+        }
+        let mut data = vec![0u8; bytes];
+        match volume.read(id, &mut data) {
+            Ok(_) => match volume.submit_copy(id, self.report.target_lane, &data) {
+                Ok(()) => {
+                    self.account_depth();
+                    self.copies_in_flight += 1;
+                }
+                Err(error) => self.report.copy_failures.push((id, error.to_string())),
+            },
+            Err(zoned_allocator::Error::Uncorrectable { .. }) => self.report.unrecoverable.push(id),
+            Err(error) => return Err(error.into()),
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, volume: &mut Volume) -> Result<()> {
+        volume.commit()?;
+        self.report.commits += 1;
+        self.since_commit = 0;
+        // The commit waited for every write: the copies in flight ended.
+        while let Some(done) = volume.next_copy_done() {
+            self.copies_in_flight -= 1;
+            let blocks = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
+            match done.result {
+                Ok(()) => {
+                    self.report.extents_copied += 1;
+                    self.report.bytes_copied += blocks;
+                }
+                Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the resilver: waits for the copies, commits, and reports.
+    pub fn finish(mut self, volume: &mut Volume) -> Result<ResilverReport> {
+        self.account_depth();
+        self.commit(volume)?;
+        assert_eq!(self.copies_in_flight, 0, "copies in flight after the final commit");
+        let running = self.running_s();
+        self.report.rate_mib_s = self.report.bytes_copied as f64 / f64::from(1 << 20) / running;
+        self.report.mean_read_queue_depth = self.read_depth_area / running;
+        self.report.mean_write_queue_depth = self.write_depth_area / running;
+        self.report.bytes_left = volume.missing_blocks(self.report.target_lane) * BLOCK_SIZE as u64;
+        self.report.duration_s = self.started.elapsed().as_secs_f64();
+        Ok(self.report)
+    }
+}
