@@ -282,9 +282,15 @@ pub fn scrub(
     if options.max_in_flight == 0 || options.max_in_flight > 4096 {
         return Err(Error::InvalidArgument(format!("{} reads in flight: expected 1..=4096", options.max_in_flight)));
     }
-    let lanes: Vec<usize> = options.lanes.clone().unwrap_or_else(|| (0..volume.lanes()).collect());
+    // Every copy whose device is in use (a degraded mirror scrubs what it
+    // has).
+    let lanes: Vec<usize> =
+        options.lanes.clone().unwrap_or_else(|| (0..volume.lanes()).filter(|&l| volume.lane_online(l)).collect());
     if let Some(&bad) = lanes.iter().find(|&&l| l >= volume.lanes()) {
         return Err(Error::InvalidArgument(format!("copy {bad}: the volume has {}", volume.lanes())));
+    }
+    if let Some(&away) = lanes.iter().find(|&&l| !volume.lane_online(l)) {
+        return Err(Error::InvalidArgument(format!("copy {away}: its device is not in use")));
     }
     if let Some(checkpoint) = resume {
         check_checkpoint(checkpoint, volume, &lanes)?;
@@ -336,7 +342,15 @@ pub fn scrub(
             Some(c) if lanes.iter().position(|&l| l == c.lane).is_some_and(|p| p > index) => continue,
             _ => (Location { zone: 0, offset: 0 }, 0),
         };
-        match engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)? {
+        let before = (engine.report.errors.failed_reads, engine.report.errors.checksum);
+        let end = engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)?;
+        // Per-device error counters, kept in the volume's metadata.
+        volume.record_read_errors(
+            lane,
+            engine.report.errors.failed_reads - before.0,
+            engine.report.errors.checksum - before.1,
+        );
+        match end {
             LaneEnd::Done => {}
             LaneEnd::Cancelled(at) => {
                 cancelled = Some(at);
@@ -360,6 +374,23 @@ pub fn scrub(
     report.pass_bytes_read = bytes_done;
     report.pass_bytes_verified = bytes_verified;
     report.outcome = report.judge(cancelled.is_none());
+    // The pass, recorded in the volume's metadata for status views (a
+    // read-only scrub changes nothing, so records nothing).
+    if cancelled.is_none() && options.repair {
+        let bad_blocks = report.errors.total_blocks();
+        let uncorrectable_blocks = report.uncorrectable.iter().map(|u| u.blocks.len() as u64).sum();
+        volume.record_scrub(zoned_allocator::ScrubRecord {
+            finished_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            bytes_verified: report.pass_bytes_verified,
+            bad_blocks,
+            repaired_blocks: report.corrected_blocks,
+            uncorrectable_blocks,
+            clean: report.outcome == Outcome::Clean,
+        });
+        volume.commit()?;
+    }
     report.duration_s = started.elapsed().as_secs_f64();
     report.rate_mib_s = report.bytes_read as f64 / f64::from(1 << 20) / run_time.as_secs_f64().max(1e-9);
     report.mean_queue_depth = depth_area / run_time.as_secs_f64().max(1e-9);

@@ -42,6 +42,9 @@ use zoned_allocator::{ExtentId, Location, Profile, Volume, BLOCK_SIZE};
 pub struct ResilverOptions {
     /// Reads of the source copy in flight.
     pub max_in_flight: usize,
+    /// Largest read; `None` is the namespace's largest transfer. Never
+    /// below the volume's largest extent (an extent is copied whole).
+    pub max_request_bytes: Option<usize>,
     /// Verify each extent's checksums as it is read (off: copy as read).
     pub verify: bool,
     /// Bandwidth ceiling on the reads, in MiB/s.
@@ -59,6 +62,7 @@ impl Default for ResilverOptions {
     fn default() -> Self {
         ResilverOptions {
             max_in_flight: 64,
+            max_request_bytes: None,
             verify: true,
             rate_limit_mib_s: None,
             commit_every_bytes: 256 << 20,
@@ -300,20 +304,21 @@ impl Resilver {
     pub fn step(&mut self, volume: &mut Volume, budget_bytes: u64) -> Result<bool> {
         let source = self.report.source_lane;
         let depth = self.options.max_in_flight;
-        let budget_end = self.report.bytes_read + budget_bytes;
+        let mut step_bytes = 0u64;
         let mut idle_since: Option<Instant> = None;
         // The source takes no write while we read it: wait out the
         // caller's writes there.
         volume.quiesce()?;
-        let max_request = volume.lane_reads(source)?.max_request_bytes();
+        let limit = volume.lane_reads(source)?.max_request_bytes();
+        let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
         self.planner.set_max_request(max_request);
         loop {
-            let reading = self.report.bytes_read < budget_end;
+            let reading = step_bytes < budget_bytes;
             if reading && self.queue.len() < 2 * depth {
                 self.planner.refill(volume, &mut self.queue, 4 * depth);
             }
             let mut moved = false;
-            while reading && self.reads_in_flight < depth && !self.queue.is_empty() {
+            while step_bytes < budget_bytes && self.reads_in_flight < depth && !self.queue.is_empty() {
                 let bytes = self.queue.front().map_or(0, Read::bytes) as u64;
                 if self.over_rate(bytes) {
                     break;
@@ -333,6 +338,7 @@ impl Resilver {
                 self.account_depth();
                 self.reads_in_flight += 1;
                 self.bytes_submitted += bytes;
+                step_bytes += bytes;
                 moved = true;
             }
             let mut completions = std::mem::take(&mut self.completions);

@@ -1,0 +1,288 @@
+//! A mirror that lives through a lost drive, on the simulator: degraded
+//! open only when allowed, a device pulled with writes in flight, a device
+//! given up after too many errors, replace and resilver, a device that
+//! comes back and gets only what it missed, and a resilver cut by a power
+//! loss that resumes from the volume's own metadata.
+
+#[path = "../../allocator/tests/support/mod.rs"]
+mod support;
+
+use nvme_driver::sim::Fault;
+use nvme_scrub::{resilver, Control, Outcome, Resilver, ResilverOptions, ResilverReport};
+use std::collections::BTreeMap;
+use support::{device_options, pattern, volume_options, zns, Harness};
+use zoned_allocator::{Device, Error, MemberState, Profile, Volume, VolumeOptions, VolumeState};
+
+/// extent → data
+type Data = BTreeMap<u64, Vec<u8>>;
+
+/// Two ZNS controllers in the volume and a third, blank, for replacing.
+fn mirror() -> (Harness, VolumeOptions) {
+    (
+        Harness::new(vec![zns(64, 256), zns(64, 256), zns(64, 256)], vec![(0, 1), (1, 1)]),
+        VolumeOptions { profile: Profile::Mirror, ..volume_options() },
+    )
+}
+
+fn device(harness: &Harness, controller: usize) -> Device {
+    Device::open(&harness.controllers[controller], 1, device_options()).expect("open the device")
+}
+
+fn write(volume: &mut Volume, data: &mut Data, count: u64, seed: u64) {
+    for i in 0..count {
+        let bytes = pattern(seed * 1000 + i, 1 + (i % 4) as usize);
+        let id = volume.write(0, &bytes, seed * 1000 + i).expect("write");
+        data.insert(id, bytes);
+    }
+}
+
+/// Every extent reads back exactly, and, when `copies` is set, from each
+/// copy on its own.
+fn check(volume: &mut Volume, data: &Data, copies: bool) {
+    volume.check_invariants();
+    assert_eq!(volume.extent_ids().count(), data.len(), "extents");
+    for (&id, bytes) in data {
+        let mut back = vec![0u8; bytes.len()];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(&back == bytes, "extent {id} reads back wrong");
+        if copies {
+            for lane in 0..volume.lanes() {
+                volume.read_copy(id, lane, &mut back).unwrap_or_else(|e| panic!("extent {id} copy {lane}: {e}"));
+                assert!(&back == bytes, "extent {id} copy {lane} is wrong");
+            }
+        }
+    }
+}
+
+fn resilver_all(volume: &mut Volume, place: usize) -> ResilverReport {
+    let report = resilver(volume, place, &ResilverOptions::default(), &Control::new(), &mut |_| {}).expect("resilver");
+    assert!(report.complete(), "{report:?}");
+    report
+}
+
+#[test]
+fn a_mirror_missing_a_device_opens_only_when_allowed_then_serves_reads_and_writes() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 20, 1);
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let only_first = |harness: &Harness| vec![device(harness, 0)];
+    match Volume::open(only_first(&harness), &options) {
+        Err(Error::Degraded { missing, .. }) => assert_eq!(missing, vec![1]),
+        other => panic!("expected Degraded, got {other:?}"),
+    }
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = Volume::open(only_first(&harness), &degraded).expect("opens degraded");
+    check(&mut volume, &data, false);
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Degraded);
+    assert_eq!(status.devices[1].state, MemberState::Failed);
+    assert_eq!(status.redundancy.bytes_at_risk, 0, "nothing written yet lacks a copy");
+    write(&mut volume, &mut data, 10, 2);
+    volume.commit().unwrap();
+    let at_risk = volume.status().redundancy.extents_at_risk;
+    assert_eq!(at_risk, 10, "the extents written degraded lack their second copy");
+    drop(volume);
+    harness.restart();
+    // The missing copies are in the metadata: a second degraded open
+    // knows them, and so does one with both devices.
+    let mut volume = Volume::open(only_first(&harness), &degraded).expect("opens degraded again");
+    assert_eq!(volume.status().redundancy.extents_at_risk, 10);
+    check(&mut volume, &data, false);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("both devices: the second rejoins");
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Resilvering, "{status:?}");
+    assert_eq!(status.devices[1].state, MemberState::Resilvering);
+    let report = resilver_all(&mut volume, 1);
+    assert_eq!(report.extents_copied, 10, "only what it missed is copied");
+    assert_eq!(volume.status().state, VolumeState::Online);
+    check(&mut volume, &data, true);
+}
+
+#[test]
+fn a_device_pulled_with_writes_in_flight_loses_nothing_acknowledged() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 10, 1);
+    volume.commit().unwrap();
+    // Writes in flight when the second device goes.
+    let mut pending = BTreeMap::new();
+    for i in 0..16u64 {
+        let bytes = pattern(5000 + i, 2);
+        let id = volume.submit_write(0, &bytes, i).expect("submit");
+        pending.insert(id, bytes);
+        if i == 7 {
+            harness.sims[1].inject(Fault::SurpriseRemoval);
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while volume.writes_in_flight() > 0 {
+        volume.poll();
+        assert!(std::time::Instant::now() < deadline, "writes in flight never ended");
+    }
+    while let Some(done) = volume.next_done() {
+        // Acknowledged once on every copy in use: the survivor's.
+        done.result.unwrap_or_else(|e| panic!("write {}: {e}", done.id));
+        data.insert(done.id, pending.remove(&done.id).expect("one of ours"));
+    }
+    volume.commit().expect("the commit goes on without the device");
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    check(&mut volume, &data, false);
+    drop(volume.abandon());
+    harness.sims[1].power_cut();
+    harness.sims[0].power_cut();
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = Volume::open(vec![device(&harness, 0)], &degraded).expect("opens degraded");
+    check(&mut volume, &data, false);
+}
+
+#[test]
+fn a_device_failing_too_often_is_given_up_and_its_counters_persist() {
+    let (mut harness, options) = mirror();
+    let options = VolumeOptions { max_device_errors: 3, ..options };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 5, 1);
+    volume.commit().unwrap();
+    // Every write to the second device fails from now on.
+    harness.sims[1].inject(Fault::WriteFault { nsid: 1, slba: 0, blocks: 64 * 512 });
+    let mut failed = 0;
+    for i in 0..10u64 {
+        let bytes = pattern(700 + i, 1);
+        match volume.write(0, &bytes, i) {
+            Ok(id) => {
+                data.insert(id, bytes);
+            }
+            Err(Error::Command { .. }) => failed += 1,
+            Err(other) => panic!("write {i}: {other}"),
+        }
+    }
+    assert_eq!(failed, 2, "the writes before the threshold fail; from the third the device is given up");
+    volume.commit().unwrap();
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Degraded);
+    assert_eq!(status.devices[1].errors.write, 3);
+    check(&mut volume, &data, false);
+    drop(volume);
+    harness.sims[1].clear_faults();
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let volume = Volume::open(vec![device(&harness, 0)], &degraded).expect("opens degraded");
+    assert_eq!(volume.status().devices[1].errors.write, 3, "the counters are in the metadata");
+}
+
+#[test]
+fn a_new_device_replaces_a_lost_one_and_a_resilver_restores_every_copy() {
+    let (mut harness, options) = mirror();
+    // Extents (and so reads) of at most 16 KiB: the resilver takes steps.
+    let options = VolumeOptions { max_extent_bytes: 16 << 10, ..options };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 40, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "pulled by the operator").unwrap();
+    write(&mut volume, &mut data, 10, 2);
+    volume.commit().unwrap();
+    // A device that is not blank is refused without force.
+    assert!(matches!(volume.replace(1, device(&harness, 0), false), Err(Error::Member { device: 1, .. })));
+    volume.replace(1, device(&harness, 2), false).expect("replace with the blank device");
+    let status = volume.status();
+    assert_eq!(status.devices[1].state, MemberState::Resilvering);
+    assert_eq!(status.redundancy.extents_at_risk, 50, "the new device holds nothing yet");
+    // Writes during the resilver go to both copies.
+    let small_reads = ResilverOptions { max_request_bytes: Some(16 << 10), ..ResilverOptions::default() };
+    let mut engine = Resilver::new(&volume, 1, &small_reads).unwrap();
+    let mut steps = 0;
+    while !engine.step(&mut volume, 64 << 10).unwrap() {
+        write(&mut volume, &mut data, 1, 100 + steps);
+        steps += 1;
+    }
+    let report = engine.finish(&mut volume).unwrap();
+    assert!(steps > 1, "the resilver ran in steps");
+    assert_eq!(report.extents_copied, 50);
+    assert_eq!(report.bytes_read, report.bytes_total, "each extent read once");
+    assert_eq!(report.bytes_left, 0);
+    assert_eq!(volume.status().state, VolumeState::Online);
+    check(&mut volume, &data, true);
+    // The replacement is a member: the volume opens on it.
+    drop(volume);
+    harness.restart();
+    let devices = vec![device(&harness, 2), device(&harness, 0)];
+    let mut volume = Volume::open(devices, &options).expect("opens on the replacement");
+    check(&mut volume, &data, true);
+}
+
+#[test]
+fn a_device_that_comes_back_gets_only_what_it_missed() {
+    let conventional = (
+        Harness::new(vec![support::conventional(16), support::conventional(16)], vec![(0, 1), (1, 1)]),
+        VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(256 << 10), ..volume_options() },
+    );
+    for (harness, options) in [mirror(), conventional] {
+        comes_back(harness, options);
+    }
+}
+
+fn comes_back(mut harness: Harness, options: VolumeOptions) {
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 30, 1);
+    volume.commit().unwrap();
+    let before = data.len();
+    // Written to both, but not yet made durable by a commit when the
+    // device goes: its copies of these are lost with its volatile cache.
+    write(&mut volume, &mut data, 5, 3);
+    harness.sims[1].inject(Fault::SurpriseRemoval);
+    write(&mut volume, &mut data, 12, 2);
+    volume.commit().unwrap();
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    // Re-seated: it answers again (its volatile cache lost).
+    harness.sims[1].power_cut();
+    harness.controllers[1] = nvme_driver::Controller::init(harness.sims[1].clone(), support::controller_options())
+        .expect("bring-up after re-seating");
+    let place = volume.rejoin(device(&harness, 1)).expect("rejoins");
+    assert_eq!(place, 1);
+    let missed: u64 = data.iter().skip(before).map(|(_, d)| d.len() as u64).sum();
+    assert_eq!(volume.missing_blocks(1) * 4096, missed, "only the writes made while it was away are missing");
+    let report = resilver_all(&mut volume, 1);
+    assert_eq!(report.bytes_copied, missed, "only those are copied");
+    assert_eq!(report.verify.as_ref().map(|v| v.outcome), Some(Outcome::Clean));
+    check(&mut volume, &data, true);
+}
+
+#[test]
+fn a_resilver_cut_by_power_loss_resumes_from_the_metadata() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 60, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "test").unwrap();
+    volume.commit().unwrap();
+    volume.replace(1, device(&harness, 2), false).unwrap();
+    let total = volume.missing_blocks(1);
+    let small = ResilverOptions { commit_every_bytes: 64 << 10, ..ResilverOptions::default() };
+    let mut engine = Resilver::new(&volume, 1, &small).unwrap();
+    for _ in 0..3 {
+        engine.step(&mut volume, 96 << 10).unwrap();
+    }
+    let copied_before_cut = total - volume.missing_blocks(1);
+    assert!(copied_before_cut > 0, "some copies were made before the cut");
+    drop(engine);
+    drop(volume.abandon());
+    harness.power_cut();
+    let devices = vec![device(&harness, 0), device(&harness, 2)];
+    let mut volume = Volume::open(devices, &options).expect("reopens after the cut");
+    let left = volume.missing_blocks(1);
+    assert!(left < total, "progress survived in the metadata ({left} of {total} blocks left)");
+    let report = resilver_all(&mut volume, 1);
+    assert_eq!(report.bytes_copied, left * 4096, "the resumed resilver copies only what is left");
+    check(&mut volume, &data, true);
+}
