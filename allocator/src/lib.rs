@@ -88,9 +88,9 @@ pub use journal::format::{MemberRecord, ScrubRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
 pub use token::Token;
 pub use volume::{
-    BadBlock, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef, LaneReads, MemberState, MetadataScrub,
-    ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState,
-    VolumeStats, VolumeStatus, WriteDone, WriteMode,
+    BadBlock, CheckReport, CheckedPlace, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef, LaneReads,
+    MemberState, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume,
+    VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

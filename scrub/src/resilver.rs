@@ -225,7 +225,10 @@ impl Resilver {
     /// lacks copies, read from the other.
     pub fn new(volume: &Volume, place: usize, options: &ResilverOptions) -> Result<Resilver> {
         if options.max_in_flight == 0 || options.max_in_flight > 4096 {
-            return Err(Error::InvalidArgument(format!("{} reads in flight: expected 1..=4096", options.max_in_flight)));
+            return Err(Error::InvalidArgument(format!(
+                "{} reads in flight: expected 1..=4096",
+                options.max_in_flight
+            )));
         }
         if volume.profile() != Profile::Mirror {
             return Err(Error::InvalidArgument(format!("a {:?} volume has no member to resilver", volume.profile())));

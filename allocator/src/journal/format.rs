@@ -568,12 +568,7 @@ impl<'a> Reader<'a> {
             1 => true,
             other => return Err(corrupt(format!("member state {other}"))),
         };
-        Ok(MemberRecord {
-            failed,
-            read_errors: self.u64()?,
-            write_errors: self.u64()?,
-            checksum_errors: self.u64()?,
-        })
+        Ok(MemberRecord { failed, read_errors: self.u64()?, write_errors: self.u64()?, checksum_errors: self.u64()? })
     }
     fn scrub(&mut self) -> Result<ScrubRecord> {
         Ok(ScrubRecord {
@@ -696,7 +691,10 @@ mod tests {
         let mut missing = extent(7);
         missing.locations[1] = Location::MISSING;
         let ops = vec![
-            Op::Member { device: 1, record: MemberRecord { failed: true, read_errors: 1, write_errors: 2, checksum_errors: 3 } },
+            Op::Member {
+                device: 1,
+                record: MemberRecord { failed: true, read_errors: 1, write_errors: 2, checksum_errors: 3 },
+            },
             Op::Scrubbed(ScrubRecord { finished_unix_s: 5, clean: false, ..ScrubRecord::default() }),
             Op::Add(missing),
             Op::Move { id: 7, lane: 0, to: Location::MISSING },

@@ -275,7 +275,14 @@ impl Journal {
     /// zone it ends in when partly written, so that metadata holds no open
     /// resource between commits (and the two copies on one namespace are
     /// never open at once).
-    fn write_copy(&self, devices: &mut [Option<Device>], copy: MetaCopy, segment: u32, offset: u64, data: &[u8]) -> Result<()> {
+    fn write_copy(
+        &self,
+        devices: &mut [Option<Device>],
+        copy: MetaCopy,
+        segment: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let device = devices[copy.device].as_mut().expect("a copy in use");
         write_segment(device, copy, self.g, segment, offset, data)?;
         if device.is_zoned() {

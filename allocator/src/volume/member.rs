@@ -590,9 +590,14 @@ impl Volume {
         device.load_zones(blocks)?;
         let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
         if device.max_transfer_bytes < max_extent {
-            return too_small(format!("transfers of {} bytes, extents are up to {max_extent}", device.max_transfer_bytes));
+            return too_small(format!(
+                "transfers of {} bytes, extents are up to {max_extent}",
+                device.max_transfer_bytes
+            ));
         }
-        if device.is_zoned() && device.append_max_bytes < max_extent && self.options.write_mode != super::WriteMode::Ordered
+        if device.is_zoned()
+            && device.append_max_bytes < max_extent
+            && self.options.write_mode != super::WriteMode::Ordered
         {
             return too_small(format!(
                 "Zone Append of up to {} bytes, extents are up to {max_extent} (open with ordered writes)",
@@ -601,7 +606,10 @@ impl Volume {
         }
         let smallest = device.zones.iter().map(|z| z.capacity_blocks).min().unwrap_or(0);
         if (smallest as usize) < self.superblock.max_extent_blocks as usize {
-            return too_small(format!("zones of {smallest} blocks, extents are up to {}", self.superblock.max_extent_blocks));
+            return too_small(format!(
+                "zones of {smallest} blocks, extents are up to {}",
+                self.superblock.max_extent_blocks
+            ));
         }
         let g = self.journal.g;
         let meta_zones = super::meta_zones_on(self.superblock.profile, g, place) as usize;

@@ -6,6 +6,7 @@
 //! (scrub's walk). This file holds the types they share, the extent map
 //! and inspection.
 
+mod check;
 mod commit;
 mod member;
 mod open;
@@ -15,6 +16,7 @@ mod repair;
 mod scan;
 mod write;
 
+pub use check::{CheckReport, CheckedPlace};
 pub use member::{DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus};
 pub use open::DeviceState;
 pub use repair::MetadataScrub;

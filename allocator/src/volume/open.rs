@@ -94,7 +94,54 @@ impl Volume {
     /// failed, and extents written from now on lack its copy. A member the
     /// metadata records failed that is given again, with its label, rejoins:
     /// only the copies it lacks are for a resilver to write.
-    pub fn open(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
+    pub fn open(devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
+        let Loaded {
+            mut volume, dropped, copies_differ, order, unlabelled, absent, images, actions, log_mismatch, ..
+        } = Volume::load(devices, options)?;
+        let mut rejoined = Vec::new();
+        // The state is known whole: only now does open write.
+        volume.take_zone_actions(actions)?;
+        for (slot, why) in &absent {
+            let member = &mut volume.members[*slot];
+            member.record.failed = true;
+            member.why = Some(why.clone());
+        }
+        for slot in 0..volume.devices.len() {
+            if volume.devices[slot].is_some() && volume.members[slot].record.failed {
+                log::warn!("device place {slot}, recorded failed, is back: it rejoins");
+                volume.members[slot].record.failed = false;
+                volume.members[slot].why = None;
+                rejoined.push(slot);
+            }
+        }
+        let membership_changed = !absent.is_empty() || !rejoined.is_empty();
+        if membership_changed {
+            volume.journal.label.generation += 1;
+            volume.journal_members();
+        }
+        let repair = copies_differ || !unlabelled.is_empty() || membership_changed;
+        if log_mismatch || repair {
+            volume.journal.broken = true;
+            match volume.commit() {
+                Ok(_) => {}
+                // Everything committed is readable; nothing more can be.
+                Err(Error::ReadOnly { why }) => log::warn!("opened read-only: {why}"),
+                Err(error) => return Err(error),
+            }
+        } else {
+            volume.clear_stale_checkpoints(&images)?;
+        }
+        volume.recovery = RecoveryReport {
+            dropped,
+            copies_repaired: repair,
+            device_order: order.iter().map(|g| g.unwrap_or(usize::MAX)).collect(),
+        };
+        Ok(volume)
+    }
+
+    /// Everything open does before it writes: places the devices,
+    /// recovers the committed state and plans the zones. Reads only.
+    pub(super) fn load(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Loaded> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument("no devices".into()));
         }
@@ -146,7 +193,6 @@ impl Volume {
             }
         }
         volume.loading = false;
-        let mut rejoined = Vec::new();
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
             match volume.verify_member(slot, given) {
@@ -160,44 +206,19 @@ impl Volume {
             }
         }
         let (actions, log_mismatch) = volume.plan_zones(&descriptors)?;
-        // The state is known whole: only now does open write.
-        volume.take_zone_actions(actions)?;
-        for (slot, why) in &absent {
-            let member = &mut volume.members[*slot];
-            member.record.failed = true;
-            member.why = Some(why.clone());
-        }
-        for slot in 0..volume.devices.len() {
-            if volume.devices[slot].is_some() && volume.members[slot].record.failed {
-                log::warn!("device place {slot}, recorded failed, is back: it rejoins");
-                volume.members[slot].record.failed = false;
-                volume.members[slot].why = None;
-                rejoined.push(slot);
-            }
-        }
-        let membership_changed = !absent.is_empty() || !rejoined.is_empty();
-        if membership_changed {
-            volume.journal.label.generation += 1;
-            volume.journal_members();
-        }
-        let repair = recovered.copies_differ || !unlabelled.is_empty() || membership_changed;
-        if log_mismatch || repair {
-            volume.journal.broken = true;
-            match volume.commit() {
-                Ok(_) => {}
-                // Everything committed is readable; nothing more can be.
-                Err(Error::ReadOnly { why }) => log::warn!("opened read-only: {why}"),
-                Err(error) => return Err(error),
-            }
-        } else {
-            volume.clear_stale_checkpoints(&images)?;
-        }
-        volume.recovery = RecoveryReport {
+        Ok(Loaded {
+            volume,
             dropped: recovered.dropped,
-            copies_repaired: repair,
-            device_order: order.iter().map(|g| g.unwrap_or(usize::MAX)).collect(),
-        };
-        Ok(volume)
+            copies_differ: recovered.copies_differ,
+            bad_records: recovered.bad_records,
+            bad_labels: recovered.bad_labels,
+            order,
+            unlabelled,
+            absent,
+            images,
+            actions,
+            log_mismatch,
+        })
     }
 
     /// Makes place `slot` absent before the zones are planned: its device
@@ -486,8 +507,12 @@ impl Volume {
         // Start over from empty tables; `apply` filled valid counts.
         let old = &self.lanes[lane_index].table;
         let owned: Vec<bool> = (0..old.zone_count()).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
-        let mut table =
-            ZoneTable::new(&capacities, |z| owned[z as usize], self.superblock.streams, self.superblock.reserve_zones as usize);
+        let mut table = ZoneTable::new(
+            &capacities,
+            |z| owned[z as usize],
+            self.superblock.streams,
+            self.superblock.reserve_zones as usize,
+        );
         table.set_finish_threshold(self.superblock.finish_threshold_blocks);
         let mut actions = Vec::new();
         for zone in 0..zone_count as u32 {
@@ -598,6 +623,23 @@ fn unwritable(state: ZoneState) -> bool {
 /// Segments (two per metadata copy) on device `device`.
 fn segments_on(profile: Profile, device: usize) -> u32 {
     2 * super::meta_copies_on(profile, device)
+}
+
+/// What `Volume::load` found, for open to act on or check to report.
+pub(super) struct Loaded {
+    pub volume: Volume,
+    /// What recovery found: a rewind's drops, whether the copies differ,
+    /// and per copy its bad records and labels.
+    pub dropped: Option<crate::journal::recovery::Dropped>,
+    pub copies_differ: bool,
+    pub bad_records: Vec<u64>,
+    pub bad_labels: Vec<u64>,
+    pub order: Vec<Option<usize>>,
+    pub unlabelled: Vec<usize>,
+    pub absent: Vec<(usize, String)>,
+    pub images: Vec<Option<[SegmentImage; 2]>>,
+    pub actions: Vec<ZoneAction>,
+    pub log_mismatch: bool,
 }
 
 /// How open places the devices it was given.

@@ -442,7 +442,7 @@ impl Volume {
             }
             Err(error) => {
                 worn = device::zone_worn_out(&error);
-                failed = Some(error.clone());
+                failed = Some(error);
                 pending.error.get_or_insert(Error::Command { what: "data write", error });
                 abandon = Some(Slot::Stream(pending.stream));
             }
@@ -492,9 +492,7 @@ impl Volume {
         let result = match pending.error {
             Some(error) => Err(error),
             None if pending.reported => Err(Error::InvalidArgument("write abandoned at submission".into())),
-            None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => {
-                Err(Error::NoDevices)
-            }
+            None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => Err(Error::NoDevices),
             None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
                 let location = l.expect("every copy placed");
                 if location.is_missing() {
