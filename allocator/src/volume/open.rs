@@ -714,8 +714,8 @@ fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> Result<Iden
             }
         }
     }
-    for slot in 0..count {
-        let Some(given) = order[slot] else { continue };
+    for (slot, place) in order.clone().into_iter().enumerate() {
+        let Some(given) = place else { continue };
         let (nsid, lba, capacity, zoned) = label.superblock.devices[slot];
         let device = &devices[given];
         let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
