@@ -218,6 +218,16 @@ pub struct Resilver {
     since_commit: u64,
     scratch: Vec<u8>,
     completions: Vec<IoCompletion>,
+    /// Walks of the source begun after the first.
+    passes: u32,
+}
+
+/// Walks of the source a resilver makes at most: the first, and more only
+/// when the volume moved extents behind it between steps.
+const MAX_PASSES: u32 = 8;
+
+fn blocks_of(volume: &Volume, id: ExtentId) -> u64 {
+    volume.extent(id).map_or(0, |(bytes, _)| (bytes / BLOCK_SIZE) as u64)
 }
 
 impl Resilver {
@@ -271,6 +281,7 @@ impl Resilver {
             since_commit: 0,
             scratch: Vec::new(),
             completions: Vec::new(),
+            passes: 0,
         })
     }
 
@@ -312,6 +323,14 @@ impl Resilver {
         // The source takes no write while we read it: wait out the
         // caller's writes there.
         volume.quiesce()?;
+        // The volume may have changed since the last step (extents freed,
+        // moved by reclaim, zones reset): plan again from the first read
+        // not yet submitted.
+        if let Some(first) = self.queue.front() {
+            let from = first.start;
+            self.queue.clear();
+            self.planner = Planner::new(source, from, 0, usize::MAX).lacking_in(self.report.target_lane);
+        }
         let limit = volume.lane_reads(source)?.max_request_bytes();
         let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
         self.planner.set_max_request(max_request);
@@ -366,7 +385,30 @@ impl Resilver {
                     Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
                 }
             }
-            let finished = self.queue.is_empty() && self.planner.is_done();
+            let mut finished = self.queue.is_empty() && self.planner.is_done();
+            if finished && self.reads_in_flight == 0 && self.copies_in_flight == 0 && self.passes < MAX_PASSES {
+                // Reclaim between steps may have moved an extent behind
+                // the walk: another pass over what is still missing.
+                let skipped: std::collections::BTreeSet<ExtentId> = self
+                    .report
+                    .unrecoverable
+                    .iter()
+                    .copied()
+                    .chain(self.report.copy_failures.iter().map(|(id, _)| *id))
+                    .collect();
+                let target = self.report.target_lane;
+                let left = volume.missing_blocks(target)
+                    - skipped.iter().filter(|&&id| volume.lacks_copy(id, target)).map(|&id| blocks_of(volume, id)).sum::<u64>();
+                if left > 0 {
+                    self.passes += 1;
+                    self.planner = Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target);
+                    self.planner.set_max_request(max_request);
+                    finished = false;
+                    if reading {
+                        continue;
+                    }
+                }
+            }
             if self.reads_in_flight == 0 && (finished || !reading) {
                 if self.since_commit >= self.options.commit_every_bytes {
                     self.commit(volume)?;
@@ -420,6 +462,7 @@ impl Resilver {
         self.scratch.resize(buffer.len(), 0);
         buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
         drop(buffer);
+        let mut again = Vec::new();
         for piece in &read.pieces {
             let start = piece.offset_blocks as usize * BLOCK_SIZE;
             let data = &self.scratch[start..start + piece.blocks as usize * BLOCK_SIZE];
@@ -432,9 +475,10 @@ impl Resilver {
             if self.options.verify {
                 let bad = zoned_allocator::checksum::mismatches(data, &piece.crcs);
                 if !bad.is_empty() {
+                    // Read it again on its own, through the volume (which
+                    // counts the errors and tries every copy it has).
                     self.report.checksum_errors += bad.len() as u64;
-                    volume.record_read_errors(read.lane, 0, bad.len() as u64);
-                    self.report.unrecoverable.push(piece.id);
+                    again.push(piece.id);
                     continue;
                 }
             }
@@ -445,6 +489,9 @@ impl Resilver {
                 }
                 Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
             }
+        }
+        for id in again {
+            self.copy_one(volume, id)?;
         }
         Ok(())
     }

@@ -43,8 +43,9 @@ pub struct CheckReport {
     /// Open would rewrite the metadata (a copy differs, a device has no
     /// label, or a member came or went).
     pub metadata_rewrite: bool,
-    /// Nothing to repair: every place present, both copies whole, no copy
-    /// missing, no zone action beyond finishing.
+    /// Nothing to repair: every place present, both metadata copies whole
+    /// and current, no copy of data missing. (Zone actions are routine:
+    /// uncommitted or freed data is reset, partly written zones finished.)
     pub clean: bool,
 }
 
@@ -79,7 +80,6 @@ impl Volume {
             .collect::<Vec<_>>();
         let missing_blocks: Vec<u64> = (0..volume.lanes.len()).map(|lane| volume.missing_blocks(lane)).collect();
         let zone_actions: Vec<String> = loaded.actions.iter().map(describe).collect();
-        let resets = loaded.actions.iter().any(|(_, _, action)| *action == ZoneSendAction::Reset);
         let metadata_rewrite = loaded.copies_differ
             || !loaded.unlabelled.is_empty()
             || !loaded.absent.is_empty()
@@ -95,7 +95,6 @@ impl Volume {
             bytes: volume.valid_blocks() * BLOCK_SIZE as u64,
             clean: !metadata_rewrite
                 && !loaded.log_mismatch
-                && !resets
                 && missing_blocks.iter().all(|&m| m == 0)
                 && loaded.dropped.is_none(),
             missing_blocks,

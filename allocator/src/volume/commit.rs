@@ -39,19 +39,18 @@ impl Volume {
                 log::warn!("commit failed ({error}) and a device was given up: retrying on the others");
                 continue;
             }
-            // A failed flush or metadata write counts toward its device's
-            // threshold, and a device that went away is given up.
+            // A flush or metadata write that failed on a mirror member
+            // gives it up at once (its copy of the metadata cannot be kept
+            // current), and the commit goes on on the other; on the last
+            // device in use it is the commit's error.
             if let Some(device) = self.failing_device() {
-                let io = match &error {
-                    Error::Command { error, .. } => Some(*error),
-                    _ if super::write::is_gone(&error) => Some(nvme_driver::IoError::DeviceGone),
-                    Error::Timeout { .. } => Some(nvme_driver::IoError::Timeout),
-                    _ => None,
-                };
-                if let Some(io) = io {
-                    if self.note_failure(device, super::member::Failed::Write, &io) {
-                        continue;
-                    }
+                let device_error = matches!(error, Error::Command { .. } | Error::Timeout { .. })
+                    || super::write::is_gone(&error);
+                if device_error
+                    && (self.absorb(device, super::member::Failed::Write, &error)
+                        || self.give_up(device, format!("a commit's write failed: {error}")))
+                {
+                    continue;
                 }
             }
             return Err(error);
@@ -130,6 +129,7 @@ impl Volume {
                             self.stats.zones_worn += 1;
                             continue;
                         }
+                        Err(error) if self.absorb(device, super::member::Failed::Write, &error) => break,
                         Err(error) => return Err(error),
                     }
                 }

@@ -219,6 +219,23 @@ impl Volume {
         false
     }
 
+    /// Takes in `error`, from a command on device `device`: counts it, and
+    /// gives the device up when it went away or passed its threshold.
+    /// Returns whether the device was given up (the caller then goes on
+    /// without it rather than failing).
+    pub(super) fn absorb(&mut self, device: usize, failed: Failed, error: &Error) -> bool {
+        if self.devices[device].is_none() {
+            return true;
+        }
+        let io = match error {
+            Error::Command { error, .. } => *error,
+            Error::Timeout { .. } => IoError::Timeout,
+            _ if super::write::is_gone(error) => IoError::DeviceGone,
+            _ => return false,
+        };
+        self.note_failure(device, failed, &io)
+    }
+
     /// Counts `blocks` read from copy `lane` that failed their checksum.
     pub(super) fn note_checksum_errors(&mut self, lane: usize, blocks: u64) {
         let device = self.lanes[lane].device;

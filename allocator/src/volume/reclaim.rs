@@ -1,6 +1,7 @@
 //! Reclaim: relocating the live data of the emptiest zones (Copy, or a
 //! verified read and write), then resetting them once committed.
 
+use super::member::Failed;
 use super::{ReclaimProgress, Volume};
 use crate::error::{Error, Result};
 use crate::zones::Slot;
@@ -75,7 +76,16 @@ impl Volume {
             if moved >= max_blocks {
                 return Ok(ReclaimProgress::InProgress { lane: lane as u8, zone, moved_blocks: moved });
             }
-            moved += u64::from(self.relocate(id, lane)?);
+            match self.relocate(id, lane) {
+                Ok(blocks) => moved += u64::from(blocks),
+                Err(error) if self.absorb(self.lanes[lane].device, Failed::Write, &error) => {
+                    // The lane's device was given up: nothing to reclaim
+                    // there until it is back.
+                    self.reclaim = None;
+                    return Ok(ReclaimProgress::Idle);
+                }
+                Err(error) => return Err(error),
+            }
         }
     }
 

@@ -317,7 +317,12 @@ impl Volume {
                 && entry.active
                 && self.lanes[lane].written[zone as usize] < entry.capacity
             {
-                self.dev_mut(device).zone_action(zone, ZoneSendAction::Finish)?;
+                if let Err(error) = self.dev_mut(device).zone_action(zone, ZoneSendAction::Finish) {
+                    if self.absorb(device, Failed::Write, &error) {
+                        continue;
+                    }
+                    return Err(error);
+                }
                 self.stats.zones_finished += 1;
             }
             self.lanes[lane].table.deactivate(zone);
