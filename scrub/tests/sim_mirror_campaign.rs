@@ -81,6 +81,10 @@ impl Run {
             software_zone_bytes: Some(256 << 10),
             max_extent_bytes: 64 << 10,
             max_device_errors: 3,
+            // The volume waits longer than a device takes to be found
+            // gone (the driver checks every 10 ms, and its commands time
+            // out after the short crash bound).
+            timeout: std::time::Duration::from_millis(500),
             ..volume_options()
         };
         Run {
