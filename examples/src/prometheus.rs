@@ -1,5 +1,5 @@
 //! A volume's status in the Prometheus text exposition format (version
-//! 0.0.4), for a node exporter's textfile collector or a scrape wrapper:
+//! 0.0.4), for a metrics collector to read from a file or a pipe:
 //! `# HELP` and `# TYPE` once per metric family, then its samples,
 //! `name{label="value",...} value`, one a line.
 

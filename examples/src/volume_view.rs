@@ -1,6 +1,7 @@
-//! The volume tool's text views: a volume's status (the `zpool status`
-//! view), a read-only check's findings and a resilver's report. Pure
-//! formatting, tested here; the tool prints what these return.
+//! The volume tool's text views: a volume's status (state, devices, what
+//! is at risk, resilver, last scrub, health), a read-only check's findings
+//! and a resilver's report. Pure formatting, tested here; the tool prints
+//! what these return.
 
 use crate::health::Health;
 use crate::prometheus::{member_state_name, volume_state_name};
@@ -103,7 +104,7 @@ fn or_dash(text: &str) -> String {
     }
 }
 
-/// The `zpool status` view of `status`, `health[i]` being device
+/// The operator's view of `status`, `health[i]` being device
 /// `status.devices[i]`'s controller health when known, at `now_unix_s`.
 pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s: u64) -> String {
     let mut out = String::new();

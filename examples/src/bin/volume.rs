@@ -1,9 +1,8 @@
-//! volume: the operator's view and control of a mirrored volume's members,
-//! like `zpool status` and `zpool replace`, `btrfs replace` and `btrfs
-//! check`: the status of every device place (text, `--json`, or the
-//! Prometheus exposition format), putting a new device in a failed one's
-//! place, the resilver that writes the copies a member lacks, a read-only
-//! check, and giving a member up on purpose.
+//! volume: the operator's view and control of a mirrored volume's members:
+//! the status of every device place (text, `--json`, or the Prometheus
+//! text exposition format), putting a new device in a failed one's place,
+//! the resilver that writes the copies a member lacks, a read-only check,
+//! and giving a member up on purpose.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
@@ -117,7 +116,7 @@ struct VolumeArgs {
     /// Run on the in-process simulator: a mirrored ZNS volume (controllers
     /// sim0 and sim1, and a blank sim2 to replace with) holding this much
     /// data (e.g. 64M, 4k..=1T).
-    #[arg(long, value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
+    #[arg(long, value_name = "SIZE", value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
     sim: Option<u64>,
     /// How the simulated volume is found: online; degraded (sim1 was given
     /// up, data written since, and it is not given: needs --degraded); or
