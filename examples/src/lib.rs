@@ -1,12 +1,19 @@
-//! Shared pieces of the tools: a latency histogram, size and option
-//! parsing, device choice and confirmation before destroying data.
+//! Shared pieces of the tools (identify, perf, zeroout, seqwrite, scrub,
+//! volume, plot): a latency histogram, size and option parsing, device
+//! choice, confirmation before destroying data, and the volume tool's
+//! views (text, Prometheus exposition, controller health).
 
 pub mod args;
 pub mod confirm;
 pub mod conformance;
 pub mod device;
+#[cfg(test)]
+mod fixtures;
+pub mod health;
 pub mod histogram;
 pub mod logging;
 pub mod profile;
+pub mod prometheus;
 pub mod size;
 pub mod svg;
+pub mod volume_view;

@@ -85,6 +85,9 @@ fn seqwrite_mirror_needs_two_devices_given() {
     let two = ["--pci", "0000:00:10.0", "--pci", "0000:00:11.0"];
     refused(SEQWRITE, &two, USAGE, &["--profile single", "2 --pci"]);
     refused(SEQWRITE, &["--profile", "dup", "--ns", "1,2"], USAGE, &["--profile dup", "2 --ns"]);
+    // --degraded opens a mirror on the one device left, but a new one needs both.
+    let format = ["--profile", "mirror", "--degraded", "--format", "--yes", "--ns", "1"];
+    refused(SEQWRITE, &format, USAGE, &what);
 }
 
 #[test]

@@ -50,6 +50,11 @@ struct Args {
     /// namespaces), a multiple of 4k.
     #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
     software_zone: Option<u64>,
+    /// Open a mirror with a member missing, blank or failing, on the one
+    /// left (the member is recorded failed; `volume replace` puts a new
+    /// device in its place).
+    #[arg(long)]
+    degraded: bool,
     /// Reads in flight, 1..=1024.
     #[arg(long, default_value_t = 64, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
     qd: usize,
@@ -194,8 +199,12 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
         devices
             .push(Device::open(controller, nsid, device_options(args)).map_err(|e| format!("namespace {nsid}: {e}"))?);
     }
-    let options = VolumeOptions { software_zone_bytes: args.software_zone, ..VolumeOptions::default() };
-    let volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
+    let options =
+        VolumeOptions { software_zone_bytes: args.software_zone, degraded: args.degraded, ..VolumeOptions::default() };
+    let volume = Volume::open(devices, &options).map_err(|e| match e {
+        zoned_allocator::Error::Degraded { .. } => format!("open: {e}; pass --degraded to scrub what is left"),
+        e => format!("open: {e}"),
+    })?;
     Ok((controllers, volume))
 }
 

@@ -46,6 +46,12 @@ struct Args {
     /// Recreate the volume (destroys its contents; asks first, see --yes).
     #[arg(long)]
     format: bool,
+    /// Open a mirror with a member missing, blank or failing, on the one
+    /// left (the member is recorded failed, and what is written has one
+    /// copy until `volume replace` and its resilver); with --profile
+    /// mirror, one device may then be given.
+    #[arg(long)]
+    degraded: bool,
     /// Don't ask before --format destroys the volume (without a terminal
     /// to ask on, --format needs it).
     #[arg(long)]
@@ -220,7 +226,11 @@ fn check_new_volume(args: &Args) -> Result<(), String> {
 /// simulator's namespaces are the tool's own: a mirror on --sim without
 /// --ns is on its namespaces 1 and 2.
 fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
-    let wanted = Profile::from(args.profile).devices();
+    let mut wanted = Profile::from(args.profile).devices();
+    // A mirror opened degraded may be given the one device left.
+    if args.degraded && !args.format && args.pci.len().max(args.ns.len()) == 1 {
+        wanted = 1;
+    }
     let ns = if args.sim && args.ns.is_empty() { (1..=wanted as u32).collect() } else { args.ns.clone() };
     choose_devices(&args.pci, &ns, wanted).map_err(|e| {
         let profile = args.profile.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
@@ -294,6 +304,7 @@ fn run(args: &Args) -> Result<(), String> {
         profile,
         streams: args.streams,
         software_zone_bytes: args.software_zone,
+        degraded: args.degraded,
         write_mode: if args.ordered {
             WriteMode::Ordered
         } else if args.zone_append {
@@ -319,6 +330,9 @@ fn run(args: &Args) -> Result<(), String> {
                 log::info!("no volume found and every device is blank: formatting");
                 created = true;
                 Volume::format(open_devices(args, &controllers)?, &options).map_err(|e| format!("format: {e}"))?
+            }
+            Err(e @ Error::Degraded { .. }) => {
+                return Err(format!("open: {e}; pass --degraded to write to it on the devices left"))
             }
             Err(e) => {
                 return Err(format!(

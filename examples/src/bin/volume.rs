@@ -1,0 +1,797 @@
+//! volume: the operator's view and control of a mirrored volume's members:
+//! the status of every device place (text, `--json`, or the Prometheus
+//! text exposition format), putting a new device in a failed one's place,
+//! the resilver that writes the copies a member lacks, a read-only check,
+//! and giving a member up on purpose.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::args::{self, BLOCK_BYTES, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX};
+use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::health::Health;
+use nvme_examples::logging;
+use nvme_examples::prometheus;
+use nvme_examples::volume_view::{check_text, human_bytes, resilver_text, status_text};
+use nvme_scrub::{resilver, Control, ResilverOptions, ResilverProgress, ResilverReport};
+use serde_json::{json, Value};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use zoned_allocator::{
+    Device, DeviceOptions, DeviceState, Error, Profile, Volume, VolumeOptions, VolumeState, VolumeStatus,
+};
+
+/// The status for "done, but the volume needs attention": degraded,
+/// resilvering or failed, copies left missing, a check that is not clean.
+const EXIT_ATTENTION: u8 = 3;
+
+/// Device places a volume has at most (a mirror's two).
+const PLACES_MAX: u64 = 2;
+
+/// Why `volume fail` gives a member up, as the metadata records it.
+const FAILED_BY_OPERATOR: &str = "taken out by the operator";
+
+/// View and control a volume's members: status, replace, resilver, check, fail.
+#[derive(Parser, Debug)]
+#[command(
+    name = "volume",
+    version,
+    after_help = "Exit status: 0 done and the volume healthy; 3 done, but the volume needs attention (status: \
+                  degraded, resilvering or failed; resilver or replace: copies still missing or the verify pass \
+                  not clean; check: not clean); 1 an error; 2 a bad argument (every option is checked before a \
+                  device is opened)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the volume's state, its devices (errors, zones, use, health),
+    /// what is at risk, the resilver and the last scrub.
+    #[command(after_help = "Opening the volume may write its metadata: a member that came back rejoins (and \
+                            lacks only what was written while it was away), a metadata copy that differs is \
+                            rewritten, and with --degraded a missing member is recorded failed.\n\
+                            Exit status: 0 online; 3 degraded, resilvering or failed; 1 an error; 2 a bad \
+                            argument.")]
+    Status(StatusArgs),
+    /// Put a new device in the place of a failed or missing member, then
+    /// resilver it. Destroys what the new device holds (asks first).
+    #[command(after_help = "The volume is opened degraded (the place replaced is failed or missing). The new \
+                            device must be blank unless --force, at least as large as the old one, with zones \
+                            as large. The resilver that follows is the one `volume resilver` runs: \
+                            interrupted, it continues when run again.\n\
+                            Exit status: 0 replaced (and resilvered, unless --no-resilver); 3 replaced, but \
+                            copies are still missing or the verify pass is not clean; 1 an error; 2 a bad \
+                            argument.")]
+    Replace(ReplaceArgs),
+    /// Write every copy a member lacks from the other copy, then verify
+    /// the new copy.
+    #[command(after_help = "Resumable: progress lives in the volume's own metadata (a copy written is \
+                            committed with the next commit, every 256 MiB), so a resilver that is interrupted \
+                            (Ctrl-C, a crash, a power cut) continues where it stopped when run again.\n\
+                            Exit status: 0 complete (or nothing to resilver); 3 copies still missing \
+                            (unrecoverable extents, failed copies) or the verify pass not clean; 1 an error; 2 \
+                            a bad argument.")]
+    Resilver(ResilverArgs),
+    /// Check the volume without writing anything: labels, both metadata
+    /// copies, the journal, the extent map against the zones.
+    #[command(after_help = "Read-only: reports what opening the volume would repair or change, and writes \
+                            nothing.\n\
+                            Exit status: 0 clean; 3 not clean; 1 an error (a problem open would refuse); 2 a \
+                            bad argument.")]
+    Check(CheckArgs),
+    /// Give a member up on purpose (to take a drive out): the volume goes
+    /// on degraded on the other. Asks first.
+    #[command(after_help = "What is written from now on has one copy until a replace and its resilver. \
+                            Refused for the last device in use.\n\
+                            Exit status: 0 given up; 1 an error; 2 a bad argument.")]
+    Fail(FailArgs),
+}
+
+/// Where the volume is.
+#[derive(Args, Debug)]
+struct VolumeArgs {
+    /// Controller PCI address of the volume's devices: one, or two for a
+    /// mirror across controllers. Default: the first NVMe function bound
+    /// to vfio-pci.
+    #[arg(long = "pci", value_name = "BDF")]
+    pci: Vec<String>,
+    /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
+    /// mirror on one controller takes two (--ns 1,2); with two --pci, one
+    /// ID serves both. Default: 1.
+    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
+    ns: Vec<u32>,
+    /// Software zone size the volume was formatted with (conventional
+    /// namespaces), a multiple of 4k.
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
+    software_zone: Option<u64>,
+    /// Open a mirror with a member missing, blank or failing, on the one
+    /// left; the member is recorded failed (implied by replace).
+    #[arg(long)]
+    degraded: bool,
+    /// Run on the in-process simulator: a mirrored ZNS volume (controllers
+    /// sim0 and sim1, and a blank sim2 to replace with) holding this much
+    /// data (e.g. 64M, 4k..=1T).
+    #[arg(long, value_name = "SIZE", value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
+    sim: Option<u64>,
+    /// How the simulated volume is found: online; degraded (sim1 was given
+    /// up, data written since, and it is not given: needs --degraded); or
+    /// resilvering (the same, but sim1 is given back and rejoins).
+    #[arg(long, value_enum, default_value = "online", requires = "sim")]
+    sim_state: SimState,
+}
+
+/// The simulated volume's story.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SimState {
+    Online,
+    Degraded,
+    Resilvering,
+}
+
+/// How a resilver runs (resilver, and replace after it).
+#[derive(Args, Debug)]
+struct ResilverFlags {
+    /// Rate limit on the reads in MiB/s, 1..=1048576 (fractions allowed);
+    /// default: none.
+    #[arg(long, value_name = "MIB_S", value_parser = args::rate_mib_s, allow_negative_numbers = true)]
+    limit: Option<f64>,
+    /// Reads of the source copy in flight, 1..=1024.
+    #[arg(long, default_value_t = 64, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
+    qd: usize,
+    /// Copy as read, without checking each extent's checksums.
+    #[arg(long)]
+    no_verify: bool,
+    /// Skip the scrub of the new copy at the end.
+    #[arg(long)]
+    no_verify_after: bool,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// Print one JSON object (the status, with each device's controller
+    /// health) instead of text.
+    #[arg(long, conflicts_with = "prometheus")]
+    json: bool,
+    /// Print the Prometheus text exposition format instead of text.
+    #[arg(long)]
+    prometheus: bool,
+}
+
+#[derive(Args, Debug)]
+struct ReplaceArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// The device place to replace, 0 or 1: a failed or missing member.
+    #[arg(long, value_parser = args::int_in::<usize>(0, PLACES_MAX - 1))]
+    place: usize,
+    /// Controller PCI address of the new device (on --sim: sim0, sim1 or
+    /// sim2, the default).
+    #[arg(long, value_name = "BDF", required_unless_present = "sim")]
+    new_pci: Option<String>,
+    /// Namespace ID of the new device, 1..=4294967294.
+    #[arg(long, value_name = "NSID", default_value_t = 1, value_parser = args::nsid)]
+    new_ns: u32,
+    /// Don't ask before destroying what the new device holds (without a
+    /// terminal to ask on, replace needs it).
+    #[arg(long)]
+    yes: bool,
+    /// Take a new device that is not blank (what it holds is destroyed).
+    #[arg(long)]
+    force: bool,
+    /// Replace only: leave the resilver for `volume resilver`.
+    #[arg(long)]
+    no_resilver: bool,
+    #[command(flatten)]
+    resilver: ResilverFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ResilverArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// The device place to resilver, 0 or 1. Default: the one that lacks
+    /// copies.
+    #[arg(long, value_parser = args::int_in::<usize>(0, PLACES_MAX - 1))]
+    place: Option<usize>,
+    #[command(flatten)]
+    resilver: ResilverFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct FailArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// The device place to give up, 0 or 1.
+    #[arg(long, value_parser = args::int_in::<usize>(0, PLACES_MAX - 1))]
+    place: usize,
+    /// Don't ask first (without a terminal to ask on, fail needs it).
+    #[arg(long)]
+    yes: bool,
+    /// Print one JSON object (the status after) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How a command that ran ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Done {
+    /// Exit status 0.
+    Healthy,
+    /// Exit status [`EXIT_ATTENTION`].
+    Attention,
+}
+
+fn main() -> ExitCode {
+    logging::init("volume");
+    let cli = Cli::parse();
+    if let Err(message) = check_args(&cli.command) {
+        args::exit_usage_error::<Cli>("volume", &message);
+    }
+    let result = match &cli.command {
+        Command::Status(a) => status(a),
+        Command::Replace(a) => replace(a),
+        Command::Resilver(a) => run_resilver(a),
+        Command::Check(a) => check(a),
+        Command::Fail(a) => fail(a),
+    };
+    match result {
+        Ok(Done::Healthy) => ExitCode::SUCCESS,
+        Ok(Done::Attention) => ExitCode::from(EXIT_ATTENTION),
+        Err(message) => {
+            eprintln!("volume: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks across options, before any device is opened.
+fn check_args(command: &Command) -> Result<(), String> {
+    let volume = match command {
+        Command::Status(a) => &a.volume,
+        Command::Resilver(a) => &a.volume,
+        Command::Check(a) => &a.volume,
+        Command::Fail(a) => &a.volume,
+        Command::Replace(a) => {
+            if a.volume.sim.is_some() {
+                if let Some(name) = &a.new_pci {
+                    let given = if a.volume.sim_state == SimState::Degraded { 1 } else { 2 };
+                    match sim_index(name) {
+                        None => {
+                            return Err(format!("--new-pci {name}: on --sim, the controllers are sim0, sim1 and sim2"))
+                        }
+                        Some(index) if index < given => {
+                            return Err(format!("--new-pci {name}: a device given as the volume's"))
+                        }
+                        Some(_) => {}
+                    }
+                }
+            } else {
+                let new = a.new_pci.as_deref().expect("clap requires --new-pci without --sim");
+                for choice in device_choices(&a.volume)? {
+                    if a.volume.pci.get(choice.controller).map(String::as_str) == Some(new) && choice.nsid == a.new_ns {
+                        return Err(format!(
+                            "--new-pci {new} --new-ns {}: a device given as the volume's (--pci, --ns)",
+                            a.new_ns
+                        ));
+                    }
+                }
+            }
+            &a.volume
+        }
+    };
+    if volume.sim.is_none() {
+        device_choices(volume)?;
+    }
+    Ok(())
+}
+
+/// The volume's devices, exactly as --pci and --ns give them (one or two;
+/// the volume finds each one's place from its label).
+fn device_choices(volume: &VolumeArgs) -> Result<Vec<DeviceChoice>, String> {
+    let wanted = volume.pci.len().max(volume.ns.len()).max(1);
+    if wanted > PLACES_MAX as usize {
+        return Err(format!(
+            "a volume is on one or two devices: {} --pci and {} --ns given",
+            volume.pci.len(),
+            volume.ns.len()
+        ));
+    }
+    choose_devices(&volume.pci, &volume.ns, wanted)
+}
+
+/// A controller and what the views call it: its PCI address, or `simN`.
+struct Named {
+    name: String,
+    controller: Controller,
+}
+
+/// `sim0`, `sim1`, `sim2`: the simulated controllers' index.
+fn sim_index(name: &str) -> Option<usize> {
+    match name {
+        "sim0" => Some(0),
+        "sim1" => Some(1),
+        "sim2" => Some(2),
+        _ => None,
+    }
+}
+
+/// The controllers of the volume's devices (each named by its transport:
+/// the PCI address, or `simN`). On --sim, the three simulated ones.
+fn open_controllers(volume: &VolumeArgs) -> Result<Vec<Named>, String> {
+    if let Some(bytes) = volume.sim {
+        return sim_controllers(bytes, volume.sim_state);
+    }
+    let options = ControllerOptions::default();
+    let controllers = if volume.pci.is_empty() {
+        vec![device::open_controller(None, options)?]
+    } else {
+        volume.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect::<Result<_, _>>()?
+    };
+    Ok(controllers
+        .into_iter()
+        .map(|controller| Named { name: controller.transport().name().to_string(), controller })
+        .collect())
+}
+
+/// The index in `controllers` of controller `bdf` (a new device's), opened
+/// and added when it is not one of the volume's. On --sim, `simN`.
+fn new_controller(volume: &VolumeArgs, controllers: &mut Vec<Named>, bdf: &str) -> Result<usize, String> {
+    if volume.sim.is_some() {
+        return sim_index(bdf).ok_or_else(|| format!("--new-pci {bdf}: not a simulated controller"));
+    }
+    let given = volume.pci.iter().position(|p| p == bdf);
+    if let Some(index) = given.or_else(|| controllers.iter().position(|n| n.name == bdf)) {
+        return Ok(index);
+    }
+    let controller = device::open_controller(Some(bdf), ControllerOptions::default())?;
+    controllers.push(Named { name: controller.transport().name().to_string(), controller });
+    Ok(controllers.len() - 1)
+}
+
+/// Opens the volume's devices on `controllers`, each told its address.
+fn open_devices(volume: &VolumeArgs, controllers: &[Named], options: DeviceOptions) -> Result<Vec<Device>, String> {
+    let choices = match volume.sim {
+        // sim1 is left out when the story has it pulled.
+        Some(_) if volume.sim_state == SimState::Degraded => vec![DeviceChoice { controller: 0, nsid: 1 }],
+        Some(_) => vec![DeviceChoice { controller: 0, nsid: 1 }, DeviceChoice { controller: 1, nsid: 1 }],
+        None => device_choices(volume)?,
+    };
+    let mut devices = Vec::new();
+    for choice in choices {
+        let named = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
+        devices.push(open_device(named, choice.nsid, options)?);
+    }
+    Ok(devices)
+}
+
+fn open_device(named: &Named, nsid: u32, options: DeviceOptions) -> Result<Device, String> {
+    let mut device =
+        Device::open(&named.controller, nsid, options).map_err(|e| format!("{} namespace {nsid}: {e}", named.name))?;
+    device.set_identity(&named.name);
+    Ok(device)
+}
+
+fn volume_options(volume: &VolumeArgs, degraded: bool) -> VolumeOptions {
+    VolumeOptions { software_zone_bytes: volume.software_zone, degraded, ..VolumeOptions::default() }
+}
+
+/// An error from opening (or checking) the volume, with what to do about
+/// it when there is something.
+fn explain(error: Error) -> String {
+    match error {
+        Error::Degraded { .. } => format!(
+            "{error}; pass --degraded to open it on the devices left (then `volume replace` puts a new device in \
+             the missing one's place)"
+        ),
+        error => error.to_string(),
+    }
+}
+
+/// Opens the volume on `devices`.
+fn open_volume(volume: &VolumeArgs, devices: Vec<Device>, degraded: bool) -> Result<Volume, String> {
+    Volume::open(devices, &volume_options(volume, degraded)).map_err(|e| format!("open: {}", explain(e)))
+}
+
+/// Device options for a resilver at `qd` reads in flight: room for the
+/// reads and for the copy writes they feed.
+fn resilver_device_options(qd: usize) -> DeviceOptions {
+    let defaults = DeviceOptions::default();
+    DeviceOptions {
+        queue_depth: (qd as u16).saturating_add(8).max(defaults.queue_depth),
+        buffers: (qd as u32 + 8).max(defaults.buffers),
+        ..defaults
+    }
+}
+
+/// Each device's controller health, `None` for a device absent or whose
+/// log could not be read (a warning says why).
+fn health_of(status: &VolumeStatus, controllers: &[Named]) -> Vec<Option<Health>> {
+    status
+        .devices
+        .iter()
+        .map(|device| {
+            let named = controllers.iter().find(|n| !device.pci.is_empty() && n.name == device.pci)?;
+            match named.controller.smart_log() {
+                Ok(log) => Some(Health::from_log(&log)),
+                Err(e) => {
+                    log::warn!("{}: SMART / Health log: {e}", named.name);
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The status as JSON: every field of [`VolumeStatus`] (`state`, `devices`
+/// with `state`, `pci`, `errors`, ...), each device with its controller's
+/// `health` (null when unknown), and `volume_id_hex` (the ID exactly, for
+/// readers whose numbers are doubles).
+fn status_json(status: &VolumeStatus, health: &[Option<Health>]) -> Value {
+    let mut value = serde_json::to_value(status).expect("the status serializes");
+    if let Some(devices) = value["devices"].as_array_mut() {
+        assert_eq!(devices.len(), health.len(), "a health per device");
+        for (device, health) in devices.iter_mut().zip(health) {
+            device["health"] = serde_json::to_value(health).expect("health serializes");
+        }
+    }
+    value["volume_id_hex"] = json!(format!("{:#018x}", status.volume_id));
+    value
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn health_state(state: VolumeState) -> Done {
+    if state == VolumeState::Online {
+        Done::Healthy
+    } else {
+        Done::Attention
+    }
+}
+
+fn status(a: &StatusArgs) -> Result<Done, String> {
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
+    let volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    let status = volume.status();
+    let health = health_of(&status, &controllers);
+    if a.json {
+        let mut value = status_json(&status, &health);
+        value["tool"] = json!("volume");
+        println!("{value}");
+    } else if a.prometheus {
+        print!("{}", prometheus::volume_status(&status, &health));
+    } else {
+        print!("{}", status_text(&status, &health, now_unix_s()));
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(health_state(status.state))
+}
+
+/// Runs a resilver of `place`, with progress on stderr when asked and a
+/// terminal is there.
+fn resilver_place(
+    volume: &mut Volume,
+    place: usize,
+    flags: &ResilverFlags,
+    json: bool,
+) -> Result<ResilverReport, String> {
+    let options = ResilverOptions {
+        max_in_flight: flags.qd,
+        verify: !flags.no_verify,
+        rate_limit_mib_s: flags.limit,
+        verify_after: !flags.no_verify_after,
+        ..ResilverOptions::default()
+    };
+    let progress = std::io::stderr().is_terminal() && !json && !flags.no_progress;
+    let report = resilver(volume, place, &options, &Control::new(), &mut |p: &ResilverProgress| {
+        if progress {
+            let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+            eprint!(
+                "\rresilver: place {} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
+                p.place,
+                p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0,
+                mib(p.bytes_done),
+                mib(p.bytes_total),
+                p.rate_mib_s,
+                p.eta_s
+            );
+        }
+    })
+    .map_err(|e| format!("resilver: {e}"))?;
+    if progress {
+        eprintln!();
+    }
+    Ok(report)
+}
+
+fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, resilver_device_options(a.resilver.qd))?;
+    let mut volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    let place = a.place.or_else(|| volume.status().resilver.first().map(|r| r.place));
+    let Some(place) = place else {
+        let status = volume.status();
+        if a.json {
+            let health = health_of(&status, &controllers);
+            let value = json!({
+                "tool": "volume",
+                "command": "resilver",
+                "place": null,
+                "report": null,
+                "complete": true,
+                "status": status_json(&status, &health),
+            });
+            println!("{value}");
+        } else {
+            println!("nothing to resilver: every device in use holds every copy it should");
+        }
+        volume.close().map_err(|e| format!("close: {e}"))?;
+        return Ok(Done::Healthy);
+    };
+    let report = resilver_place(&mut volume, place, &a.resilver, a.json)?;
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "resilver",
+            "place": place,
+            "report": report,
+            "complete": report.complete(),
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        print!("{}", resilver_text(&report));
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(if report.complete() { Done::Healthy } else { Done::Attention })
+}
+
+fn replace(a: &ReplaceArgs) -> Result<Done, String> {
+    let sim = a.volume.sim.is_some();
+    let new_name = a.new_pci.clone().unwrap_or_else(|| "sim2".into());
+    // Asked before any device is opened.
+    let what = format!(
+        "replace destroys everything on namespace {} of {new_name}, which takes place {} of the volume",
+        a.new_ns, a.place
+    );
+    confirm_on_stdin("volume", &what, a.yes || sim)?;
+    let mut controllers = open_controllers(&a.volume)?;
+    let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
+    let new_name = controllers[new_index].name.clone();
+    let options = resilver_device_options(a.resilver.qd);
+    let devices = open_devices(&a.volume, &controllers, options)?;
+    // The place replaced is failed or missing: the volume opens without it.
+    let mut volume = open_volume(&a.volume, devices, true)?;
+    let mut new_device = open_device(&controllers[new_index], a.new_ns, options)?;
+    if !a.force {
+        if let Some(holds) = not_blank(&Volume::probe(&mut new_device), volume.id()) {
+            return Err(format!(
+                "replace: namespace {} of {new_name} is not blank: {holds}; pass --force to destroy what it holds",
+                a.new_ns
+            ));
+        }
+    }
+    volume.replace(a.place, new_device, a.force).map_err(|e| format!("replace: {e}"))?;
+    let left = volume.status().resilver.iter().find(|r| r.place == a.place).map_or(0, |r| r.bytes_left);
+    if !a.json {
+        println!(
+            "place {}: namespace {} of {new_name} takes it; {} ({}) to resilver",
+            a.place,
+            a.new_ns,
+            left,
+            human_bytes(left)
+        );
+    }
+    let report = if a.no_resilver {
+        None
+    } else {
+        let report = resilver_place(&mut volume, a.place, &a.resilver, a.json).map_err(|e| {
+            format!("place {} was replaced, but {e}; `volume resilver` continues from what was copied", a.place)
+        })?;
+        Some(report)
+    };
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "replace",
+            "place": a.place,
+            "new_device": { "pci": new_name, "nsid": a.new_ns },
+            "bytes_to_resilver": left,
+            "resilver": report,
+            "complete": report.as_ref().is_none_or(ResilverReport::complete),
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        match &report {
+            Some(report) => print!("{}", resilver_text(report)),
+            None => println!("resilver: not run (--no-resilver): `volume resilver` writes the copies"),
+        }
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(if report.as_ref().is_none_or(ResilverReport::complete) { Done::Healthy } else { Done::Attention })
+}
+
+/// What a device `replace` was given holds, when it is not blank, for
+/// the volume `volume_id`.
+fn not_blank(state: &DeviceState, volume_id: u64) -> Option<String> {
+    match state {
+        DeviceState::Blank => None,
+        DeviceState::Member { volume_id: id, device_index, .. } if *id == volume_id => Some(format!(
+            "it is place {device_index} of this volume (given with the volume's devices, it rejoins and only what it \
+             missed is resilvered)"
+        )),
+        DeviceState::Member { volume_id, device_index, profile } => {
+            Some(format!("it is place {device_index} of volume {volume_id:#018x} ({profile:?})"))
+        }
+        DeviceState::Unreadable(what) => {
+            Some(format!("no label found and reads failed ({what}): it may hold a volume"))
+        }
+        DeviceState::Unrecognized => Some("no label found, but it holds data".into()),
+        DeviceState::OtherVersion(version) => Some(format!("it holds a volume of format version {version}")),
+    }
+}
+
+fn check(a: &CheckArgs) -> Result<Done, String> {
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
+    let (report, devices) = Volume::check(devices, &volume_options(&a.volume, a.volume.degraded))
+        .map_err(|e| format!("check: {}", explain(e)))?;
+    drop(devices);
+    if a.json {
+        println!("{}", json!({ "tool": "volume", "command": "check", "report": report }));
+    } else {
+        print!("{}", check_text(&report));
+    }
+    Ok(if report.clean { Done::Healthy } else { Done::Attention })
+}
+
+fn fail(a: &FailArgs) -> Result<Done, String> {
+    let what = format!(
+        "fail gives up device place {} of the volume: it goes on degraded, and what is written from now on has \
+         one copy until a replace and its resilver",
+        a.place
+    );
+    confirm_on_stdin("volume", &what, a.yes || a.volume.sim.is_some())?;
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
+    let mut volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    // The allocator logs a member given up as an error; here it is what
+    // was asked for, and the status below shows it.
+    let level = log::max_level();
+    log::set_max_level(log::LevelFilter::Off);
+    let failed = volume.fail_device(a.place, FAILED_BY_OPERATOR);
+    log::set_max_level(level);
+    failed.map_err(|e| format!("fail: {e}"))?;
+    volume.commit().map_err(|e| format!("commit: {e}"))?;
+    let status = volume.status();
+    let health = health_of(&status, &controllers);
+    if a.json {
+        let value = json!({
+            "tool": "volume",
+            "command": "fail",
+            "place": a.place,
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        println!("place {}: given up ({FAILED_BY_OPERATOR})", a.place);
+        print!("{}", status_text(&status, &health, now_unix_s()));
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(Done::Healthy)
+}
+
+/// The simulated controllers: a mirrored ZNS volume on sim0 and sim1
+/// holding `bytes` of data, and a blank sim2. For the degraded and
+/// resilvering stories, sim1 is given up after the fill and a quarter
+/// more is written without it.
+fn sim_controllers(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
+    // The story's own failure is no news: the log stays quiet while it plays.
+    let level = log::max_level();
+    log::set_max_level(log::LevelFilter::Off);
+    let built = sim_story(bytes, state);
+    log::set_max_level(level);
+    built
+}
+
+fn sim_story(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
+    const ZONE_BYTES: u64 = 64 << 20;
+    const LBA_BYTES: u64 = 512;
+    const CHUNK_BYTES: u64 = 256 << 10;
+    let extra = if state == SimState::Online { 0 } else { (bytes / 4).max(CHUNK_BYTES) };
+    let total = bytes + extra;
+    let zones = (total * 21 / 20 / ZONE_BYTES + 8).max(16);
+    let zone_lbas = ZONE_BYTES / LBA_BYTES;
+    let namespace = NamespaceConfig::zoned(zones * zone_lbas, LBA_BYTES as u32, zone_lbas, zone_lbas);
+    let mut config = SimConfig::empty().with_namespace(namespace);
+    config.memory_limit_bytes = 2 * total + (1 << 30);
+    let controllers = (0..3)
+        .map(|index| {
+            let transport: Arc<dyn Transport> = Simulator::new(config.clone());
+            let controller =
+                Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("simulator: {e}"))?;
+            Ok(Named { name: format!("sim{index}"), controller })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let devices = controllers[..2]
+        .iter()
+        .map(|named| open_device(named, 1, DeviceOptions::default()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = VolumeOptions { profile: Profile::Mirror, ..VolumeOptions::default() };
+    let mut volume = Volume::format(devices, &options).map_err(|e| format!("simulator: format: {e}"))?;
+    let data: Vec<u8> = (0..CHUNK_BYTES).map(|i| (i * 31 + i / 4096) as u8).collect();
+    let fill = |volume: &mut Volume, from: u64, to: u64| -> Result<(), String> {
+        for owner in from / CHUNK_BYTES..to.div_ceil(CHUNK_BYTES) {
+            volume.write(0, &data, owner).map_err(|e| format!("simulator: filling: {e}"))?;
+        }
+        volume.commit().map(|_| ()).map_err(|e| format!("simulator: commit: {e}"))
+    };
+    fill(&mut volume, 0, bytes)?;
+    if state != SimState::Online {
+        volume.fail_device(1, "pulled from the simulator").map_err(|e| format!("simulator: {e}"))?;
+        fill(&mut volume, bytes, total)?;
+    }
+    volume.close().map_err(|e| format!("simulator: close: {e}"))?;
+    Ok(controllers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_places_and_namespaces_are_checked() {
+        let parse = |line: &[&str]| Cli::try_parse_from(std::iter::once("volume").chain(line.iter().copied()));
+        assert!(parse(&["replace", "--place", "2", "--new-pci", "x"]).is_err());
+        assert!(parse(&["replace", "--place", "1"]).is_err(), "a new device is needed");
+        assert!(parse(&["replace", "--place", "1", "--sim", "1M"]).is_ok(), "sim2 is the default on --sim");
+        assert!(parse(&["status", "--json", "--prometheus"]).is_err());
+        assert!(parse(&["status", "--sim-state", "degraded"]).is_err(), "--sim-state needs --sim");
+        assert!(parse(&["resilver", "--qd", "0"]).is_err());
+        assert!(parse(&["fail"]).is_err(), "a place is needed");
+        let Command::Replace(replace) =
+            parse(&["replace", "--place", "1", "--new-pci", "b", "--pci", "a", "--pci", "b"]).expect("parses").command
+        else {
+            panic!("a replace")
+        };
+        assert!(check_args(&Command::Replace(replace)).unwrap_err().contains("a device given as the volume's"));
+    }
+}

@@ -1,0 +1,136 @@
+//! The volume tool end to end on the simulator (`--sim`): each run builds
+//! a mirrored ZNS volume in-process, tells it a story (online; place 1
+//! given up and not given back; given up and given back), then runs the
+//! command the way it runs on hardware. The tests check the exit status,
+//! the JSON an operator's scripts read, and the refusals.
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+const VOLUME: &str = env!("CARGO_BIN_EXE_volume");
+
+/// Data the simulated volume holds (its stories write a quarter more).
+const SIM: [&str; 2] = ["--sim", "4M"];
+
+/// Runs `volume args` on the simulator, stdin not a terminal: its status,
+/// stdout and stderr.
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(VOLUME).args(args).args(SIM).stdin(Stdio::null()).output().expect("the tool runs");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+/// Runs `volume args --json`, expecting exit status `status`: the object.
+fn json(args: &[&str], status: i32) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, Some(status), "volume {args:?}: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("volume {args:?}: {e}: {stdout:?}"))
+}
+
+#[test]
+fn status_of_an_online_mirror() {
+    let status = json(&["status"], 0);
+    assert_eq!(status["state"], "online");
+    let devices = status["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    for (place, device) in devices.iter().enumerate() {
+        assert_eq!(device["state"], "online");
+        assert_eq!(device["pci"], format!("sim{place}"));
+        assert_eq!(device["errors"]["read"], 0);
+        assert!(device["health"]["composite_temperature_kelvin"].as_u64().is_some_and(|k| k > 0), "{device}");
+    }
+    let (code, text, _) = run(&["status"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains(" state: ONLINE\n"), "{text}");
+}
+
+#[test]
+fn a_mirror_missing_a_member_opens_only_degraded() {
+    let (code, _, stderr) = run(&["status", "--sim-state", "degraded"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("pass --degraded"), "{stderr}");
+    let status = json(&["status", "--sim-state", "degraded", "--degraded"], 3);
+    assert_eq!(status["state"], "degraded");
+    assert_eq!(status["devices"][1]["state"], "failed");
+    assert_eq!(status["devices"][1]["pci"], "");
+    assert_eq!(status["devices"][1]["health"], Value::Null);
+    assert_eq!(status["redundancy"]["bytes_at_risk"], 1 << 20, "the quarter written without place 1");
+    let (code, text, _) = run(&["status", "--sim-state", "degraded", "--degraded", "--prometheus"]);
+    assert_eq!(code, Some(3));
+    assert!(text.contains("\nnvme_volume_state{state=\"degraded\"} 1\n"), "{text}");
+    assert!(text.contains("\nnvme_volume_bytes_at_risk 1048576\n"), "{text}");
+}
+
+#[test]
+fn a_member_that_comes_back_is_resilvered() {
+    let status = json(&["status", "--sim-state", "resilvering"], 3);
+    assert_eq!(status["state"], "resilvering");
+    assert_eq!(status["resilver"][0]["place"], 1);
+    let done = json(&["resilver", "--sim-state", "resilvering"], 0);
+    assert_eq!(done["place"], 1);
+    assert_eq!(done["complete"], true);
+    assert_eq!(done["report"]["bytes_copied"], 1 << 20, "only what it missed");
+    assert_eq!(done["report"]["verify"]["outcome"], "clean");
+    assert_eq!(done["status"]["state"], "online");
+    let (code, text, _) = run(&["resilver"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("nothing to resilver"), "{text}");
+}
+
+#[test]
+fn a_new_device_replaces_a_missing_one() {
+    let done = json(&["replace", "--sim-state", "degraded", "--place", "1"], 0);
+    assert_eq!(done["new_device"]["pci"], "sim2");
+    assert_eq!(done["complete"], true);
+    assert_eq!(done["status"]["state"], "online");
+    assert_eq!(done["status"]["devices"][1]["pci"], "sim2");
+    // The old member is not blank: refused without --force, taken with it.
+    let (code, _, stderr) = run(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("not blank") && stderr.contains("--force"), "{stderr}");
+    let forced = json(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1", "--force"], 0);
+    assert_eq!(forced["status"]["state"], "online");
+    // A place in use is not replaced; a device of the volume is not a new one.
+    let (code, _, stderr) = run(&["replace", "--place", "1"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("in use"), "{stderr}");
+    let (code, _, stderr) = run(&["replace", "--place", "1", "--new-pci", "sim0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let left = json(&["replace", "--sim-state", "degraded", "--place", "1", "--no-resilver"], 0);
+    assert_eq!(left["resilver"], Value::Null);
+    assert_eq!(left["status"]["state"], "resilvering");
+}
+
+#[test]
+fn check_writes_nothing_and_says_whether_open_would() {
+    let clean = json(&["check"], 0);
+    assert_eq!(clean["report"]["clean"], true);
+    let degraded = json(&["check", "--sim-state", "degraded", "--degraded"], 3);
+    assert_eq!(degraded["report"]["clean"], false);
+    assert_eq!(degraded["report"]["missing_blocks"][1], 256);
+}
+
+#[test]
+fn fail_gives_a_member_up_and_asks_first() {
+    let failed = json(&["fail", "--place", "0"], 0);
+    assert_eq!(failed["status"]["state"], "degraded");
+    assert_eq!(failed["status"]["devices"][0]["state"], "failed");
+    assert_eq!(failed["status"]["devices"][0]["why"], "taken out by the operator");
+    // The last device in use is not given up.
+    let (code, _, stderr) = run(&["fail", "--sim-state", "degraded", "--degraded", "--place", "0"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("last device"), "{stderr}");
+}
+
+#[test]
+fn destroying_commands_need_yes_without_a_terminal() {
+    for args in [&["replace", "--place", "1", "--new-pci", "0000:09:00.0"][..], &["fail", "--place", "1"]] {
+        let output = Command::new(VOLUME).args(args).stdin(Stdio::null()).output().expect("the tool runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("pass --yes"), "{args:?}: {stderr}");
+        assert!(!stderr.to_lowercase().contains("vfio"), "{args:?} tried to open a device: {stderr}");
+    }
+}
