@@ -398,10 +398,15 @@ impl Resilver {
                     .collect();
                 let target = self.report.target_lane;
                 let left = volume.missing_blocks(target)
-                    - skipped.iter().filter(|&&id| volume.lacks_copy(id, target)).map(|&id| blocks_of(volume, id)).sum::<u64>();
+                    - skipped
+                        .iter()
+                        .filter(|&&id| volume.lacks_copy(id, target))
+                        .map(|&id| blocks_of(volume, id))
+                        .sum::<u64>();
                 if left > 0 {
                     self.passes += 1;
-                    self.planner = Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target);
+                    self.planner =
+                        Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target);
                     self.planner.set_max_request(max_request);
                     finished = false;
                     if reading {

@@ -143,8 +143,7 @@ impl Run {
 
     fn free_some(&mut self, volume: &mut Volume) {
         for _ in 0..1 + self.rng.below(4) {
-            let Some(&id) = self.current.keys().nth(self.rng.below(self.current.len().max(1) as u64) as usize)
-            else {
+            let Some(&id) = self.current.keys().nth(self.rng.below(self.current.len().max(1) as u64) as usize) else {
                 return;
             };
             volume.free(id).unwrap_or_else(|e| panic!("{}", self.context(&format!("free {id}: {e}"))));
@@ -244,9 +243,7 @@ fn run(seed: u64) {
     // The lost device's fault stays until it comes back.
     match loss {
         Loss::Removed => run.harness.sims[lost].inject(Fault::SurpriseRemoval),
-        Loss::Failing => {
-            run.harness.sims[lost].inject(Fault::WriteFault { nsid: 1, slba: 0, blocks: NAMESPACE_LBAS })
-        }
+        Loss::Failing => run.harness.sims[lost].inject(Fault::WriteFault { nsid: 1, slba: 0, blocks: NAMESPACE_LBAS }),
     }
     let degraded = VolumeOptions { degraded: true, ..run.options.clone() };
     let mut volume = Volume::open(vec![run.device(run.sim_of[survivor])], &degraded)

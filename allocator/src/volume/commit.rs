@@ -44,8 +44,8 @@ impl Volume {
             // current), and the commit goes on on the other; on the last
             // device in use it is the commit's error.
             if let Some(device) = self.failing_device() {
-                let device_error = matches!(error, Error::Command { .. } | Error::Timeout { .. })
-                    || super::write::is_gone(&error);
+                let device_error =
+                    matches!(error, Error::Command { .. } | Error::Timeout { .. }) || super::write::is_gone(&error);
                 if device_error
                     && (self.absorb(device, super::member::Failed::Write, &error)
                         || self.give_up(device, format!("a commit's write failed: {error}")))

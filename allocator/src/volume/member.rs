@@ -538,10 +538,22 @@ impl Volume {
             match probe(&mut device, None) {
                 Probe::Blank => {}
                 other => {
+                    let holds = match other {
+                        Probe::Label(label) if label.volume_id == self.volume_id => {
+                            format!("place {} of this volume", label.device_index)
+                        }
+                        Probe::Label(label) => format!("a member of volume {:#x}", label.volume_id),
+                        Probe::Unreadable(what) => format!("unreadable places ({what})"),
+                        Probe::Unrecognized => "data that is not a volume's".into(),
+                        Probe::OtherVersion(version) => format!("a volume of format version {version}"),
+                        Probe::Blank => unreachable!("handled above"),
+                    };
                     return Err(Error::Member {
                         device: place,
-                        why: format!("the new device is not blank ({other:?}); replace with force to overwrite it"),
-                    })
+                        why: format!(
+                            "the new device is not blank (it holds {holds}); replace with force to overwrite it"
+                        ),
+                    });
                 }
             }
         }
