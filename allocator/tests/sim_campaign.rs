@@ -52,7 +52,14 @@ struct Setup {
 fn setup(seed: u64, rng: &mut Rng) -> Setup {
     let keep = [0.0, 0.5, 1.0][rng.below(3) as usize];
     let faults = FaultConfig { power_cut_keep_probability: keep, ..FaultConfig::default() };
-    let soft = VolumeOptions { software_zone_bytes: Some(256 << 10), ..volume_options() };
+    // The volume waits longer than the driver takes to end a command of a
+    // device that stopped (the short crash bound), so that a slow host
+    // never turns a write that completes into one that timed out.
+    let soft = VolumeOptions {
+        software_zone_bytes: Some(256 << 10),
+        timeout: std::time::Duration::from_millis(500),
+        ..volume_options()
+    };
     let namespace = |zoned: bool| {
         if zoned {
             zns(ZONES, 256).with_seed(seed).with_faults(faults.clone())
