@@ -97,8 +97,9 @@ const EXTENT_BLOCKS_MAX: u32 = 8;
 const BURSTS_BEFORE_UNPLUG: usize = 4;
 const BURSTS_AFTER_GIVE_UP: usize = 4;
 
-/// A pause between bursts while the unplug goes on (the guest kernel
-/// takes seconds to ask for the device), so the volume does not fill.
+/// A pause between bursts until device 0 is given up (the guest kernel
+/// asks for the device a tenth of a second after the unplug here, but
+/// might take seconds), so the volume does not fill meanwhile.
 const BURST_PAUSE: Duration = Duration::from_millis(50);
 
 /// Bound on waiting for the volume to give device 0 up.
