@@ -1,9 +1,10 @@
 //! `volume-check SCENARIO --pci BDF... [--seed N] [--phase PHASE]`:
 //! the guest side of the zoned allocator's QEMU tests
-//! (`examples/tests/qemu_volume.rs`). Each scenario builds a volume on the
-//! controllers named (namespace 1 of each, in the order given), drives it
-//! and checks what it reads back; the data is a deterministic function of
-//! the seed and each extent's owner, so a later process can check it too.
+//! (`examples/tests/qemu_volume.rs`; `qemu_mirror.rs` for `members`).
+//! Each scenario builds a volume on the controllers named (namespace 1 of
+//! each, in the order given), drives it and checks what it reads back; the
+//! data is a deterministic function of the seed and each extent's owner,
+//! so a later process can check it too.
 //!
 //! Scenarios, and the controllers each takes (`--pci`, in this order):
 //!
@@ -62,6 +63,13 @@
 //!
 //!   Every open prints the volume's ID (`volume 0x...`) for the host to
 //!   compare.
+//! - `members --phase PHASE`: a mirror's members through their life: a
+//!   device pulled mid-write (the host unplugs it through QEMU's monitor
+//!   when the guest prints `volume-check: unplug-me`), a degraded open, a
+//!   replacement and resilver, a device back after a controller reset;
+//!   phases `unplug`, `degraded` (with `--gone BDF`), `replace`, `rejoin`
+//!   and `final`, one process each, in this order in one boot (see
+//!   `volume-check/members.rs`).
 //!
 //! Passed checks print `volume-check: SCENARIO CHECK: ok (DETAIL)`; the
 //! last line is `volume-check: SCENARIO ok` (status 0) or
@@ -78,14 +86,20 @@ use std::fs::File;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use zoned_allocator::zones::ZoneUse;
+
+// The crate root is this file: its modules sit beside it, in a directory
+// of its name.
+#[path = "volume-check/members.rs"]
+mod members;
 use zoned_allocator::{
     BadBlock, Device, DeviceOptions, DeviceState, Error, ExtentId, Location, Profile, ReclaimProgress, Volume,
     VolumeOptions, BLOCK_SIZE,
 };
 
-const USAGE: &str = "usage: volume-check zns|conventional|zcap|4k|limits|reopen|mirror|repair|metadata \
-                     --pci BDF... [--seed N] [--phase PHASE]\n\
-                     phases: reopen write|verify; metadata format|garbage|reopen|swapped|foreign|damage";
+const USAGE: &str = "usage: volume-check zns|conventional|zcap|4k|limits|reopen|mirror|repair|metadata|members \
+                     --pci BDF... [--seed N] [--phase PHASE] [--gone BDF]\n\
+                     phases: reopen write|verify; metadata format|garbage|reopen|swapped|foreign|damage; \
+                     members unplug|degraded|replace|rejoin|final";
 
 const MIB: u64 = 1 << 20;
 
@@ -163,6 +177,7 @@ enum Scenario {
     Mirror,
     Repair,
     Metadata(MetadataPhase),
+    Members(members::Phase),
 }
 
 impl Scenario {
@@ -183,12 +198,14 @@ impl Scenario {
             Scenario::Metadata(MetadataPhase::Swapped) => "metadata swapped",
             Scenario::Metadata(MetadataPhase::Foreign) => "metadata foreign",
             Scenario::Metadata(MetadataPhase::Damage) => "metadata damage",
+            Scenario::Members(phase) => phase.label(),
         }
     }
 
     fn controllers(self) -> usize {
         match self {
             Scenario::Metadata(MetadataPhase::Foreign) => 3,
+            Scenario::Members(phase) => phase.controllers(),
             Scenario::Mirror | Scenario::Repair | Scenario::Metadata(_) => 2,
             _ => 1,
         }
@@ -200,11 +217,14 @@ struct Args {
     scenario: Scenario,
     pci: Vec<String>,
     seed: u64,
+    /// A device that must leave the guest first (`members --phase
+    /// degraded`).
+    gone: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut words = std::env::args().skip(1);
-    let (mut name, mut phase, mut pci, mut seed) = (None, None, Vec::new(), 1u64);
+    let (mut name, mut phase, mut pci, mut seed, mut gone) = (None, None, Vec::new(), 1u64, None);
     while let Some(word) = words.next() {
         match word.as_str() {
             "--pci" => pci.push(words.next().ok_or("--pci needs a BDF")?),
@@ -213,6 +233,7 @@ fn parse_args() -> Result<Args, String> {
                 seed = value.parse().map_err(|_| format!("--seed {value}: not a number"))?;
             }
             "--phase" => phase = Some(words.next().ok_or("--phase needs a name")?),
+            "--gone" => gone = Some(words.next().ok_or("--gone needs a BDF")?),
             "-h" | "--help" => return Err(String::new()),
             _ if name.is_none() => name = Some(word),
             other => return Err(format!("unexpected argument {other}")),
@@ -230,7 +251,11 @@ fn parse_args() -> Result<Args, String> {
         ("reopen", _) => return Err("reopen needs --phase write|verify".into()),
         ("metadata", Some(phase)) => metadata(phase)?,
         ("metadata", None) => return Err("metadata needs --phase".into()),
-        (_, Some(_)) => return Err(format!("--phase applies to reopen and metadata, not {name}")),
+        ("members", Some(phase)) => members::Phase::parse(phase)
+            .map(Scenario::Members)
+            .ok_or_else(|| format!("--phase {phase}: expected unplug, degraded, replace, rejoin or final"))?,
+        ("members", None) => return Err("members needs --phase".into()),
+        (_, Some(_)) => return Err(format!("--phase applies to reopen, metadata and members, not {name}")),
         ("zns", None) => Scenario::Zns,
         ("conventional", None) => Scenario::Conventional,
         ("zcap", None) => Scenario::Zcap,
@@ -243,7 +268,10 @@ fn parse_args() -> Result<Args, String> {
     if pci.len() != scenario.controllers() {
         return Err(format!("{name} takes {} --pci, got {}", scenario.controllers(), pci.len()));
     }
-    Ok(Args { scenario, pci, seed })
+    if gone.is_some() != (scenario == Scenario::Members(members::Phase::Degraded)) {
+        return Err("--gone goes with members --phase degraded, and only there".into());
+    }
+    Ok(Args { scenario, pci, seed, gone })
 }
 
 fn main() -> ExitCode {
@@ -273,8 +301,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let controllers = open_controllers(&args.pci)?;
     let check = Check { label: args.scenario.label(), seed: args.seed };
+    if let Scenario::Members(phase) = args.scenario {
+        return members::run(&check, phase, &args.pci, args.gone.as_deref());
+    }
+    let controllers = open_controllers(&args.pci)?;
     match args.scenario {
         Scenario::Zns | Scenario::Conventional | Scenario::Zcap | Scenario::FourK | Scenario::Mirror => {
             workload(&check, args.scenario, &controllers)
@@ -290,6 +321,7 @@ fn run(args: &Args) -> Result<(), String> {
         Scenario::Metadata(MetadataPhase::Foreign) => metadata_foreign(&check, &controllers),
         // Lets the controllers go while seqwrite runs.
         Scenario::Metadata(MetadataPhase::Damage) => metadata_damage(&check, &args.pci, controllers),
+        Scenario::Members(_) => unreachable!("run above"),
     }
 }
 
