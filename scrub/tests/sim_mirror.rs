@@ -169,6 +169,7 @@ fn a_device_failing_too_often_is_given_up_and_its_counters_persist() {
     let status = volume.status();
     assert_eq!(status.state, VolumeState::Degraded);
     assert_eq!(status.devices[1].errors.write, 3);
+    assert_eq!(status.devices[1].serial, "sim0", "status still names the device given up");
     check(&mut volume, &data, false);
     drop(volume);
     harness.sims[1].clear_faults();

@@ -46,12 +46,15 @@ pub(super) struct Member {
     pub failures: u64,
     pub timeouts: u64,
     pub resets: u64,
+    /// Where the device was, model and serial, kept when it is given up
+    /// so that status still names the device that was lost.
+    pub identity: (String, String, String),
 }
 
 impl Member {
     pub fn new(record: MemberRecord) -> Member {
         let why = record.failed.then(|| "marked failed in the volume's metadata".to_string());
-        Member { record, journaled: record, why, failures: 0, timeouts: 0, resets: 0 }
+        Member { record, journaled: record, why, failures: 0, timeouts: 0, resets: 0, identity: Default::default() }
     }
 }
 
@@ -340,8 +343,9 @@ impl Volume {
             }
         }
         let gone = self.devices[device].take().expect("in use");
-        self.gone.push(gone);
         let member = &mut self.members[device];
+        member.identity = gone.identity.clone();
+        self.gone.push(gone);
         member.record.failed = true;
         member.why = Some(why);
         self.superblock.members[device] = member.record;
@@ -762,6 +766,7 @@ impl Volume {
                 capacity_bytes: 0,
                 missing_bytes,
             };
+            (status.pci, status.model, status.serial) = member.identity.clone();
             if let Some(device) = present {
                 (status.pci, status.model, status.serial) = device.identity.clone();
                 for &lane in &lanes {

@@ -262,7 +262,7 @@ impl Vfio {
             _bar0: bar0,
             removal_request,
             removal_seen: AtomicBool::new(false),
-            device,
+            device: ClosingDevice(std::mem::ManuallyDrop::new(device)),
             vfio: Arc::clone(self),
             bdf,
             pci_id,
@@ -302,6 +302,31 @@ fn check_group_viable(bdf: &str, sysfs: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The VFIO device, closed in its place in `VfioPci`'s drop order. Its
+/// library's drop closes the device and then reads the device's sysfs
+/// `iommu_group` link, unwrapping it; after a hot-unplug, closing lets the
+/// removal finish, and the link may already be gone. That panic is caught
+/// and logged: the device is closed either way.
+struct ClosingDevice(std::mem::ManuallyDrop<VfioDevice>);
+
+impl Drop for ClosingDevice {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used again.
+        let device = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(device)));
+        if closed.is_err() {
+            log::warn!("closing a VFIO device that was being removed: its sysfs entry was already gone");
+        }
+    }
+}
+
+impl std::ops::Deref for ClosingDevice {
+    type Target = VfioDevice;
+    fn deref(&self) -> &VfioDevice {
+        &self.0
+    }
+}
+
 /// One NVMe PCI function owned through VFIO.
 pub struct VfioPci {
     // Field order is drop order: registers, then the BAR mapping, then the
@@ -311,7 +336,7 @@ pub struct VfioPci {
     /// Signalled by vfio-pci when the device is to be removed.
     removal_request: Option<EventFd>,
     removal_seen: AtomicBool,
-    device: VfioDevice,
+    device: ClosingDevice,
     vfio: Arc<Vfio>,
     bdf: String,
     pci_id: PciId,
