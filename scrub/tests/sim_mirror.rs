@@ -287,3 +287,31 @@ fn a_resilver_cut_by_power_loss_resumes_from_the_metadata() {
     assert_eq!(report.bytes_copied, left * 4096, "the resumed resilver copies only what is left");
     check(&mut volume, &data, true);
 }
+
+#[test]
+fn members_with_different_zone_sizes_keep_the_formats_segments_while_degraded() {
+    // A conventional member of 256 KiB software zones and a ZNS one of
+    // 1 MiB zones: the metadata segments differ in size, and the journal
+    // keeps to the smaller even while that member is away, so that it can
+    // come back, and a device like it can replace it.
+    let harness =
+        Harness::new(vec![support::conventional(16), zns(16, 1024), support::conventional(16)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(256 << 10), ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 10, 1);
+    volume.commit().unwrap();
+    volume.fail_device(0, "test").unwrap();
+    // Many small commits: the log grows past what the small segments
+    // hold unless it rotates by their size.
+    for round in 0..200 {
+        write(&mut volume, &mut data, 1, 10 + round);
+        volume.commit().unwrap();
+    }
+    volume.replace(0, device(&harness, 2), false).expect("a device like the lost one replaces it");
+    resilver_all(&mut volume, 0);
+    check(&mut volume, &data, true);
+    drop(volume.close().unwrap());
+    let mut volume = Volume::open(vec![device(&harness, 1), device(&harness, 2)], &options).expect("reopens");
+    check(&mut volume, &data, true);
+}

@@ -191,6 +191,10 @@ pub(crate) struct Superblock {
     /// Per metadata copy, the first zone of each of its two segments: where
     /// format put them, or where a segment moved when a zone wore out.
     pub meta_segments: [[u32; 2]; 2],
+    /// Blocks of every metadata segment the journal uses: the smallest
+    /// over the copies when the volume was formatted, kept so that a copy
+    /// away (or a replacement) never changes how far the log may grow.
+    pub meta_segment_blocks: u64,
     /// Per device: its standing and error counters.
     pub members: Vec<MemberRecord>,
     /// The last scrub pass, if any.
@@ -440,6 +444,7 @@ impl Writer {
             self.u32(segments[0]);
             self.u32(segments[1]);
         }
+        self.u64(s.meta_segment_blocks);
         debug_assert_eq!(s.members.len(), s.devices.len());
         for member in &s.members {
             self.member(member);
@@ -539,6 +544,7 @@ impl<'a> Reader<'a> {
             devices.push((self.u32()?, self.u32()?, self.u64()?, self.u8()? != 0));
         }
         let meta_segments = [[self.u32()?, self.u32()?], [self.u32()?, self.u32()?]];
+        let meta_segment_blocks = self.u64()?;
         let mut members = Vec::new();
         for _ in 0..device_count {
             members.push(self.member()?);
@@ -558,6 +564,7 @@ impl<'a> Reader<'a> {
             finish_threshold_blocks,
             devices,
             meta_segments,
+            meta_segment_blocks,
             members,
             last_scrub,
         })
@@ -665,6 +672,7 @@ mod tests {
                 finish_threshold_blocks: 0,
                 devices: vec![(1, 512, 1 << 20, true), (1, 4096, 1 << 17, false)],
                 meta_segments: [[0, 2], [0, 9]],
+                meta_segment_blocks: 4096,
                 members: vec![
                     MemberRecord::default(),
                     MemberRecord { failed: true, read_errors: 3, write_errors: 1, checksum_errors: 9 },

@@ -62,9 +62,17 @@ impl Journal {
         }
     }
 
-    /// Blocks of a segment: the smallest over the copies present and both
-    /// segments, so that every copy holds each record at the same offset.
-    pub fn segment_blocks(&self, devices: &[Option<Device>]) -> u64 {
+    /// Blocks of a segment, on every copy: fixed at format (the smallest
+    /// over the copies and segments then), so that every copy holds each
+    /// record at the same offset, whichever copies are present.
+    pub fn segment_blocks(&self, _devices: &[Option<Device>]) -> u64 {
+        self.label.superblock.meta_segment_blocks
+    }
+
+    /// Blocks of the smallest segment of the copies present, over both
+    /// segments (what format fixes, and what open and a replacement are
+    /// checked against).
+    pub fn present_segment_blocks(&self, devices: &[Option<Device>]) -> u64 {
         self.copies
             .iter()
             .filter_map(|&copy| devices[copy.device].as_ref().map(|device| (copy, device)))

@@ -650,7 +650,7 @@ impl Volume {
             return too_small(format!("{} zones", device.zones.len()));
         }
         // Its metadata segments must hold what the others hold.
-        let needed = self.journal.segment_blocks(&self.devices);
+        let needed = self.superblock.meta_segment_blocks;
         for copy in super::meta_copies(self.superblock.profile, g).into_iter().filter(|c| c.device == place) {
             for segment in 0..2 {
                 let have = crate::journal::layout::segment_capacity(device, copy, g, segment);

@@ -57,6 +57,7 @@ impl Volume {
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
             meta_segments: meta_copies(profile, g).map(|copy| copy.segments),
+            meta_segment_blocks: 0,
             members: vec![MemberRecord::default(); devices.len()],
             last_scrub: None,
         };
@@ -64,9 +65,12 @@ impl Volume {
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
         // Checks the zone budget and lane sizes before anything is written.
         let mut volume = Volume::assemble(devices.into_iter().map(Some).collect(), label, options.clone(), &[])?;
-        if volume.journal.segment_blocks(&volume.devices) < LABEL_BLOCKS + 16 {
+        let segment_blocks = volume.journal.present_segment_blocks(&volume.devices);
+        if segment_blocks < LABEL_BLOCKS + 16 {
             return Err(Error::InvalidConfig("the second device's metadata zones are too small".into()));
         }
+        volume.superblock.meta_segment_blocks = segment_blocks;
+        volume.journal.label.superblock.meta_segment_blocks = segment_blocks;
         // Format destroys: every zone of every zoned namespace is reset.
         for device in volume.devices.iter_mut().flatten() {
             if device.is_zoned() {
@@ -179,6 +183,13 @@ impl Volume {
             })
             .collect();
         let mut volume = Volume::assemble(devices, label, options.clone(), &absent_zones)?;
+        let segment_blocks = volume.journal.present_segment_blocks(&volume.devices);
+        if segment_blocks < volume.superblock.meta_segment_blocks {
+            return Err(Error::Corrupt(format!(
+                "metadata segments of {segment_blocks} blocks, the volume's take {}",
+                volume.superblock.meta_segment_blocks
+            )));
+        }
         volume.journal.segment = recovered.segment;
         volume.journal.offset = recovered.end;
         volume.journal.checkpoint_end = recovered.checkpoint_end;

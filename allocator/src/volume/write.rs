@@ -407,6 +407,11 @@ impl Volume {
             // (Engine reads never reach here: see `poll_devices`.)
             Token::Sync(_) | Token::Engine(_) => return,
         };
+        if self.devices[self.lanes[lane].device].is_none() {
+            // A device given up while this batch of its completions was
+            // reaped: its writes already ended (see `give_up`).
+            return;
+        }
         let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut).filter(|p| p.in_flight[lane]) else {
             log::warn!("completion for unknown write token {:#x}", completion.token);
             return;
