@@ -262,7 +262,7 @@ impl Vfio {
             _bar0: bar0,
             removal_request,
             removal_seen: AtomicBool::new(false),
-            device: ClosingDevice(std::mem::ManuallyDrop::new(device)),
+            device: ClosingDevice(std::mem::ManuallyDrop::new(device), AtomicBool::new(false)),
             vfio: Arc::clone(self),
             bdf,
             pci_id,
@@ -306,14 +306,26 @@ fn check_group_viable(bdf: &str, sysfs: &Path) -> Result<()> {
 /// library's drop closes the device and then reads the device's sysfs
 /// `iommu_group` link, unwrapping it; after a hot-unplug, closing lets the
 /// removal finish, and the link may already be gone. That panic is caught
-/// and logged: the device is closed either way.
-struct ClosingDevice(std::mem::ManuallyDrop<VfioDevice>);
+/// and logged: the device is closed either way. (For a device being
+/// removed, the panic's message is kept off stderr: the panic hook is
+/// swapped for the close, so a panic on another thread at that moment
+/// would go unprinted too; it still unwinds.)
+struct ClosingDevice(std::mem::ManuallyDrop<VfioDevice>, AtomicBool);
 
 impl Drop for ClosingDevice {
     fn drop(&mut self) {
         // SAFETY: taken once, here, and never used again.
         let device = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        let removed = self.1.load(Ordering::Relaxed);
+        let hook = removed.then(|| {
+            let hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(|_| {}));
+            hook
+        });
         let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(device)));
+        if let Some(hook) = hook {
+            std::panic::set_hook(hook);
+        }
         if closed.is_err() {
             log::warn!("closing a VFIO device that was being removed: its sysfs entry was already gone");
         }
@@ -386,6 +398,7 @@ impl Transport for VfioPci {
         let requested = self.removal_request.as_ref().is_some_and(|eventfd| eventfd.read().is_ok_and(|n| n > 0));
         if requested {
             self.removal_seen.store(true, Ordering::Relaxed);
+            self.device.1.store(true, Ordering::Relaxed);
         }
         requested
     }
