@@ -8,19 +8,22 @@
 
 mod check;
 mod commit;
+mod copy;
 mod member;
 mod open;
 mod read;
 mod reclaim;
 mod repair;
+mod replace;
 mod scan;
+mod status;
 mod write;
 
 pub use check::{CheckReport, CheckedPlace};
-pub use member::{DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus};
 pub use open::DeviceState;
 pub use repair::MetadataScrub;
 pub use scan::LaneReads;
+pub use status::{DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus};
 
 use crate::device::Device;
 use crate::error::{Error, Result};

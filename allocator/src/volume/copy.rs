@@ -1,0 +1,101 @@
+//! Missing copies, and how a resilver writes them: [`Volume::submit_copy`]
+//! queues the write of one extent's missing copy, placed in its stream
+//! and journaled at the next commit (see `member` for how copies come to
+//! be missing).
+
+use super::{PendingWrite, Volume, WriteDone};
+use crate::error::{Error, Result};
+use crate::zones::Slot;
+use crate::{ExtentId, BLOCK_SIZE};
+
+impl Volume {
+    /// Whether copy `lane` of extent `id` is missing.
+    pub fn lacks_copy(&self, id: ExtentId, lane: usize) -> bool {
+        self.extents.get(&id).is_some_and(|e| e.locations.get(lane).is_some_and(|l| l.is_missing()))
+    }
+
+    /// Blocks of the copies lane `lane` lacks.
+    pub fn missing_blocks(&self, lane: usize) -> u64 {
+        self.extents.values().filter(|e| e.locations[lane].is_missing()).map(|e| u64::from(e.blocks)).sum()
+    }
+
+    /// Queues a write of `data`, extent `id`'s contents, as its missing
+    /// copy `lane`: how a resilver restores redundancy. The caller
+    /// verified `data` against the extent's checksums (or chose not to).
+    /// The copy is placed in the extent's stream and journaled at the next
+    /// commit; the outcome arrives through [`Volume::next_copy_done`]. If
+    /// the extent is freed meanwhile, the copy is dropped.
+    pub fn submit_copy(&mut self, id: ExtentId, lane: usize, data: &[u8]) -> Result<()> {
+        self.check_resets()?;
+        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        if lane >= self.lanes.len() || !extent.locations[lane].is_missing() {
+            return Err(Error::InvalidArgument(format!("extent {id} does not lack copy {lane}")));
+        }
+        if !self.lane_online(lane) {
+            return Err(Error::Member { device: self.lanes[lane].device, why: "not in use".into() });
+        }
+        if data.len() != extent.blocks as usize * BLOCK_SIZE {
+            return Err(Error::InvalidArgument(format!("{} bytes for extent {id}", data.len())));
+        }
+        let (blocks, stream, owner) = (extent.blocks, extent.stream, extent.owner);
+        let slot = Slot::Stream(stream);
+        let table = &self.lanes[lane].table;
+        if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
+            return Err(Error::NoSpace);
+        }
+        let copies = self.lanes.len();
+        let pending = PendingWrite {
+            copy_of: Some(lane),
+            id,
+            owner,
+            stream,
+            blocks,
+            crcs: Vec::new(),
+            zones: vec![u32::MAX; copies],
+            locations: vec![None; copies],
+            in_flight: vec![false; copies],
+            remaining: 0,
+            error: None,
+            reported: false,
+        };
+        let index = self.pending_slot(pending);
+        if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
+            self.writes[index] = None;
+            self.free_slots.push(index);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// The next finished resilver copy ([`Volume::submit_copy`]), if any.
+    pub fn next_copy_done(&mut self) -> Option<WriteDone> {
+        self.copies_done.pop_front()
+    }
+
+    /// Ends a resilver copy whose write finished.
+    pub(super) fn finish_copy(&mut self, pending: PendingWrite, lane: usize) {
+        let result = match pending.error {
+            Some(error) => Err(error),
+            None => {
+                let to = pending.locations[lane].expect("the copy was placed");
+                if to.is_missing() {
+                    Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
+                } else if self.lacks_copy(pending.id, lane) {
+                    match self.overlapping(lane, to, pending.blocks) {
+                        Some(other) => Err(Error::BadDeviceResult {
+                            what: format!("copy {lane} of extent {} was placed over extent {other}", pending.id),
+                        }),
+                        None => {
+                            self.move_extent(pending.id, lane, to, true);
+                            Ok(())
+                        }
+                    }
+                } else {
+                    // Freed (or copied) meanwhile: the blocks are garbage.
+                    Ok(())
+                }
+            }
+        };
+        self.copies_done.push_back(WriteDone { id: pending.id, result });
+    }
+}

@@ -1,0 +1,248 @@
+//! A member back in its place ([`Volume::rejoin`]) or a new device in a
+//! failed member's place ([`Volume::replace`]): checked, its zones set up,
+//! the metadata rewritten on every copy; what it lacks is for a resilver.
+
+use super::member::Member;
+use super::open::ZoneAction;
+use super::Volume;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::journal::recovery::{probe, Probe};
+use crate::journal::{MemberRecord, Op};
+use crate::zones::ZoneTable;
+use crate::{ExtentId, Location, BLOCK_SIZE};
+use nvme_driver::cmd::zns::ZoneSendAction;
+
+impl Volume {
+    /// Brings back device `device` (its label names its place): a member
+    /// that went away and returned (pulled and re-seated, a controller
+    /// reset). Its zones are checked against the copies recorded there;
+    /// only the copies written while it was away are missing, for a
+    /// resilver to write. Commits, rewriting the metadata on every copy.
+    /// Returns the place.
+    pub fn rejoin(&mut self, mut device: Device) -> Result<usize> {
+        self.commit()?;
+        let label = match probe(&mut device, None) {
+            Probe::Label(label) if label.volume_id == self.volume_id => label,
+            Probe::Label(label) => {
+                return Err(Error::ForeignDevice { device: 0, found: label.volume_id, expected: self.volume_id })
+            }
+            other => {
+                return Err(Error::Member { device: 0, why: format!("no label of this volume on it ({other:?})") })
+            }
+        };
+        let place = usize::from(label.device_index);
+        if place >= self.devices.len() || self.devices[place].is_some() {
+            return Err(Error::Member { device: place, why: "the place is in use".into() });
+        }
+        let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
+        if found != self.superblock.devices[place] {
+            return Err(Error::Member {
+                device: place,
+                why: format!("the device is {found:?}, the place holds {:?}", self.superblock.devices[place]),
+            });
+        }
+        let blocks = if device.is_zoned() { 0 } else { self.superblock.software_zone_blocks };
+        let descriptors = device.load_zones(blocks)?;
+        let mut all = vec![Vec::new(); self.devices.len()];
+        all[place] = descriptors;
+        self.devices[place] = Some(device);
+        let mut actions = Vec::new();
+        for lane in 0..self.lanes.len() {
+            if self.lanes[lane].device == place {
+                match self.plan_lane(lane, &all, true) {
+                    Ok(lane_actions) => actions.extend(lane_actions),
+                    Err(error) => {
+                        self.devices[place] = None;
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        self.take_zone_actions(actions)?;
+        self.bring_online(place);
+        self.commit()?;
+        log::info!("device place {place} rejoined: {} blocks to resilver", self.missing_on(place));
+        Ok(place)
+    }
+
+    /// Puts `device`, a new namespace (blank unless `force`), in the place
+    /// of failed device `place`: it is reset and labelled into the role,
+    /// every copy it should hold is missing, and a resilver writes them.
+    /// It must be at least as large (capacity, zone sizes, transfer and
+    /// append limits). Commits, writing the metadata to every copy.
+    pub fn replace(&mut self, place: usize, mut device: Device, force: bool) -> Result<()> {
+        if place >= self.devices.len() {
+            return Err(Error::Member { device: place, why: format!("the volume has {} places", self.devices.len()) });
+        }
+        if self.devices[place].is_some() {
+            return Err(Error::Member { device: place, why: "in use: only a failed device is replaced".into() });
+        }
+        if !force {
+            match probe(&mut device, None) {
+                Probe::Blank => {}
+                other => {
+                    let holds = match other {
+                        Probe::Label(label) if label.volume_id == self.volume_id => {
+                            format!("place {} of this volume", label.device_index)
+                        }
+                        Probe::Label(label) => format!("a member of volume {:#x}", label.volume_id),
+                        Probe::Unreadable(what) => format!("unreadable places ({what})"),
+                        Probe::Unrecognized => "data that is not a volume's".into(),
+                        Probe::OtherVersion(version) => format!("a volume of format version {version}"),
+                        Probe::Blank => unreachable!("handled above"),
+                    };
+                    return Err(Error::Member {
+                        device: place,
+                        why: format!(
+                            "the new device is not blank (it holds {holds}); replace with force to overwrite it"
+                        ),
+                    });
+                }
+            }
+        }
+        self.commit()?;
+        self.check_replacement(place, &mut device)?;
+        // Every copy on the place is missing from now on.
+        let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place).collect();
+        let ids: Vec<ExtentId> = self.extents.keys().copied().collect();
+        for id in ids {
+            for &lane in &lanes {
+                if !self.extents[&id].locations[lane].is_missing() {
+                    self.move_extent(id, lane, Location::MISSING, false);
+                }
+            }
+        }
+        if device.is_zoned() {
+            let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
+            device.run(request, "Zone Reset (all)")?;
+        }
+        self.superblock.devices[place] =
+            (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
+        self.copy_supported[place] = device.ns.supports(nvme_driver::spec::identify::Oncs::COPY);
+        self.zone_limits[place] = device.ns.zones().and_then(|z| {
+            let active = z.max_active_zones?;
+            Some((z.max_open_zones.unwrap_or(active).min(active), active))
+        });
+        self.devices[place] = Some(device);
+        for &lane in &lanes {
+            self.lanes[lane].table = self.fresh_table(lane);
+            self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];
+        }
+        // The metadata copies on the place go back where format puts them.
+        let g = self.journal.g;
+        for (index, copy) in super::meta_copies(self.superblock.profile, g).into_iter().enumerate() {
+            if copy.device == place {
+                self.journal.copies[index].segments = copy.segments;
+                self.superblock.meta_segments[index] = copy.segments;
+            }
+        }
+        self.members[place] = Member::new(MemberRecord { failed: true, ..MemberRecord::default() });
+        self.journal.label.generation += 1;
+        self.bring_online(place);
+        self.commit()?;
+        log::info!("device place {place} replaced: {} blocks to resilver", self.missing_on(place));
+        Ok(())
+    }
+
+    /// Checks that `device` can take place `place`, and sets up its zones.
+    fn check_replacement(&mut self, place: usize, device: &mut Device) -> Result<()> {
+        let too_small = |why: String| Err(Error::Member { device: place, why });
+        let (_, lba_size, capacity, _) = self.superblock.devices[place];
+        let old_bytes = capacity * u64::from(lba_size);
+        let new_bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
+        if new_bytes < old_bytes {
+            return too_small(format!("{new_bytes} bytes, the place held {old_bytes}"));
+        }
+        if !device.is_zoned() && self.superblock.software_zone_blocks == 0 {
+            let bytes = crate::journal::layout::default_software_zone_bytes(new_bytes);
+            self.superblock.software_zone_blocks = (bytes / BLOCK_SIZE as u64) as u32;
+            self.journal.label.superblock.software_zone_blocks = self.superblock.software_zone_blocks;
+        }
+        let blocks = if device.is_zoned() { 0 } else { self.superblock.software_zone_blocks };
+        device.load_zones(blocks)?;
+        let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
+        if device.max_transfer_bytes < max_extent {
+            return too_small(format!(
+                "transfers of {} bytes, extents are up to {max_extent}",
+                device.max_transfer_bytes
+            ));
+        }
+        if device.is_zoned()
+            && device.append_max_bytes < max_extent
+            && self.options.write_mode != super::WriteMode::Ordered
+        {
+            return too_small(format!(
+                "Zone Append of up to {} bytes, extents are up to {max_extent} (open with ordered writes)",
+                device.append_max_bytes
+            ));
+        }
+        let smallest = device.zones.iter().map(|z| z.capacity_blocks).min().unwrap_or(0);
+        if (smallest as usize) < self.superblock.max_extent_blocks as usize {
+            return too_small(format!(
+                "zones of {smallest} blocks, extents are up to {}",
+                self.superblock.max_extent_blocks
+            ));
+        }
+        let g = self.journal.g;
+        let meta_zones = super::meta_zones_on(self.superblock.profile, g, place) as usize;
+        if device.zones.len() < meta_zones + 4 {
+            return too_small(format!("{} zones", device.zones.len()));
+        }
+        // Its metadata segments must hold what the others hold.
+        let needed = self.superblock.meta_segment_blocks;
+        for copy in super::meta_copies(self.superblock.profile, g).into_iter().filter(|c| c.device == place) {
+            for segment in 0..2 {
+                let have = crate::journal::layout::segment_capacity(device, copy, g, segment);
+                if have < needed {
+                    return too_small(format!("metadata segments of {have} blocks, the volume's take {needed}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An empty zone table for lane `lane` over its device's zones.
+    fn fresh_table(&self, lane: usize) -> ZoneTable {
+        let device = self.lanes[lane].device;
+        let profile = self.superblock.profile;
+        let g = self.journal.g;
+        let meta_zones = super::meta_zones_on(profile, g, device);
+        let capacities: Vec<u32> = self.dev(device).zones.iter().map(|z| z.capacity_blocks).collect();
+        let mut table = ZoneTable::new(
+            &capacities,
+            |zone| super::lane_owns(profile, lane, meta_zones, zone),
+            self.superblock.streams,
+            self.superblock.reserve_zones as usize,
+        );
+        table.set_finish_threshold(self.superblock.finish_threshold_blocks);
+        table
+    }
+
+    /// Marks place `place` in use again; the next commit rewrites the
+    /// metadata on every copy and records it.
+    fn bring_online(&mut self, place: usize) {
+        let member = &mut self.members[place];
+        member.record.failed = false;
+        member.why = None;
+        member.failures = 0;
+        self.superblock.members[place] = member.record;
+        self.journal.broken = true;
+        self.journal.label.generation += 1;
+        // Make sure the change is journaled even if nothing else is.
+        self.ops.push(Op::Member { device: place as u8, record: member.record });
+        member.journaled = member.record;
+    }
+
+    pub(super) fn take_zone_actions(&mut self, actions: Vec<ZoneAction>) -> Result<()> {
+        for (device, zone, action) in actions {
+            self.dev_mut(device).zone_action(zone, action)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks of copies place `place` lacks, over its lanes.
+    fn missing_on(&self, place: usize) -> u64 {
+        (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place).map(|l| self.missing_blocks(l)).sum()
+    }
+}

@@ -1,0 +1,251 @@
+//! The status view: [`Volume::status`], what `zpool status` shows.
+
+use super::Volume;
+use crate::journal::ScrubRecord;
+use crate::zones::ZoneUse;
+use crate::{Profile, BLOCK_SIZE};
+use serde::Serialize;
+
+/// A device's standing, as [`Volume::status`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    /// In use, and holds every copy it should.
+    Online,
+    /// In use, but some copies it should hold are missing: a resilver
+    /// writes them.
+    Resilvering,
+    /// Not in use: it went away, failed too often, or is not present.
+    Failed,
+}
+
+/// The volume's standing, as `zpool status` sums it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeState {
+    /// Every device in use, every extent with all its copies.
+    Online,
+    /// Every device in use, some extents lack a copy: a resilver is due
+    /// or running.
+    Resilvering,
+    /// A device is not in use: extents written now have one copy fewer.
+    Degraded,
+    /// No device is left.
+    Failed,
+}
+
+/// Per-device error counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceErrors {
+    /// Reads that failed (persisted).
+    pub read: u64,
+    /// Writes that failed (persisted).
+    pub write: u64,
+    /// Blocks whose checksum did not match (persisted).
+    pub checksum: u64,
+    /// Commands that timed out, since open.
+    pub timeouts: u64,
+    /// Commands ended by a controller reset, since open.
+    pub resets: u64,
+}
+
+/// One device place, as [`Volume::status`] shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceStatus {
+    /// The device's place in the volume.
+    pub place: usize,
+    /// What it holds, in words ("mirror copy 1", "copies 0 and 1").
+    pub role: String,
+    /// Its standing.
+    pub state: MemberState,
+    /// Why it is not in use, when it is not.
+    pub why: Option<String>,
+    /// Namespace ID.
+    pub nsid: u32,
+    /// Hardware zones (ZNS) or software zones on a conventional namespace.
+    pub zoned: bool,
+    /// Where it is (a PCI address), model and serial, as the caller set
+    /// them on the device ([`crate::Device::set_identity`]); empty when unknown.
+    pub pci: String,
+    /// Model number.
+    pub model: String,
+    /// Serial number.
+    pub serial: String,
+    /// Error counters.
+    pub errors: DeviceErrors,
+    /// Data zones by state, summed over its lanes.
+    pub zones_empty: u64,
+    /// Zones being written.
+    pub zones_open: u64,
+    /// Zones filled or retired.
+    pub zones_full: u64,
+    /// Zones worn out (Read Only or Offline).
+    pub zones_worn: u64,
+    /// Bytes of live copies it holds.
+    pub used_bytes: u64,
+    /// Bytes its lanes can hold.
+    pub capacity_bytes: u64,
+    /// Bytes of copies it should hold but lacks.
+    pub missing_bytes: u64,
+}
+
+/// How much of the data has every copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Redundancy {
+    /// Copies each extent should have.
+    pub copies: usize,
+    /// Bytes (counted once per extent) with every copy present.
+    pub bytes_full: u64,
+    /// Bytes with at least one copy missing: one more fault loses them.
+    pub bytes_at_risk: u64,
+    /// Extents with at least one copy missing.
+    pub extents_at_risk: u64,
+}
+
+/// A resilver's progress: what remains to be copied to a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ResilverStatus {
+    /// The device place being brought up to date.
+    pub place: usize,
+    /// Bytes still to copy there.
+    pub bytes_left: u64,
+}
+
+/// What [`Volume::status`] reports: the `zpool status` view.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VolumeStatus {
+    /// The volume's identity.
+    pub volume_id: u64,
+    /// Its standing.
+    pub state: VolumeState,
+    /// Copies and devices.
+    pub profile: Profile,
+    /// Every device place.
+    pub devices: Vec<DeviceStatus>,
+    /// How much of the data has every copy.
+    pub redundancy: Redundancy,
+    /// What remains to resilver, per place that is in use but lacks copies.
+    pub resilver: Vec<ResilverStatus>,
+    /// The last scrub pass recorded in the metadata.
+    pub last_scrub: Option<ScrubRecord>,
+    /// Bytes the volume can hold, and bytes live.
+    pub capacity_bytes: u64,
+    /// Bytes of live data (one copy).
+    pub used_bytes: u64,
+    /// The last committed journal sequence number.
+    pub committed_seq: u64,
+}
+
+impl Volume {
+    /// The volume's standing, device by device: the `zpool status` view.
+    pub fn status(&self) -> VolumeStatus {
+        let copies = self.lanes.len();
+        let mut redundancy = Redundancy { copies, ..Redundancy::default() };
+        let mut missing_per_lane = vec![0u64; copies];
+        for extent in self.extents.values() {
+            let bytes = u64::from(extent.blocks) * BLOCK_SIZE as u64;
+            let mut lacks = false;
+            for (lane, location) in extent.locations.iter().enumerate() {
+                if location.is_missing() {
+                    missing_per_lane[lane] += bytes;
+                    lacks = true;
+                }
+            }
+            if lacks {
+                redundancy.bytes_at_risk += bytes;
+                redundancy.extents_at_risk += 1;
+            } else {
+                redundancy.bytes_full += bytes;
+            }
+        }
+        let mut devices = Vec::new();
+        let mut resilver = Vec::new();
+        for (place, member) in self.members.iter().enumerate() {
+            let lanes: Vec<usize> = (0..copies).filter(|&l| self.lanes[l].device == place).collect();
+            let missing_bytes: u64 = lanes.iter().map(|&l| missing_per_lane[l]).sum();
+            let present = self.devices[place].as_ref();
+            let state = match present {
+                None => MemberState::Failed,
+                Some(_) if missing_bytes > 0 => MemberState::Resilvering,
+                Some(_) => MemberState::Online,
+            };
+            if state == MemberState::Resilvering {
+                resilver.push(ResilverStatus { place, bytes_left: missing_bytes });
+            }
+            let mut status = DeviceStatus {
+                place,
+                role: role(self.superblock.profile, &lanes),
+                state,
+                why: member.why.clone(),
+                nsid: self.superblock.devices[place].0,
+                zoned: self.superblock.devices[place].3,
+                pci: String::new(),
+                model: String::new(),
+                serial: String::new(),
+                errors: DeviceErrors {
+                    read: member.record.read_errors,
+                    write: member.record.write_errors,
+                    checksum: member.record.checksum_errors,
+                    timeouts: member.timeouts,
+                    resets: member.resets,
+                },
+                zones_empty: 0,
+                zones_open: 0,
+                zones_full: 0,
+                zones_worn: 0,
+                used_bytes: 0,
+                capacity_bytes: 0,
+                missing_bytes,
+            };
+            (status.pci, status.model, status.serial) = member.identity.clone();
+            if let Some(device) = present {
+                (status.pci, status.model, status.serial) = device.identity.clone();
+                for &lane in &lanes {
+                    let table = &self.lanes[lane].table;
+                    for zone in 0..table.zone_count() {
+                        match table.zone(zone).usage {
+                            ZoneUse::NotOwned => {}
+                            ZoneUse::Empty => status.zones_empty += 1,
+                            ZoneUse::Open(_) => status.zones_open += 1,
+                            ZoneUse::Full => status.zones_full += 1,
+                            ZoneUse::Worn => status.zones_worn += 1,
+                        }
+                    }
+                    status.used_bytes += table.valid_blocks() * BLOCK_SIZE as u64;
+                    status.capacity_bytes += table.capacity_blocks() * BLOCK_SIZE as u64;
+                }
+            }
+            devices.push(status);
+        }
+        let state = if self.devices.iter().all(Option::is_none) {
+            VolumeState::Failed
+        } else if self.devices.iter().any(Option::is_none) {
+            VolumeState::Degraded
+        } else if redundancy.extents_at_risk > 0 {
+            VolumeState::Resilvering
+        } else {
+            VolumeState::Online
+        };
+        VolumeStatus {
+            volume_id: self.volume_id,
+            state,
+            profile: self.superblock.profile,
+            devices,
+            redundancy,
+            resilver,
+            last_scrub: self.superblock.last_scrub,
+            capacity_bytes: self.capacity_bytes(),
+            used_bytes: self.valid_blocks() * BLOCK_SIZE as u64,
+            committed_seq: self.journal.seq,
+        }
+    }
+}
+
+/// A place's role, in words.
+fn role(profile: Profile, lanes: &[usize]) -> String {
+    match (profile, lanes) {
+        (Profile::Mirror, [lane]) => format!("mirror copy {lane}"),
+        (Profile::Dup, _) => "both copies (dup)".into(),
+        _ => "the only copy".into(),
+    }
+}
