@@ -33,6 +33,13 @@
 //!   whichever copy holds it whole, and fails with [`Error::MetadataLost`]
 //!   when a later record proves an earlier one lost on every copy; only a
 //!   torn tail (never acknowledged) is dropped.
+//! - Mirror members: a device that goes away or keeps failing is given up
+//!   and the volume goes on degraded ([`VolumeOptions::degraded`] to open
+//!   one); what lacks a copy is recorded as [`Location::MISSING`] in the
+//!   metadata; [`Volume::replace`] puts a new device in a failed place,
+//!   [`Volume::rejoin`] brings one back, and a resilver writes the missing
+//!   copies ([`Volume::submit_copy`]); [`Volume::status`] says what is at
+//!   risk, and [`Volume::check`] checks without writing.
 //! - Free and reclaim: [`Volume::free`] lowers a zone's live count; a zone
 //!   with nothing live is reset once the frees are committed;
 //!   [`Volume::reclaim_step`] relocates a bounded amount of the emptiest
