@@ -11,8 +11,8 @@
 //!    opens the volume on device 1, only when allowed to.
 //! 3. `replace`: a third controller, blank from boot, takes device 0's
 //!    place; the resilver writes every copy; both copies read back.
-//! 4. `rejoin`: device 1's controller is reset; the volume refuses work
-//!    until device 1 is given up; written without it; the device rejoins
+//! 4. `rejoin`: device 1's controller is reset; the next write gives it
+//!    up and goes on without it; written without it; the device rejoins
 //!    lacking exactly what it missed, and the resilver copies only that.
 //! 5. `final`: a new process opens it online; every copy reads back.
 //!
@@ -71,7 +71,7 @@ fn phases() -> [(&'static str, String, &'static [&'static str]); 5] {
             format!("--pci {SPARE} --pci {ZONED}"),
             &[
                 "geometry",
-                "refused",
+                "degraded on",
                 "given up",
                 "commit away",
                 "rejoin",
@@ -244,11 +244,14 @@ fn a_mirror_loses_a_device_mid_write_is_rebuilt_on_a_new_one_and_takes_back_one_
 
     // 4. Back after a controller reset: away, then exactly what it missed
     // copied.
-    let refused = detail(&outcome, "rejoin", "refused");
-    assert!(refused.contains("reset"), "{refused}");
+    let degraded_on = detail(&outcome, "rejoin", "degraded on");
+    assert!(degraded_on.contains("controller was reset"), "{degraded_on}");
     let away = status(&outcome, "rejoin", "away");
     assert_eq!(states(&away), ("degraded".into(), vec!["online".into(), "failed".into()]), "{away}");
-    assert_eq!(away["devices"][1]["why"], "its controller was reset", "{away}");
+    assert_eq!(
+        away["devices"][1]["why"], "its controller was reset: writes since the last commit may be lost",
+        "{away}"
+    );
     let rejoined = status(&outcome, "rejoin", "rejoined");
     assert_eq!(states(&rejoined), ("resilvering".into(), vec!["online".into(), "resilvering".into()]), "{rejoined}");
     let rejoin = detail(&outcome, "rejoin", "rejoin");

@@ -80,6 +80,13 @@ impl Volume {
         if matches!(error, IoError::DeviceGone) {
             return self.give_up(device, "the device went away".into());
         }
+        if matches!(error, IoError::ControllerReset) {
+            // Its volatile cache, and with it writes since the last commit,
+            // may be gone: on a mirror, the member is given up (and may
+            // rejoin); on a lone device, the volume refuses work until
+            // reopened (`check_resets`).
+            return self.give_up(device, "its controller was reset: writes since the last commit may be lost".into());
+        }
         if member.failures >= self.options.max_device_errors {
             let why = format!("{} failed commands since open (the last: {error})", member.failures);
             return self.give_up(device, why);

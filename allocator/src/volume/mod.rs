@@ -578,17 +578,25 @@ impl Volume {
     /// Refuses work once a controller was reset since the last commit: its
     /// volatile cache, and with it writes this volume counts on, may be
     /// gone, and the zone state on the device may no longer match ours.
-    pub(super) fn check_resets(&self) -> Result<()> {
+    ///
+    /// A mirror member whose controller was reset is given up instead (its
+    /// copies since the last commit are marked missing) when another
+    /// device is in use: the volume goes on degraded, and the member can
+    /// rejoin ([`Volume::rejoin`]).
+    pub(super) fn check_resets(&mut self) -> Result<()> {
         if let Some(why) = &self.read_only {
             return Err(Error::ReadOnly { why: why.clone() });
         }
         if self.devices.iter().all(Option::is_none) {
             return Err(Error::NoDevices);
         }
-        match self.devices.iter().position(|d| d.as_ref().is_some_and(Device::reset_since_durable)) {
-            Some(device) => Err(Error::ControllerReset { device }),
-            None => Ok(()),
+        while let Some(device) = self.devices.iter().position(|d| d.as_ref().is_some_and(Device::reset_since_durable)) {
+            let why = "its controller was reset: writes since the last commit may be lost".to_string();
+            if !self.give_up(device, why) {
+                return Err(Error::ControllerReset { device });
+            }
         }
+        Ok(())
     }
 
     /// Extent IDs, in no particular order.
