@@ -349,7 +349,9 @@ impl Results {
     }
 
     /// What bounds the copy without verification, from the perf runs on
-    /// the same devices.
+    /// the same devices. When the devices, alone and at once, move much
+    /// more while the copy keeps reads and copies queued, their
+    /// completions wait on the resilver's polling thread.
     fn copy_bound(&self, options: &Options) -> String {
         let m = |figure: &dyn Fn(u32) -> Option<f64>| self.median(options, figure);
         let copy = m(&|r| self.resilver("resilver", r, "rate_mib_s"));
@@ -364,19 +366,27 @@ impl Results {
         if copy >= 0.9 * at_once {
             return format!("the devices, shared: perf reading and writing them at once reaches {at_once:.0} MiB/s");
         }
+        let (reads, copies) = self
+            .both(options, "mean_read_queue_depth")
+            .0
+            .zip(self.both(options, "mean_write_queue_depth").0)
+            .unwrap_or((f64::NAN, f64::NAN));
         let in_flight = self.copy_in_flight_ms(options, "resilver").unwrap_or(f64::NAN);
         let perf_ms = m(&|r| self.get("perf-write", r, &["lat_us", "mean"])).unwrap_or(f64::NAN) / 1000.0;
         format!(
-            "not the devices: perf reads and writes them at once at {at_once:.0} MiB/s (the slower); a copy is in \
-             flight {in_flight:.0} ms on average (Little's law), perf's writes at QD{QUEUE_DEPTH} {perf_ms:.0} ms"
+            "not the devices: perf reads and writes them at once at {at_once:.0} MiB/s (the slower), yet with \
+             {reads:.1} reads and {copies:.1} copies in flight the copy makes {copy:.0} MiB/s; a copy is in flight \
+             {in_flight:.0} ms on average (Little's law), perf's writes at QD{QUEUE_DEPTH} {perf_ms:.0} ms: \
+             completions wait on the polling thread"
         )
     }
 
     /// What bounds the verified copy. Verification runs on the resilver's
-    /// polling thread, between reaping reads and queueing their copies; the
-    /// scrub verifies on its own threads and, waiting on them rather than
-    /// on the device, gives crc32c's rate per thread. One thread doing the
-    /// copy and then crc32c at those rates predicts the verified rate.
+    /// polling thread, between reaping reads and queueing their copies. The
+    /// scrub verifies on threads of its own and, waiting on them rather
+    /// than on the device (a mean QD far below its 64), gives crc32c's
+    /// rate per thread; the verified rate over it is the share of the
+    /// polling thread's time that checksums take.
     fn verify_bound(&self, options: &Options) -> String {
         let (Some(plain), Some(verified)) = self.both(options, "rate_mib_s") else {
             return "unknown (a figure is missing)".into();
@@ -390,15 +400,17 @@ impl Results {
         let (Some(rate), Some(threads), Some(depth)) =
             (scrub(&["report", "rate_mib_s"]), scrub(&["verify_threads"]), scrub(&["report", "mean_queue_depth"]))
         else {
-            return format!("verification: {cost:.0}% slower than without");
+            return format!("the polling thread: verification costs {cost:.0}%");
         };
         let per_thread = rate / threads.max(1.0);
-        let predicted = 1.0 / (1.0 / plain + 1.0 / per_thread);
+        let reads = self.both(options, "mean_read_queue_depth").1.unwrap_or(f64::NAN);
         format!(
-            "verification on the polling thread: {cost:.0}% slower than without. The copy ({plain:.0} MiB/s) and \
-             crc32c ({}) at the scrub's rate per verify thread ({per_thread:.0} MiB/s; the scrub's mean QD \
-             {depth:.1} of {QUEUE_DEPTH}: it waits on its threads), one after the other, make {predicted:.0} MiB/s",
-            crc.unwrap_or("unknown")
+            "the polling thread: verification costs {cost:.0}% ({plain:.0} -> {verified:.0} MiB/s). crc32c, {}, \
+             runs at {per_thread:.0} MiB/s per thread (the scrub's rate per verify thread; it waits on them, mean \
+             QD {depth:.1} of {QUEUE_DEPTH}), so checksums take about {:.0}% of the polling thread's time, while \
+             {reads:.1} reads stay in flight on average",
+            crc.unwrap_or("unknown"),
+            verified / per_thread * 100.0
         )
     }
 
@@ -674,16 +686,17 @@ mod tests {
         let details = results.details(&options);
         assert_eq!(details["resilver_mib_s"], json!({"median": 200.0, "rounds": [100.0, 200.0, 300.0]}));
         assert_eq!(details["resilver_mean_read_bytes"], json!(500.0));
-        // One thread copying at 200 MiB/s and verifying at 100 (the
-        // scrub's 200 on 2 threads) makes 67.
+        // crc32c at 100 MiB/s per thread (the scrub's 200 on 2 threads):
+        // 80 MiB/s verified is 80% of the thread's time.
         let bound = details["verify_bound"].as_str().unwrap();
-        assert!(bound.starts_with("verification on the polling thread: 60% slower"), "{bound}");
-        assert!(bound.contains("crc32c (table) at the scrub's rate per verify thread (100 MiB/s"), "{bound}");
-        assert!(bound.ends_with("make 67 MiB/s"), "{bound}");
+        assert!(bound.starts_with("the polling thread: verification costs 60% (200 -> 80 MiB/s)"), "{bound}");
+        assert!(bound.contains("crc32c, table, runs at 100 MiB/s per thread"), "{bound}");
+        assert!(bound.contains("checksums take about 80% of the polling thread's time, while 27.5 reads"), "{bound}");
         // 56 copies of 250 bytes in flight at 200 MiB/s: 0.067 ms each.
         let bound = details["copy_bound"].as_str().unwrap();
         assert!(bound.starts_with("not the devices: perf reads and writes them at once at 300 MiB/s"), "{bound}");
-        assert!(bound.ends_with("perf's writes at QD64 20 ms"), "{bound}");
+        assert!(bound.contains("with 27.5 reads and 56.0 copies in flight the copy makes 200 MiB/s"), "{bound}");
+        assert!(bound.contains("perf's writes at QD64 20 ms"), "{bound}");
         let in_flight = details["resilver_copy_in_flight_ms"].as_f64().unwrap();
         assert!((in_flight - 56.0 / (200.0 * f64::from(1 << 20) / 250.0) * 1000.0).abs() < 1e-9);
         let text = results.render_steps(&options);
