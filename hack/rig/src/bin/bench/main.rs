@@ -15,9 +15,14 @@
 //! Then three ZNS controllers ([`zoned`]): `seqwrite` against btrfs in zoned
 //! mode and raw fio, `scrub` against `btrfs scrub` and fio.
 //!
+//! With `--only resilver`, a VM of its own ([`resilver`]): a mirror member
+//! rebuilt from the survivor, with and without verification, next to our
+//! `perf` on the same devices and our scrub of the same volume.
+//!
 //! Last, one side-by-side table of every pair (job, ours, kernel, ratio),
 //! the same as JSON, and an SVG chart. See BENCHMARKS.md.
 
+mod resilver;
 mod zoned;
 // The chart code the tools use (`plot`, `seqwrite --plot`); the rig does
 // not depend on the tools' crate, which builds the driver.
@@ -34,14 +39,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vm_rig::{format_size, host_command, parse_size, Controller, Vm};
 
 const USAGE: &str = "\
-usage: hack/bench [--json FILE] [--svg FILE] [--quick] [--only driver|zoned]
+usage: hack/bench [--json FILE] [--svg FILE] [--quick]
+                  [--only driver|zoned|resilver]
                   [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
                   [--zoned-size SIZE] [--zone SIZE] [--fill PERCENT]
                   [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
+                  [--resilver-size SIZE] [--resilver-fill PERCENT]
                   [--timeout SECONDS]
 
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
-identical pairs, and runs our tools and the kernel's side by side in it.
+identical pairs, and runs our tools and the kernel's side by side in it
+(with --only resilver: three controllers, and our tools alone).
 
 The driver (two conventional controllers of --size; ours: perf on
 vfio-pci; kernel: fio on /dev/ctrl1n1, nvme.poll_queues=1). Both
@@ -67,6 +75,26 @@ The allocator and the scrub (three ZNS controllers of --zoned-size with
   ablations          seqwrite with checksums inline and with the SSE4.2
                      crc32c; scrub at QD1 submit-and-wait with 64 KiB reads
 
+The resilver (only with --only resilver, in a VM of its own with three
+controllers of --resilver-size: two ZNS mirror members, with zones of
+SIZE/512 so that the conventional spare can take a member's place, and the
+spare). seqwrite fills the mirror (--resilver-fill), then in every round:
+
+  perf-read          perf 512 KiB reads QD64 of the survivor's data, once
+  scrub              our scrub of the volume (both copies, verifying)
+  fail               volume fail: place 1 is given up
+  perf-write         perf 256 KiB writes QD64 to the spare, as many bytes
+  perf-both-*        the two at once, 3 s
+  resilver           volume replace: the spare takes place 1, copied
+                     without verification (--no-verify --no-verify-after)
+  resilver-verify    given up and replaced again, verifying each extent as
+                     read, then a scrub of the new copy
+  Rows: the resilver without verification against the slower perf run
+  (target >= 0.9x), with verification against the scrub, its mean queue
+  depths and what bounds it, the full resilver's duration, and bytes read
+  against bytes to rebuild: every replace must rebuild everything the
+  volume holds, reading each extent once, or the benchmark fails.
+
 The report (stdout): each driver job's medians (min-max) per side, each
 zoned step, then the side-by-side table of job, ours, kernel, ratio and
 target. Progress goes to stderr. A driver run during which other host
@@ -80,10 +108,13 @@ Options:
   --svg FILE          the chart: ours and the kernel per job, and seqwrite's
                       bandwidth over time (default target/bench/bench.svg)
   --quick             a smoke run: 1 round of 2 s driver runs, 1 GiB zoned
-                      namespaces of 16 MiB zones, no ablations (explicit
-                      options still win)
-  --only PART         run only the driver jobs or only the zoned ones
-  --rounds N          rounds of every driver job on every side (default 3)
+                      namespaces of 16 MiB zones, no ablations, 512 MiB
+                      resilver namespaces (explicit options still win)
+  --only PART         run only the driver jobs, only the zoned ones, or the
+                      resilver (run only when asked for, in a VM of its own:
+                      about 6 minutes; the default runs the other two)
+  --rounds N          rounds of every driver job on every side, and of the
+                      resilver's steps (default 3)
   --time SECONDS      length of each driver run (default 10)
   --size SIZE         each conventional namespace (default 256M)
   --no-precondition   skip writing both conventional namespaces first
@@ -93,6 +124,8 @@ Options:
   --btrfs-fill PERCENT  share btrfs writes (70)
   --iodepth N         queue depth of the second write runs (8)
   --no-ablations      leave out the ablations
+  --resilver-size SIZE  each resilver namespace (default 2G)
+  --resilver-fill PERCENT  share of it the mirror holds (65)
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -238,21 +271,27 @@ const JOBS: [Job; 4] = [
     },
 ];
 
-/// Which halves of the benchmark run.
+/// Which parts of the benchmark run: the driver and zoned halves share a
+/// VM; the resilver runs alone, in a VM of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Parts {
     Both,
     Driver,
     Zoned,
+    Resilver,
 }
 
 impl Parts {
     fn driver(self) -> bool {
-        self != Parts::Zoned
+        matches!(self, Parts::Both | Parts::Driver)
     }
 
     fn zoned(self) -> bool {
-        self != Parts::Driver
+        matches!(self, Parts::Both | Parts::Zoned)
+    }
+
+    fn resilver(self) -> bool {
+        self == Parts::Resilver
     }
 }
 
@@ -268,6 +307,7 @@ struct Options {
     timeout_s: Option<u64>,
     parts: Parts,
     zoned: zoned::Options,
+    resilver: resilver::Options,
 }
 
 fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
@@ -284,6 +324,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
         timeout_s: None,
         parts: Parts::Both,
         zoned: zoned::Options::defaults(false),
+        resilver: resilver::Options::defaults(false),
     };
     // Zoned settings given explicitly; --quick changes only the others.
     let mut zoned_size = None;
@@ -292,6 +333,8 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
     let mut btrfs_fill = None;
     let mut iodepth = None;
     let mut no_ablations = false;
+    let mut resilver_size = None;
+    let mut resilver_fill = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"));
@@ -313,7 +356,8 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
                 options.parts = match value("--only")?.as_str() {
                     "driver" => Parts::Driver,
                     "zoned" => Parts::Zoned,
-                    other => return Err(format!("--only {other:?}: driver or zoned")),
+                    "resilver" => Parts::Resilver,
+                    other => return Err(format!("--only {other:?}: driver, zoned or resilver")),
                 }
             }
             "--zoned-size" => zoned_size = Some(size(value("--zoned-size")?, "--zoned-size")?),
@@ -322,6 +366,8 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
             "--btrfs-fill" => btrfs_fill = Some(percent(value("--btrfs-fill")?, "--btrfs-fill")?),
             "--iodepth" => iodepth = Some(number(&value("--iodepth")?, 1, 256)? as u32),
             "--no-ablations" => no_ablations = true,
+            "--resilver-size" => resilver_size = Some(size(value("--resilver-size")?, "--resilver-size")?),
+            "--resilver-fill" => resilver_fill = Some(percent(value("--resilver-fill")?, "--resilver-fill")?),
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }
@@ -343,6 +389,13 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
         ablations: defaults.ablations && !no_ablations,
     };
     options.zoned.validate()?;
+    let defaults = resilver::Options::defaults(quick);
+    options.resilver = resilver::Options {
+        size: resilver_size.unwrap_or(defaults.size),
+        fill: resilver_fill.unwrap_or(defaults.fill),
+        rounds: options.rounds,
+    };
+    options.resilver.validate()?;
     Ok(Some(options))
 }
 
@@ -353,6 +406,10 @@ enum Unit {
     MibS,
     /// Mean bandwidth of the last 10% of intervals over the first 10%.
     Flatness,
+    /// Mean commands in flight.
+    Depth,
+    Seconds,
+    Bytes,
 }
 
 impl Unit {
@@ -361,6 +418,9 @@ impl Unit {
             Unit::Iops => "iops",
             Unit::MibS => "mib_s",
             Unit::Flatness => "flatness",
+            Unit::Depth => "queue_depth",
+            Unit::Seconds => "s",
+            Unit::Bytes => "bytes",
         }
     }
 
@@ -371,6 +431,9 @@ impl Unit {
                 Unit::Iops => format!("{v:.0} IOPS"),
                 Unit::MibS => format!("{v:.1} MiB/s"),
                 Unit::Flatness => format!("{v:.3}"),
+                Unit::Depth => format!("QD {v:.1}"),
+                Unit::Seconds => format!("{v:.1} s"),
+                Unit::Bytes => format!("{:.1} MiB", v / f64::from(1 << 20)),
             },
         }
     }
@@ -548,6 +611,9 @@ fn render_svg(rows: &[Row], line_charts: Vec<zoned::LineChart>) -> String {
                 Unit::Iops => "IOPS",
                 Unit::MibS => "MiB/s",
                 Unit::Flatness => "flatness",
+                Unit::Depth => "mean queue depth",
+                Unit::Seconds => "s",
+                Unit::Bytes => "bytes",
             };
             let ratio = row.ratio().map_or(String::new(), |r| format!(": {}", ratio_text(Some(r))));
             let label = format!("{} ({unit}) vs {}{ratio}", row.job, row.kernel_label);
@@ -1249,14 +1315,26 @@ fn render_header(options: &Options, environment: &Value) -> String {
             if z.ablations { "with the ablations" } else { "no ablations" }
         );
     }
+    if options.parts.resilver() {
+        let r = &options.resilver;
+        let _ = writeln!(
+            out,
+            "resilver: {} round(s); two ZNS members of {} ({} zones) and a conventional spare; the mirror holds {}",
+            r.rounds,
+            format_size(r.size),
+            format_size(r.zone_bytes()),
+            resilver::mib(r.data_bytes())
+        );
+    }
     let _ = writeln!(
         out,
-        "host: {}, {} cores, {}; guest: {}, {}",
+        "host: {}, {} cores, {}; guest: {}{}",
         text(&host["cpu"]),
         host["cores"],
         text(&host["qemu"]),
         text(&guest["kernel"]),
-        text(&guest["fio"])
+        // The resilver's guest runs no fio.
+        guest.get("fio").map_or(String::new(), |fio| format!(", {}", text(fio)))
     );
     let _ = writeln!(
         out,
@@ -1488,15 +1566,26 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     let runs = Arc::new(if options.parts.driver() { plan(options) } else { Vec::new() });
     let driver_s: u64 = runs.iter().map(|run| run.time_s + RUN_OVERHEAD_S).sum();
     let zoned_s = if options.parts.zoned() { options.zoned.estimate_s() } else { 0 };
-    let estimate_s = BOOT_ALLOWANCE_S + driver_s + zoned_s;
+    let resilver_s = if options.parts.resilver() { options.resilver.estimate_s() } else { 0 };
+    let estimate_s = BOOT_ALLOWANCE_S + driver_s + zoned_s + resilver_s;
     let timeout_s = options.timeout_s.unwrap_or(2 * estimate_s);
     let size = format_size(options.size_bytes);
     let zoned_size = format_size(options.zoned.size);
-    eprintln!(
-        "bench: one VM (TCG, {VCPUS} vCPUs, {} memory, {POLL_QUEUES_ARG}): conventional controllers 0 (ours) and \
-         1 (kernel) of {size}; ZNS controllers 2 (ours), 3 (btrfs) and 4 (raw fio) of {zoned_size}",
-        format_size(MEM_BYTES)
-    );
+    let resilver_size = format_size(options.resilver.size);
+    if options.parts.resilver() {
+        eprintln!(
+            "bench: one VM (TCG, {VCPUS} vCPUs, {} memory): ZNS controllers 0 (survivor) and 1 (member) of \
+             {resilver_size} with {} zones, conventional controller 2 (spare) of {resilver_size}",
+            format_size(MEM_BYTES),
+            format_size(options.resilver.zone_bytes())
+        );
+    } else {
+        eprintln!(
+            "bench: one VM (TCG, {VCPUS} vCPUs, {} memory, {POLL_QUEUES_ARG}): conventional controllers 0 (ours) \
+             and 1 (kernel) of {size}; ZNS controllers 2 (ours), 3 (btrfs) and 4 (raw fio) of {zoned_size}",
+            format_size(MEM_BYTES)
+        );
+    }
     if options.parts.driver() {
         eprintln!(
             "bench: driver: {} runs ({} round(s) x {} jobs on each side, {} s each{})",
@@ -1509,6 +1598,10 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     }
     if options.parts.zoned() {
         eprintln!("bench: zoned: {}", zoned::steps(&options.zoned).join(", "));
+    }
+    if options.parts.resilver() {
+        let rounds = options.resilver.rounds;
+        eprintln!("bench: resilver: fill, then {rounds} round(s) of: {}", resilver::ROUND_STEPS.join(", "));
     }
     eprintln!(
         "bench: at most {} min {} s expected; the VM is killed after {} min {} s",
@@ -1524,7 +1617,11 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     // jobs write: a guest flush then costs nothing on the host's shared
     // disk, on every side alike.
     remove_stale_images(Path::new(SHM));
-    let needed = 2 * options.size_bytes + 3 * options.zoned.size + (1 << 30);
+    let needed = if options.parts.resilver() {
+        3 * options.resilver.size + (1 << 30)
+    } else {
+        2 * options.size_bytes + 3 * options.zoned.size + (1 << 30)
+    };
     let shm = Path::new(SHM).join(format!("{SHM_PREFIX}{}", std::process::id()));
     let use_shm = free_bytes(SHM).is_some_and(|free| free >= needed) && std::fs::create_dir(&shm).is_ok();
     eprintln!(
@@ -1540,41 +1637,53 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     let observer_runs = Arc::clone(&runs);
     let observer_monitor = Arc::clone(&monitor);
     let rounds = options.rounds;
-    let zns = || Controller::zns(options.zoned.size, options.zoned.zone);
     let mut vm = Vm::new();
     if use_shm {
         vm = vm.images(&shm);
     }
-    let vm = vm
-        .smp(VCPUS)
-        .mem(MEM_BYTES)
-        .controller(Controller::nvme(options.size_bytes))
-        .controller(Controller::nvme(options.size_bytes).kernel())
-        .controller(zns())
-        .controller(zns().kernel())
-        .controller(zns().kernel())
-        .append(POLL_QUEUES_ARG)
-        .kernel_module("btrfs")
-        .host_program(FIO)
-        .host_program(zoned::MKFS)
-        .host_program(zoned::BTRFS)
-        .timeout(Duration::from_secs(timeout_s))
-        .on_line(move |line| {
-            if let Some(step) = line.strip_prefix("== ") {
-                eprintln!("{} zoned: {step}", clock(started));
-            } else if let Some(times) = line.strip_prefix("BTRFS-SCRUB-TIME ") {
-                eprintln!("{} zoned: btrfs-scrub      done (uptime from-to: {times})", clock(started));
-            } else if let Some((key, value)) = zoned::bench_line(line) {
-                let text = value.map_or_else(|e| e, |v| zoned::describe(key, &v));
-                eprintln!("{} zoned: {key:<16} {text}", clock(started));
-            } else {
-                progress(line, &observer_runs, rounds, started, &observer_monitor);
-            }
-        });
+    vm = vm.smp(VCPUS).mem(MEM_BYTES);
+    if options.parts.resilver() {
+        let r = &options.resilver;
+        vm = vm
+            .controller(Controller::zns(r.size, r.zone_bytes()))
+            .controller(Controller::zns(r.size, r.zone_bytes()))
+            .controller(Controller::nvme(r.size));
+    } else {
+        let zns = || Controller::zns(options.zoned.size, options.zoned.zone);
+        vm = vm
+            .controller(Controller::nvme(options.size_bytes))
+            .controller(Controller::nvme(options.size_bytes).kernel())
+            .controller(zns())
+            .controller(zns().kernel())
+            .controller(zns().kernel())
+            .append(POLL_QUEUES_ARG)
+            .kernel_module("btrfs")
+            .host_program(FIO)
+            .host_program(zoned::MKFS)
+            .host_program(zoned::BTRFS);
+    }
+    let part = if options.parts.resilver() { "resilver" } else { "zoned" };
+    let resilver_part = options.parts.resilver();
+    let vm = vm.timeout(Duration::from_secs(timeout_s)).on_line(move |line| {
+        if let Some(step) = line.strip_prefix("== ") {
+            eprintln!("{} {part}: {step}", clock(started));
+        } else if let Some(times) = line.strip_prefix("BTRFS-SCRUB-TIME ") {
+            eprintln!("{} zoned: btrfs-scrub      done (uptime from-to: {times})", clock(started));
+        } else if let Some((key, value)) = zoned::bench_line(line) {
+            let describe = if resilver_part { resilver::describe } else { zoned::describe };
+            let text = value.map_or_else(|e| e, |v| describe(key, &v));
+            eprintln!("{} {part}: {key:<16} {text}", clock(started));
+        } else {
+            progress(line, &observer_runs, rounds, started, &observer_monitor);
+        }
+    });
     eprintln!("{} building the guest tools and booting", clock(started));
-    let mut script = guest_script(&runs);
+    let mut script = if options.parts.resilver() { String::new() } else { guest_script(&runs) };
     if options.parts.zoned() {
         script += &zoned::guest_script(&options.zoned);
+    }
+    if options.parts.resilver() {
+        script += &resilver::guest_script(&options.resilver);
     }
     let outcome = vm.run(&["sh", "-c", &script]);
     if use_shm {
@@ -1630,6 +1739,38 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         );
         rows.extend(results.rows(&options.zoned));
         line_charts = results.charts(&options.zoned);
+    }
+    if options.parts.resilver() {
+        let r = &options.resilver;
+        let results = resilver::collect(&outcome.output).map_err(|e| (1, e))?;
+        let missing: Vec<String> = resilver::steps(r).into_iter().filter(|key| !results.has(key)).collect();
+        if !missing.is_empty() {
+            return Err((1, format!("the guest ended without results for {}", missing.join(", "))));
+        }
+        let steps = results.render_steps(r);
+        if let Err(e) = results.check(r) {
+            eprint!("{steps}");
+            return Err((1, format!("the resilver misbehaved: {e}")));
+        }
+        report += &steps;
+        report_json.insert(
+            "resilver".into(),
+            json!({
+                "settings": {
+                    "size_bytes": r.size,
+                    "zone_bytes": r.zone_bytes(),
+                    "fill_percent": r.fill,
+                    "data_bytes": r.data_bytes(),
+                    "rounds": r.rounds,
+                    "queue_depth": resilver::QUEUE_DEPTH,
+                    "pair_time_s": resilver::PAIR_TIME_S,
+                    "script": resilver::guest_script(r),
+                },
+                "details": results.details(r),
+                "steps": results.raw,
+            }),
+        );
+        rows.extend(results.rows(r));
     }
     let runtime_s = started.elapsed().as_secs_f64();
     let environment = json!({
@@ -1767,6 +1908,13 @@ mod tests {
         let o = parse(&["--quick", "--zoned-size", "2G", "--zone", "32M", "--iodepth", "4"]).unwrap().unwrap();
         assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth), (2 << 30, 32 << 20, 4));
         assert!(!parse(&["--no-ablations"]).unwrap().unwrap().zoned.ablations);
+        // The resilver runs alone, its rounds those of --rounds.
+        let o = parse(&["--only", "resilver", "--quick"]).unwrap().unwrap();
+        assert!(o.parts.resilver() && !o.parts.driver() && !o.parts.zoned());
+        assert_eq!(o.resilver, resilver::Options { size: 512 << 20, fill: 65.0, rounds: 1 });
+        let o = parse(&["--resilver-size", "1G", "--resilver-fill", "50%", "--rounds", "5"]).unwrap().unwrap();
+        assert_eq!(o.resilver, resilver::Options { size: 1 << 30, fill: 50.0, rounds: 5 });
+        assert!(!o.parts.resilver(), "only when asked for");
         for bad in [
             &["--json"][..],
             &["--only", "both"],
@@ -1774,6 +1922,9 @@ mod tests {
             &["--zone", "48M"],
             &["--zoned-size", "64M"],
             &["--iodepth", "0"],
+            &["--only", "rebuild"],
+            &["--resilver-fill", "95"],
+            &["--resilver-size", "100M"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
@@ -1812,6 +1963,10 @@ mod tests {
         assert_eq!((missing.ratio(), missing.met(), missing.target_text()), (None, None, ">= 2x n/a".into()));
         let flat = Row::new("f".into(), "o".into(), Some(0.97), "k".into(), Some(0.5), Unit::Flatness).minimum(0.95);
         assert_eq!((flat.ratio(), flat.met()), (None, Some(true)));
+        let formats = [(Unit::Depth, "QD 27.5"), (Unit::Seconds, "27.5 s"), (Unit::Bytes, "0.0 MiB")];
+        for (unit, text) in formats {
+            assert_eq!(unit.format(Some(27.5)), text);
+        }
         let json = flat.to_json();
         assert_eq!(json["target"], json!({"ours_at_least": 0.95, "met": true}));
         assert_eq!(json["ratio"], Value::Null);
