@@ -315,3 +315,25 @@ fn members_with_different_zone_sizes_keep_the_formats_segments_while_degraded() 
     let mut volume = Volume::open(vec![device(&harness, 1), device(&harness, 2)], &options).expect("reopens");
     check(&mut volume, &data, true);
 }
+
+#[test]
+fn a_conventional_device_replaces_a_zns_member_with_larger_zones() {
+    // Two ZNS members of 1 MiB zones; the replacement for the first is
+    // conventional, on a volume with no software zones yet: they are
+    // chosen large enough for the volume's metadata segments.
+    let harness = Harness::new(vec![zns(16, 1024), zns(16, 1024), support::conventional(16)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 20, 1);
+    volume.commit().unwrap();
+    volume.fail_device(0, "test").unwrap();
+    volume.replace(0, device(&harness, 2), false).expect("the conventional device takes place 0");
+    resilver_all(&mut volume, 0);
+    check(&mut volume, &data, true);
+    drop(volume.close().unwrap());
+    // Open takes the software zone size from the labels.
+    let mut volume = Volume::open(vec![device(&harness, 2), device(&harness, 1)], &options).expect("reopens");
+    assert_eq!(volume.status().state, VolumeState::Online);
+    check(&mut volume, &data, true);
+}

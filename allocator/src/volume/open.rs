@@ -165,15 +165,10 @@ impl Volume {
                 None => Vec::new(),
             });
         }
-        let first = devices.iter().position(Option::is_some).expect("one device is present");
-        let first_device = devices[first].as_ref().expect("present");
-        let g = meta_zones_per_segment(first_device, segments_on(superblock.profile, first))?;
-        if g != superblock.meta_zones_per_segment && first == 0 {
-            return Err(Error::Corrupt(format!(
-                "metadata segments of {} zones recorded, {g} computed",
-                superblock.meta_zones_per_segment
-            )));
-        }
+        // Zones per segment are the label's (format chose them from the
+        // first device; a replacement may have other zones): each copy
+        // present must hold the segment size the volume uses, checked once
+        // assembled.
         let images = read_images(&mut devices, &descriptors, &superblock);
         let recovered = recover(&images, label.volume_id, options.rewind)?;
         let absent_zones: Vec<usize> = (0..devices.len())

@@ -154,12 +154,11 @@ impl Volume {
         if new_bytes < old_bytes {
             return too_small(format!("{new_bytes} bytes, the place held {old_bytes}"));
         }
-        if !device.is_zoned() && self.superblock.software_zone_blocks == 0 {
-            let bytes = crate::journal::layout::default_software_zone_bytes(new_bytes);
-            self.superblock.software_zone_blocks = (bytes / BLOCK_SIZE as u64) as u32;
-            self.journal.label.superblock.software_zone_blocks = self.superblock.software_zone_blocks;
-        }
-        let blocks = if device.is_zoned() { 0 } else { self.superblock.software_zone_blocks };
+        let blocks = match (device.is_zoned(), self.superblock.software_zone_blocks) {
+            (true, _) => 0,
+            (false, 0) => self.software_zones_for_replacement(new_bytes),
+            (false, blocks) => blocks,
+        };
         device.load_zones(blocks)?;
         let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
         if device.max_transfer_bytes < max_extent {
@@ -195,11 +194,33 @@ impl Volume {
             for segment in 0..2 {
                 let have = crate::journal::layout::segment_capacity(device, copy, g, segment);
                 if have < needed {
-                    return too_small(format!("metadata segments of {have} blocks, the volume's take {needed}"));
+                    return too_small(format!(
+                        "metadata segments of {have} blocks, the volume's take {needed} (on a conventional \
+                         namespace, give larger software zones)"
+                    ));
                 }
             }
         }
+        if !device.is_zoned() {
+            // The first conventional member: its software zones are the
+            // volume's from now on (the labels say so).
+            self.superblock.software_zone_blocks = blocks;
+            self.journal.label.superblock.software_zone_blocks = blocks;
+        }
         Ok(())
+    }
+
+    /// Software zones for a conventional device taking the place of a ZNS
+    /// one, on a volume with no conventional member yet: the size asked at
+    /// open ([`crate::VolumeOptions::software_zone_bytes`]), else the
+    /// default for its capacity, but never so small that its metadata
+    /// segments would hold less than the volume's or a zone less than the
+    /// largest extent.
+    fn software_zones_for_replacement(&self, capacity_bytes: u64) -> u32 {
+        let asked = self.options.software_zone_bytes.map(|bytes| (bytes / BLOCK_SIZE as u64) as u32);
+        let default = (crate::journal::layout::default_software_zone_bytes(capacity_bytes) / BLOCK_SIZE as u64) as u32;
+        let segment = self.superblock.meta_segment_blocks.div_ceil(u64::from(self.journal.g)) as u32;
+        asked.unwrap_or(default.max(segment).max(self.superblock.max_extent_blocks))
     }
 
     /// An empty zone table for lane `lane` over its device's zones.
