@@ -137,6 +137,8 @@ pub struct DmaRegion {
     iova: u64,
     hugepages: bool,
     transport: Arc<dyn Transport>,
+    /// `transport.dma_domain()`, kept for the check at every submission.
+    domain: usize,
 }
 
 // SAFETY: the region is plain memory reachable only through volatile
@@ -166,7 +168,14 @@ impl DmaRegion {
         // SAFETY: the memory was just mapped by us, is not referenced by any
         // Rust reference, and is unmapped only in Drop after unmap_dma.
         match unsafe { transport.map_dma(pointer, len) } {
-            Ok(iova) => Ok(DmaRegion { pointer, len, iova, hugepages, transport: Arc::clone(transport) }),
+            Ok(iova) => Ok(DmaRegion {
+                pointer,
+                len,
+                iova,
+                hugepages,
+                domain: transport.dma_domain(),
+                transport: Arc::clone(transport),
+            }),
             Err(error) => {
                 unmap_anonymous(pointer, len);
                 Err(error)
@@ -271,6 +280,12 @@ impl DmaPool {
     pub fn is_hugepage_backed(&self) -> bool {
         self.inner.region.is_hugepage_backed()
     }
+
+    /// The I/O address space its buffers are mapped in
+    /// ([`Transport::dma_domain`]).
+    pub fn dma_domain(&self) -> usize {
+        self.inner.region.domain
+    }
 }
 
 /// One buffer of a [`DmaPool`]; returns itself to the pool on drop.
@@ -288,6 +303,15 @@ impl DmaMemory for DmaBuffer {
         let start = unsafe { base.as_ptr().add(offset) };
         let pointer = NonNull::new(start).expect("inside a non-null region");
         (pointer, self.pool.buffer_len, iova + offset as u64)
+    }
+}
+
+impl DmaBuffer {
+    /// The I/O address space the buffer is mapped in: a device whose
+    /// transport answers the same [`Transport::dma_domain`] can transfer
+    /// to and from it.
+    pub fn dma_domain(&self) -> usize {
+        self.pool.region.domain
     }
 }
 

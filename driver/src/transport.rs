@@ -91,6 +91,15 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Undoes [`Transport::map_dma`].
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()>;
 
+    /// Which I/O address space [`Transport::map_dma`] maps into: memory
+    /// mapped through one transport is reachable by every device whose
+    /// transport answers the same value (on VFIO, the devices of one
+    /// container share its IOMMU domain). By default each transport has its
+    /// own.
+    fn dma_domain(&self) -> usize {
+        (self as *const Self).cast::<()>() as usize
+    }
+
     /// The device's address, e.g. a PCI BDF.
     fn name(&self) -> &str;
 

@@ -262,3 +262,20 @@ fn queue_pairs_on_several_threads() {
     });
     assert_eq!(rig.sim.stats().io(0x01), 200);
 }
+
+#[test]
+fn a_buffer_mapped_for_another_device_is_refused_at_submission() {
+    // Two simulated controllers, each its own I/O address space: a buffer
+    // of one means other memory (or nothing) to the other.
+    let mut a = Rig::new(SimConfig::nvm(1 << 16, 512));
+    let b = Rig::new(SimConfig::nvm(1 << 16, 512));
+    assert_ne!(a.pool.dma_domain(), b.pool.dma_domain());
+    let foreign = IoBuffer::new(b.pool.get().unwrap());
+    let request = a.ns.write(0, foreign.truncate(4096), false, 7).unwrap();
+    match a.pair.submit(request) {
+        Err((nvme_driver::queue::SubmitError::ForeignBuffer, _)) => {}
+        other => panic!("expected ForeignBuffer, got {:?}", other.map_err(|(e, _)| e)),
+    }
+    // Its own buffers go.
+    a.write(0, &pattern(1, 4096), false).unwrap();
+}

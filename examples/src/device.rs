@@ -5,8 +5,21 @@ use nvme_driver::vfio::{self, Vfio};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use std::sync::Arc;
 
+/// The VFIO container every controller a tool opens goes into: one IOMMU
+/// address space, so a DMA buffer of one controller is reachable by the
+/// others (a resilver writes the survivor's reads to the new device as
+/// they are).
+fn container() -> Result<Arc<Vfio>, String> {
+    static CONTAINER: std::sync::OnceLock<Arc<Vfio>> = std::sync::OnceLock::new();
+    if let Some(container) = CONTAINER.get() {
+        return Ok(Arc::clone(container));
+    }
+    let container = Vfio::new().map_err(|e| e.to_string())?;
+    Ok(Arc::clone(CONTAINER.get_or_init(|| container)))
+}
+
 /// Opens and brings up the controller at `pci`, or the first NVMe function
-/// bound to vfio-pci.
+/// bound to vfio-pci, in the tool's one VFIO container.
 pub fn open_controller(pci: Option<&str>, options: ControllerOptions) -> Result<Controller, String> {
     let bdf = match pci {
         Some(bdf) => bdf.to_string(),
@@ -15,7 +28,7 @@ pub fn open_controller(pci: Option<&str>, options: ControllerOptions) -> Result<
             .next()
             .ok_or_else(|| nvme_driver::Error::NoVfioDevice.to_string())?,
     };
-    let device = Vfio::new().and_then(|container| container.open(&bdf)).map_err(|e| e.to_string())?;
+    let device = container()?.open(&bdf).map_err(|e| e.to_string())?;
     let transport: Arc<dyn Transport> = device;
     Controller::init(transport, options).map_err(|e| format!("{bdf}: {e}"))
 }

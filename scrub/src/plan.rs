@@ -68,6 +68,9 @@ pub struct Planner {
     /// Plan only extents that lack their copy in this lane (a resilver's
     /// work), skipping the rest.
     lacking_in: Option<usize>,
+    /// Never merge two extents into one read (a resilver that writes each
+    /// read's buffer as one extent's copy).
+    one_extent_per_read: bool,
     /// Walks of the allocator's extent index so far (one per refill).
     pub lookups: u64,
 }
@@ -77,12 +80,27 @@ impl Planner {
     /// `skip` blocks of the extent that starts exactly at `from`.
     pub fn new(lane: usize, from: Location, skip: u32, max_request_bytes: usize) -> Self {
         let max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
-        Planner { lane, next: from, skip, max_blocks, done: false, lacking_in: None, lookups: 0 }
+        Planner {
+            lane,
+            next: from,
+            skip,
+            max_blocks,
+            done: false,
+            lacking_in: None,
+            one_extent_per_read: false,
+            lookups: 0,
+        }
     }
 
     /// Sets the largest read (for reads planned from now on).
     pub fn set_max_request(&mut self, max_request_bytes: usize) {
         self.max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
+    }
+
+    /// Plans reads of one extent each (or of part of one), never merged.
+    pub fn one_extent_per_read(mut self, one: bool) -> Self {
+        self.one_extent_per_read = one;
+        self
     }
 
     /// Plans only the extents whose copy in lane `target` is missing.
@@ -125,9 +143,10 @@ impl Planner {
             while block < extent.blocks {
                 let blocks = (extent.blocks - block).min(self.max_blocks);
                 let location = Location { zone: extent.location.zone, offset: extent.location.offset + block };
-                let merges = current
-                    .as_ref()
-                    .is_some_and(|read| read.end() == location && read.blocks + blocks <= self.max_blocks);
+                let merges = !self.one_extent_per_read
+                    && current
+                        .as_ref()
+                        .is_some_and(|read| read.end() == location && read.blocks + blocks <= self.max_blocks);
                 if !merges {
                     if let Some(read) = current.take() {
                         queue.push_back(read);

@@ -109,6 +109,9 @@ pub struct ResilverReport {
     pub reads: u64,
     /// Checksums were verified as read.
     pub verified: bool,
+    /// Each read's buffer was written as it was, with no copy through the
+    /// host: both devices share one I/O address space.
+    pub zero_copy: bool,
     /// Blocks of the source that failed their checksum.
     pub checksum_errors: u64,
     /// Reads of the source that failed.
@@ -220,11 +223,21 @@ pub struct Resilver {
     completions: Vec<IoCompletion>,
     /// Walks of the source begun after the first.
     passes: u32,
+    /// The source's reads are written as the copies, buffer and all: both
+    /// devices share one I/O address space (two controllers in one VFIO
+    /// container), so no byte passes through the host.
+    zero_copy: bool,
 }
 
 /// Walks of the source a resilver makes at most: the first, and more only
 /// when the volume moved extents behind it between steps.
 const MAX_PASSES: u32 = 8;
+
+/// A walk of `source` from `from` over the extents lacking their copy in
+/// `target`.
+fn planner(source: usize, from: Location, target: usize, one_extent_per_read: bool) -> Planner {
+    Planner::new(source, from, 0, usize::MAX).lacking_in(target).one_extent_per_read(one_extent_per_read)
+}
 
 fn blocks_of(volume: &Volume, id: ExtentId) -> u64 {
     volume.extent(id).map_or(0, |(bytes, _)| (bytes / BLOCK_SIZE) as u64)
@@ -255,10 +268,11 @@ impl Resilver {
             return Err(Error::InvalidArgument("no other copy in use to read from".into()));
         };
         let bytes_total = volume.missing_blocks(target) * BLOCK_SIZE as u64;
+        let zero_copy = volume.dma_domain(source).is_some() && volume.dma_domain(source) == volume.dma_domain(target);
         let now = Instant::now();
         Ok(Resilver {
             options: options.clone(),
-            planner: Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target),
+            planner: planner(source, Location { zone: 0, offset: 0 }, target, zero_copy),
             queue: VecDeque::new(),
             in_flight: Vec::new(),
             free_tags: Vec::new(),
@@ -270,6 +284,7 @@ impl Resilver {
                 target_lane: target,
                 bytes_total,
                 verified: options.verify,
+                zero_copy,
                 ..ResilverReport::default()
             },
             started: now,
@@ -282,6 +297,7 @@ impl Resilver {
             scratch: Vec::new(),
             completions: Vec::new(),
             passes: 0,
+            zero_copy,
         })
     }
 
@@ -329,7 +345,7 @@ impl Resilver {
         if let Some(first) = self.queue.front() {
             let from = first.start;
             self.queue.clear();
-            self.planner = Planner::new(source, from, 0, usize::MAX).lacking_in(self.report.target_lane);
+            self.planner = planner(source, from, self.report.target_lane, self.zero_copy);
         }
         let limit = volume.lane_reads(source)?.max_request_bytes();
         let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
@@ -405,8 +421,7 @@ impl Resilver {
                         .sum::<u64>();
                 if left > 0 {
                     self.passes += 1;
-                    self.planner =
-                        Planner::new(source, Location { zone: 0, offset: 0 }, 0, usize::MAX).lacking_in(target);
+                    self.planner = planner(source, Location { zone: 0, offset: 0 }, target, self.zero_copy);
                     self.planner.set_max_request(max_request);
                     finished = false;
                     if reading {
@@ -464,6 +479,9 @@ impl Resilver {
                 return Ok(());
             }
         };
+        if self.zero_copy {
+            return self.copy_read_buffer(volume, &read, buffer);
+        }
         self.scratch.resize(buffer.len(), 0);
         buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
         drop(buffer);
@@ -497,6 +515,37 @@ impl Resilver {
         }
         for id in again {
             self.copy_one(volume, id)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a read of one extent, its buffer as it is, as the extent's
+    /// missing copy; verified first when asked (its bytes copied out only
+    /// to be checksummed).
+    fn copy_read_buffer(&mut self, volume: &mut Volume, read: &Read, buffer: nvme_driver::IoBuffer) -> Result<()> {
+        assert_eq!(read.pieces.len(), 1, "one extent per read when writing reads as they are");
+        let piece = &read.pieces[0];
+        let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == buffer.len());
+        if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+            // Freed (or written) since it was planned.
+            return Ok(());
+        }
+        if self.options.verify {
+            self.scratch.resize(buffer.len(), 0);
+            buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
+            let bad = zoned_allocator::checksum::mismatches(&self.scratch, &piece.crcs);
+            if !bad.is_empty() {
+                self.report.checksum_errors += bad.len() as u64;
+                drop(buffer);
+                return self.copy_one(volume, piece.id);
+            }
+        }
+        match volume.submit_copy_buffer(piece.id, self.report.target_lane, buffer) {
+            Ok(()) => {
+                self.account_depth();
+                self.copies_in_flight += 1;
+            }
+            Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
         }
         Ok(())
     }

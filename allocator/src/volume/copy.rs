@@ -3,10 +3,12 @@
 //! and journaled at the next commit (see `member` for how copies come to
 //! be missing).
 
+use super::write::Payload;
 use super::{PendingWrite, Volume, WriteDone};
 use crate::error::{Error, Result};
 use crate::zones::Slot;
 use crate::{ExtentId, BLOCK_SIZE};
+use nvme_driver::IoBuffer;
 
 impl Volume {
     /// Whether copy `lane` of extent `id` is missing.
@@ -26,6 +28,29 @@ impl Volume {
     /// commit; the outcome arrives through [`Volume::next_copy_done`]. If
     /// the extent is freed meanwhile, the copy is dropped.
     pub fn submit_copy(&mut self, id: ExtentId, lane: usize, data: &[u8]) -> Result<()> {
+        self.submit_copy_payload(id, lane, Payload::Bytes(data))
+    }
+
+    /// [`Volume::submit_copy`] from a DMA buffer holding exactly the
+    /// extent (a read of the other copy), written as it is, with no copy
+    /// through the host: the buffer must be mapped in the I/O address
+    /// space of lane `lane`'s device ([`Volume::dma_domain`]).
+    pub fn submit_copy_buffer(&mut self, id: ExtentId, lane: usize, data: IoBuffer) -> Result<()> {
+        if self.dma_domain(lane) != Some(data.buffer().dma_domain()) {
+            return Err(Error::InvalidArgument(format!("the buffer is not mapped for copy {lane}'s device")));
+        }
+        self.submit_copy_payload(id, lane, Payload::Buffer(data))
+    }
+
+    /// The I/O address space of lane `lane`'s device, when in use: a DMA
+    /// buffer of another device in the same space (two controllers in one
+    /// VFIO container) can be written to it directly
+    /// ([`Volume::submit_copy_buffer`]).
+    pub fn dma_domain(&self, lane: usize) -> Option<usize> {
+        self.devices[self.lanes.get(lane)?.device].as_ref().map(|d| d.pool.dma_domain())
+    }
+
+    fn submit_copy_payload(&mut self, id: ExtentId, lane: usize, data: Payload<'_>) -> Result<()> {
         self.check_resets()?;
         let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
         if lane >= self.lanes.len() || !extent.locations[lane].is_missing() {

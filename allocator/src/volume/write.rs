@@ -119,7 +119,7 @@ impl Volume {
                 // Written while the device is away: the copy is missing,
                 // for a resilver to write.
                 None => Err(Error::NoDevices),
-                Some(_) => self.submit_lane_write(index, lane, slot, blocks, data),
+                Some(_) => self.submit_lane_write(index, lane, slot, blocks, Payload::Bytes(data)),
             };
             let error = match submitted {
                 Ok(()) => continue,
@@ -169,8 +169,9 @@ impl Volume {
         lane: usize,
         slot: Slot,
         blocks: u32,
-        data: &[u8],
+        data: Payload<'_>,
     ) -> Result<()> {
+        assert_eq!(data.len(), blocks as usize * BLOCK_SIZE, "a write of {blocks} blocks");
         let device = self.lanes[lane].device;
         let mode = self.mode(device);
         let (zone, offset) = self.place(lane, slot, blocks)?;
@@ -181,9 +182,14 @@ impl Volume {
         if mode == Mode::Ordered {
             self.wait_zone_idle(lane, zone)?;
         }
-        let buffer = self.take_buffer(device)?;
-        buffer.copy_in(0, data);
-        let io = IoBuffer::range(buffer, 0, data.len());
+        let io = match data {
+            Payload::Bytes(data) => {
+                let buffer = self.take_buffer(device)?;
+                buffer.copy_in(0, data);
+                IoBuffer::range(buffer, 0, data.len())
+            }
+            Payload::Buffer(io) => io,
+        };
         let token = Token::Write { slot: index, lane }.encode();
         let d = self.dev(device);
         let request = match mode {
@@ -559,6 +565,23 @@ impl Volume {
             }
         }
         self.process_retiring()
+    }
+}
+
+/// What a write carries: bytes to copy into one of the device's DMA
+/// buffers, or a DMA buffer already holding them, mapped in the device's
+/// I/O address space (a resilver's read, written as it came).
+pub(super) enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Buffer(IoBuffer),
+}
+
+impl Payload<'_> {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(data) => data.len(),
+            Payload::Buffer(io) => io.len(),
+        }
     }
 }
 

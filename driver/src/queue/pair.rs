@@ -143,6 +143,10 @@ pub enum SubmitError {
     /// A controller reset failed to bring the controller back; nothing more
     /// can be submitted.
     ControllerFailed,
+    /// The buffer is mapped in another I/O address space than this
+    /// controller's ([`crate::Transport::dma_domain`]): its addresses mean
+    /// nothing (or other memory) to this device.
+    ForeignBuffer,
 }
 
 impl std::fmt::Display for SubmitError {
@@ -157,6 +161,7 @@ impl std::fmt::Display for SubmitError {
             }
             SubmitError::DeviceGone => write!(f, "device gone"),
             SubmitError::ControllerFailed => write!(f, "controller failed and could not be reset"),
+            SubmitError::ForeignBuffer => write!(f, "the buffer is mapped for another device's address space"),
         }
     }
 }
@@ -178,6 +183,7 @@ impl From<SubmitError> for Error {
             }
             SubmitError::DeviceGone => Error::DeviceGone,
             SubmitError::ControllerFailed => Error::ControllerFailed,
+            SubmitError::ForeignBuffer => Error::InvalidArgument(error.to_string()),
         }
     }
 }
@@ -412,6 +418,8 @@ pub struct QueuePair {
     free: Vec<u16>,
     stats: QueueStats,
     transport: Arc<dyn Transport>,
+    /// The transport's I/O address space: buffers from another are refused.
+    dma_domain: usize,
     /// The deadline of each command; `None` for none (the admin queue,
     /// whose blocking helpers bound their own waits).
     timeout: Option<Duration>,
@@ -497,6 +505,7 @@ impl QueuePair {
             trackers: (0..slots).map(|_| Tracker::default()).collect(),
             free,
             stats: QueueStats::default(),
+            dma_domain: transport.dma_domain(),
             transport: Arc::clone(transport),
             timeout: (qid != 0).then_some(DEFAULT_IO_TIMEOUT),
             polls: 0,
@@ -630,6 +639,9 @@ impl QueuePair {
         let Some(&slot) = self.free.last() else {
             return Err((SubmitError::QueueFull, request));
         };
+        if request.buffer.as_ref().is_some_and(|b| b.buffer().dma_domain() != self.dma_domain) {
+            return Err((SubmitError::ForeignBuffer, request));
+        }
         let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));
         let mut command = request.command;
         if let Err(error) = self.fill_data_pointer(&mut command, slot, iova, len) {

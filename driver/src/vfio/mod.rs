@@ -419,6 +419,11 @@ impl Transport for VfioPci {
             .map_err(|source| Error::Vfio { context: format!("unmapping {len} bytes at IOVA {iova:#x}"), source })
     }
 
+    fn dma_domain(&self) -> usize {
+        // Every device of a container shares its IOMMU mappings.
+        Arc::as_ptr(&self.vfio).cast::<()>() as usize
+    }
+
     fn name(&self) -> &str {
         &self.bdf
     }
