@@ -320,10 +320,11 @@ pub fn resilver_text(report: &ResilverReport) -> String {
     );
     let _ = writeln!(
         out,
-        "  read: {} in {} read(s), {}; mean queue depth {:.1} reads, {:.1} writes",
+        "  read: {} in {} read(s), {}{}; mean queue depth {:.1} reads, {:.1} writes",
         human_bytes(report.bytes_read),
         report.reads,
         if report.verified { "checksums verified" } else { "checksums not verified" },
+        if report.zero_copy { ", each written as read (no copy through the host)" } else { "" },
         report.mean_read_queue_depth,
         report.mean_write_queue_depth
     );
