@@ -47,6 +47,9 @@ pub struct ResilverOptions {
     pub max_request_bytes: Option<usize>,
     /// Verify each extent's checksums as it is read (off: copy as read).
     pub verify: bool,
+    /// Threads checksumming completed reads; 0 checksums on the polling
+    /// thread.
+    pub verify_threads: usize,
     /// Bandwidth ceiling on the reads, in MiB/s.
     pub rate_limit_mib_s: Option<f64>,
     /// Commit (making the copies written durable, and the progress with
@@ -64,6 +67,7 @@ impl Default for ResilverOptions {
             max_in_flight: 64,
             max_request_bytes: None,
             verify: true,
+            verify_threads: 2,
             rate_limit_mib_s: None,
             commit_every_bytes: 256 << 20,
             verify_after: true,
@@ -223,6 +227,8 @@ pub struct Resilver {
     completions: Vec<IoCompletion>,
     /// Walks of the source begun after the first.
     passes: u32,
+    /// Checksums on worker threads, when verifying with any.
+    checker: Option<Checker>,
     /// The source's reads are written as the copies, buffer and all: both
     /// devices share one I/O address space (two controllers in one VFIO
     /// container), so no byte passes through the host.
@@ -298,6 +304,7 @@ impl Resilver {
             completions: Vec::new(),
             passes: 0,
             zero_copy,
+            checker: (options.verify && options.verify_threads > 0).then(|| Checker::new(options.verify_threads)),
         })
     }
 
@@ -386,6 +393,10 @@ impl Resilver {
                 self.read_done(volume, completion)?;
             }
             self.completions = completions;
+            while let Some(checked) = self.checker.as_mut().and_then(Checker::try_recv) {
+                moved = true;
+                self.checked(volume, checked)?;
+            }
             volume.poll();
             while let Some(done) = volume.next_copy_done() {
                 moved = true;
@@ -402,7 +413,8 @@ impl Resilver {
                 }
             }
             let mut finished = self.queue.is_empty() && self.planner.is_done();
-            if finished && self.reads_in_flight == 0 && self.copies_in_flight == 0 && self.passes < MAX_PASSES {
+            let idle = self.reads_in_flight == 0 && self.checker.as_ref().is_none_or(|c| c.outstanding == 0);
+            if finished && idle && self.copies_in_flight == 0 && self.passes < MAX_PASSES {
                 // Reclaim between steps may have moved an extent behind
                 // the walk: another pass over what is still missing.
                 let skipped: std::collections::BTreeSet<ExtentId> = self
@@ -429,7 +441,8 @@ impl Resilver {
                     }
                 }
             }
-            if self.reads_in_flight == 0 && (finished || !reading) {
+            let checking = self.checker.as_ref().map_or(0, |c| c.outstanding);
+            if self.reads_in_flight == 0 && checking == 0 && (finished || !reading) {
                 if self.since_commit >= self.options.commit_every_bytes {
                     self.commit(volume)?;
                 }
@@ -438,6 +451,10 @@ impl Resilver {
             if moved {
                 idle_since = None;
             } else {
+                if let Some(checked) = self.checker.as_mut().filter(|c| c.outstanding > 0).and_then(Checker::wait) {
+                    self.checked(volume, checked)?;
+                    continue;
+                }
                 if self.reads_in_flight == 0 && self.options.rate_limit_mib_s.is_some() {
                     std::thread::sleep(Duration::from_micros(500));
                 }
@@ -479,6 +496,10 @@ impl Resilver {
                 return Ok(());
             }
         };
+        if let Some(checker) = self.checker.as_mut() {
+            checker.submit(read, buffer, !self.zero_copy);
+            return Ok(());
+        }
         if self.zero_copy {
             return self.copy_read_buffer(volume, &read, buffer);
         }
@@ -506,6 +527,46 @@ impl Resilver {
                 }
             }
             match volume.submit_copy(piece.id, self.report.target_lane, data) {
+                Ok(()) => {
+                    self.account_depth();
+                    self.copies_in_flight += 1;
+                }
+                Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
+            }
+        }
+        for id in again {
+            self.copy_one(volume, id)?;
+        }
+        Ok(())
+    }
+
+    /// A read checksummed on a worker: queue the copies of the extents
+    /// that verified, and read each that did not again on its own.
+    fn checked(&mut self, volume: &mut Volume, checked: Checked) -> Result<()> {
+        let Checked { read, buffer, bytes, bad } = checked;
+        assert!(buffer.is_none() || read.pieces.len() == 1, "a buffer written as it is holds one extent");
+        let mut again = Vec::new();
+        let mut buffer = buffer;
+        for (piece, bad) in read.pieces.iter().zip(&bad) {
+            let whole = volume.extent(piece.id).is_some_and(|(len, _)| len == piece.blocks as usize * BLOCK_SIZE);
+            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+                continue;
+            }
+            if !bad.is_empty() {
+                self.report.checksum_errors += bad.len() as u64;
+                again.push(piece.id);
+                continue;
+            }
+            let submitted = match buffer.take() {
+                // One extent per read: the buffer is its copy.
+                Some(io) => volume.submit_copy_buffer(piece.id, self.report.target_lane, io),
+                None => {
+                    let start = piece.offset_blocks as usize * BLOCK_SIZE;
+                    let data = &bytes[start..start + piece.blocks as usize * BLOCK_SIZE];
+                    volume.submit_copy(piece.id, self.report.target_lane, data)
+                }
+            };
+            match submitted {
                 Ok(()) => {
                     self.account_depth();
                     self.copies_in_flight += 1;
@@ -603,5 +664,113 @@ impl Resilver {
         self.report.bytes_left = volume.missing_blocks(self.report.target_lane) * BLOCK_SIZE as u64;
         self.report.duration_s = self.started.elapsed().as_secs_f64();
         Ok(self.report)
+    }
+}
+
+/// A completed read handed to a worker to checksum.
+struct CheckJob {
+    read: Read,
+    buffer: nvme_driver::IoBuffer,
+    /// Hand the bytes back (the copying path); else hand the buffer back
+    /// (it is written as it is).
+    keep_bytes: bool,
+}
+
+/// What a worker found: per piece, the blocks that failed their checksum.
+struct Checked {
+    read: Read,
+    buffer: Option<nvme_driver::IoBuffer>,
+    bytes: Vec<u8>,
+    bad: Vec<Vec<u32>>,
+}
+
+/// Checksums on worker threads, so that the polling thread keeps reads
+/// and copies in flight (the scrub's verifier does the same for reads it
+/// only checks). Each worker copies a read out of its DMA buffer (no
+/// reference into DMA memory is formed), checks it, and hands back the
+/// buffer or the bytes.
+struct Checker {
+    jobs: Option<std::sync::mpsc::Sender<CheckJob>>,
+    results: std::sync::mpsc::Receiver<Checked>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    outstanding: usize,
+}
+
+impl Checker {
+    fn new(threads: usize) -> Checker {
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<CheckJob>();
+        let (result_tx, results) = std::sync::mpsc::channel();
+        let job_rx = std::sync::Arc::new(std::sync::Mutex::new(job_rx));
+        let workers = (0..threads)
+            .map(|_| {
+                let job_rx = std::sync::Arc::clone(&job_rx);
+                let result_tx = result_tx.clone();
+                std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
+                    loop {
+                        let job = match job_rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(job) = job else { return };
+                        if result_tx.send(check(job, &mut scratch)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Checker { jobs: Some(job_tx), results, workers, outstanding: 0 }
+    }
+
+    fn submit(&mut self, read: Read, buffer: nvme_driver::IoBuffer, keep_bytes: bool) {
+        self.outstanding += 1;
+        let sent = self.jobs.as_ref().map(|jobs| jobs.send(CheckJob { read, buffer, keep_bytes }));
+        assert!(matches!(sent, Some(Ok(()))), "resilver checksum workers stopped");
+    }
+
+    fn try_recv(&mut self) -> Option<Checked> {
+        let checked = self.results.try_recv().ok()?;
+        self.outstanding -= 1;
+        Some(checked)
+    }
+
+    /// Waits a little for a result (nothing else to do meanwhile).
+    fn wait(&mut self) -> Option<Checked> {
+        let checked = self.results.recv_timeout(Duration::from_millis(5)).ok()?;
+        self.outstanding -= 1;
+        Some(checked)
+    }
+}
+
+impl Drop for Checker {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Checks one read on a worker.
+fn check(job: CheckJob, scratch: &mut Vec<u8>) -> Checked {
+    let CheckJob { read, buffer, keep_bytes } = job;
+    let mut bytes = if keep_bytes { Vec::new() } else { std::mem::take(scratch) };
+    bytes.resize(buffer.len(), 0);
+    buffer.buffer().copy_out(buffer.offset(), &mut bytes);
+    let bad = read
+        .pieces
+        .iter()
+        .map(|piece| {
+            let start = piece.offset_blocks as usize * BLOCK_SIZE;
+            zoned_allocator::checksum::mismatches(&bytes[start..start + piece.crcs.len() * BLOCK_SIZE], &piece.crcs)
+        })
+        .collect();
+    if keep_bytes {
+        drop(buffer);
+        Checked { read, buffer: None, bytes, bad }
+    } else {
+        *scratch = bytes;
+        Checked { read, buffer: Some(buffer), bytes: Vec::new(), bad }
     }
 }
