@@ -195,6 +195,7 @@ pub fn resilver(
         let scrub_options = ScrubOptions {
             lanes: Some(vec![report.target_lane]),
             max_in_flight: options.max_in_flight,
+            verify_threads: options.verify_threads,
             timeout: options.timeout,
             ..ScrubOptions::default()
         };
