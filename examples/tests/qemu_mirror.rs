@@ -95,13 +95,58 @@ fn vm() -> Vm {
         .timeout(Duration::from_secs(BOOT_LIMIT_S + phases().len() as u64 * RUN_LIMIT_S))
 }
 
-/// The phases in one chain (each needs the one before), in one boot.
+/// The operator's view after a phase: the `volume` tool's `status
+/// --json` (its exit status, 0 online or 3 degraded, is printed, not
+/// checked by the shell), with the devices it opens.
+fn tool_status(after: &str) -> Option<String> {
+    let pci = match after {
+        "unplug" => format!("--pci {ZONED} --degraded"),
+        "replace" | "final" => format!("--pci {SPARE} --pci {ZONED}"),
+        _ => return None,
+    };
+    Some(format!(
+        "{{ timeout -s KILL {RUN_LIMIT_S} volume status {pci} --json > /tmp/status.json; \
+         echo \"volume-status {after} exit $? $(tr -d '\\n' < /tmp/status.json)\"; }}"
+    ))
+}
+
+/// The phases in one chain (each needs the one before), in one boot, with
+/// the tool's status after some.
 fn script() -> String {
     let runs: Vec<String> = phases()
         .iter()
-        .map(|(phase, args, _)| format!("timeout -s KILL {RUN_LIMIT_S} volume-check members --phase {phase} {args}"))
+        .flat_map(|(phase, args, _)| {
+            let run = format!("timeout -s KILL {RUN_LIMIT_S} volume-check members --phase {phase} {args}");
+            std::iter::once(run).chain(tool_status(phase))
+        })
         .collect();
     runs.join(" &&\n")
+}
+
+/// What `volume status --json` printed after phase `after`: its exit
+/// status and the JSON.
+fn tool_status_of(outcome: &Outcome, after: &str) -> (i32, Value) {
+    let prefix = format!("volume-status {after} exit ");
+    let line = outcome.output.lines().find_map(|l| l.strip_prefix(&prefix));
+    let line = line.unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output));
+    let (code, json) = line.split_once(' ').unwrap_or_else(|| panic!("{prefix}{line}"));
+    let value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{prefix}: {e}: {json}"));
+    (code.parse().unwrap_or_else(|e| panic!("{prefix}{code}: {e}")), value)
+}
+
+/// The tool's status says `state`, each device's `states`, and carries
+/// each device's PCI address (or none, for one away) and error counters.
+fn check_tool_status(outcome: &Outcome, after: &str, code: i32, state: &str, devices: &[(&str, &str)]) {
+    let (exit, value) = tool_status_of(outcome, after);
+    assert_eq!(exit, code, "volume status after {after}: {value}");
+    let expected = (state.to_string(), devices.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(states(&value), expected, "volume status after {after}: {value}");
+    for (device, (_, pci)) in value["devices"].as_array().unwrap().iter().zip(devices) {
+        assert_eq!(device["pci"], *pci, "volume status after {after}: {value}");
+        for kind in ["read", "write", "checksum"] {
+            assert!(device["errors"][kind].is_u64(), "volume status after {after}: no {kind} errors: {value}");
+        }
+    }
 }
 
 fn boot() -> Outcome {
@@ -269,6 +314,13 @@ fn a_mirror_loses_a_device_mid_write_is_rebuilt_on_a_new_one_and_takes_back_one_
     assert_eq!(count_after(all, "unplug"), unplugged, "{all}");
     assert_eq!(count_after(all, "uncommitted"), 16, "{all}");
     assert_eq!(count_after(all, "away"), 48, "{all}");
+
+    // The operator's view, through the tool, along the way: degraded with
+    // device 0 lost (its identity unknown to a new process), then online
+    // on the replacement, and online at the end.
+    check_tool_status(&outcome, "unplug", 3, "degraded", &[("failed", ""), ("online", ZONED)]);
+    check_tool_status(&outcome, "replace", 0, "online", &[("online", SPARE), ("online", ZONED)]);
+    check_tool_status(&outcome, "final", 0, "online", &[("online", SPARE), ("online", ZONED)]);
 
     // 5. A new process: online, the same extents.
     let last = status(&outcome, "final", "open");

@@ -105,8 +105,11 @@ impl Volume {
         let mut rejoined = Vec::new();
         // The state is known whole: only now does open write.
         volume.take_zone_actions(actions)?;
+        // Places that go missing now (not those recorded failed already).
+        let mut newly_absent = 0;
         for (slot, why) in &absent {
             let member = &mut volume.members[*slot];
+            newly_absent += usize::from(!member.record.failed);
             member.record.failed = true;
             member.why = Some(why.clone());
         }
@@ -118,7 +121,7 @@ impl Volume {
                 rejoined.push(slot);
             }
         }
-        let membership_changed = !absent.is_empty() || !rejoined.is_empty();
+        let membership_changed = newly_absent > 0 || !rejoined.is_empty();
         if membership_changed {
             volume.journal.label.generation += 1;
             volume.journal_members();
