@@ -401,17 +401,7 @@ impl Resilver {
             volume.poll();
             while let Some(done) = volume.next_copy_done() {
                 moved = true;
-                self.account_depth();
-                self.copies_in_flight -= 1;
-                let blocks = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
-                match done.result {
-                    Ok(()) => {
-                        self.report.extents_copied += 1;
-                        self.report.bytes_copied += blocks;
-                        self.since_commit += blocks;
-                    }
-                    Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
-                }
+                self.copy_done(volume, done);
             }
             let mut finished = self.queue.is_empty() && self.planner.is_done();
             let idle = self.reads_in_flight == 0 && self.checker.as_ref().is_none_or(|c| c.outstanding == 0);
@@ -527,13 +517,7 @@ impl Resilver {
                     continue;
                 }
             }
-            match volume.submit_copy(piece.id, self.report.target_lane, data) {
-                Ok(()) => {
-                    self.account_depth();
-                    self.copies_in_flight += 1;
-                }
-                Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
-            }
+            self.queued(piece.id, volume.submit_copy(piece.id, self.report.target_lane, data));
         }
         for id in again {
             self.copy_one(volume, id)?;
@@ -567,13 +551,7 @@ impl Resilver {
                     volume.submit_copy(piece.id, self.report.target_lane, data)
                 }
             };
-            match submitted {
-                Ok(()) => {
-                    self.account_depth();
-                    self.copies_in_flight += 1;
-                }
-                Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
-            }
+            self.queued(piece.id, submitted);
         }
         for id in again {
             self.copy_one(volume, id)?;
@@ -602,14 +580,36 @@ impl Resilver {
                 return self.copy_one(volume, piece.id);
             }
         }
-        match volume.submit_copy_buffer(piece.id, self.report.target_lane, buffer) {
+        let id = piece.id;
+        let submitted = volume.submit_copy_buffer(id, self.report.target_lane, buffer);
+        self.queued(id, submitted);
+        Ok(())
+    }
+
+    /// Accounts for a copy the volume finished writing.
+    fn copy_done(&mut self, volume: &Volume, done: zoned_allocator::WriteDone) {
+        self.account_depth();
+        self.copies_in_flight -= 1;
+        let bytes = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
+        match done.result {
+            Ok(()) => {
+                self.report.extents_copied += 1;
+                self.report.bytes_copied += bytes;
+                self.since_commit += bytes;
+            }
+            Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
+        }
+    }
+
+    /// Accounts for a copy queued (or refused) for extent `id`.
+    fn queued(&mut self, id: ExtentId, submitted: zoned_allocator::Result<()>) {
+        match submitted {
             Ok(()) => {
                 self.account_depth();
                 self.copies_in_flight += 1;
             }
-            Err(error) => self.report.copy_failures.push((piece.id, error.to_string())),
+            Err(error) => self.report.copy_failures.push((id, error.to_string())),
         }
-        Ok(())
     }
 
     /// Copies one extent through the volume's verified read (after a
@@ -621,13 +621,10 @@ impl Resilver {
         }
         let mut data = vec![0u8; bytes];
         match volume.read(id, &mut data) {
-            Ok(_) => match volume.submit_copy(id, self.report.target_lane, &data) {
-                Ok(()) => {
-                    self.account_depth();
-                    self.copies_in_flight += 1;
-                }
-                Err(error) => self.report.copy_failures.push((id, error.to_string())),
-            },
+            Ok(_) => {
+                let submitted = volume.submit_copy(id, self.report.target_lane, &data);
+                self.queued(id, submitted);
+            }
             Err(zoned_allocator::Error::Uncorrectable { .. }) => self.report.unrecoverable.push(id),
             Err(error) => return Err(error.into()),
         }
@@ -637,19 +634,12 @@ impl Resilver {
     fn commit(&mut self, volume: &mut Volume) -> Result<()> {
         volume.commit()?;
         self.report.commits += 1;
-        self.since_commit = 0;
-        // The commit waited for every write: the copies in flight ended.
+        // The commit waited for every write: the copies in flight ended,
+        // and are durable with it.
         while let Some(done) = volume.next_copy_done() {
-            self.copies_in_flight -= 1;
-            let blocks = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
-            match done.result {
-                Ok(()) => {
-                    self.report.extents_copied += 1;
-                    self.report.bytes_copied += blocks;
-                }
-                Err(error) => self.report.copy_failures.push((done.id, error.to_string())),
-            }
+            self.copy_done(volume, done);
         }
+        self.since_commit = 0;
         Ok(())
     }
 

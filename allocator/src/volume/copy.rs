@@ -69,20 +69,7 @@ impl Volume {
             return Err(Error::NoSpace);
         }
         let copies = self.lanes.len();
-        let pending = PendingWrite {
-            copy_of: Some(lane),
-            id,
-            owner,
-            stream,
-            blocks,
-            crcs: Vec::new(),
-            zones: vec![u32::MAX; copies],
-            locations: vec![None; copies],
-            in_flight: vec![false; copies],
-            remaining: 0,
-            error: None,
-            reported: false,
-        };
+        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, Vec::new(), copies);
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;

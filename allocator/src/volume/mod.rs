@@ -298,6 +298,36 @@ struct PendingWrite {
     reported: bool,
 }
 
+impl PendingWrite {
+    /// A write of `blocks` for extent `id` over `copies` lanes, nothing
+    /// submitted yet: a new extent (`copy_of: None`) or a resilver's copy
+    /// to one lane.
+    fn new(
+        copy_of: Option<usize>,
+        id: ExtentId,
+        owner: u64,
+        stream: u8,
+        blocks: u32,
+        crcs: Vec<u32>,
+        copies: usize,
+    ) -> Self {
+        PendingWrite {
+            copy_of,
+            id,
+            owner,
+            stream,
+            blocks,
+            crcs,
+            zones: vec![u32::MAX; copies],
+            locations: vec![None; copies],
+            in_flight: vec![false; copies],
+            remaining: 0,
+            error: None,
+            reported: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Append,

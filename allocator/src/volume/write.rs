@@ -98,20 +98,7 @@ impl Volume {
         let id = self.next_id;
         self.next_id += 1;
         let copies = self.lanes.len();
-        let pending = PendingWrite {
-            copy_of: None,
-            id,
-            owner,
-            stream,
-            blocks,
-            crcs,
-            zones: vec![u32::MAX; copies],
-            locations: vec![None; copies],
-            in_flight: vec![false; copies],
-            remaining: 0,
-            error: None,
-            reported: false,
-        };
+        let pending = PendingWrite::new(None, id, owner, stream, blocks, crcs, copies);
         let index = self.pending_slot(pending);
         for lane in 0..copies {
             let device = self.lanes[lane].device;
