@@ -355,6 +355,8 @@ pub struct Volume {
     volume_id: u64,
     options: VolumeOptions,
     extents: HashMap<ExtentId, Extent>,
+    /// Blocks of the live extents, one copy each (kept with `extents`).
+    live_blocks: u64,
     next_id: ExtentId,
     ops: Vec<Op>,
     journal: Journal,
@@ -486,6 +488,7 @@ impl Volume {
             volume_id,
             options,
             extents: HashMap::new(),
+            live_blocks: 0,
             next_id: 1,
             ops: Vec::new(),
             writes: Vec::new(),
@@ -542,6 +545,7 @@ impl Volume {
                 crcs: extent.crcs.to_vec(),
             }));
         }
+        self.live_blocks += u64::from(extent.blocks);
         self.extents.insert(id, extent);
         Ok(())
     }
@@ -561,6 +565,7 @@ impl Volume {
 
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Extent> {
         let extent = self.extents.remove(&id).ok_or(Error::NoSuchExtent(id))?;
+        self.live_blocks -= u64::from(extent.blocks);
         for (lane, &location) in extent.locations.iter().enumerate() {
             if location.is_missing() {
                 continue;
@@ -694,7 +699,7 @@ impl Volume {
 
     /// Blocks of live data (one copy of each extent).
     pub fn valid_blocks(&self) -> u64 {
-        self.extents.values().map(|e| u64::from(e.blocks)).sum()
+        self.live_blocks
     }
 
     /// Copies and namespaces, as chosen at format.
@@ -797,6 +802,8 @@ impl Volume {
     /// Checks every invariant between the extent map, the per-lane indexes
     /// and the zone tables; for tests. Panics on a violation.
     pub fn check_invariants(&self) {
+        let live: u64 = self.extents.values().map(|e| u64::from(e.blocks)).sum();
+        assert_eq!(self.live_blocks, live, "live block count");
         for (lane_index, lane) in self.lanes.iter().enumerate() {
             let mut valid = vec![0u32; lane.table.zone_count() as usize];
             let mut last_end: Option<Location> = None;
