@@ -667,7 +667,7 @@ impl Engine<'_> {
             // Bounded waits: nothing moved for a whole timeout with reads
             // outstanding means the device stopped answering.
             if reaped == 0 && submitted == 0 {
-                if self.in_flight == 0 && self.verifier.outstanding > 0 {
+                if self.in_flight == 0 && self.verifier.outstanding() > 0 {
                     if let Some(result) = self.verifier.recv_timeout(Duration::from_millis(50)) {
                         self.finish_verify(lane, result, &mut pending);
                     }

@@ -29,6 +29,7 @@
 //! locations stand for.
 
 use crate::plan::{Planner, Read};
+use crate::verify::Workers;
 use crate::{scrub, Control, Error, Report, Result, ScrubOptions, CANCEL, PAUSE};
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoCompletion;
@@ -305,7 +306,8 @@ impl Resilver {
             completions: Vec::new(),
             passes: 0,
             zero_copy,
-            checker: (options.verify && options.verify_threads > 0).then(|| Checker::new(options.verify_threads)),
+            checker: (options.verify && options.verify_threads > 0)
+                .then(|| Checker::new(options.verify_threads, check)),
         })
     }
 
@@ -442,7 +444,8 @@ impl Resilver {
             if moved {
                 idle_since = None;
             } else {
-                if let Some(checked) = self.checker.as_mut().filter(|c| c.outstanding > 0).and_then(Checker::wait) {
+                let waiting = self.checker.as_mut().filter(|c| c.outstanding > 0);
+                if let Some(checked) = waiting.and_then(|c| c.recv_timeout(Duration::from_millis(5))) {
                     self.checked(volume, checked)?;
                     continue;
                 }
@@ -488,7 +491,7 @@ impl Resilver {
             }
         };
         if let Some(checker) = self.checker.as_mut() {
-            checker.submit(read, buffer, !self.zero_copy);
+            checker.submit(CheckJob { read, buffer, keep_bytes: !self.zero_copy });
             return Ok(());
         }
         if self.zero_copy {
@@ -676,72 +679,10 @@ struct Checked {
 }
 
 /// Checksums on worker threads, so that the polling thread keeps reads
-/// and copies in flight (the scrub's verifier does the same for reads it
-/// only checks). Each worker copies a read out of its DMA buffer (no
-/// reference into DMA memory is formed), checks it, and hands back the
-/// buffer or the bytes.
-struct Checker {
-    jobs: Option<std::sync::mpsc::Sender<CheckJob>>,
-    results: std::sync::mpsc::Receiver<Checked>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-    outstanding: usize,
-}
-
-impl Checker {
-    fn new(threads: usize) -> Checker {
-        let (job_tx, job_rx) = std::sync::mpsc::channel::<CheckJob>();
-        let (result_tx, results) = std::sync::mpsc::channel();
-        let job_rx = std::sync::Arc::new(std::sync::Mutex::new(job_rx));
-        let workers = (0..threads)
-            .map(|_| {
-                let job_rx = std::sync::Arc::clone(&job_rx);
-                let result_tx = result_tx.clone();
-                std::thread::spawn(move || {
-                    let mut scratch = Vec::new();
-                    loop {
-                        let job = match job_rx.lock() {
-                            Ok(rx) => rx.recv(),
-                            Err(_) => return,
-                        };
-                        let Ok(job) = job else { return };
-                        if result_tx.send(check(job, &mut scratch)).is_err() {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect();
-        Checker { jobs: Some(job_tx), results, workers, outstanding: 0 }
-    }
-
-    fn submit(&mut self, read: Read, buffer: nvme_driver::IoBuffer, keep_bytes: bool) {
-        self.outstanding += 1;
-        let sent = self.jobs.as_ref().map(|jobs| jobs.send(CheckJob { read, buffer, keep_bytes }));
-        assert!(matches!(sent, Some(Ok(()))), "resilver checksum workers stopped");
-    }
-
-    fn try_recv(&mut self) -> Option<Checked> {
-        let checked = self.results.try_recv().ok()?;
-        self.outstanding -= 1;
-        Some(checked)
-    }
-
-    /// Waits a little for a result (nothing else to do meanwhile).
-    fn wait(&mut self) -> Option<Checked> {
-        let checked = self.results.recv_timeout(Duration::from_millis(5)).ok()?;
-        self.outstanding -= 1;
-        Some(checked)
-    }
-}
-
-impl Drop for Checker {
-    fn drop(&mut self) {
-        self.jobs = None;
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
-    }
-}
+/// and copies in flight (the scrub's verifier uses the same pool). Each
+/// worker copies a read out of its DMA buffer (no reference into DMA
+/// memory is formed), checks it, and hands back the buffer or the bytes.
+type Checker = Workers<CheckJob, Checked>;
 
 /// Checks one read on a worker.
 fn check(job: CheckJob, scratch: &mut Vec<u8>) -> Checked {

@@ -40,32 +40,24 @@ fn verify_job(job: VerifyJob, scratch: &mut Vec<u8>) -> VerifyResult {
     VerifyResult { seq: job.seq, bad }
 }
 
-/// Verification on worker threads (or inline).
-pub(crate) struct Verifier {
-    jobs: Option<mpsc::Sender<VerifyJob>>,
-    results: mpsc::Receiver<VerifyResult>,
-    inline: Option<mpsc::Sender<VerifyResult>>,
-    scratch: Vec<u8>,
+/// A pool of threads that each take a job, work on it with a scratch
+/// buffer of their own, and hand back the result: how the scrub and the
+/// resilver checksum completed reads off the polling thread.
+pub(crate) struct Workers<J, R> {
+    jobs: Option<mpsc::Sender<J>>,
+    results: mpsc::Receiver<R>,
     workers: Vec<std::thread::JoinHandle<()>>,
+    /// Jobs handed out and not yet taken back.
     pub(crate) outstanding: usize,
 }
 
-impl Verifier {
-    pub(crate) fn new(threads: usize) -> Self {
+impl<J: Send + 'static, R: Send + 'static> Workers<J, R> {
+    /// `threads` workers (at least one) running `work`.
+    pub(crate) fn new(threads: usize, work: fn(J, &mut Vec<u8>) -> R) -> Self {
+        let (job_tx, job_rx) = mpsc::channel::<J>();
         let (result_tx, results) = mpsc::channel();
-        if threads == 0 {
-            return Verifier {
-                jobs: None,
-                results,
-                inline: Some(result_tx),
-                scratch: Vec::new(),
-                workers: Vec::new(),
-                outstanding: 0,
-            };
-        }
-        let (job_tx, job_rx) = mpsc::channel::<VerifyJob>();
         let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
-        let workers = (0..threads)
+        let workers = (0..threads.max(1))
             .map(|_| {
                 let job_rx = Arc::clone(&job_rx);
                 let result_tx = result_tx.clone();
@@ -77,47 +69,85 @@ impl Verifier {
                             Err(_) => return,
                         };
                         let Ok(job) = job else { return };
-                        if result_tx.send(verify_job(job, &mut scratch)).is_err() {
+                        if result_tx.send(work(job, &mut scratch)).is_err() {
                             return;
                         }
                     }
                 })
             })
             .collect();
-        Verifier { jobs: Some(job_tx), results, inline: None, scratch: Vec::new(), workers, outstanding: 0 }
+        Workers { jobs: Some(job_tx), results, workers, outstanding: 0 }
     }
 
-    pub(crate) fn submit(&mut self, job: VerifyJob) {
+    pub(crate) fn submit(&mut self, job: J) {
         self.outstanding += 1;
-        match (&self.jobs, &self.inline) {
-            (Some(jobs), _) => {
-                let _ = jobs.send(job);
-            }
-            (None, Some(inline)) => {
-                let _ = inline.send(verify_job(job, &mut self.scratch));
-            }
-            (None, None) => unreachable!("a verifier has workers or runs inline"),
-        }
+        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
+        assert!(matches!(sent, Some(Ok(()))), "the worker threads stopped");
     }
 
-    pub(crate) fn try_recv(&mut self) -> Option<VerifyResult> {
+    pub(crate) fn try_recv(&mut self) -> Option<R> {
         let result = self.results.try_recv().ok()?;
         self.outstanding -= 1;
         Some(result)
     }
 
-    pub(crate) fn recv_timeout(&mut self, timeout: Duration) -> Option<VerifyResult> {
+    pub(crate) fn recv_timeout(&mut self, timeout: Duration) -> Option<R> {
         let result = self.results.recv_timeout(timeout).ok()?;
         self.outstanding -= 1;
         Some(result)
     }
 }
 
-impl Drop for Verifier {
+impl<J, R> Drop for Workers<J, R> {
     fn drop(&mut self) {
         self.jobs = None;
         for worker in self.workers.drain(..) {
             let _ = worker.join();
+        }
+    }
+}
+
+/// Verification on worker threads, or inline on the polling thread.
+pub(crate) enum Verifier {
+    Threads(Workers<VerifyJob, VerifyResult>),
+    Inline { scratch: Vec<u8>, done: std::collections::VecDeque<VerifyResult> },
+}
+
+impl Verifier {
+    pub(crate) fn new(threads: usize) -> Self {
+        if threads == 0 {
+            Verifier::Inline { scratch: Vec::new(), done: std::collections::VecDeque::new() }
+        } else {
+            Verifier::Threads(Workers::new(threads, verify_job))
+        }
+    }
+
+    /// Jobs submitted and not yet taken back.
+    pub(crate) fn outstanding(&self) -> usize {
+        match self {
+            Verifier::Threads(workers) => workers.outstanding,
+            Verifier::Inline { done, .. } => done.len(),
+        }
+    }
+
+    pub(crate) fn submit(&mut self, job: VerifyJob) {
+        match self {
+            Verifier::Threads(workers) => workers.submit(job),
+            Verifier::Inline { scratch, done } => done.push_back(verify_job(job, scratch)),
+        }
+    }
+
+    pub(crate) fn try_recv(&mut self) -> Option<VerifyResult> {
+        match self {
+            Verifier::Threads(workers) => workers.try_recv(),
+            Verifier::Inline { done, .. } => done.pop_front(),
+        }
+    }
+
+    pub(crate) fn recv_timeout(&mut self, timeout: Duration) -> Option<VerifyResult> {
+        match self {
+            Verifier::Threads(workers) => workers.recv_timeout(timeout),
+            Verifier::Inline { done, .. } => done.pop_front(),
         }
     }
 }
