@@ -337,3 +337,53 @@ fn a_conventional_device_replaces_a_zns_member_with_larger_zones() {
     assert_eq!(volume.status().state, VolumeState::Online);
     check(&mut volume, &data, true);
 }
+
+#[test]
+fn a_controller_reset_gives_a_mirror_member_up_and_it_rejoins() {
+    let (harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 10, 1);
+    volume.commit().unwrap();
+    // Written to both, not committed: the reset may have dropped device
+    // 1's copies with its cache.
+    let before = data.len();
+    write(&mut volume, &mut data, 4, 2);
+    harness.controllers[1].reset().expect("reset");
+    write(&mut volume, &mut data, 3, 3);
+    volume.commit().expect("the volume goes on without the member");
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Degraded);
+    assert!(status.devices[1].why.as_deref().is_some_and(|why| why.contains("reset")), "{status:?}");
+    let missed: u64 = data.iter().skip(before).map(|(_, d)| d.len() as u64).sum();
+    assert_eq!(volume.missing_blocks(1) * 4096, missed, "the uncommitted copies and those written since");
+    volume.rejoin(device(&harness, 1)).expect("the same controller, a new queue pair");
+    let report = resilver_all(&mut volume, 1);
+    assert_eq!(report.bytes_copied, missed);
+    check(&mut volume, &data, true);
+}
+
+#[test]
+fn a_replacement_too_small_or_a_blank_rejoin_is_refused_by_name_and_changes_nothing() {
+    let harness = Harness::new(vec![zns(64, 256), zns(64, 256), zns(32, 256)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 10, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "test").unwrap();
+    volume.commit().unwrap();
+    let seq = volume.committed_seq();
+    match volume.replace(1, device(&harness, 2), false) {
+        Err(Error::Member { device: 1, why }) => assert!(why.contains("bytes, the place held"), "{why}"),
+        other => panic!("expected Member, got {other:?}"),
+    }
+    match volume.rejoin(device(&harness, 2)) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("no label of this volume"), "{why}"),
+        other => panic!("expected Member, got {other:?}"),
+    }
+    assert_eq!(volume.committed_seq(), seq, "nothing was committed");
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    assert_eq!(volume.missing_blocks(1), 0, "no copy was marked missing");
+    check(&mut volume, &data, false);
+}
