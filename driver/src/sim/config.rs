@@ -89,6 +89,10 @@ pub struct NamespaceConfig {
     pub mcl: u32,
     /// Zones, for a namespace of the Zoned Namespace Command Set.
     pub zoned: Option<ZonedConfig>,
+    /// Keep synthetic blocks ([`super::synthetic`]) as seeds rather than
+    /// bytes, so that a namespace of terabytes fits in host memory; needs a
+    /// controller without a volatile write cache.
+    pub synthetic_data: bool,
 }
 
 /// DLFEAT read behaviour 001b: deallocated blocks read as zeroes.
@@ -107,6 +111,7 @@ impl NamespaceConfig {
             mssrl: 128,
             mcl: 128,
             zoned: None,
+            synthetic_data: false,
         }
     }
 
@@ -124,6 +129,14 @@ impl NamespaceConfig {
             }),
             ..NamespaceConfig::nvm(capacity_blocks, block_size)
         }
+    }
+
+    /// Keeps synthetic blocks as seeds (see
+    /// [`NamespaceConfig::synthetic_data`]).
+    #[must_use]
+    pub fn synthetic_data(mut self) -> Self {
+        self.synthetic_data = true;
+        self
     }
 
     fn zoned_mut(&mut self) -> &mut ZonedConfig {
@@ -396,6 +409,10 @@ impl SimConfig {
             let nsid = index + 1;
             assert!(ns.block_size == 512 || ns.block_size == 4096, "namespace {nsid}: block size 512 or 4096");
             assert!(ns.capacity_blocks >= 1, "namespace {nsid}: empty");
+            assert!(
+                !ns.synthetic_data || !self.volatile_write_cache,
+                "namespace {nsid}: synthetic data needs a controller without a volatile write cache"
+            );
             assert!(
                 u128::from(ns.capacity_blocks) * u128::from(ns.block_size) <= NAMESPACE_BYTES_MAX,
                 "namespace {nsid}: larger than 1 PiB"

@@ -84,6 +84,7 @@ mod io;
 mod namespace;
 mod prng;
 mod storage;
+pub mod synthetic;
 mod zones;
 
 pub use config::{
@@ -309,6 +310,13 @@ impl Simulator {
         let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
         assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
         namespace.storage.block(lba, media_only)
+    }
+
+    /// Host memory `nsid`'s stored data takes (chunks of bytes, and runs of
+    /// synthetic blocks): what a benchmark subtracts as the simulator's own.
+    pub fn storage_bytes(&self, nsid: u32) -> u64 {
+        let state = self.lock();
+        state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage.host_bytes()
     }
 
     /// Blocks of `nsid` in the write cache, not yet durable.
