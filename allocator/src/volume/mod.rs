@@ -204,6 +204,9 @@ pub struct VolumeStats {
     pub commits: u64,
     /// Checkpoints written (metadata segment rotations).
     pub checkpoints: u64,
+    /// Bytes of the last checkpoint record written, on one copy (0 when
+    /// none was written since open).
+    pub checkpoint_bytes: u64,
     /// Zones finished on the device (Zone Management Send, action Finish
     /// Zone, ZNS Command Set 1.1 §3.4.3), freeing an active resource.
     pub zones_finished: u64,

@@ -23,6 +23,7 @@
 //! the same as JSON, and an SVG chart. See BENCHMARKS.md.
 
 mod resilver;
+mod scale;
 mod zoned;
 // The chart code the tools use (`plot`, `seqwrite --plot`); the rig does
 // not depend on the tools' crate, which builds the driver.
@@ -40,11 +41,12 @@ use vm_rig::{format_size, host_command, parse_size, Controller, Vm};
 
 const USAGE: &str = "\
 usage: hack/bench [--json FILE] [--svg FILE] [--quick]
-                  [--only driver|zoned|resilver]
+                  [--only driver|zoned|resilver|scale]
                   [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
                   [--zoned-size SIZE] [--zone SIZE] [--fill PERCENT]
                   [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
                   [--resilver-size SIZE] [--resilver-fill PERCENT]
+                  [--scale-capacities LIST] [--scale-extents LIST]
                   [--timeout SECONDS]
 
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
@@ -110,9 +112,12 @@ Options:
   --quick             a smoke run: 1 round of 2 s driver runs, 1 GiB zoned
                       namespaces of 16 MiB zones, no ablations, 512 MiB
                       resilver namespaces (explicit options still win)
-  --only PART         run only the driver jobs, only the zoned ones, or the
+  --only PART         run only the driver jobs, only the zoned ones, the
                       resilver (run only when asked for, in a VM of its own:
-                      about 6 minutes; the default runs the other two)
+                      about 6 minutes; the default runs the other two), or
+                      scale: the allocator's metadata at 64G to 2T on the
+                      host's simulator, no VM (about 40 minutes; --quick
+                      16G and 32G)
   --rounds N          rounds of every driver job on every side, and of the
                       resilver's steps (default 3)
   --time SECONDS      length of each driver run (default 10)
@@ -126,6 +131,10 @@ Options:
   --no-ablations      leave out the ablations
   --resilver-size SIZE  each resilver namespace (default 2G)
   --resilver-fill PERCENT  share of it the mirror holds (65)
+  --scale-capacities LIST  scale: volume sizes (64G,256G,1T,2T); a point whose
+                      memory, projected from the one before, would not fit
+                      is skipped and says so
+  --scale-extents LIST  scale: extent sizes (16K,256K,4M)
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -279,6 +288,8 @@ enum Parts {
     Driver,
     Zoned,
     Resilver,
+    /// The allocator's metadata at scale, on the host's simulator.
+    Scale,
 }
 
 impl Parts {
@@ -308,6 +319,7 @@ struct Options {
     parts: Parts,
     zoned: zoned::Options,
     resilver: resilver::Options,
+    scale: scale::Options,
 }
 
 fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
@@ -325,6 +337,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
         parts: Parts::Both,
         zoned: zoned::Options::defaults(false),
         resilver: resilver::Options::defaults(false),
+        scale: scale::Options::default(),
     };
     // Zoned settings given explicitly; --quick changes only the others.
     let mut zoned_size = None;
@@ -357,7 +370,8 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
                     "driver" => Parts::Driver,
                     "zoned" => Parts::Zoned,
                     "resilver" => Parts::Resilver,
-                    other => return Err(format!("--only {other:?}: driver, zoned or resilver")),
+                    "scale" => Parts::Scale,
+                    other => return Err(format!("--only {other:?}: driver, zoned, resilver or scale")),
                 }
             }
             "--zoned-size" => zoned_size = Some(size(value("--zoned-size")?, "--zoned-size")?),
@@ -368,11 +382,14 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
             "--no-ablations" => no_ablations = true,
             "--resilver-size" => resilver_size = Some(size(value("--resilver-size")?, "--resilver-size")?),
             "--resilver-fill" => resilver_fill = Some(percent(value("--resilver-fill")?, "--resilver-fill")?),
+            "--scale-capacities" => options.scale.capacities = Some(value("--scale-capacities")?),
+            "--scale-extents" => options.scale.extents = Some(value("--scale-extents")?),
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }
     let (quick_rounds, quick_time_s) = if quick { (1, 2) } else { (3, 10) };
     options.rounds = rounds.map_or(quick_rounds, |r| r as u32);
+    options.scale.quick = quick;
     options.time_s = time_s.unwrap_or(quick_time_s);
     // Every job's block size must tile the region; 512 KiB is the largest.
     let largest_bs_bytes = 512 << 10;
@@ -1561,6 +1578,9 @@ fn main() -> ExitCode {
 }
 
 fn bench(options: &Options) -> Result<(), (u8, String)> {
+    if options.parts == Parts::Scale {
+        return scale::bench(&options.scale, options.json.as_deref(), options.timeout_s.map(Duration::from_secs));
+    }
     let started = Instant::now();
     let date = utc_date(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
     let runs = Arc::new(if options.parts.driver() { plan(options) } else { Vec::new() });

@@ -1,0 +1,89 @@
+//! What the process holds: live heap bytes, counted by a wrapper around
+//! the system allocator, and the kernel's resident-set figures.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The system allocator, counting the bytes it has handed out and not got
+/// back.
+pub struct Counting;
+
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to `System` with the same arguments; the
+// counter only observes sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `alloc`'s contract, passed on as is.
+        let pointer = unsafe { System.alloc(layout) };
+        if !pointer.is_null() {
+            LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let pointer = unsafe { System.alloc_zeroed(layout) };
+        if !pointer.is_null() {
+            LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: `pointer` came from this allocator with `layout`.
+        unsafe { System.dealloc(pointer, layout) };
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller upholds `realloc`'s contract, passed on as is.
+        let moved = unsafe { System.realloc(pointer, layout, new_size) };
+        if !moved.is_null() {
+            LIVE_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+            LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        }
+        moved
+    }
+}
+
+/// Heap bytes allocated and not yet freed, process-wide.
+pub fn live_bytes() -> u64 {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), 0 when
+/// unreadable.
+pub fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Hands freed heap back to the kernel and restarts the peak RSS count
+/// (`VmHWM`), so that each measured run starts from what it inherits.
+pub fn reset_peak() {
+    // SAFETY: malloc_trim only releases free memory of the C allocator; it
+    // touches no live allocation.
+    unsafe { libc::malloc_trim(0) };
+    // Writing 5 to clear_refs resets VmHWM (Linux 4.0, proc(5)); failing
+    // leaves the peak cumulative, which the report would then overstate.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Bytes of memory the kernel could give this process now
+/// (`MemAvailable`).
+pub fn available_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}

@@ -1,0 +1,206 @@
+//! One measured volume: format a simulated ZNS namespace with synthetic
+//! data, fill it with extents of one size committing every few writes,
+//! reopen it (replaying the log), write a checkpoint, reopen it again.
+
+use crate::heap;
+use nvme_driver::sim::{synthetic, SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zoned_allocator::{Device, DeviceOptions, Error, Volume, VolumeOptions, BLOCK_SIZE};
+
+/// What a run is told.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Writes between commits: each commit journals this many extents.
+    pub commit_every: usize,
+    /// Share of the volume's capacity to fill, in percent.
+    pub fill_percent: u64,
+    /// Zone size of the simulated namespace.
+    pub zone_bytes: u64,
+    /// The simulator may keep this many bytes of stored (non-synthetic)
+    /// blocks: the metadata.
+    pub sim_memory_bytes: u64,
+}
+
+/// What one (capacity, extent size) run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub capacity_bytes: u64,
+    pub extent_bytes: u64,
+    pub volume_capacity_bytes: u64,
+    pub data_bytes: u64,
+    pub extents: u64,
+    pub fill_seconds: f64,
+    pub commits: usize,
+    pub commit_ops: usize,
+    pub commit_median_ms: f64,
+    pub commit_p99_ms: f64,
+    pub commit_max_ms: f64,
+    pub commit_median_bytes: u64,
+    pub commit_p99_bytes: u64,
+    pub commit_max_bytes: u64,
+    /// Checkpoints the fill's commits wrote (segment rotations).
+    pub fill_checkpoints: u64,
+    pub checkpoint_bytes: u64,
+    pub checkpoint_written_bytes: u64,
+    pub checkpoint_seconds: f64,
+    /// Open after the fill: labels, the last checkpoint and the whole log.
+    pub open_seconds: f64,
+    /// Open right after a checkpoint.
+    pub open_after_checkpoint_seconds: f64,
+    /// Heap the open volume holds (live bytes across `Volume::open`).
+    pub memory_bytes: u64,
+    /// Process RSS with the volume open, less the simulator's stored data.
+    pub rss_above_sim_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub sim_bytes: u64,
+    /// Metadata bytes on the device after the fill (one copy's log and
+    /// checkpoint, as written).
+    pub metadata_written_bytes: u64,
+}
+
+fn device(sim: &Arc<Simulator>) -> Result<Device, String> {
+    let controller =
+        Controller::init(sim.clone(), ControllerOptions::default()).map_err(|e| format!("bring-up: {e}"))?;
+    Device::open(&controller, 1, DeviceOptions::default()).map_err(|e| format!("namespace 1: {e}"))
+}
+
+fn quantile<T: Copy + Ord>(sorted: &[T], q: f64) -> T {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Runs one (capacity, extent size) point.
+pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Result<Row, String> {
+    heap::reset_peak();
+    let zone_blocks = settings.zone_bytes / BLOCK_SIZE as u64;
+    let blocks = capacity_bytes / BLOCK_SIZE as u64 / zone_blocks * zone_blocks;
+    let mut config = SimConfig::zoned(blocks, BLOCK_SIZE as u32, zone_blocks, zone_blocks);
+    config.namespaces[0] = config.namespaces[0].clone().synthetic_data();
+    config.volatile_write_cache = false;
+    // 4 MiB per command, for the largest extents.
+    config.mdts = 10;
+    config.memory_limit_bytes = settings.sim_memory_bytes;
+    let sim = Simulator::new(config);
+    let options = VolumeOptions { max_extent_bytes: extent_bytes.max(1 << 20), ..VolumeOptions::default() };
+    let mut volume = Volume::format(vec![device(&sim)?], &options).map_err(|e| format!("format: {e}"))?;
+    let written = |sim: &Simulator| sim.stats().lbas_written * BLOCK_SIZE as u64;
+    let mut row = Row {
+        capacity_bytes: blocks * BLOCK_SIZE as u64,
+        extent_bytes: extent_bytes as u64,
+        volume_capacity_bytes: volume.capacity_bytes(),
+        commit_ops: settings.commit_every,
+        ..Row::default()
+    };
+    let label = format!("{} × {}", size(row.capacity_bytes), size(row.extent_bytes));
+
+    // Fill.
+    let mut buffer = vec![0u8; extent_bytes];
+    for block in buffer.chunks_exact_mut(BLOCK_SIZE) {
+        synthetic::fill(block, 0);
+    }
+    let target = volume.capacity_bytes() / 100 * settings.fill_percent;
+    let mut seed = 1u64;
+    let mut latencies = Vec::new();
+    let mut commit_bytes = Vec::new();
+    let mut since_commit = 0;
+    let started = Instant::now();
+    let mut progress_at = Instant::now();
+    let commit = |volume: &mut Volume, latencies: &mut Vec<Duration>, commit_bytes: &mut Vec<u64>| {
+        let before = written(&sim);
+        let at = Instant::now();
+        let info = volume.commit().map_err(|e| format!("commit: {e}"))?;
+        latencies.push(at.elapsed());
+        commit_bytes.push(written(&sim) - before);
+        Ok::<_, String>(info)
+    };
+    while row.data_bytes + extent_bytes as u64 <= target {
+        for block in buffer.chunks_exact_mut(BLOCK_SIZE) {
+            synthetic::stamp(block, seed);
+            seed += 1;
+        }
+        match volume.write(0, &buffer, row.extents) {
+            Ok(_) => {}
+            Err(Error::NoSpace) => break,
+            Err(error) => return Err(format!("{label}: write {}: {error}", row.extents)),
+        }
+        row.data_bytes += extent_bytes as u64;
+        row.extents += 1;
+        since_commit += 1;
+        if since_commit == settings.commit_every {
+            commit(&mut volume, &mut latencies, &mut commit_bytes)?;
+            since_commit = 0;
+        }
+        if progress_at.elapsed() >= Duration::from_secs(10) {
+            progress_at = Instant::now();
+            eprintln!(
+                "scale: {label}: {}% filled, {} commits, {:.0} s",
+                row.data_bytes * 100 / target.max(1),
+                latencies.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if since_commit > 0 {
+        commit(&mut volume, &mut latencies, &mut commit_bytes)?;
+    }
+    row.fill_seconds = started.elapsed().as_secs_f64();
+    row.fill_checkpoints = volume.stats().checkpoints;
+    row.metadata_written_bytes = commit_bytes.iter().sum::<u64>() / 2;
+    latencies.sort_unstable();
+    commit_bytes.sort_unstable();
+    row.commits = latencies.len();
+    if !latencies.is_empty() {
+        row.commit_median_ms = ms(quantile(&latencies, 0.5));
+        row.commit_p99_ms = ms(quantile(&latencies, 0.99));
+        row.commit_max_ms = ms(*latencies.last().expect("commits"));
+        row.commit_median_bytes = quantile(&commit_bytes, 0.5);
+        row.commit_p99_bytes = quantile(&commit_bytes, 0.99);
+        row.commit_max_bytes = *commit_bytes.last().expect("commits");
+    }
+    drop((latencies, commit_bytes));
+    eprintln!("scale: {label}: filled {} in {:.0} s; reopening", size(row.data_bytes), row.fill_seconds);
+
+    // Open with the whole log to replay; the heap the volume holds.
+    let devices = volume.close().map_err(|e| format!("close: {e}"))?;
+    heap::reset_peak();
+    let heap_before = heap::live_bytes();
+    let at = Instant::now();
+    let mut volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
+    row.open_seconds = at.elapsed().as_secs_f64();
+    row.memory_bytes = heap::live_bytes().saturating_sub(heap_before);
+    row.sim_bytes = sim.storage_bytes(1);
+    row.rss_above_sim_bytes = heap::status_bytes("VmRSS").saturating_sub(row.sim_bytes);
+
+    // A checkpoint, then open again.
+    let before = written(&sim);
+    let at = Instant::now();
+    volume.checkpoint_now().map_err(|e| format!("checkpoint: {e}"))?;
+    row.checkpoint_seconds = at.elapsed().as_secs_f64();
+    row.checkpoint_written_bytes = written(&sim) - before;
+    row.checkpoint_bytes = volume.stats().checkpoint_bytes;
+    let devices = volume.close().map_err(|e| format!("close: {e}"))?;
+    let at = Instant::now();
+    let volume = Volume::open(devices, &options).map_err(|e| format!("open after the checkpoint: {e}"))?;
+    row.open_after_checkpoint_seconds = at.elapsed().as_secs_f64();
+    if volume.stats().extents != row.extents {
+        return Err(format!("{label}: {} extents after reopening, {} written", volume.stats().extents, row.extents));
+    }
+    row.peak_rss_bytes = heap::status_bytes("VmHWM");
+    drop(volume);
+    Ok(row)
+}
+
+/// `bytes` in the largest binary unit that divides it, else in MiB.
+pub fn size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
