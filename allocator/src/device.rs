@@ -23,13 +23,17 @@ pub struct DeviceOptions {
     pub queue_depth: u16,
     /// DMA buffers, each of the largest extent; bounds writes in flight.
     pub buffers: u32,
+    /// The largest transfer per command, and so each DMA buffer's size and
+    /// the largest extent: the namespace's MDTS, capped at this (the pool
+    /// takes `buffers` times it of pinned memory).
+    pub max_transfer_bytes: usize,
     /// Bound on every blocking command.
     pub timeout: Duration,
 }
 
 impl Default for DeviceOptions {
     fn default() -> Self {
-        DeviceOptions { queue_depth: 128, buffers: 64, timeout: Duration::from_secs(30) }
+        DeviceOptions { queue_depth: 128, buffers: 64, max_transfer_bytes: 1 << 20, timeout: Duration::from_secs(30) }
     }
 }
 
@@ -79,7 +83,7 @@ impl Device {
                 "namespace {nsid}: LBA size {block_size} does not divide the 4 KiB volume block"
             )));
         }
-        let max_transfer = (ns.max_transfer_bytes() as usize / BLOCK_SIZE * BLOCK_SIZE).min(1 << 20);
+        let max_transfer = (ns.max_transfer_bytes() as usize).min(options.max_transfer_bytes) / BLOCK_SIZE * BLOCK_SIZE;
         if max_transfer < BLOCK_SIZE {
             return Err(Error::InvalidConfig(format!("namespace {nsid}: transfers below 4 KiB")));
         }

@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! cargo run --release -p zoned-allocator --example scale -- [--capacities 64G,256G,1T,2T]
-//!     [--extents 16K,256K,4M] [--commit-every N] [--fill PERCENT] [--zone-size SIZE]
+//!     [--extents 16K,256K,1M] [--commit-every N] [--fill PERCENT] [--zone-size SIZE]
 //!     [--memory-budget SIZE] [--json FILE]
 //! ```
 //! `hack/bench --only scale` runs it.
@@ -35,7 +35,7 @@ struct Args {
     json: Option<String>,
 }
 
-const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,4M)] [--commit-every N (64)]
+const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,1M)] [--commit-every N (64)]
       [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--memory-budget SIZE (80% of available)] [--json FILE]
 
 For each extent size, fills a simulated ZNS volume of each capacity and reports the heap the
@@ -59,7 +59,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
 fn parse() -> Result<Args, String> {
     let mut args = Args {
         capacities: vec![64 << 30, 256 << 30, 1 << 40, 2 << 40],
-        extents: vec![16 << 10, 256 << 10, 4 << 20],
+        extents: vec![16 << 10, 256 << 10, 1 << 20],
         settings: Settings { commit_every: 64, fill_percent: 90, zone_bytes: 256 << 20, sim_memory_bytes: 64 << 30 },
         memory_budget_bytes: heap::available_bytes() / 10 * 8,
         json: None,
@@ -92,9 +92,11 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
     }
+    // The driver describes at most 2 MiB per command (one PRP list page),
+    // so larger extents cannot be written (nor 2 MiB with a header).
     for &extent in &args.extents {
-        if !extent.is_multiple_of(4096) || extent > 4 << 20 {
-            return Err(format!("extent size {extent}: a multiple of 4 KiB up to 4 MiB"));
+        if !extent.is_multiple_of(4096) || extent > 1 << 20 {
+            return Err(format!("extent size {extent}: a multiple of 4 KiB up to 1 MiB"));
         }
     }
     if !args.settings.zone_bytes.is_multiple_of(4096) || args.settings.zone_bytes < 1 << 20 {
@@ -185,7 +187,7 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1 << 20)
 }
 
-fn print_table(points: &[Point]) {
+fn print_header() {
     println!(
         "{:>9} {:>7} {:>10} {:>9} {:>8} {:>22} {:>24} {:>10} {:>8} {:>8} {:>8} {:>7}",
         "capacity",
@@ -201,7 +203,10 @@ fn print_table(points: &[Point]) {
         "open2 s",
         "fill s"
     );
-    for point in points {
+}
+
+fn print_point(point: &Point) {
+    {
         match point {
             Point::Skipped { capacity_bytes, extent_bytes, why } => {
                 println!("{:>9} {:>7} skipped: {why}", size(*capacity_bytes), size(*extent_bytes))
@@ -242,13 +247,14 @@ fn main() {
         }
     };
     let mut points = Vec::new();
+    print_header();
     for &extent in &args.extents {
         let mut previous: Option<Row> = None;
         for &capacity in &args.capacities {
             if let Some(before) = &previous {
                 let projected = before.peak_rss_bytes as f64 * capacity as f64 / before.capacity_bytes as f64;
                 if projected > args.memory_budget_bytes as f64 {
-                    points.push(Point::Skipped {
+                    let skipped = Point::Skipped {
                         capacity_bytes: capacity,
                         extent_bytes: extent,
                         why: format!(
@@ -258,7 +264,10 @@ fn main() {
                             projected / f64::from(1 << 30),
                             args.memory_budget_bytes as f64 / f64::from(1 << 30)
                         ),
-                    });
+                    };
+                    print_point(&skipped);
+                    points.push(skipped);
+                    write_json(&args, &points);
                     continue;
                 }
             }
@@ -266,7 +275,12 @@ fn main() {
             match run::run(capacity, extent as usize, &args.settings) {
                 Ok(row) => {
                     previous = Some(row.clone());
-                    points.push(Point::Measured(row));
+                    let point = Point::Measured(row);
+                    print_point(&point);
+                    points.push(point);
+                    // Rewritten after every point: a long run that stops
+                    // keeps what it measured.
+                    write_json(&args, &points);
                 }
                 Err(error) => {
                     eprintln!("scale: {} × {}: {error}", size(capacity), size(extent));
@@ -275,7 +289,10 @@ fn main() {
             }
         }
     }
-    print_table(&points);
+}
+
+/// Writes the settings and the points so far to `--json`, if given.
+fn write_json(args: &Args, points: &[Point]) {
     if let Some(path) = &args.json {
         let rows: Vec<String> = points.iter().map(json_row).collect();
         let text = format!(

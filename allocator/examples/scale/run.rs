@@ -60,10 +60,15 @@ pub struct Row {
     pub metadata_written_bytes: u64,
 }
 
+/// The largest command: the driver's one PRP list page describes up to
+/// 2 MiB, so a 1 MiB extent (and, from format 4, its header) fits.
+const MAX_TRANSFER_BYTES: usize = 2 << 20;
+
 fn device(sim: &Arc<Simulator>) -> Result<Device, String> {
     let controller =
         Controller::init(sim.clone(), ControllerOptions::default()).map_err(|e| format!("bring-up: {e}"))?;
-    Device::open(&controller, 1, DeviceOptions::default()).map_err(|e| format!("namespace 1: {e}"))
+    let options = DeviceOptions { max_transfer_bytes: MAX_TRANSFER_BYTES, buffers: 8, ..DeviceOptions::default() };
+    Device::open(&controller, 1, options).map_err(|e| format!("namespace 1: {e}"))
 }
 
 fn quantile<T: Copy + Ord>(sorted: &[T], q: f64) -> T {
@@ -82,11 +87,11 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut config = SimConfig::zoned(blocks, BLOCK_SIZE as u32, zone_blocks, zone_blocks);
     config.namespaces[0] = config.namespaces[0].clone().synthetic_data();
     config.volatile_write_cache = false;
-    // 4 MiB per command, for the largest extents.
-    config.mdts = 10;
+    // 2 MiB per command (MDTS 9), for the largest extents.
+    config.mdts = 9;
     config.memory_limit_bytes = settings.sim_memory_bytes;
     let sim = Simulator::new(config);
-    let options = VolumeOptions { max_extent_bytes: extent_bytes.max(1 << 20), ..VolumeOptions::default() };
+    let options = VolumeOptions { max_extent_bytes: extent_bytes, ..VolumeOptions::default() };
     let mut volume = Volume::format(vec![device(&sim)?], &options).map_err(|e| format!("format: {e}"))?;
     let written = |sim: &Simulator| sim.stats().lbas_written * BLOCK_SIZE as u64;
     let mut row = Row {
@@ -195,12 +200,15 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     Ok(row)
 }
 
-/// `bytes` in the largest binary unit that divides it, else in MiB.
+/// `bytes` in the largest binary unit that divides it, else in the
+/// largest it reaches, to a tenth.
 pub fn size(bytes: u64) -> String {
-    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    for (shift, unit) in UNITS {
         if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{} {unit}", bytes >> shift);
         }
     }
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    let (shift, unit) = UNITS.into_iter().find(|&(shift, _)| bytes >= 1 << shift).unwrap_or((0, "B"));
+    format!("{:.1} {unit}", bytes as f64 / (1u64 << shift) as f64)
 }

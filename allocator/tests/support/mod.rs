@@ -39,7 +39,7 @@ pub fn controller_options() -> ControllerOptions {
 }
 
 pub fn device_options() -> DeviceOptions {
-    DeviceOptions { queue_depth: 64, buffers: 32, timeout: bound() }
+    DeviceOptions { queue_depth: 64, buffers: 32, timeout: bound(), ..DeviceOptions::default() }
 }
 
 pub fn volume_options() -> VolumeOptions {

@@ -134,7 +134,8 @@ Options:
   --scale-capacities LIST  scale: volume sizes (64G,256G,1T,2T); a point whose
                       memory, projected from the one before, would not fit
                       is skipped and says so
-  --scale-extents LIST  scale: extent sizes (16K,256K,4M)
+  --scale-extents LIST  scale: extent sizes (16K,256K,1M; the driver carries
+                      at most 2 MiB per command)
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
