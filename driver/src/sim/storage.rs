@@ -10,18 +10,17 @@
 //!   every dirty block to the media; a power cut moves each one or drops it,
 //!   as the caller decides, block by block.
 //!
-//! A namespace with synthetic data ([`super::synthetic`]) keeps the
-//! self-describing blocks written to it as runs of seeds instead of bytes,
-//! and regenerates them on reads; everything else is stored as above. It
-//! has no write cache (the configuration insists), so every write is
-//! durable when it completes.
+//! A namespace with synthetic data keeps its blocks in a
+//! [`SyntheticStorage`] instead (see [`super::synthetic`]): it has no
+//! write cache (the configuration insists), so every write is durable
+//! when it completes.
 //!
 //! Chunks live in slabs of 32 MiB, aligned to 2 MiB and advised for
 //! transparent huge pages: random reads over hundreds of megabytes would
 //! otherwise miss the TLB on every command, which under a hypervisor's
 //! nested paging costs about as much as the 4 KiB copy itself.
 
-use super::synthetic::{self, SeedRuns};
+use super::synthetic::SyntheticStorage;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -173,11 +172,8 @@ pub(crate) struct Storage {
     chunks_max: usize,
     /// Chunk numbers being retired (Flush, power loss), kept to reuse.
     retiring: Vec<u64>,
-    /// With synthetic data: the synthetic blocks, which the chunks do not
-    /// hold (a chunk's bytes under a run are stale and never read).
-    seeds: Option<SeedRuns>,
-    /// With synthetic data: one chunk's worth of a write, to classify.
-    scratch: Vec<u8>,
+    /// With synthetic data, every block is there, not in chunks.
+    synthetic: Option<SyntheticStorage>,
 }
 
 /// Bits `first..first + count` of a chunk bitmap.
@@ -220,8 +216,8 @@ impl Iterator for Pieces {
 
 impl Storage {
     /// Storage for blocks of `block_size` bytes, holding at most
-    /// `memory_limit_bytes` of chunks; with `synthetic`, synthetic blocks
-    /// are kept as seeds.
+    /// `memory_limit_bytes`; with `synthetic`, synthetic blocks are kept as
+    /// seeds and others trimmed of their trailing zeroes.
     pub(crate) fn new(block_size: u32, memory_limit_bytes: u64, synthetic: bool) -> Self {
         let block_size = block_size as usize;
         assert!(block_size.is_power_of_two() && (512..=CHUNK_BYTES).contains(&block_size));
@@ -236,16 +232,16 @@ impl Storage {
             arena: Arena::default(),
             chunks_max,
             retiring: Vec::new(),
-            seeds: synthetic.then(SeedRuns::default),
-            scratch: Vec::new(),
+            synthetic: synthetic.then(|| SyntheticStorage::new(block_size as u32, memory_limit_bytes)),
         }
     }
 
-    /// Host memory the stored data takes: chunks, and runs of synthetic
-    /// blocks.
+    /// Host memory the stored data takes.
     pub(crate) fn host_bytes(&self) -> u64 {
-        let runs = self.seeds.as_ref().map_or(0, SeedRuns::len);
-        (self.arena.allocated * CHUNK_BYTES + runs * synthetic::RUN_BYTES) as u64
+        match &self.synthetic {
+            Some(synthetic) => synthetic.host_bytes(),
+            None => (self.arena.allocated * CHUNK_BYTES) as u64,
+        }
     }
 
     /// Chunks in use (durable and cached).
@@ -284,36 +280,9 @@ impl Storage {
     /// Hands the data of `blocks` blocks from `lba` to `sink`, in order, as
     /// reads see it (cache first, then media, zeroes where neither holds it).
     pub(crate) fn read(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
-        let runs = self.seeds.as_ref().map(|seeds| seeds.covering(lba, blocks)).unwrap_or_default();
-        if runs.is_empty() {
-            return self.read_stored(lba, blocks, &mut sink);
+        if let Some(synthetic) = &self.synthetic {
+            return synthetic.read(lba, blocks, sink);
         }
-        let mut at = lba;
-        let mut generated = vec![0u8; CHUNK_BYTES];
-        for (first, count, seed) in runs {
-            if first > at {
-                self.read_stored(at, first - at, &mut sink);
-            }
-            let per_piece = (CHUNK_BYTES / self.block_size) as u64;
-            let mut done = 0;
-            while done < count {
-                let n = per_piece.min(count - done);
-                let piece = &mut generated[..n as usize * self.block_size];
-                for (index, block) in piece.chunks_exact_mut(self.block_size).enumerate() {
-                    synthetic::fill(block, seed + done + index as u64);
-                }
-                sink(Run::Data(piece));
-                done += n;
-            }
-            at = first + count;
-        }
-        if at < lba + blocks {
-            self.read_stored(at, lba + blocks - at, &mut sink);
-        }
-    }
-
-    /// [`Storage::read`] of blocks no synthetic run covers.
-    fn read_stored(&self, lba: u64, blocks: u64, mut sink: &mut impl FnMut(Run<'_>)) {
         for (chunk, first, count) in self.pieces(lba, blocks) {
             let durable = self.durable.get(&chunk).map(|id| self.arena.get(*id));
             let emit_durable = |sink: &mut dyn FnMut(Run<'_>), first: usize, count: usize| match durable {
@@ -381,61 +350,11 @@ impl Storage {
     /// the data, in order, into the slice it is given. With `durable` the
     /// data goes to the media (FUA, or no write cache); otherwise to the
     /// cache.
-    pub(crate) fn write(&mut self, lba: u64, blocks: u64, durable: bool, fill: impl FnMut(&mut [u8])) {
-        if self.seeds.is_some() {
+    pub(crate) fn write(&mut self, lba: u64, blocks: u64, durable: bool, mut fill: impl FnMut(&mut [u8])) {
+        if let Some(synthetic) = &mut self.synthetic {
             assert!(durable, "synthetic data on a namespace with a write cache");
-            return self.write_synthetic(lba, blocks, fill);
+            return synthetic.write(lba, blocks, fill);
         }
-        self.write_stored(lba, blocks, durable, fill);
-    }
-
-    /// A durable write with synthetic data: each chunk's part is gathered,
-    /// then its synthetic blocks become runs and the others are stored.
-    fn write_synthetic(&mut self, lba: u64, blocks: u64, mut fill: impl FnMut(&mut [u8])) {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        for (chunk, first, count) in self.pieces(lba, blocks) {
-            scratch.resize(count * self.block_size, 0);
-            fill(&mut scratch);
-            let chunk_lba = chunk * self.blocks_per_chunk;
-            let seeds: Vec<Option<u64>> = scratch.chunks_exact(self.block_size).map(synthetic::seed_of).collect();
-            let mut block = 0;
-            while block < count {
-                // A span of stored blocks, or of synthetic blocks whose
-                // seeds follow on.
-                let mut end = block + 1;
-                while end < count
-                    && match (seeds[block], seeds[end]) {
-                        (None, None) => true,
-                        (Some(start), Some(seed)) => seed == start.wrapping_add((end - block) as u64),
-                        _ => false,
-                    }
-                {
-                    end += 1;
-                }
-                let span_lba = chunk_lba + (first + block) as u64;
-                let span = (end - block) as u64;
-                match seeds[block] {
-                    Some(seed) => self.seeds.as_mut().expect("synthetic").insert(span_lba, span, seed),
-                    None => {
-                        self.seeds.as_mut().expect("synthetic").remove(span_lba, span);
-                        let bytes = &scratch[block * self.block_size..end * self.block_size];
-                        self.write_stored(span_lba, span, true, |destination| destination.copy_from_slice(bytes));
-                    }
-                }
-                block = end;
-            }
-            // A chunk whose every block is synthetic holds nothing read.
-            if count as u64 == self.blocks_per_chunk && seeds.iter().all(Option::is_some) {
-                if let Some(id) = self.durable.remove(&chunk) {
-                    self.arena.release(id);
-                }
-            }
-        }
-        self.scratch = scratch;
-    }
-
-    /// [`Storage::write`] as bytes, whatever they hold.
-    fn write_stored(&mut self, lba: u64, blocks: u64, durable: bool, mut fill: impl FnMut(&mut [u8])) {
         for (chunk, first, count) in self.pieces(lba, blocks) {
             let bytes = self.bytes(first, count);
             let bits = mask(first, count);
@@ -456,8 +375,8 @@ impl Storage {
     /// deallocate, zone reset), through the cache unless `durable`. Whole
     /// chunks are freed.
     pub(crate) fn zero(&mut self, lba: u64, blocks: u64, durable: bool) {
-        if let Some(seeds) = &mut self.seeds {
-            seeds.remove(lba, blocks);
+        if let Some(synthetic) = &mut self.synthetic {
+            return synthetic.zero(lba, blocks);
         }
         for (chunk, first, count) in self.pieces(lba, blocks) {
             let bytes = self.bytes(first, count);
@@ -578,12 +497,8 @@ impl Storage {
 
     /// One block as reads see it, or as the media holds it (`media_only`).
     pub(crate) fn block(&self, lba: u64, media_only: bool) -> Vec<u8> {
-        if let Some(&(_, _, seed)) =
-            self.seeds.as_ref().and_then(|seeds| seeds.covering(lba, 1).first().copied()).as_ref()
-        {
-            let mut block = vec![0u8; self.block_size];
-            synthetic::fill(&mut block, seed);
-            return block;
+        if let Some(synthetic) = &self.synthetic {
+            return synthetic.block(lba);
         }
         let chunk = lba / self.blocks_per_chunk;
         let index = (lba % self.blocks_per_chunk) as usize;
@@ -605,16 +520,13 @@ impl Storage {
     /// the block is dirty there, else on the media.
     pub(crate) fn flip_bit(&mut self, lba: u64, bit_index: u64) {
         assert!(bit_index < self.block_size as u64 * 8, "bit {bit_index} outside a {}-byte block", self.block_size);
+        if let Some(synthetic) = &mut self.synthetic {
+            return synthetic.flip_bit(lba, bit_index);
+        }
         let chunk = lba / self.blocks_per_chunk;
         let index = (lba % self.blocks_per_chunk) as usize;
         let byte = index * self.block_size + (bit_index / 8) as usize;
         let flip = 1u8 << (bit_index % 8);
-        if self.seeds.as_ref().is_some_and(|seeds| !seeds.covering(lba, 1).is_empty()) {
-            // A synthetic block turns into stored bytes, then flips.
-            let block = self.block(lba, false);
-            self.seeds.as_mut().expect("synthetic").remove(lba, 1);
-            self.write_stored(lba, 1, true, |destination| destination.copy_from_slice(&block));
-        }
         let cached = self.cache.get(&chunk).filter(|cached| bit(cached.dirty, index)).map(|cached| cached.data);
         let id = match cached {
             Some(id) => id,
@@ -724,57 +636,5 @@ mod tests {
     fn the_memory_limit_holds() {
         let mut storage = Storage::new(512, 2 * CHUNK_BYTES as u64, false);
         write_pattern(&mut storage, 0, 3 * 128, 1, true);
-    }
-
-    #[test]
-    fn synthetic_blocks_are_kept_as_seeds_and_read_back_whole() {
-        let mut storage = Storage::new(4096, 1 << 30, true);
-        // Two chunks of synthetic blocks, seeds 1000.., then a label-like
-        // block and more synthetic ones that do not follow on.
-        let mut data = vec![0u8; 40 * 4096];
-        for (index, block) in data.chunks_exact_mut(4096).enumerate() {
-            synthetic::fill(block, 1000 + index as u64);
-        }
-        data[32 * 4096..33 * 4096].fill(0x77);
-        synthetic::stamp(&mut data[33 * 4096..34 * 4096], 5);
-        storage.write(0, 40, true, {
-            let mut at = 0;
-            move |destination: &mut [u8]| {
-                destination.copy_from_slice(&data[at..at + destination.len()]);
-                at += destination.len();
-            }
-        });
-        assert_eq!(storage.chunks(), 1, "only the chunk with a stored block holds bytes");
-        assert_eq!(storage.seeds.as_ref().unwrap().len(), 3, "runs join across chunks");
-        let back = read_all(&storage, 0, 40);
-        for index in [0usize, 15, 16, 31, 34, 39] {
-            let expected = Some(1000 + index as u64);
-            assert_eq!(synthetic::seed_of(&back[index * 4096..(index + 1) * 4096]), expected, "block {index}");
-        }
-        assert_eq!(&back[32 * 4096..33 * 4096], &[0x77; 4096][..]);
-        assert_eq!(synthetic::seed_of(&back[33 * 4096..34 * 4096]), Some(5));
-        assert_eq!(synthetic::seed_of(&storage.block(20, true)), Some(1020));
-        // Stored bytes over a run, zeroes, and a flipped bit all end it
-        // where they land.
-        write_pattern(&mut storage, 10, 1, 0xAB, true);
-        storage.zero(12, 2, true);
-        storage.flip_bit(20, 800);
-        let back = read_all(&storage, 0, 40);
-        assert_eq!(&back[10 * 4096..11 * 4096], &[0xAB; 4096][..]);
-        assert_eq!(&back[12 * 4096..14 * 4096], &[0u8; 8192][..]);
-        assert_eq!(synthetic::seed_of(&back[20 * 4096..21 * 4096]), None, "the flipped block is ordinary data");
-        let mut expected = vec![0u8; 4096];
-        synthetic::fill(&mut expected, 1020);
-        expected[100] ^= 1;
-        assert_eq!(&back[20 * 4096..21 * 4096], &expected[..]);
-        assert_eq!(synthetic::seed_of(&back[11 * 4096..12 * 4096]), Some(1011));
-        assert_eq!(synthetic::seed_of(&back[21 * 4096..22 * 4096]), Some(1021));
-    }
-
-    #[test]
-    #[should_panic(expected = "write cache")]
-    fn synthetic_data_takes_no_cached_writes() {
-        let mut storage = Storage::new(4096, 1 << 30, true);
-        write_pattern(&mut storage, 0, 1, 1, false);
     }
 }

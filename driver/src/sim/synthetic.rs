@@ -6,15 +6,17 @@
 //! [`super::NamespaceConfig::synthetic_data`] checks every block written:
 //! a synthetic one is kept as its seed, in runs of consecutive seeds at
 //! consecutive LBAs (one run per sequential stream of writes, whatever its
-//! length), and anything else (metadata, labels, user data) is stored in
-//! full as on any namespace. A read regenerates the same bytes, so
-//! checksums over them verify, and a scale benchmark can fill a 1 TiB
-//! volume in a few hundred megabytes of host memory.
+//! length), and anything else (metadata, labels, extent headers, user
+//! data) is kept block by block, less its trailing zeroes. A read
+//! regenerates the same bytes, so checksums over them verify, and a scale
+//! benchmark can fill a terabyte volume in a few gigabytes of host memory
+//! (what it keeps is what is not synthetic).
 //!
 //! A block is taken as synthetic only when its stamp *and* its whole body
 //! match, so nothing else is ever mistaken for one: the worst a foreign
 //! block starting with the magic can do is be stored in full.
 
+use super::storage::Run;
 use std::collections::BTreeMap;
 
 /// The first eight bytes of every synthetic block.
@@ -160,6 +162,177 @@ impl SeedRuns {
     }
 }
 
+/// Host bytes a stored block costs beyond its bytes (a B-tree entry and
+/// the allocation's header), for memory accounting.
+const STORED_BLOCK_OVERHEAD_BYTES: u64 = 64;
+
+/// The blocks of a namespace with synthetic data: runs of seeds, and the
+/// other blocks trimmed of their trailing zeroes. Writes are durable when
+/// they complete (there is no write cache).
+#[derive(Debug)]
+pub(crate) struct SyntheticStorage {
+    block_size: usize,
+    seeds: SeedRuns,
+    /// Blocks that are not synthetic, each up to its last nonzero byte; a
+    /// block absent from both reads as zeroes.
+    stored: BTreeMap<u64, Box<[u8]>>,
+    stored_bytes: u64,
+    memory_limit_bytes: u64,
+    /// One write's bytes, to classify.
+    scratch: Vec<u8>,
+}
+
+impl SyntheticStorage {
+    pub(crate) fn new(block_size: u32, memory_limit_bytes: u64) -> Self {
+        SyntheticStorage {
+            block_size: block_size as usize,
+            seeds: SeedRuns::default(),
+            stored: BTreeMap::new(),
+            stored_bytes: 0,
+            memory_limit_bytes,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Host memory the blocks take.
+    pub(crate) fn host_bytes(&self) -> u64 {
+        self.stored_bytes
+            + self.stored.len() as u64 * STORED_BLOCK_OVERHEAD_BYTES
+            + (self.seeds.len() * RUN_BYTES) as u64
+    }
+
+    /// Hands `blocks` blocks from `lba` to `sink`, in order.
+    pub(crate) fn read(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
+        let end = lba + blocks;
+        let mut runs = self.seeds.covering(lba, blocks).into_iter().peekable();
+        let mut stored = self.stored.range(lba..end).peekable();
+        let mut block = vec![0u8; self.block_size];
+        let mut zeroes = 0usize;
+        for at in lba..end {
+            let seed = match runs.peek() {
+                Some(&(first, count, seed)) if at >= first => {
+                    if at + 1 == first + count {
+                        runs.next();
+                    }
+                    Some(seed + (at - first))
+                }
+                _ => None,
+            };
+            let bytes = match stored.peek() {
+                Some(&(&stored_lba, bytes)) if stored_lba == at => {
+                    stored.next();
+                    Some(bytes)
+                }
+                _ => None,
+            };
+            match (seed, bytes) {
+                (Some(seed), _) => fill(&mut block, seed),
+                (None, Some(bytes)) => {
+                    block[..bytes.len()].copy_from_slice(bytes);
+                    block[bytes.len()..].fill(0);
+                }
+                (None, None) => {
+                    zeroes += self.block_size;
+                    continue;
+                }
+            }
+            if zeroes > 0 {
+                sink(Run::Zeroes(zeroes));
+                zeroes = 0;
+            }
+            sink(Run::Data(&block));
+        }
+        if zeroes > 0 {
+            sink(Run::Zeroes(zeroes));
+        }
+    }
+
+    /// Writes `blocks` blocks at `lba`; `fill` writes the data, in order,
+    /// into the slices it is given.
+    pub(crate) fn write(&mut self, lba: u64, blocks: u64, mut fill: impl FnMut(&mut [u8])) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.resize(blocks as usize * self.block_size, 0);
+        fill(&mut scratch);
+        let seeds: Vec<Option<u64>> = scratch.chunks_exact(self.block_size).map(seed_of).collect();
+        let mut block = 0;
+        while block < seeds.len() {
+            let at = lba + block as u64;
+            let Some(first_seed) = seeds[block] else {
+                self.seeds.remove(at, 1);
+                self.store(at, &scratch[block * self.block_size..(block + 1) * self.block_size]);
+                block += 1;
+                continue;
+            };
+            // Synthetic blocks whose seeds follow on: one run.
+            let mut end = block + 1;
+            while end < seeds.len() && seeds[end] == Some(first_seed.wrapping_add((end - block) as u64)) {
+                end += 1;
+            }
+            let count = (end - block) as u64;
+            self.unstore(at, count);
+            self.seeds.insert(at, count, first_seed);
+            block = end;
+        }
+        self.scratch = scratch;
+    }
+
+    /// Keeps `bytes` as block `lba`, less its trailing zeroes.
+    fn store(&mut self, lba: u64, bytes: &[u8]) {
+        self.unstore(lba, 1);
+        let used = bytes.iter().rposition(|&byte| byte != 0).map_or(0, |last| last + 1);
+        if used == 0 {
+            return;
+        }
+        self.stored_bytes += used as u64;
+        assert!(
+            self.host_bytes() <= self.memory_limit_bytes,
+            "simulated storage exceeds its memory limit ({} bytes)",
+            self.memory_limit_bytes
+        );
+        self.stored.insert(lba, bytes[..used].into());
+    }
+
+    /// Forgets the stored blocks among `blocks` from `lba`.
+    fn unstore(&mut self, lba: u64, blocks: u64) {
+        if blocks == 1 {
+            if let Some(old) = self.stored.remove(&lba) {
+                self.stored_bytes -= old.len() as u64;
+            }
+            return;
+        }
+        let doomed: Vec<u64> = self.stored.range(lba..lba + blocks).map(|(&at, _)| at).collect();
+        for at in doomed {
+            let old = self.stored.remove(&at).expect("listed");
+            self.stored_bytes -= old.len() as u64;
+        }
+    }
+
+    /// Makes `blocks` blocks at `lba` read as zeroes.
+    pub(crate) fn zero(&mut self, lba: u64, blocks: u64) {
+        self.seeds.remove(lba, blocks);
+        self.unstore(lba, blocks);
+    }
+
+    /// One block as reads see it.
+    pub(crate) fn block(&self, lba: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.block_size);
+        self.read(lba, 1, |run| match run {
+            Run::Data(bytes) => out.extend_from_slice(bytes),
+            Run::Zeroes(count) => out.resize(out.len() + count, 0),
+        });
+        out
+    }
+
+    /// Flips bit `bit_index` of block `lba` (a synthetic block becomes an
+    /// ordinary one).
+    pub(crate) fn flip_bit(&mut self, lba: u64, bit_index: u64) {
+        let mut block = self.block(lba);
+        block[(bit_index / 8) as usize] ^= 1 << (bit_index % 8);
+        self.seeds.remove(lba, 1);
+        self.store(lba, &block);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +357,67 @@ mod tests {
         }
         assert_eq!(seed_of(&[0u8; 4096]), None);
         assert_eq!(seed_of(&[0xFFu8; 4096]), None);
+    }
+
+    fn read_all(storage: &SyntheticStorage, lba: u64, blocks: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        storage.read(lba, blocks, |run| match run {
+            Run::Data(bytes) => out.extend_from_slice(bytes),
+            Run::Zeroes(count) => out.resize(out.len() + count, 0),
+        });
+        out
+    }
+
+    #[test]
+    fn synthetic_blocks_are_kept_as_seeds_and_others_trimmed() {
+        let mut storage = SyntheticStorage::new(4096, 1 << 30);
+        // Synthetic blocks, seeds 1000.., with a header-like block (a few
+        // bytes, then zeroes) at 32 and a synthetic one out of sequence at
+        // 33.
+        let mut data = vec![0u8; 40 * 4096];
+        for (index, block) in data.chunks_exact_mut(4096).enumerate() {
+            fill(block, 1000 + index as u64);
+        }
+        data[32 * 4096..33 * 4096].fill(0);
+        data[32 * 4096..32 * 4096 + 300].fill(0x77);
+        stamp(&mut data[33 * 4096..34 * 4096], 5);
+        let mut at = 0;
+        storage.write(0, 40, |destination| {
+            destination.copy_from_slice(&data[at..at + destination.len()]);
+            at += destination.len();
+        });
+        assert_eq!(storage.seeds.len(), 3);
+        assert_eq!(storage.stored_bytes, 300, "the stored block without its zeroes");
+        assert_eq!(read_all(&storage, 0, 40), data);
+        assert_eq!(read_all(&storage, 30, 5), data[30 * 4096..35 * 4096]);
+        // Never written: zeroes.
+        assert_eq!(read_all(&storage, 100, 2), vec![0u8; 8192]);
+        // Stored bytes over a run, zeroes, and a flipped bit end it where
+        // they land; zeroes over a stored block free it.
+        let mut ordinary = vec![0u8; 4096];
+        ordinary[0] = 0xAB;
+        storage.write(10, 1, |destination| destination.copy_from_slice(&ordinary));
+        storage.zero(12, 2);
+        storage.zero(32, 1);
+        storage.flip_bit(20, 800);
+        assert_eq!(storage.stored_bytes, 1 + 4096, "block 10 to its last nonzero byte, and block 20 whole");
+        let back = read_all(&storage, 0, 40);
+        assert_eq!(&back[10 * 4096..11 * 4096], &ordinary[..]);
+        assert_eq!(&back[12 * 4096..14 * 4096], &[0u8; 8192][..]);
+        assert_eq!(&back[32 * 4096..33 * 4096], &[0u8; 4096][..]);
+        let mut flipped = data[20 * 4096..21 * 4096].to_vec();
+        flipped[100] ^= 1;
+        assert_eq!(&back[20 * 4096..21 * 4096], &flipped[..]);
+        assert_eq!(seed_of(&back[11 * 4096..12 * 4096]), Some(1011));
+        assert_eq!(seed_of(&back[21 * 4096..22 * 4096]), Some(1021));
+        assert_eq!(storage.block(21), data[21 * 4096..22 * 4096]);
+    }
+
+    #[test]
+    #[should_panic(expected = "memory limit")]
+    fn the_memory_limit_holds() {
+        let mut storage = SyntheticStorage::new(4096, 8192);
+        storage.write(0, 3, |destination| destination.fill(1));
     }
 
     #[test]
