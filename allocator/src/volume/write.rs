@@ -494,7 +494,7 @@ impl Volume {
         }
         let result = match pending.error {
             Some(error) => Err(error),
-            None if pending.reported => Err(Error::InvalidArgument("write abandoned at submission".into())),
+            None if pending.reported => Err(Error::InvalidArgument("write abandoned (it failed at submission, or its wait timed out)".into())),
             None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => Err(Error::NoDevices),
             None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
                 let location = l.expect("every copy placed");
@@ -527,6 +527,10 @@ impl Volume {
     /// Writes `data` and waits for it: [`Volume::submit_write`], then
     /// polls until this write finishes (other finished writes stay queued
     /// for [`Volume::next_done`]).
+    ///
+    /// A write that times out is abandoned: should it complete later, its
+    /// blocks are garbage and no extent comes of it, so an error returned
+    /// here never turns into an extent the caller does not know of.
     pub fn write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
         let id = self.submit_write(stream, data, owner)?;
         let deadline = Instant::now() + self.options.timeout;
@@ -535,10 +539,12 @@ impl Volume {
                 let done = self.done.remove(position).expect("found");
                 return done.result.map(|()| id);
             }
-            self.poll();
             if Instant::now() > deadline {
+                let pending = self.writes.iter_mut().flatten().find(|p| p.id == id && p.copy_of.is_none());
+                pending.expect("a write neither done nor pending").reported = true;
                 return Err(Error::Timeout { what: "a write" });
             }
+            self.poll();
         }
     }
 
