@@ -162,14 +162,7 @@ impl Volume {
             .into_iter()
             .map(|id| {
                 let e = &self.extents[&id];
-                ExtentRecord {
-                    id,
-                    owner: e.owner,
-                    stream: e.stream,
-                    blocks: e.blocks,
-                    locations: e.locations.clone(),
-                    crcs: e.crcs.to_vec(),
-                }
+                ExtentRecord { id, owner: e.owner, stream: e.stream, blocks: e.blocks, locations: e.locations.clone() }
             })
             .collect();
         let zone_valid =
