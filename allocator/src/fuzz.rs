@@ -1,7 +1,6 @@
 //! Entry points for the fuzz targets (`fuzz/fuzz_targets/metadata.rs`) and
 //! the tests that replay them: every decoder of device bytes in the
-//! allocator (labels, record headers, deltas, checkpoints, extent
-//! headers) and recovery
+//! allocator (labels, record headers, deltas, checkpoints) and recovery
 //! over arbitrary segment images. Each must return a value or a typed
 //! error, never panic. Not part of the API.
 
@@ -29,23 +28,6 @@ pub fn decoders(data: &[u8]) {
         let again = decode_checkpoint(&encode_checkpoint(&checkpoint)).expect("a re-encoded checkpoint decodes");
         assert_eq!(again, checkpoint, "a checkpoint round-trips");
     }
-    extent_header(data);
-}
-
-/// An extent header on `data` (as the start of a copy): decoded, checked
-/// and verified against what it claims, re-encoded when it decodes.
-fn extent_header(data: &[u8]) {
-    use crate::header::{check_header, header_crcs, verify_copy, Expected, Header};
-    let Ok(header) = Header::decode(data) else { return };
-    let expected = Expected { volume_id: header.volume_id, id: header.id, blocks: header.blocks() };
-    let encoded = header.encode();
-    assert_eq!(Header::decode(&encoded).as_ref(), Ok(&header), "an extent header round-trips");
-    assert_eq!(check_header(data, &expected), Ok(()), "a decoded header names itself");
-    assert_eq!(header_crcs(data, &expected).map(|c| c.len()), Ok(expected.blocks as usize));
-    // A copy of the claimed length: verification names blocks within it.
-    let mut copy = data.to_vec();
-    copy.resize(crate::header::copy_blocks(expected.blocks) as usize * BLOCK_SIZE, 0);
-    assert!(verify_copy(&copy, &expected).iter().all(|&block| block < expected.blocks));
 }
 
 /// Recovery over four segment images cut from `data` (two copies of two

@@ -18,14 +18,10 @@
 //!   per zone, for devices without Zone Append. On conventional
 //!   namespaces, plain writes at the allocated offset, any number in
 //!   flight.
-//! - Integrity: every copy of an extent begins with an extent header
-//!   ([`header`]), written in the same command as its data: the volume and
-//!   extent it belongs to, and a crc32c per 4 KiB block ([`checksum`]).
-//!   Checksums live on the device, not in memory. [`Volume::read`] checks
-//!   the header and every block and, on a mismatch or a media error, reads
-//!   the other copy, returns good data and records the bad block
-//!   ([`Volume::bad_blocks`]). A copy holding another extent's bytes fails
-//!   its header check.
+//! - Integrity: a crc32c per 4 KiB block ([`checksum`]), kept in the
+//!   extent map; [`Volume::read`] verifies it and, on a mismatch or a media
+//!   error, reads the other copy, returns good data and records the bad
+//!   block ([`Volume::bad_blocks`]).
 //! - Durable metadata ([`journal`]): two copies (one per namespace of a
 //!   mirror, two in different zones of a single or dup namespace), each of
 //!   two segments of whole zones that begin with the device's label.
@@ -50,8 +46,7 @@
 //!   zone's live data (NVMe Copy when the device has it, read and write
 //!   otherwise), commits the moves, then resets the zone.
 //! - For scrub: [`Volume::extents_from`] walks a lane's extents in
-//!   physical order, one map lookup per batch; each read of whole copies
-//!   carries their checksums in their headers.
+//!   physical order with their checksums, one map lookup per batch.
 //!
 //! # Crash safety
 //!
@@ -89,7 +84,6 @@ pub mod device;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
-pub mod header;
 pub mod journal;
 pub mod token;
 mod volume;

@@ -36,27 +36,6 @@ const WRITE_BYTES: u64 = 256 << 10;
 /// Blocks per write (and per extent).
 const WRITE_BLOCKS: u64 = WRITE_BYTES / BLOCK;
 
-/// Blocks of each copy of an extent on the device: its header block, then
-/// its data.
-const COPY_BLOCKS: u64 = WRITE_BLOCKS + 1;
-
-/// Bytes a scrub reads for `data` bytes of seqwrite's extents, per copy:
-/// the data and the extents' header blocks.
-fn copy_bytes(data: u64) -> u64 {
-    data / WRITE_BYTES * COPY_BLOCKS * BLOCK
-}
-
-/// Where data block `block` of seqwrite's data (counting data blocks
-/// only, in the order written) lies, in bytes from the start of the data:
-/// each write is one extent, whose copy is its header block then its
-/// data, and a zone of `zone_blocks` holds as many whole copies as fit.
-const fn data_block_offset(block: u64, zone_blocks: u64) -> u64 {
-    let (write, index) = (block / WRITE_BLOCKS, block % WRITE_BLOCKS);
-    let per_zone = zone_blocks / COPY_BLOCKS;
-    let (zone, slot) = (write / per_zone, write % per_zone);
-    (zone * zone_blocks + slot * COPY_BLOCKS + 1 + index) * BLOCK
-}
-
 /// The controllers' addresses in the guest, in the order they are given.
 const FIRST: &str = "0000:00:10.0";
 const SECOND: &str = "0000:00:11.0";
@@ -326,9 +305,9 @@ fn data_extent(step: &Step) -> Result<(u64, u64), String> {
     }
 }
 
-/// Damages the first copy of each of [`ONE_COPY_BAD`] (in `image`, whose
-/// zones hold `zone_blocks`) once seqwrite has reported where its data is.
-fn damage_first_copies(step: &Step, image: &Path, zone_blocks: u64) -> Result<Vec<Damage>, String> {
+/// Damages the first copy of each of [`ONE_COPY_BAD`] (in `image`) once
+/// seqwrite has reported where its data is.
+fn damage_first_copies(step: &Step, image: &Path) -> Result<Vec<Damage>, String> {
     let (data_offset, bytes) = data_extent(step)?;
     ONE_COPY_BAD
         .iter()
@@ -336,21 +315,15 @@ fn damage_first_copies(step: &Step, image: &Path, zone_blocks: u64) -> Result<Ve
             if (block + 1) * BLOCK > bytes {
                 return Err(format!("block {block} lies beyond the {bytes} bytes written"));
             }
-            damage(image, data_offset + data_block_offset(block, zone_blocks), bytes / WRITE_BYTES)
+            damage(image, data_offset + block * BLOCK, bytes / WRITE_BYTES)
         })
         .collect()
 }
 
 /// Damages [`BOTH_COPIES_BAD`] in `first` and the same block of the
 /// second copy, found in `second` by content, first copy first.
-fn damage_both_copies(
-    data_offset: u64,
-    bytes: u64,
-    zone_blocks: u64,
-    first: &Path,
-    second: &Path,
-) -> Result<Vec<Damage>, String> {
-    let offset = data_offset + data_block_offset(BOTH_COPIES_BAD, zone_blocks);
+fn damage_both_copies(data_offset: u64, bytes: u64, first: &Path, second: &Path) -> Result<Vec<Damage>, String> {
+    let offset = data_offset + BOTH_COPIES_BAD * BLOCK;
     let block = read_block(first, offset)?;
     let twins = find(second, &block);
     let [twin] = twins[..] else {
@@ -362,8 +335,8 @@ fn damage_both_copies(
 /// Checks, once seqwrite has reported where its data is, that the data
 /// starts at `predicted_data_offset` (where the blkdebug sectors were put
 /// before the boot) and that each of `offsets` (bytes from the start of the
-/// data zones) lies in seqwrite's data; returns the blocks holding them,
-/// read from the host (blkdebug fails only QEMU's reads), unchanged.
+/// data) lies inside it; returns the blocks holding them, read from the
+/// host (blkdebug fails only QEMU's reads), unchanged.
 fn faulty_blocks(
     step: &Step,
     image: &Path,
@@ -380,7 +353,7 @@ fn faulty_blocks(
             let at = data_offset + offset / BLOCK * BLOCK;
             let block = read_block(image, at)?;
             let (sequence, index) = stamp(&block);
-            if sequence >= bytes / WRITE_BYTES || index >= WRITE_BLOCKS {
+            if offset >= bytes || sequence >= bytes / WRITE_BYTES || index >= WRITE_BLOCKS {
                 return Err(format!("data + {offset}: not seqwrite's data ({sequence}, {index})"));
             }
             Ok(Damage { image: image.to_owned(), offset: at, original: block.clone(), damaged: block })
@@ -466,16 +439,12 @@ fn zns_mirror_repairs_by_relocation_resumes_and_survives_media_errors() {
     // worst-case checkpoint (a few MiB) fits one zone, so data starts at
     // zone 2. The host checks this when seqwrite's report arrives.
     const ZONE: u64 = 32 * MIB;
-    const ZONE_BLOCKS: u64 = ZONE / BLOCK;
     const PREDICTED_DATA_OFFSET: u64 = 2 * ZONE;
     const MEDIA_DATA_BYTES: u64 = 64 * MIB;
     // Two sectors in two extents, as byte offsets from the start of the
-    // data: in the first data block of the data's fifth extent and in the
-    // sixth of its 41st.
-    let media_errors: [u64; 2] = [
-        data_block_offset(4 * WRITE_BLOCKS, ZONE_BLOCKS) + 3 * 512,
-        data_block_offset(40 * WRITE_BLOCKS + 5, ZONE_BLOCKS) + 512,
-    ];
+    // data: in the first block of the data's fifth extent and in the sixth
+    // block of its 41st.
+    let media_errors: [u64; 2] = [4 * WRITE_BYTES + 3 * 512, 40 * WRITE_BYTES + 5 * BLOCK + 512];
     let sectors: Vec<u64> = media_errors.iter().map(|b| (PREDICTED_DATA_OFFSET + b) / 512).collect();
 
     let images = ImageDir::new("qemu-scrub-zns");
@@ -485,7 +454,7 @@ fn zns_mirror_repairs_by_relocation_resumes_and_survives_media_errors() {
     let observer = on_step(
         &host,
         vec![
-            ("seqwrite-a", action(move |step| damage_first_copies(step, &first, ZONE_BLOCKS))),
+            ("seqwrite-a", action(move |step| damage_first_copies(step, &first))),
             ("seqwrite-b", action(move |step| faulty_blocks(step, &faulty, PREDICTED_DATA_OFFSET, &media_errors))),
         ],
     );
@@ -518,14 +487,14 @@ step rescrub-b scrub $B --json
     let (outcome, steps) = run_script(vm, &script);
     let host = host.lock().unwrap();
     assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, context(&outcome));
-    let total = 2 * copy_bytes(DATA_BYTES);
+    let total = 2 * DATA_BYTES;
 
     // One copy damaged: detected, repaired by relocation, then clean.
     step(&steps, &outcome, "seqwrite-a", 0);
     let detect = step(&steps, &outcome, "detect-a", 3);
     eprintln!("the damage showed at read-only scrub {} of at most {DETECT_TRIES}", detect.tries());
     assert_eq!(counts(detect), (ONE_COPY_BAD.len() as u64, BTreeMap::new(), BTreeMap::new(), 0), "{detect:?}");
-    assert_eq!(detect.u64("/report/bytes_total"), copy_bytes(DATA_BYTES), "copy 0 only: {detect:?}");
+    assert_eq!(detect.u64("/report/bytes_total"), DATA_BYTES, "copy 0 only: {detect:?}");
     let repair = step(&steps, &outcome, "repair-a", 0);
     let bad = ONE_COPY_BAD.len() as u64;
     assert_eq!(counts(repair), (bad, BTreeMap::new(), BTreeMap::new(), bad), "{repair:?}");
@@ -582,7 +551,7 @@ step rescrub-b scrub $B --json
     let corrected = media_errors.len() as u64 * WRITE_BLOCKS;
     assert_eq!(counts(media), (0, unreadable, BTreeMap::new(), corrected), "{media:?}");
     assert_eq!(uncorrectable(media), Vec::new(), "{media:?}");
-    assert_clean(step(&steps, &outcome, "rescrub-b", 0), 2 * copy_bytes(MEDIA_DATA_BYTES));
+    assert_clean(step(&steps, &outcome, "rescrub-b", 0), 2 * MEDIA_DATA_BYTES);
     // Relocated: the blocks under the failing sectors are intact in the
     // image, and the repair wrote a second copy of each elsewhere.
     for d in &host.damage["seqwrite-b"] {
@@ -605,14 +574,13 @@ step rescrub-b scrub $B --json
 ///   exit 3, not a failed scrub.
 #[test]
 fn conventional_mirror_repairs_in_place_and_reports_uncorrectable_blocks() {
-    // The data of a volume on this geometry starts at 16 MiB (8 MiB
+    // The data of a volume on this geometry starts at 12 MiB (1 MiB
     // software zones, the default for 512 MiB, and two metadata segments
-    // of one zone); checked when seqwrite reports.
-    const ZONE_BLOCKS: u64 = 8 * MIB / BLOCK;
-    const PREDICTED_DATA_OFFSET: u64 = 16 * MIB;
+    // of 6 zones); checked when seqwrite reports.
+    const PREDICTED_DATA_OFFSET: u64 = 12 * MIB;
     const MEDIA_DATA_BYTES: u64 = 64 * MIB;
-    // A sector in the second data block of the data's 11th extent.
-    let media_error = data_block_offset(10 * WRITE_BLOCKS + 1, ZONE_BLOCKS) + 512;
+    // A sector in the second block of the data's 11th extent.
+    let media_error = 10 * WRITE_BYTES + BLOCK + 512;
     let sector = (PREDICTED_DATA_OFFSET + media_error) / 512;
 
     let images = ImageDir::new("qemu-scrub-conventional");
@@ -629,7 +597,7 @@ fn conventional_mirror_repairs_in_place_and_reports_uncorrectable_blocks() {
                     let first = first.clone();
                     move |step| {
                         *data.lock().unwrap() = Some(data_extent(step)?);
-                        damage_first_copies(step, &first, ZONE_BLOCKS)
+                        damage_first_copies(step, &first)
                     }
                 }),
             ),
@@ -638,7 +606,7 @@ fn conventional_mirror_repairs_in_place_and_reports_uncorrectable_blocks() {
                 action(move |_| {
                     let written = *data.lock().unwrap();
                     let (data_offset, bytes) = written.ok_or("seqwrite did not report")?;
-                    damage_both_copies(data_offset, bytes, ZONE_BLOCKS, &first, &second)
+                    damage_both_copies(data_offset, bytes, &first, &second)
                 }),
             ),
             ("seqwrite-d", action(move |step| faulty_blocks(step, &faulty, PREDICTED_DATA_OFFSET, &[media_error]))),
@@ -672,7 +640,7 @@ step stuck-readonly-d scrub $D --readonly --json
     let (outcome, steps) = run_script(vm, &script);
     let host = host.lock().unwrap();
     assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, context(&outcome));
-    let total = 2 * copy_bytes(DATA_BYTES);
+    let total = 2 * DATA_BYTES;
     let bad = ONE_COPY_BAD.len() as u64;
 
     // One copy damaged: detected, repaired in place, then clean.

@@ -1,6 +1,5 @@
 //! The allocator's metadata on arbitrary bytes: labels, record headers,
-//! deltas, checkpoints and extent headers decoded (and re-encoded when
-//! they decode), and
+//! deltas and checkpoints decoded (and re-encoded when they decode), and
 //! recovery over four arbitrary segment images. Never a panic.
 #![no_main]
 

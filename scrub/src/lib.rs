@@ -77,13 +77,13 @@
 //! let extent = volume.write(0, &vec![0x5Au8; 64 * 1024], 7).unwrap();
 //! volume.commit().unwrap();
 //!
-//! // Flip bit 3 of the extent's first data block in copy 0 (after the
-//! // copy's header block), behind the driver.
-//! sims[0].corrupt_at_rest(1, volume.data_lba(extent, 0).unwrap(), 3);
+//! // Flip bit 3 of the extent's first block in copy 0, behind the driver.
+//! let location = volume.location(extent, 0).unwrap();
+//! sims[0].corrupt_at_rest(1, volume.lba(0, location), 3);
 //!
 //! let report = scrub(&mut volume, &ScrubOptions::default(), &Control::new(), None, &mut |_| {}, &mut |_| {})
 //!     .unwrap();
-//! assert_eq!(report.bytes_read, 2 * (4096 + 64 * 1024)); // both copies, each its header and data
+//! assert_eq!(report.bytes_read, 2 * 64 * 1024); // both copies
 //! assert_eq!(report.errors.checksum, 1);
 //! assert_eq!(report.corrected_blocks, 1);
 //! assert!(report.uncorrectable.is_empty());
@@ -297,11 +297,10 @@ pub fn scrub(
     }
     // A finished checkpoint ends its pass: this scrub starts a new one.
     let resume = resume.filter(|c| !c.finished);
-    // What the pass reads: every copy in the lanes, header and data.
-    let bytes_total = lanes.iter().map(|&lane| volume.lane_copy_blocks(lane) * BLOCK_SIZE as u64).sum();
+    let per_lane = volume.valid_blocks() * BLOCK_SIZE as u64;
     let found = resume.map(|c| c.findings.clone()).unwrap_or_default();
     let mut report = Report {
-        bytes_total,
+        bytes_total: per_lane * lanes.len() as u64,
         lanes: lanes.clone(),
         errors: found.errors,
         corrected_blocks: found.corrected_blocks,
@@ -605,7 +604,7 @@ impl Engine<'_> {
                     Ok(()) => {
                         let buffer = completion.buffer.expect("reads carry their buffer");
                         if self.options.verify {
-                            let pieces = entry.read.pieces.iter().map(|p| (p.offset_blocks, p.expected)).collect();
+                            let pieces = entry.read.pieces.iter().map(|p| (p.offset_blocks, p.crcs.clone())).collect();
                             self.verifier.submit(VerifyJob { seq, buffer, pieces });
                         } else {
                             entry.done = true;
@@ -696,10 +695,14 @@ impl Engine<'_> {
     fn finish_verify(&mut self, lane: usize, result: VerifyResult, pending: &mut BTreeMap<u64, Pending>) {
         let Some(entry) = pending.get_mut(&result.seq) else { return };
         for (piece, bad) in entry.read.pieces.iter().zip(result.bad) {
-            debug_assert!(bad.iter().all(|&block| block < piece.data_blocks()));
             if !bad.is_empty() {
                 entry.checksum_blocks += bad.len() as u64;
-                entry.suspects.push(Suspect { lane, extent: piece.id, bad_blocks: bad, read_failed: false });
+                entry.suspects.push(Suspect {
+                    lane,
+                    extent: piece.id,
+                    bad_blocks: bad.iter().map(|b| b + piece.extent_block).collect(),
+                    read_failed: false,
+                });
             }
         }
         entry.done = true;
@@ -738,8 +741,14 @@ impl Engine<'_> {
 /// to submit, else of the next to plan.
 fn position(lane: usize, first_unfinished: Option<&Read>, queue: &VecDeque<Read>, planner: &Planner) -> Position {
     let (location, skip) = match first_unfinished.or(queue.front()) {
-        // Reads hold whole copies: the first begins where the read does.
-        Some(read) => (read.start, 0),
+        Some(read) => {
+            let piece = &read.pieces[0];
+            let extent_start = Location {
+                zone: read.start.zone,
+                offset: read.start.offset + piece.offset_blocks - piece.extent_block,
+            };
+            (extent_start, piece.extent_block)
+        }
         None => planner.position(),
     };
     Position { lane, location, skip }

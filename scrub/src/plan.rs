@@ -1,42 +1,31 @@
 //! The plan: a lane's extents in physical order, merged into reads.
 //!
 //! Adjacent extents (same zone, one ending where the next starts) share a
-//! read up to the request size. A read covers whole copies, each its
-//! header and data, so it carries the checksums of everything it reads:
-//! one walk of the allocator's index per refill, never a lookup per block.
-//! (The btrfs scrub regression in our background went to a checksum
-//! search per 64 KiB and lost its merged 352 KB requests.)
+//! read up to the request size; each read carries the checksums of the
+//! extents it covers, fetched with the extents in one walk of the
+//! allocator's index per refill, never one lookup per block. (The btrfs
+//! scrub regression in our background went to a checksum search per
+//! 64 KiB and lost its merged 352 KB requests.)
 
 use std::collections::VecDeque;
-use zoned_allocator::header::Expected;
 use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
 
-/// One extent's copy in a read: its header and its data.
+/// One extent's share of a read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
     /// The extent.
     pub id: ExtentId,
     /// Its owner, as given to [`Volume::submit_write`], for reports.
     pub owner: u64,
-    /// Where the copy starts within the read, in blocks.
+    /// Where the piece starts within the read, in blocks.
     pub offset_blocks: u32,
-    /// Blocks of the copy, header and data.
+    /// Where the piece starts within its extent (an extent longer than
+    /// one request is split), in blocks.
+    pub extent_block: u32,
+    /// Length of the piece, in 4 KiB blocks.
     pub blocks: u32,
-    /// What the copy must be to verify (its data blocks among them).
-    pub expected: Expected,
-}
-
-impl Piece {
-    /// The piece's bytes within its read's bytes.
-    pub fn range(&self) -> std::ops::Range<usize> {
-        let start = self.offset_blocks as usize * BLOCK_SIZE;
-        start..start + self.blocks as usize * BLOCK_SIZE
-    }
-
-    /// Data blocks of the extent.
-    pub fn data_blocks(&self) -> u32 {
-        self.expected.blocks
-    }
+    /// One checksum per block of the piece.
+    pub crcs: Vec<u32>,
 }
 
 /// One read command.
@@ -50,7 +39,7 @@ pub struct Read {
     pub lba: u64,
     /// Length, in 4 KiB blocks; never crosses a zone.
     pub blocks: u32,
-    /// The extents' copies the read covers, whole, in order.
+    /// The extents the read covers, in order, with their checksums.
     pub pieces: Vec<Piece>,
 }
 
@@ -87,10 +76,8 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Plans `lane` from the extent at or after `from`, skipping the extent
-    /// that starts exactly at `from` when `skip` is not 0 (it was planned
-    /// already: copies are never split across reads). A copy longer than
-    /// `max_request_bytes` gets a read of its own.
+    /// Plans `lane` from the extent at or after `from`, skipping the first
+    /// `skip` blocks of the extent that starts exactly at `from`.
     pub fn new(lane: usize, from: Location, skip: u32, max_request_bytes: usize) -> Self {
         let max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
         Planner {
@@ -110,7 +97,7 @@ impl Planner {
         self.max_blocks = (max_request_bytes / BLOCK_SIZE).clamp(1, u32::MAX as usize) as u32;
     }
 
-    /// Plans reads of one extent each, never merged.
+    /// Plans reads of one extent each (or of part of one), never merged.
     pub fn one_extent_per_read(mut self, one: bool) -> Self {
         self.one_extent_per_read = one;
         self
@@ -150,46 +137,50 @@ impl Planner {
             if self.lacking_in.is_some_and(|target| !volume.lacks_copy(extent.id, target)) {
                 continue;
             }
-            if extent.location == self.next && self.skip > 0 {
-                continue;
-            }
-            let location = extent.location;
-            let blocks = extent.copy_blocks;
-            let merges = !self.one_extent_per_read
-                && current
-                    .as_ref()
-                    .is_some_and(|read| read.end() == location && read.blocks + blocks <= self.max_blocks);
-            if !merges {
-                if let Some(read) = current.take() {
-                    queue.push_back(read);
-                    if queue.len() >= target {
-                        // Resume here next time.
-                        walked_to = Some(location);
-                        break 'walk;
+            // A position may fall inside an extent: skip its planned head.
+            let skip = if extent.location == self.next { self.skip } else { 0 };
+            let mut block = skip;
+            while block < extent.blocks {
+                let blocks = (extent.blocks - block).min(self.max_blocks);
+                let location = Location { zone: extent.location.zone, offset: extent.location.offset + block };
+                let merges = !self.one_extent_per_read
+                    && current
+                        .as_ref()
+                        .is_some_and(|read| read.end() == location && read.blocks + blocks <= self.max_blocks);
+                if !merges {
+                    if let Some(read) = current.take() {
+                        queue.push_back(read);
+                        if queue.len() >= target {
+                            // Resume here next time.
+                            walked_to = Some((extent.location, block));
+                            break 'walk;
+                        }
                     }
+                    current = Some(Read {
+                        lane: self.lane,
+                        start: location,
+                        lba: volume.lba(self.lane, location),
+                        blocks: 0,
+                        pieces: Vec::new(),
+                    });
                 }
-                current = Some(Read {
-                    lane: self.lane,
-                    start: location,
-                    lba: volume.lba(self.lane, location),
-                    blocks: 0,
-                    pieces: Vec::new(),
+                let read = current.as_mut().expect("a read is open");
+                read.pieces.push(Piece {
+                    id: extent.id,
+                    owner: extent.owner,
+                    offset_blocks: read.blocks,
+                    extent_block: block,
+                    blocks,
+                    crcs: extent.crcs[block as usize..(block + blocks) as usize].to_vec(),
                 });
+                read.blocks += blocks;
+                block += blocks;
             }
-            let read = current.as_mut().expect("a read is open");
-            read.pieces.push(Piece {
-                id: extent.id,
-                owner: extent.owner,
-                offset_blocks: read.blocks,
-                blocks,
-                expected: volume.expected(extent.id).expect("a live extent"),
-            });
-            read.blocks += blocks;
         }
         match walked_to {
-            Some(location) => {
+            Some((location, skip)) => {
                 self.next = location;
-                self.skip = 0;
+                self.skip = skip;
             }
             None => {
                 if let Some(read) = current.take() {

@@ -6,8 +6,6 @@ use crate::{RepairError, RepairFailed, Report, Result, ScrubOptions, Suspect, Un
 use nvme_driver::spec::status::StatusCode;
 use nvme_driver::IoError;
 use std::collections::BTreeMap;
-use zoned_allocator::checksum::block_crc;
-use zoned_allocator::header::{header_crcs, verify_copy};
 use zoned_allocator::{ExtentId, Volume, BLOCK_SIZE};
 
 /// Narrows failed reads to extents, then repairs (or reports) every
@@ -38,7 +36,7 @@ pub(crate) fn resolve_suspects(
         if bad_blocks.is_empty() {
             continue;
         }
-        let (good, unrecoverable) = good_copy(volume, id, lane);
+        let (good, unrecoverable) = good_data(volume, id, lane);
         if !unrecoverable.is_empty() {
             // The copy is left whole, its correctable blocks too.
             report.unrepaired_blocks += bad_blocks.iter().filter(|b| !unrecoverable.contains(b)).count() as u64;
@@ -75,13 +73,13 @@ pub(crate) fn resolve_suspects(
 fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report: &mut Report) -> Result<Vec<u32>> {
     let Suspect { lane, extent: id, mut bad_blocks, read_failed } = suspect;
     if read_failed {
-        let (Some(len), Some(expected)) = (volume.copy_bytes(id), volume.expected(id)) else { return Ok(Vec::new()) };
-        let blocks = expected.blocks;
+        let Some((len, _)) = volume.extent(id) else { return Ok(Vec::new()) };
+        let blocks = (len / BLOCK_SIZE) as u32;
         let mut copy = vec![0u8; len];
         // Which blocks does this extent's copy really fail on?
-        match volume.read_whole_copy(id, lane, &mut copy) {
+        match volume.read_copy(id, lane, &mut copy) {
             Ok(()) => {
-                let crcs_bad = verify_copy(&copy, &expected);
+                let crcs_bad = checksum_mismatches(volume, id, &copy);
                 if !crcs_bad.is_empty() && options.verify {
                     report.errors.checksum += crcs_bad.len() as u64;
                 }
@@ -101,36 +99,28 @@ fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report:
     Ok(bad_blocks)
 }
 
-/// A good copy of the extent (its header and data) rebuilt block by
-/// block from the verified blocks of every copy, `lane`'s own first, and
-/// the data blocks no copy holds good (every one when no copy's header
-/// holds: nothing then vouches for any block).
-fn good_copy(volume: &mut Volume, id: ExtentId, lane: usize) -> (Vec<u8>, Vec<u32>) {
-    let (Some(len), Some(expected)) = (volume.copy_bytes(id), volume.expected(id)) else {
-        return (Vec::new(), Vec::new());
-    };
-    let blocks = expected.blocks;
-    let header_len = len - blocks as usize * BLOCK_SIZE;
-    let copies: Vec<Vec<u8>> = std::iter::once(lane)
-        .chain((0..volume.lanes()).filter(|&l| l != lane))
-        .filter_map(|copy| {
-            let mut bytes = vec![0u8; len];
-            volume.read_whole_copy(id, copy, &mut bytes).ok().map(|()| bytes)
-        })
-        .collect();
-    let Some((header, crcs)) = copies.iter().find_map(|c| header_crcs(c, &expected).ok().map(|crcs| (c, crcs))) else {
-        return (vec![0u8; len], (0..blocks).collect());
-    };
+/// The extent's data rebuilt block by block from the verified blocks of
+/// every copy, `lane`'s own first, and the blocks no copy holds good.
+fn good_data(volume: &mut Volume, id: ExtentId, lane: usize) -> (Vec<u8>, Vec<u32>) {
+    let len = volume.extent(id).map_or(0, |(len, _)| len);
+    let blocks = (len / BLOCK_SIZE) as u32;
     let mut good = vec![0u8; len];
-    good[..header_len].copy_from_slice(&header[..header_len]);
-    let mut unrecoverable = Vec::new();
-    for block in 0..blocks {
-        let range = header_len + block as usize * BLOCK_SIZE..header_len + (block as usize + 1) * BLOCK_SIZE;
-        match copies.iter().find(|c| block_crc(&c[range.clone()]) == crcs[block as usize]) {
-            Some(c) => good[range.clone()].copy_from_slice(&c[range]),
-            None => unrecoverable.push(block),
+    let mut good_blocks = vec![false; blocks as usize];
+    let mut data = vec![0u8; len];
+    for copy in std::iter::once(lane).chain((0..volume.lanes()).filter(|&l| l != lane)) {
+        if volume.read_copy(id, copy, &mut data).is_err() {
+            continue;
+        }
+        let bad_there = checksum_mismatches(volume, id, &data);
+        for b in 0..blocks {
+            if !good_blocks[b as usize] && !bad_there.contains(&b) {
+                let range = b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE;
+                good[range.clone()].copy_from_slice(&data[range]);
+                good_blocks[b as usize] = true;
+            }
         }
     }
+    let unrecoverable = (0..blocks).filter(|&b| !good_blocks[b as usize]).collect();
     (good, unrecoverable)
 }
 
@@ -150,7 +140,7 @@ enum Repair {
     },
 }
 
-/// Writes `good` (a whole copy) over copy `lane` of extent `id`, in place on a
+/// Writes `good` over copy `lane` of extent `id`, in place on a
 /// conventional namespace or relocated on a zoned one (journaled at the
 /// next commit), then re-reads it to confirm.
 fn repair(volume: &mut Volume, id: ExtentId, lane: usize, good: &[u8]) -> Repair {
@@ -163,8 +153,8 @@ fn repair(volume: &mut Volume, id: ExtentId, lane: usize, good: &[u8]) -> Repair
         return Repair::Failed { wrote: false, error: RepairError::from(&error) };
     }
     let mut copy = vec![0u8; good.len()];
-    match volume.read_whole_copy(id, lane, &mut copy) {
-        Ok(()) if volume.copy_mismatches(id, &copy).is_ok_and(|bad| bad.is_empty()) => Repair::Healed,
+    match volume.read_copy(id, lane, &mut copy) {
+        Ok(()) if checksum_mismatches(volume, id, &copy).is_empty() => Repair::Healed,
         Ok(()) => Repair::StillBad,
         Err(zoned_allocator::Error::Command { error, .. }) if error.device_status().is_some() => {
             log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
@@ -172,6 +162,10 @@ fn repair(volume: &mut Volume, id: ExtentId, lane: usize, good: &[u8]) -> Repair
         }
         Err(error) => Repair::Failed { wrote: true, error: RepairError::from(&error) },
     }
+}
+
+fn checksum_mismatches(volume: &Volume, id: ExtentId, data: &[u8]) -> Vec<u32> {
+    volume.checksums(id).map_or_else(Vec::new, |crcs| zoned_allocator::checksum::mismatches(data, crcs))
 }
 
 /// (is a media error, its name).

@@ -36,7 +36,6 @@ use nvme_driver::IoCompletion;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use zoned_allocator::header::verify_copy;
 use zoned_allocator::{ExtentId, Location, Profile, Volume, BLOCK_SIZE};
 
 /// How to resilver.
@@ -503,15 +502,16 @@ impl Resilver {
         drop(buffer);
         let mut again = Vec::new();
         for piece in &read.pieces {
-            let copy = &self.scratch[piece.range()];
-            if volume.expected(piece.id) != Some(piece.expected)
-                || !volume.lacks_copy(piece.id, self.report.target_lane)
-            {
+            let start = piece.offset_blocks as usize * BLOCK_SIZE;
+            let data = &self.scratch[start..start + piece.blocks as usize * BLOCK_SIZE];
+            let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == data.len());
+            assert!(whole || volume.extent(piece.id).is_none(), "extent {} split across reads", piece.id);
+            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
                 // Freed (or written) since it was planned.
                 continue;
             }
             if self.options.verify {
-                let bad = verify_copy(copy, &piece.expected);
+                let bad = zoned_allocator::checksum::mismatches(data, &piece.crcs);
                 if !bad.is_empty() {
                     // Read it again on its own, through the volume (which
                     // counts the errors and tries every copy it has).
@@ -520,7 +520,7 @@ impl Resilver {
                     continue;
                 }
             }
-            self.queued(piece.id, volume.submit_copy(piece.id, self.report.target_lane, copy));
+            self.queued(piece.id, volume.submit_copy(piece.id, self.report.target_lane, data));
         }
         for id in again {
             self.copy_one(volume, id)?;
@@ -536,9 +536,8 @@ impl Resilver {
         let mut again = Vec::new();
         let mut buffer = buffer;
         for (piece, bad) in read.pieces.iter().zip(&bad) {
-            if volume.expected(piece.id) != Some(piece.expected)
-                || !volume.lacks_copy(piece.id, self.report.target_lane)
-            {
+            let whole = volume.extent(piece.id).is_some_and(|(len, _)| len == piece.blocks as usize * BLOCK_SIZE);
+            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
                 continue;
             }
             if !bad.is_empty() {
@@ -549,7 +548,11 @@ impl Resilver {
             let submitted = match buffer.take() {
                 // One extent per read: the buffer is its copy.
                 Some(io) => volume.submit_copy_buffer(piece.id, self.report.target_lane, io),
-                None => volume.submit_copy(piece.id, self.report.target_lane, &bytes[piece.range()]),
+                None => {
+                    let start = piece.offset_blocks as usize * BLOCK_SIZE;
+                    let data = &bytes[start..start + piece.blocks as usize * BLOCK_SIZE];
+                    volume.submit_copy(piece.id, self.report.target_lane, data)
+                }
             };
             self.queued(piece.id, submitted);
         }
@@ -565,8 +568,7 @@ impl Resilver {
     fn copy_read_buffer(&mut self, volume: &mut Volume, read: &Read, buffer: nvme_driver::IoBuffer) -> Result<()> {
         assert_eq!(read.pieces.len(), 1, "one extent per read when writing reads as they are");
         let piece = &read.pieces[0];
-        let whole =
-            volume.copy_bytes(piece.id) == Some(buffer.len()) && volume.expected(piece.id) == Some(piece.expected);
+        let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == buffer.len());
         if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
             // Freed (or written) since it was planned.
             return Ok(());
@@ -574,7 +576,7 @@ impl Resilver {
         if self.options.verify {
             self.scratch.resize(buffer.len(), 0);
             buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
-            let bad = verify_copy(&self.scratch, &piece.expected);
+            let bad = zoned_allocator::checksum::mismatches(&self.scratch, &piece.crcs);
             if !bad.is_empty() {
                 self.report.checksum_errors += bad.len() as u64;
                 drop(buffer);
@@ -616,14 +618,14 @@ impl Resilver {
     /// Copies one extent through the volume's verified read (after a
     /// failed merged read).
     fn copy_one(&mut self, volume: &mut Volume, id: ExtentId) -> Result<()> {
-        let Some(bytes) = volume.copy_bytes(id) else { return Ok(()) };
+        let Some((bytes, _)) = volume.extent(id) else { return Ok(()) };
         if !volume.lacks_copy(id, self.report.target_lane) {
             return Ok(());
         }
-        let mut copy = vec![0u8; bytes];
-        match volume.read_verified_copy(id, &mut copy) {
+        let mut data = vec![0u8; bytes];
+        match volume.read(id, &mut data) {
             Ok(_) => {
-                let submitted = volume.submit_copy(id, self.report.target_lane, &copy);
+                let submitted = volume.submit_copy(id, self.report.target_lane, &data);
                 self.queued(id, submitted);
             }
             Err(zoned_allocator::Error::Uncorrectable { .. }) => self.report.unrecoverable.push(id),
@@ -688,7 +690,14 @@ fn check(job: CheckJob, scratch: &mut Vec<u8>) -> Checked {
     let mut bytes = if keep_bytes { Vec::new() } else { std::mem::take(scratch) };
     bytes.resize(buffer.len(), 0);
     buffer.buffer().copy_out(buffer.offset(), &mut bytes);
-    let bad = read.pieces.iter().map(|piece| verify_copy(&bytes[piece.range()], &piece.expected)).collect();
+    let bad = read
+        .pieces
+        .iter()
+        .map(|piece| {
+            let start = piece.offset_blocks as usize * BLOCK_SIZE;
+            zoned_allocator::checksum::mismatches(&bytes[start..start + piece.crcs.len() * BLOCK_SIZE], &piece.crcs)
+        })
+        .collect();
     if keep_bytes {
         drop(buffer);
         Checked { read, buffer: None, bytes, bad }

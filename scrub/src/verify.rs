@@ -1,12 +1,10 @@
 //! Verification: completed reads copied out of their DMA buffers and
-//! checked on worker threads (or inline), each copy against the checksums
-//! its own header holds, so checksumming overlaps I/O.
+//! checksummed on worker threads (or inline), so checksumming overlaps I/O.
 
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoBuffer;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use zoned_allocator::header::{copy_blocks, verify_copy, Expected};
 use zoned_allocator::BLOCK_SIZE;
 
 /// One completed read waiting for verification. The DMA buffer travels to
@@ -15,14 +13,13 @@ use zoned_allocator::BLOCK_SIZE;
 pub(crate) struct VerifyJob {
     pub(crate) seq: u64,
     pub(crate) buffer: IoBuffer,
-    /// (piece offset in blocks, what the copy must be) per piece.
-    pub(crate) pieces: Vec<(u32, Expected)>,
+    /// (piece offset in blocks, crcs) per piece.
+    pub(crate) pieces: Vec<(u32, Vec<u32>)>,
 }
 
 pub(crate) struct VerifyResult {
     pub(crate) seq: u64,
-    /// Per piece, the data blocks that fail (every one when its header
-    /// does).
+    /// Per piece, the mismatching block indices within the piece.
     pub(crate) bad: Vec<Vec<u32>>,
 }
 
@@ -34,10 +31,10 @@ fn verify_job(job: VerifyJob, scratch: &mut Vec<u8>) -> VerifyResult {
     let bad = job
         .pieces
         .iter()
-        .map(|(offset, expected)| {
+        .map(|(offset, crcs)| {
             let start = *offset as usize * BLOCK_SIZE;
-            let copy = &scratch[start..start + copy_blocks(expected.blocks) as usize * BLOCK_SIZE];
-            verify_copy(copy, expected)
+            let data = &scratch[start..start + crcs.len() * BLOCK_SIZE];
+            zoned_allocator::checksum::mismatches(data, crcs)
         })
         .collect();
     VerifyResult { seq: job.seq, bad }

@@ -41,17 +41,11 @@ fn check_all(volume: &mut Volume, extents: &BTreeMap<u64, Vec<u8>>) {
     }
 }
 
-/// Flips `bit` of the first data block of copy `lane` of extent `id`, at
-/// rest.
+/// Flips `bit` of the first block of copy `lane` of extent `id`, at rest.
 fn corrupt(harness: &Harness, volume: &Volume, id: u64, lane: usize, bit: u64) {
+    let location = volume.location(id, lane).unwrap();
     let sim = if harness.sims.len() > 1 { lane } else { 0 };
-    harness.sims[sim].corrupt_at_rest(1, volume.data_lba(id, lane).unwrap(), bit);
-}
-
-/// Bytes a whole scrub of `lanes` copies of `extents` reads: each copy's
-/// header block and data.
-fn copies_bytes(extents: &BTreeMap<u64, Vec<u8>>, lanes: u64) -> u64 {
-    lanes * extents.values().map(|d| d.len() as u64 + 4096).sum::<u64>()
+    harness.sims[sim].corrupt_at_rest(1, volume.lba(lane, location), bit);
 }
 
 /// Makes every write to `lane`'s empty zones (where a relocation goes)
@@ -84,7 +78,7 @@ fn a_clean_volume_reads_everything_in_merged_requests() {
     assert_eq!(report.bytes_read, report.bytes_total);
     assert_eq!(report.bytes_verified, report.bytes_total);
     let bytes: usize = extents.values().map(Vec::len).sum();
-    assert_eq!(report.bytes_total, copies_bytes(&extents, 2));
+    assert_eq!(report.bytes_total, 2 * bytes as u64);
     // Extents of up to 32 KiB, merged into requests many times larger.
     let mean_extent = bytes as f64 / extents.len() as f64;
     assert!(report.mean_request_bytes > 4.0 * mean_extent, "{report}");
@@ -103,7 +97,7 @@ fn flipped_bytes_in_one_copy_are_repaired_by_relocation_on_zns() {
     for &id in &victims {
         let location = volume.location(id, 0).unwrap();
         before.insert(id, location);
-        corrupt(&harness, &volume, id, 0, 7);
+        harness.sims[0].corrupt_at_rest(1, volume.lba(0, location), 7);
     }
     let report = run(&mut volume, &ScrubOptions::default());
     assert_eq!(report.errors.checksum, victims.len() as u64, "{report}");
@@ -131,7 +125,7 @@ fn conventional_copies_are_repaired_in_place() {
     let extents = fill(&mut volume, 50, 8, 3);
     let id = *extents.keys().nth(7).unwrap();
     let location = volume.location(id, 1).unwrap();
-    harness.sims[0].corrupt_at_rest(1, volume.data_lba(id, 1).unwrap() + 8, 3);
+    harness.sims[0].corrupt_at_rest(1, volume.lba(1, location) + 8, 3);
     let report = run(&mut volume, &ScrubOptions::default());
     assert_eq!((report.errors.checksum, report.corrected_blocks), (1, 1), "{report}");
     assert_eq!(volume.location(id, 1), Some(location), "repaired in place");
@@ -163,8 +157,8 @@ fn both_copies_bad_is_uncorrectable_and_changes_nothing() {
     let extents = fill(&mut volume, 40, 4, 5);
     let id = *extents.keys().nth(5).unwrap();
     let (a, b) = (volume.location(id, 0).unwrap(), volume.location(id, 1).unwrap());
-    corrupt(&harness, &volume, id, 0, 1);
-    corrupt(&harness, &volume, id, 1, 2);
+    harness.sims[0].corrupt_at_rest(1, volume.lba(0, a), 1);
+    harness.sims[1].corrupt_at_rest(1, volume.lba(1, b), 2);
     let report = run(&mut volume, &ScrubOptions::default());
     assert_eq!(report.corrected_blocks, 0, "{report}");
     let lanes: BTreeSet<usize> = report.uncorrectable.iter().map(|u| u.lane).collect();
@@ -183,7 +177,7 @@ fn read_only_detects_and_changes_nothing() {
     let extents = fill(&mut volume, 40, 4, 6);
     let id = *extents.keys().next().unwrap();
     let location = volume.location(id, 0).unwrap();
-    corrupt(&harness, &volume, id, 0, 9);
+    harness.sims[0].corrupt_at_rest(1, volume.lba(0, location), 9);
     let read_only = ScrubOptions { repair: false, ..ScrubOptions::default() };
     let report = run(&mut volume, &read_only);
     assert_eq!((report.errors.checksum, report.corrected_blocks), (1, 0), "{report}");
@@ -196,7 +190,7 @@ fn cancel_and_resume_after_a_restart_rereads_nothing() {
     let (mut harness, options) = mirror_zns();
     let mut volume = harness.format(&options);
     let extents = fill(&mut volume, 400, 16, 7);
-    let total = copies_bytes(&extents, 2);
+    let total: u64 = 2 * extents.values().map(|d| d.len() as u64).sum::<u64>();
     let control = Control::new();
     let scrub_options =
         ScrubOptions { checkpoint_every_bytes: 1 << 20, max_request_bytes: Some(128 << 10), ..ScrubOptions::default() };
@@ -241,9 +235,7 @@ fn the_queue_stays_deep_and_the_ablation_does_not() {
         (Harness::new(configs, vec![(0, 1), (1, 1)]), VolumeOptions { profile: Profile::Mirror, ..volume_options() })
     };
     let mut volume = harness.format(&options);
-    // Copies (a header block and up to 15 data blocks) of at most 64 KiB:
-    // the ablation's request size.
-    fill(&mut volume, 600, 15, 8);
+    fill(&mut volume, 600, 32, 8);
     let deep = run(&mut volume, &ScrubOptions { verify: false, ..ScrubOptions::default() });
     let ablation = run(
         &mut volume,
@@ -406,7 +398,7 @@ fn errors_found_before_a_cancel_are_reported_after_the_resume() {
     let (mut harness, options) = mirror_zns();
     let mut volume = harness.format(&options);
     let expected = damage(&harness, &mut volume);
-    let total = (volume.lane_copy_blocks(0) + volume.lane_copy_blocks(1)) * 4096;
+    let total = volume.valid_blocks() * 2 * 4096;
     let scrub_options =
         ScrubOptions { checkpoint_every_bytes: 1 << 20, max_request_bytes: Some(128 << 10), ..ScrubOptions::default() };
     let control = Control::new();
@@ -450,7 +442,7 @@ fn errors_in_a_checkpoint_are_repaired_after_a_power_cut() {
     let (mut harness, options) = mirror_zns();
     let mut volume = harness.format(&options);
     let expected = damage(&harness, &mut volume);
-    let total = (volume.lane_copy_blocks(0) + volume.lane_copy_blocks(1)) * 4096;
+    let total = volume.valid_blocks() * 2 * 4096;
     let scrub_options = ScrubOptions {
         checkpoint_every_bytes: 1 << 20,
         max_request_bytes: Some(128 << 10),
@@ -529,7 +521,7 @@ fn a_report_says_clean_only_when_its_pass_read_and_verified_every_byte() {
     let (harness, options) = mirror_zns();
     let mut volume = harness.format(&options);
     let extents = fill(&mut volume, 300, 8, 15);
-    let total = (volume.lane_copy_blocks(0) + volume.lane_copy_blocks(1)) * 4096;
+    let total = volume.valid_blocks() * 2 * 4096;
     let scrub_options = ScrubOptions {
         checkpoint_every_bytes: 256 << 10,
         max_request_bytes: Some(64 << 10),
@@ -645,7 +637,7 @@ fn fault_pattern(seed: u64) {
         let lane = rng.below(2) as usize;
         let blocks = (extents[&id].len() / 4096) as u32;
         let block = rng.below(u64::from(blocks)) as u32;
-        let lba = volume.data_lba(id, lane).unwrap() + u64::from(block) * 8;
+        let lba = volume.lba(lane, volume.location(id, lane).unwrap()) + u64::from(block) * 8;
         let sim = &harness.sims[if zoned { lane } else { 0 }];
         if bad.entry((id, lane)).or_default().insert(block) {
             sim.corrupt_at_rest(1, lba + rng.below(8), rng.below(4096));

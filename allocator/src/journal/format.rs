@@ -20,9 +20,8 @@ pub(crate) const HEADER_BYTES: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// The on-disk format this build writes and reads. Version 1 kept one copy
 /// of the journal on the first namespace and had no labels; version 2 had
-/// no member states, error counters or missing copies; version 3 kept the
-/// blocks' checksums in the journal, not in extent headers.
-pub const FORMAT_VERSION: u8 = 4;
+/// no member states, error counters or missing copies.
+pub const FORMAT_VERSION: u8 = 3;
 const VERSION: u8 = FORMAT_VERSION;
 const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"ZNVLABEL");
 
@@ -113,8 +112,9 @@ pub(crate) struct ExtentRecord {
     pub owner: u64,
     pub stream: u8,
     pub blocks: u32,
-    /// One per copy (lane): where its header block is.
+    /// One per copy (lane).
     pub locations: Vec<Location>,
+    pub crcs: Vec<u32>,
 }
 
 /// A change to the volume, journaled at commit.
@@ -395,10 +395,10 @@ pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
     Ok(Checkpoint { superblock, next_id, extents, zone_valid })
 }
 
-/// Bytes an extent record takes with `copies` locations: for sizing
-/// metadata.
-pub(crate) fn extent_record_bytes(copies: usize) -> usize {
-    1 + 8 + 8 + 1 + 4 + 1 + copies * 8
+/// Bytes an extent record takes with `copies` locations and `blocks`
+/// checksums: for sizing metadata.
+pub(crate) fn extent_record_bytes(copies: usize, blocks: usize) -> usize {
+    1 + 8 + 8 + 1 + 4 + 1 + copies * 8 + blocks * 4
 }
 
 fn corrupt(why: String) -> Error {
@@ -479,6 +479,10 @@ impl Writer {
         self.u8(e.locations.len() as u8);
         for &l in &e.locations {
             self.location(l);
+        }
+        debug_assert_eq!(e.crcs.len(), e.blocks as usize);
+        for &c in &e.crcs {
+            self.u32(c);
         }
     }
 }
@@ -600,7 +604,9 @@ impl<'a> Reader<'a> {
         for _ in 0..copies {
             locations.push(self.location()?);
         }
-        Ok(ExtentRecord { id, owner, stream, blocks, locations })
+        let raw = self.take(blocks as usize * 4)?;
+        let crcs = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        Ok(ExtentRecord { id, owner, stream, blocks, locations, crcs })
     }
     fn finish(&self) -> Result<()> {
         if self.at == self.data.len() {
@@ -622,6 +628,7 @@ mod tests {
             stream: 1,
             blocks: 2,
             locations: vec![Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }],
+            crcs: vec![7, 8],
         }
     }
 

@@ -54,22 +54,15 @@ pub(crate) fn meta_zones_on(profile: Profile, g: u32, device: usize) -> u32 {
     meta_copies(profile, g).iter().filter(|c| c.device == device).count() as u32 * 2 * g
 }
 
-/// Default software zone size for a conventional namespace of `bytes`:
-/// about 64 zones, from 1 MiB to 256 MiB. Large zones waste little at
-/// their ends: a copy (its header block and data) of a power-of-two extent
-/// never tiles a power-of-two zone, and up to one copy less a block is
-/// left over in each zone (0.02% of 16 MiB zones for 256 KiB extents,
-/// 24% of 1 MiB ones).
+/// Default software zone size for a conventional namespace of `bytes`.
 pub(crate) fn default_software_zone_bytes(bytes: u64) -> u64 {
-    (bytes / 64).next_power_of_two().clamp(1 << 20, 256 << 20)
+    (bytes / 512).next_power_of_two().clamp(1 << 20, 256 << 20)
 }
 
 /// Metadata bytes a checkpoint may need for `blocks` of data: every extent
-/// as small as it can be (one data block after its header), with two
-/// copies.
+/// as small as a block, with two copies.
 fn worst_checkpoint_bytes(blocks: u64, zones: u64) -> u64 {
-    let extents = blocks / u64::from(crate::header::copy_blocks(1));
-    HEADER_BYTES as u64 + 4096 + extents * super::extent_record_bytes(2) as u64 + 2 * zones * 4 + 64
+    HEADER_BYTES as u64 + 4096 + blocks * super::extent_record_bytes(2, 1) as u64 + 2 * zones * 4 + 64
 }
 
 /// Zones per metadata segment: room for the labels and the largest

@@ -162,7 +162,14 @@ impl Volume {
             .into_iter()
             .map(|id| {
                 let e = &self.extents[&id];
-                ExtentRecord { id, owner: e.owner, stream: e.stream, blocks: e.blocks, locations: e.locations.clone() }
+                ExtentRecord {
+                    id,
+                    owner: e.owner,
+                    stream: e.stream,
+                    blocks: e.blocks,
+                    locations: e.locations.clone(),
+                    crcs: e.crcs.to_vec(),
+                }
             })
             .collect();
         let zone_valid =

@@ -8,7 +8,6 @@ use super::{PendingWrite, Volume, WriteDone};
 use crate::error::{Error, Result};
 use crate::zones::Slot;
 use crate::{ExtentId, BLOCK_SIZE};
-use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoBuffer;
 
 impl Volume {
@@ -22,43 +21,25 @@ impl Volume {
         self.extents.values().filter(|e| e.locations[lane].is_missing()).map(|e| u64::from(e.blocks)).sum()
     }
 
-    /// Queues a write of `copy`, a whole copy of extent `id` as read from
-    /// another lane (its header and data, [`Volume::copy_bytes`] long), as
-    /// its missing copy `lane`: how a resilver restores redundancy. The
-    /// header must name the extent; the caller verified the data (or chose
-    /// not to). The copy is placed in the extent's stream and journaled at
-    /// the next commit; the outcome arrives through
-    /// [`Volume::next_copy_done`]. If the extent is freed meanwhile, the
-    /// copy is dropped.
-    pub fn submit_copy(&mut self, id: ExtentId, lane: usize, copy: &[u8]) -> Result<()> {
-        self.check_copy_header(id, copy)?;
-        self.submit_copy_payload(id, lane, Payload::Copy(copy))
+    /// Queues a write of `data`, extent `id`'s contents, as its missing
+    /// copy `lane`: how a resilver restores redundancy. The caller
+    /// verified `data` against the extent's checksums (or chose not to).
+    /// The copy is placed in the extent's stream and journaled at the next
+    /// commit; the outcome arrives through [`Volume::next_copy_done`]. If
+    /// the extent is freed meanwhile, the copy is dropped.
+    pub fn submit_copy(&mut self, id: ExtentId, lane: usize, data: &[u8]) -> Result<()> {
+        self.submit_copy_payload(id, lane, Payload::Bytes(data))
     }
 
-    /// [`Volume::submit_copy`] from a DMA buffer holding exactly a copy of
-    /// the extent (a read of the other copy), written as it is, with no
-    /// copy through the host: the buffer must be mapped in the I/O address
+    /// [`Volume::submit_copy`] from a DMA buffer holding exactly the
+    /// extent (a read of the other copy), written as it is, with no copy
+    /// through the host: the buffer must be mapped in the I/O address
     /// space of lane `lane`'s device ([`Volume::dma_domain`]).
-    pub fn submit_copy_buffer(&mut self, id: ExtentId, lane: usize, copy: IoBuffer) -> Result<()> {
-        if self.dma_domain(lane) != Some(copy.buffer().dma_domain()) {
+    pub fn submit_copy_buffer(&mut self, id: ExtentId, lane: usize, data: IoBuffer) -> Result<()> {
+        if self.dma_domain(lane) != Some(data.buffer().dma_domain()) {
             return Err(Error::InvalidArgument(format!("the buffer is not mapped for copy {lane}'s device")));
         }
-        // The header alone is copied out, to check it names the extent.
-        let header_bytes =
-            self.expected(id).map_or(0, |e| crate::header::header_blocks(e.blocks) as usize * BLOCK_SIZE);
-        let mut head = vec![0u8; header_bytes.min(copy.len())];
-        copy.buffer().copy_out(copy.offset(), &mut head);
-        self.check_copy_header(id, &head)?;
-        self.submit_copy_payload(id, lane, Payload::Buffer(copy))
-    }
-
-    /// Refuses to write as extent `id`'s copy anything whose header (at
-    /// the start of `head`) does not name it: another extent's bytes must
-    /// never become its copy.
-    fn check_copy_header(&self, id: ExtentId, head: &[u8]) -> Result<()> {
-        let expected = self.expected(id).ok_or(Error::NoSuchExtent(id))?;
-        crate::header::check_header(head, &expected)
-            .map_err(|error| Error::InvalidArgument(format!("a copy of extent {id} with {error}")))
+        self.submit_copy_payload(id, lane, Payload::Buffer(data))
     }
 
     /// The I/O address space of lane `lane`'s device, when in use: a DMA
@@ -78,20 +59,19 @@ impl Volume {
         if !self.lane_online(lane) {
             return Err(Error::Member { device: self.lanes[lane].device, why: "not in use".into() });
         }
-        if data.len() != extent.copy_blocks() as usize * BLOCK_SIZE {
-            return Err(Error::InvalidArgument(format!("{} bytes for a copy of extent {id}", data.len())));
+        if data.len() != extent.blocks as usize * BLOCK_SIZE {
+            return Err(Error::InvalidArgument(format!("{} bytes for extent {id}", data.len())));
         }
         let (blocks, stream, owner) = (extent.blocks, extent.stream, extent.owner);
         let slot = Slot::Stream(stream);
         let table = &self.lanes[lane].table;
-        if table.would_open(slot, extent.copy_blocks()) && table.empty_zones() <= self.superblock.reserve_zones as usize
-        {
+        if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
             return Err(Error::NoSpace);
         }
         let copies = self.lanes.len();
-        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, copies);
+        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, Vec::new(), copies);
         let index = self.pending_slot(pending);
-        if let Err(error) = self.submit_lane_write(index, lane, slot, data) {
+        if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;
             self.free_slots.push(index);
             return Err(error);
@@ -113,7 +93,7 @@ impl Volume {
                 if to.is_missing() {
                     Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
                 } else if self.lacks_copy(pending.id, lane) {
-                    match self.overlapping(lane, to, crate::header::copy_blocks(pending.blocks)) {
+                    match self.overlapping(lane, to, pending.blocks) {
                         Some(other) => Err(Error::BadDeviceResult {
                             what: format!("copy {lane} of extent {} was placed over extent {other}", pending.id),
                         }),

@@ -246,37 +246,29 @@ pub struct RecoveryReport {
 
 /// One copy of an extent, as [`Volume::extents_from`] yields it.
 #[derive(Clone, Copy, Debug)]
-pub struct ExtentRef {
+pub struct ExtentRef<'a> {
     /// The extent.
     pub id: ExtentId,
     /// Its owner, as given to [`Volume::submit_write`].
     pub owner: u64,
-    /// Where this copy lives on its lane (its header).
+    /// Where this copy lives on its lane.
     pub location: Location,
-    /// First LBA on the lane's namespace (its header's).
+    /// First LBA on the lane's namespace.
     pub lba: u64,
-    /// Data blocks, of 4 KiB.
+    /// Length, in 4 KiB blocks.
     pub blocks: u32,
-    /// Blocks the copy takes, its header and its data: a read of the copy
-    /// covers these, and carries the data's checksums in the header.
-    pub copy_blocks: u32,
+    /// The crc32c of each 4 KiB block, in order (the extent map's checksums,
+    /// to verify reads against).
+    pub crcs: &'a [u32],
 }
 
 #[derive(Debug)]
 pub(super) struct Extent {
     owner: u64,
     stream: u8,
-    /// Data blocks.
     blocks: u32,
-    /// Per lane, where the copy's header is.
     locations: Vec<Location>,
-}
-
-impl Extent {
-    /// Blocks each copy takes: its header and its data.
-    fn copy_blocks(&self) -> u32 {
-        crate::header::copy_blocks(self.blocks)
-    }
+    crcs: Box<[u32]>,
 }
 
 #[derive(Debug)]
@@ -297,8 +289,8 @@ struct PendingWrite {
     id: ExtentId,
     owner: u64,
     stream: u8,
-    /// Data blocks.
     blocks: u32,
+    crcs: Vec<u32>,
     zones: Vec<u32>,
     locations: Vec<Option<Location>>,
     /// Per lane: a command is in flight there.
@@ -313,13 +305,22 @@ impl PendingWrite {
     /// A write of `blocks` for extent `id` over `copies` lanes, nothing
     /// submitted yet: a new extent (`copy_of: None`) or a resilver's copy
     /// to one lane.
-    fn new(copy_of: Option<usize>, id: ExtentId, owner: u64, stream: u8, blocks: u32, copies: usize) -> Self {
+    fn new(
+        copy_of: Option<usize>,
+        id: ExtentId,
+        owner: u64,
+        stream: u8,
+        blocks: u32,
+        crcs: Vec<u32>,
+        copies: usize,
+    ) -> Self {
         PendingWrite {
             copy_of,
             id,
             owner,
             stream,
             blocks,
+            crcs,
             zones: vec![u32::MAX; copies],
             locations: vec![None; copies],
             in_flight: vec![false; copies],
@@ -519,7 +520,7 @@ impl Volume {
             if location.is_missing() {
                 continue;
             }
-            if let Some(other) = self.overlapping(lane, location, extent.copy_blocks()) {
+            if let Some(other) = self.overlapping(lane, location, extent.blocks) {
                 return Err(Error::Corrupt(format!("extents {other} and {id} overlap at {location:?} in lane {lane}")));
             }
         }
@@ -534,7 +535,7 @@ impl Volume {
             let replaced = lane.index.insert(location, id);
             assert!(replaced.is_none(), "checked for overlaps above");
             if !self.loading {
-                lane.table.add_valid(location.zone, extent.copy_blocks());
+                lane.table.add_valid(location.zone, extent.blocks);
             }
         }
         if journal {
@@ -544,6 +545,7 @@ impl Volume {
                 stream: extent.stream,
                 blocks: extent.blocks,
                 locations: extent.locations.clone(),
+                crcs: extent.crcs.to_vec(),
             }));
         }
         self.live_blocks += u64::from(extent.blocks);
@@ -551,13 +553,13 @@ impl Volume {
         Ok(())
     }
 
-    /// A live extent of `lane` whose copy overlaps `blocks` blocks (a
-    /// copy's header and data) at `location`.
+    /// A live extent of `lane` whose blocks overlap `blocks` blocks at
+    /// `location`.
     pub(super) fn overlapping(&self, lane: usize, location: Location, blocks: u32) -> Option<ExtentId> {
         let index = &self.lanes[lane].index;
         let end = Location { zone: location.zone, offset: location.offset + blocks };
         if let Some((&before, &id)) = index.range(..=location).next_back() {
-            if before.zone == location.zone && before.offset + self.extents[&id].copy_blocks() > location.offset {
+            if before.zone == location.zone && before.offset + self.extents[&id].blocks > location.offset {
                 return Some(id);
             }
         }
@@ -574,7 +576,7 @@ impl Volume {
             let lane = &mut self.lanes[lane];
             lane.index.remove(&location);
             if !self.loading {
-                lane.table.remove_valid(location.zone, extent.copy_blocks());
+                lane.table.remove_valid(location.zone, extent.blocks);
             }
         }
         if journal {
@@ -591,7 +593,7 @@ impl Volume {
         let from = extent.locations[lane_index];
         extent.locations[lane_index] = to;
         assert!(extent.locations.iter().any(|l| !l.is_missing()), "extent {id} left with no copy");
-        let blocks = extent.copy_blocks();
+        let blocks = extent.blocks;
         let lane = &mut self.lanes[lane_index];
         if !from.is_missing() {
             lane.index.remove(&from);
@@ -645,42 +647,14 @@ impl Volume {
         self.extents.get(&id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
     }
 
-    /// Bytes a copy of the extent takes on the device, its header and its
-    /// data: the length [`Volume::read_whole_copy`] reads.
-    pub fn copy_bytes(&self, id: ExtentId) -> Option<usize> {
-        self.extents.get(&id).map(|e| e.copy_blocks() as usize * BLOCK_SIZE)
-    }
-
-    /// What a copy of the extent must be to verify
-    /// ([`crate::header::verify_copy`]).
-    pub fn expected(&self, id: ExtentId) -> Option<crate::header::Expected> {
-        self.extents.get(&id).map(|e| crate::header::Expected { volume_id: self.volume_id, id, blocks: e.blocks })
-    }
-
-    /// The data blocks of `copy`, a copy of extent `id` as read
-    /// (`[header][data]`), that fail verification: every one when its
-    /// header is not the extent's.
-    pub fn copy_mismatches(&self, id: ExtentId, copy: &[u8]) -> Result<Vec<u32>> {
-        let expected = self.expected(id).ok_or(Error::NoSuchExtent(id))?;
-        if copy.len() != crate::header::copy_blocks(expected.blocks) as usize * BLOCK_SIZE {
-            return Err(Error::InvalidArgument(format!("{} bytes for a copy of extent {id}", copy.len())));
-        }
-        Ok(crate::header::verify_copy(copy, &expected))
+    /// The extent's block checksums.
+    pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
+        self.extents.get(&id).map(|e| &e.crcs[..])
     }
 
     /// The copy's location.
     pub fn location(&self, id: ExtentId, lane: usize) -> Option<Location> {
         self.extents.get(&id).and_then(|e| e.locations.get(lane).copied())
-    }
-
-    /// The LBA of the first data block of copy `lane` of extent `id` (after
-    /// its header), when the copy exists and its device is in use.
-    pub fn data_lba(&self, id: ExtentId, lane: usize) -> Option<u64> {
-        let extent = self.extents.get(&id)?;
-        let location = *extent.locations.get(lane).filter(|l| !l.is_missing())?;
-        let device = self.devices[self.lanes[lane].device].as_ref()?;
-        let header = crate::header::header_blocks(extent.blocks);
-        Some(device.lba(location.zone, location.offset + header))
     }
 
     /// The first LBA of `location` on lane `lane`'s namespace (0 while the
@@ -729,12 +703,6 @@ impl Volume {
     /// Blocks of live data (one copy of each extent).
     pub fn valid_blocks(&self) -> u64 {
         self.live_blocks
-    }
-
-    /// Blocks the copies in lane `lane` take, headers and data (copies
-    /// that are missing take none): what a scrub of the lane reads.
-    pub fn lane_copy_blocks(&self, lane: usize) -> u64 {
-        self.lanes[lane].table.valid_blocks()
     }
 
     /// Copies and namespaces, as chosen at format.
@@ -850,10 +818,9 @@ impl Volume {
                     assert!(location >= end, "extents overlap at {location:?} in lane {lane_index}");
                 }
                 let entry = lane.table.zone(location.zone);
-                let blocks = extent.copy_blocks();
-                assert!(location.offset + blocks <= entry.allocated, "extent {id} beyond allocation");
-                last_end = Some(Location { zone: location.zone, offset: location.offset + blocks });
-                valid[location.zone as usize] += blocks;
+                assert!(location.offset + extent.blocks <= entry.allocated, "extent {id} beyond allocation");
+                last_end = Some(Location { zone: location.zone, offset: location.offset + extent.blocks });
+                valid[location.zone as usize] += extent.blocks;
             }
             for (zone, &v) in valid.iter().enumerate() {
                 assert_eq!(lane.table.zone(zone as u32).valid, v, "lane {lane_index} zone {zone} valid count");

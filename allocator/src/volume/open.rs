@@ -2,6 +2,7 @@
 //! rebuilt from the journal and the devices' zones.
 
 use super::{Extent, RecoveryReport, Volume, VolumeOptions, WriteMode};
+use crate::checksum::mismatches;
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
@@ -260,8 +261,9 @@ impl Volume {
         let ids: Vec<ExtentId> = self.lanes[lane].index.values().copied().collect();
         let step = (ids.len() / 16).max(1);
         for &id in ids.iter().step_by(step).take(16) {
-            let mut copy = vec![0u8; self.extents[&id].copy_blocks() as usize * BLOCK_SIZE];
-            if self.read_whole_copy(id, lane, &mut copy).is_ok() && self.copy_mismatches(id, &copy)?.is_empty() {
+            let extent = &self.extents[&id];
+            let mut data = vec![0u8; extent.blocks as usize * BLOCK_SIZE];
+            if self.read_copy(id, lane, &mut data).is_ok() && mismatches(&data, &self.extents[&id].crcs).is_empty() {
                 log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
                 return Ok(());
             }
@@ -306,7 +308,7 @@ impl Volume {
             }
             let mut derived_valid = vec![0u32; stored.len()];
             for (location, id) in &lane.index {
-                derived_valid[location.zone as usize] += self.extents[id].copy_blocks();
+                derived_valid[location.zone as usize] += self.extents[id].blocks;
             }
             for (zone, &valid) in stored.iter().enumerate() {
                 let derived = derived_valid[zone];
@@ -324,11 +326,11 @@ impl Volume {
     pub(super) fn apply(&mut self, op: Op) -> Result<()> {
         match op {
             Op::Add(record) => {
-                if record.locations.len() != self.lanes.len() || record.blocks > self.superblock.max_extent_blocks {
+                if record.locations.len() != self.lanes.len() || record.crcs.len() != record.blocks as usize {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 for (lane, &location) in record.locations.iter().enumerate() {
-                    self.check_location(lane, location, crate::header::copy_blocks(record.blocks))?;
+                    self.check_location(lane, location, record.blocks)?;
                 }
                 self.next_id = self.next_id.max(record.id + 1);
                 let extent = Extent {
@@ -336,6 +338,7 @@ impl Volume {
                     stream: record.stream,
                     blocks: record.blocks,
                     locations: record.locations,
+                    crcs: record.crcs.into_boxed_slice(),
                 };
                 self.insert_extent(record.id, extent, false)
             }
@@ -349,8 +352,8 @@ impl Volume {
                 if to.is_missing() && extent.locations.iter().enumerate().all(|(l, at)| l == lane || at.is_missing()) {
                     return Err(Error::Corrupt(format!("extent {id} left with no copy")));
                 }
-                self.check_location(lane, to, extent.copy_blocks())?;
-                if let Some(other) = self.overlapping(lane, to, extent.copy_blocks()).filter(|&other| other != id) {
+                self.check_location(lane, to, extent.blocks)?;
+                if let Some(other) = self.overlapping(lane, to, extent.blocks).filter(|&other| other != id) {
                     return Err(Error::Corrupt(format!("extent {id} moved over extent {other} in lane {lane}")));
                 }
                 self.move_extent(id, lane, to, false);
@@ -486,7 +489,7 @@ impl Volume {
                 .iter()
                 .filter(|(location, id)| {
                     let zone = location.zone as usize;
-                    let end = location.offset + self.extents[id].copy_blocks();
+                    let end = location.offset + self.extents[id].blocks;
                     zone >= capacities.len()
                         || end > capacities[zone]
                         || (zoned && end > allocated_on_device(self, zone).0)
@@ -505,7 +508,7 @@ impl Volume {
         let mut live_end = vec![0u32; zone_count];
         let mut valid = vec![0u32; zone_count];
         for (&location, id) in &self.lanes[lane_index].index {
-            let blocks = self.extents[id].copy_blocks();
+            let blocks = self.extents[id].blocks;
             let zone = location.zone as usize;
             live_end[zone] = live_end[zone].max(location.offset + blocks);
             valid[zone] += blocks;
@@ -596,20 +599,17 @@ fn software_zone_blocks_for(device: &Device, options: &VolumeOptions) -> Result<
     Ok((bytes / BLOCK_SIZE as u64) as u32)
 }
 
-/// The largest extent: the option, and no larger than a copy (its header
-/// and data) that one command writes and one zone holds.
 fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
-    let mut copy_bytes = usize::MAX;
+    let mut bytes = options.max_extent_bytes.max(BLOCK_SIZE);
     for d in devices {
-        copy_bytes = copy_bytes.min(d.max_transfer_bytes);
+        bytes = bytes.min(d.max_transfer_bytes);
         if d.is_zoned() && options.write_mode != WriteMode::Ordered && d.append_max_bytes >= BLOCK_SIZE {
-            copy_bytes = copy_bytes.min(d.append_max_bytes);
+            bytes = bytes.min(d.append_max_bytes);
         }
         let smallest_zone = d.zones.iter().map(|z| z.capacity_blocks as usize * BLOCK_SIZE).min().unwrap_or(0);
-        copy_bytes = copy_bytes.min(smallest_zone);
+        bytes = bytes.min(smallest_zone);
     }
-    let largest_copy = crate::header::data_blocks_within((copy_bytes / BLOCK_SIZE).min(u32::MAX as usize) as u32);
-    largest_copy.min((options.max_extent_bytes.max(BLOCK_SIZE) / BLOCK_SIZE) as u32)
+    (bytes / BLOCK_SIZE) as u32
 }
 
 fn new_volume_id() -> u64 {

@@ -94,8 +94,7 @@ impl Volume {
     /// the other copy when needed) and a write. Journaled at next commit.
     pub(super) fn relocate(&mut self, id: ExtentId, lane: usize) -> Result<u32> {
         let extent = &self.extents[&id];
-        // The whole copy moves, header and data.
-        let blocks = extent.copy_blocks();
+        let blocks = extent.blocks;
         let from = extent.locations[lane];
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let to = Location { zone, offset };
@@ -137,10 +136,10 @@ impl Volume {
         }
         if !copied {
             let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
-            match self.read_verified_copy(id, &mut data) {
+            match self.read(id, &mut data) {
                 Ok(_) => {}
                 // Move the bad data as it is; scrub reports it.
-                Err(Error::Uncorrectable { .. }) => self.read_whole_copy(id, lane, &mut data)?,
+                Err(Error::Uncorrectable { .. }) => self.read_copy(id, lane, &mut data)?,
                 Err(error) => return Err(error),
             }
             let lba = self.dev(device).lba(zone, offset);

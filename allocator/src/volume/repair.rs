@@ -4,6 +4,7 @@
 
 use super::open::read_images;
 use super::Volume;
+use crate::checksum::mismatches;
 use crate::error::{Error, Result};
 use crate::journal::recovery::recover;
 use crate::zones::Slot;
@@ -73,13 +74,19 @@ impl Volume {
         Ok(report)
     }
 
-    /// Rewrites copy `lane` of extent `id` from `good`, a whole copy (its
-    /// header and data, which must verify) at a new location, journaled at
-    /// the next commit: how scrub repairs a copy on a zoned namespace,
-    /// where overwriting in place is impossible.
+    /// Rewrites copy `lane` of extent `id` from `good` data (its checksums
+    /// must match) at a new location, journaled at the next commit: how
+    /// scrub repairs a copy on a zoned namespace, where overwriting in
+    /// place is impossible.
     pub fn rewrite_copy(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<Location> {
-        self.check_good_copy(id, lane, good)?;
-        let blocks = self.extents[&id].copy_blocks();
+        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
+            return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
+        }
+        if !mismatches(good, &extent.crcs).is_empty() {
+            return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
+        }
+        let blocks = extent.blocks;
         let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let lba = self.dev(device).lba(zone, offset);
@@ -96,32 +103,26 @@ impl Volume {
         Ok(to)
     }
 
-    /// Writes `good`, a whole copy (its header and data, which must
-    /// verify), over copy `lane` of extent `id`, where it lies: how scrub
-    /// repairs a copy on a conventional namespace. Refused on zoned
-    /// namespaces (use [`Volume::rewrite_copy`]).
+    /// Writes `good` data (its checksums must match) over copy `lane` of
+    /// extent `id`, where it lies: how scrub repairs a copy on a
+    /// conventional namespace. Refused on zoned namespaces (use
+    /// [`Volume::rewrite_copy`]).
     pub fn repair_in_place(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<()> {
-        self.check_good_copy(id, lane, good)?;
+        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
+            return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
+        }
         if self.lane_is_zoned(lane) {
             return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
         }
-        let location = self.extents[&id].locations[lane];
+        if !mismatches(good, &extent.crcs).is_empty() {
+            return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
+        }
+        let location = extent.locations[lane];
         let device = self.lanes[lane].device;
         let lba = self.dev(device).lba(location.zone, location.offset);
         self.dev_mut(device).write_at(lba, good)?;
         self.dev_mut(device).flush()
-    }
-
-    /// Refuses a repair of copy `lane` of extent `id` from `good` unless
-    /// it is a whole copy that verifies.
-    fn check_good_copy(&self, id: ExtentId, lane: usize, good: &[u8]) -> Result<()> {
-        if lane >= self.lanes.len() {
-            return Err(Error::InvalidArgument(format!("copy {lane}: the volume has {}", self.lanes.len())));
-        }
-        if !self.copy_mismatches(id, good)?.is_empty() {
-            return Err(Error::InvalidArgument(format!("the copy given for extent {id} fails verification")));
-        }
-        Ok(())
     }
 
     /// Waits for writes in flight, so that an engine (scrub) can read

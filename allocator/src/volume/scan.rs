@@ -1,5 +1,5 @@
 //! What an engine such as scrub reads through: a lane's extents in
-//! physical order, and reads of the lane's namespace
+//! physical order with their checksums, and reads of the lane's namespace
 //! on its queue pair (`LaneReads`), tagged so that their completions never
 //! mix with the volume's (see [`crate::Token`]).
 
@@ -12,8 +12,7 @@ use nvme_driver::{IoBuffer, IoCompletion};
 impl Volume {
     /// Copy `lane`'s extents in physical order from `from`: one map lookup,
     /// then a walk, for scrub to take in batches as large as it likes.
-    /// Their checksums are in their headers, read with the data.
-    pub fn extents_from(&self, lane: usize, from: Location) -> impl Iterator<Item = ExtentRef> + '_ {
+    pub fn extents_from(&self, lane: usize, from: Location) -> impl Iterator<Item = ExtentRef<'_>> + '_ {
         let device = self.devices[self.lanes[lane].device].as_ref();
         self.lanes[lane].index.range(from..).map(move |(&location, id)| {
             let extent = &self.extents[id];
@@ -23,7 +22,7 @@ impl Volume {
                 location,
                 lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
                 blocks: extent.blocks,
-                copy_blocks: extent.copy_blocks(),
+                crcs: &extent.crcs,
             }
         })
     }

@@ -6,7 +6,6 @@ use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
 use crate::error::{Error, Result};
-use crate::header;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
@@ -77,13 +76,12 @@ impl Volume {
             )));
         }
         let blocks = (data.len() / BLOCK_SIZE) as u32;
-        let copy_blocks = header::copy_blocks(blocks);
         let slot = Slot::Stream(stream);
         // Room in every lane in use first, so a write never lands in one
         // only.
         for lane in self.lanes.iter().filter(|l| self.devices[l.device].is_some()) {
             let table = &lane.table;
-            if table.would_open(slot, copy_blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
+            if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
                 return Err(Error::NoSpace);
             }
         }
@@ -99,10 +97,8 @@ impl Volume {
         };
         let id = self.next_id;
         self.next_id += 1;
-        // Both copies begin with the same header.
-        let header = header::Header { volume_id: self.volume_id, id, owner, stream, crcs }.encode();
         let copies = self.lanes.len();
-        let pending = PendingWrite::new(None, id, owner, stream, blocks, copies);
+        let pending = PendingWrite::new(None, id, owner, stream, blocks, crcs, copies);
         let index = self.pending_slot(pending);
         for lane in 0..copies {
             let device = self.lanes[lane].device;
@@ -110,7 +106,7 @@ impl Volume {
                 // Written while the device is away: the copy is missing,
                 // for a resilver to write.
                 None => Err(Error::NoDevices),
-                Some(_) => self.submit_lane_write(index, lane, slot, Payload::Extent { header: &header, data }),
+                Some(_) => self.submit_lane_write(index, lane, slot, blocks, Payload::Bytes(data)),
             };
             let error = match submitted {
                 Ok(()) => continue,
@@ -154,11 +150,15 @@ impl Volume {
         }
     }
 
-    /// Places and submits one copy (`data`: its header and data) of
-    /// pending write `index` in `lane`.
-    pub(super) fn submit_lane_write(&mut self, index: usize, lane: usize, slot: Slot, data: Payload<'_>) -> Result<()> {
-        let blocks = header::copy_blocks(self.writes[index].as_ref().expect("pending write").blocks);
-        assert_eq!(data.len(), blocks as usize * BLOCK_SIZE, "a copy of {blocks} blocks");
+    pub(super) fn submit_lane_write(
+        &mut self,
+        index: usize,
+        lane: usize,
+        slot: Slot,
+        blocks: u32,
+        data: Payload<'_>,
+    ) -> Result<()> {
+        assert_eq!(data.len(), blocks as usize * BLOCK_SIZE, "a write of {blocks} blocks");
         let device = self.lanes[lane].device;
         let mode = self.mode(device);
         let (zone, offset) = self.place(lane, slot, blocks)?;
@@ -170,16 +170,10 @@ impl Volume {
             self.wait_zone_idle(lane, zone)?;
         }
         let io = match data {
-            Payload::Extent { header, data } => {
+            Payload::Bytes(data) => {
                 let buffer = self.take_buffer(device)?;
-                buffer.copy_in(0, header);
-                buffer.copy_in(header.len(), data);
-                IoBuffer::range(buffer, 0, header.len() + data.len())
-            }
-            Payload::Copy(copy) => {
-                let buffer = self.take_buffer(device)?;
-                buffer.copy_in(0, copy);
-                IoBuffer::range(buffer, 0, copy.len())
+                buffer.copy_in(0, data);
+                IoBuffer::range(buffer, 0, data.len())
             }
             Payload::Buffer(io) => io,
         };
@@ -417,7 +411,7 @@ impl Volume {
         };
         pending.in_flight[lane] = false;
         let zone = pending.zones[lane];
-        let blocks = header::copy_blocks(pending.blocks);
+        let blocks = pending.blocks;
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
         self.device_writes[device] -= 1;
@@ -509,7 +503,7 @@ impl Volume {
                 if location.is_missing() {
                     return None;
                 }
-                self.overlapping(lane, location, header::copy_blocks(pending.blocks)).map(|other| (lane, other))
+                self.overlapping(lane, location, pending.blocks).map(|other| (lane, other))
             }) =>
             {
                 Err(Error::BadDeviceResult {
@@ -522,6 +516,7 @@ impl Volume {
                     stream: pending.stream,
                     blocks: pending.blocks,
                     locations: pending.locations.iter().map(|l| l.expect("every copy placed")).collect(),
+                    crcs: pending.crcs.into_boxed_slice(),
                 };
                 self.insert_extent(pending.id, extent, true)
             }
@@ -568,22 +563,18 @@ impl Volume {
     }
 }
 
-/// What one copy's write carries, a header and its data: a new extent's
-/// (copied into one of the device's DMA buffers), a whole copy as read
-/// from another (copied likewise), or a DMA buffer holding a whole copy,
-/// mapped in the device's I/O address space (a resilver's read, written
-/// as it came).
+/// What a write carries: bytes to copy into one of the device's DMA
+/// buffers, or a DMA buffer already holding them, mapped in the device's
+/// I/O address space (a resilver's read, written as it came).
 pub(super) enum Payload<'a> {
-    Extent { header: &'a [u8], data: &'a [u8] },
-    Copy(&'a [u8]),
+    Bytes(&'a [u8]),
     Buffer(IoBuffer),
 }
 
 impl Payload<'_> {
     pub(super) fn len(&self) -> usize {
         match self {
-            Payload::Extent { header, data } => header.len() + data.len(),
-            Payload::Copy(copy) => copy.len(),
+            Payload::Bytes(data) => data.len(),
             Payload::Buffer(io) => io.len(),
         }
     }

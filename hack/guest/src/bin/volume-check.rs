@@ -1185,8 +1185,7 @@ fn repair(check: &Check, controllers: &[Controller]) -> Result<(), String> {
     let block = 2u32;
     let data = extent_data(seed, owner, blocks);
     let location = volume.location(id, 0).ok_or("no copy 0")?;
-    // The copy's data begins after its header block.
-    let first_lba = volume.data_lba(id, 0).ok_or("no copy 0")?;
+    let first_lba = volume.lba(0, location);
     let lba = first_lba + u64::from(block) * geometry[0].lbas_per_block();
     let offset = lba * u64::from(geometry[0].lba_bytes) + CORRUPT_OFFSET_IN_BLOCK as u64;
     println!("volume-check: corrupt-me {offset} {CORRUPT_BYTES}");
@@ -1240,14 +1239,7 @@ fn repair(check: &Check, controllers: &[Controller]) -> Result<(), String> {
     check
         .ok("read", format!("original data from copy 1, block {block} repaired, bad blocks {:?}", volume.bad_blocks()));
 
-    // The repair writes a whole good copy: header and data.
-    volume.take_bad_blocks();
-    let mut good = vec![0u8; volume.copy_bytes(id).ok_or("extent gone")?];
-    volume.read_verified_copy(id, &mut good).map_err(|e| format!("reading a good copy: {e}"))?;
-    if volume.take_bad_blocks() != [want] {
-        return Err(format!("the good copy's read did not find block {block} bad again"));
-    }
-    let moved = volume.rewrite_copy(id, 0, &good).map_err(|e| format!("rewrite_copy: {e}"))?;
+    let moved = volume.rewrite_copy(id, 0, &back).map_err(|e| format!("rewrite_copy: {e}"))?;
     if moved == location {
         return Err(format!("rewrite_copy left copy 0 at {location:?}"));
     }
