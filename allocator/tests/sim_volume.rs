@@ -323,3 +323,43 @@ fn many_writes_in_flight_per_zone_with_zone_append() {
         assert_eq!(&back, data);
     }
 }
+
+#[test]
+fn ordered_writes_in_flight_fill_zones_their_extents_do_not_tile() {
+    // Completions a few polls late, so that each ordered write waits for
+    // the one before it in its zone; zones of 64 blocks take 9 extents of
+    // 7 blocks and are retired with a block left, then finished once their
+    // writes are done. Every write lands and reads back after a restart.
+    let mut harness = Harness::single(zns(32, 256).with_completion_delay(2, 4));
+    let options = VolumeOptions { write_mode: zoned_allocator::WriteMode::Ordered, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut written = std::collections::BTreeMap::new();
+    let mut pending = std::collections::BTreeMap::new();
+    for seed in 0..120u64 {
+        while volume.writes_in_flight() >= 8 {
+            volume.poll();
+            while let Some(done) = volume.next_done() {
+                done.result.unwrap_or_else(|e| panic!("extent {}: {e}", done.id));
+                written.insert(done.id, pending.remove(&done.id).unwrap());
+            }
+        }
+        let id = volume.submit_write(0, &pattern(seed, 7), seed).unwrap();
+        pending.insert(id, seed);
+    }
+    volume.wait_idle().unwrap();
+    while let Some(done) = volume.next_done() {
+        done.result.unwrap_or_else(|e| panic!("extent {}: {e}", done.id));
+        written.insert(done.id, pending.remove(&done.id).unwrap());
+    }
+    assert!(pending.is_empty());
+    volume.commit().unwrap();
+    assert!(volume.stats().zones_finished > 0, "zones were retired with room left");
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    for (&id, &seed) in &written {
+        let mut back = vec![0u8; 7 * 4096];
+        volume.read(id, &mut back).unwrap();
+        assert!(back == pattern(seed, 7), "extent {id}");
+    }
+}
