@@ -115,72 +115,17 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
-/// A point measured, or skipped with the reason.
+/// A point measured, or skipped with the reason; a row of the JSON.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
 enum Point {
     Measured(Row),
-    Skipped { capacity_bytes: u64, extent_bytes: u64, why: String },
-}
-
-fn json_row(point: &Point) -> String {
-    match point {
-        Point::Skipped { capacity_bytes, extent_bytes, why } => format!(
-            "{{\"capacity_bytes\":{capacity_bytes},\"extent_bytes\":{extent_bytes},\"skipped\":{}}}",
-            json_string(why)
-        ),
-        Point::Measured(r) => {
-            let tib = r.data_bytes as f64 / (1u64 << 40) as f64;
-            format!(
-                "{{\"capacity_bytes\":{},\"extent_bytes\":{},\"volume_capacity_bytes\":{},\"data_bytes\":{},\
-                 \"extents\":{},\"memory_bytes\":{},\"memory_bytes_per_tib\":{:.0},\"rss_above_sim_bytes\":{},\
-                 \"peak_rss_bytes\":{},\"sim_bytes\":{},\"fill_seconds\":{:.1},\"commits\":{},\"commit_ops\":{},\
-                 \"commit_median_ms\":{:.3},\"commit_p99_ms\":{:.3},\"commit_max_ms\":{:.3},\
-                 \"commit_median_bytes\":{},\"commit_p99_bytes\":{},\"commit_max_bytes\":{},\
-                 \"fill_checkpoints\":{},\"checkpoint_bytes\":{},\"checkpoint_written_bytes\":{},\
-                 \"checkpoint_seconds\":{:.3},\"metadata_written_bytes\":{},\"open_seconds\":{:.3},\
-                 \"open_after_checkpoint_seconds\":{:.3}}}",
-                r.capacity_bytes,
-                r.extent_bytes,
-                r.volume_capacity_bytes,
-                r.data_bytes,
-                r.extents,
-                r.memory_bytes,
-                r.memory_bytes as f64 / tib,
-                r.rss_above_sim_bytes,
-                r.peak_rss_bytes,
-                r.sim_bytes,
-                r.fill_seconds,
-                r.commits,
-                r.commit_ops,
-                r.commit_median_ms,
-                r.commit_p99_ms,
-                r.commit_max_ms,
-                r.commit_median_bytes,
-                r.commit_p99_bytes,
-                r.commit_max_bytes,
-                r.fill_checkpoints,
-                r.checkpoint_bytes,
-                r.checkpoint_written_bytes,
-                r.checkpoint_seconds,
-                r.metadata_written_bytes,
-                r.open_seconds,
-                r.open_after_checkpoint_seconds,
-            )
-        }
-    }
-}
-
-fn json_string(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    Skipped {
+        capacity_bytes: u64,
+        extent_bytes: u64,
+        #[serde(rename = "skipped")]
+        why: String,
+    },
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -294,16 +239,16 @@ fn main() {
 /// Writes the settings and the points so far to `--json`, if given.
 fn write_json(args: &Args, points: &[Point]) {
     if let Some(path) = &args.json {
-        let rows: Vec<String> = points.iter().map(json_row).collect();
-        let text = format!(
-            "{{\"settings\":{{\"commit_every\":{},\"fill_percent\":{},\"zone_bytes\":{},\"memory_budget_bytes\":{}}},\
-             \"rows\":[{}]}}\n",
-            args.settings.commit_every,
-            args.settings.fill_percent,
-            args.settings.zone_bytes,
-            args.memory_budget_bytes,
-            rows.join(",")
-        );
+        let document = serde_json::json!({
+            "settings": {
+                "commit_every": args.settings.commit_every,
+                "fill_percent": args.settings.fill_percent,
+                "zone_bytes": args.settings.zone_bytes,
+                "memory_budget_bytes": args.memory_budget_bytes,
+            },
+            "rows": points,
+        });
+        let text = serde_json::to_string(&document).expect("rows serialize") + "\n";
         if let Err(error) = std::fs::write(path, text) {
             eprintln!("scale: {path}: {error}");
             std::process::exit(1);

@@ -23,8 +23,8 @@ pub struct Settings {
     pub sim_memory_bytes: u64,
 }
 
-/// What one (capacity, extent size) run measured.
-#[derive(Clone, Debug, Default)]
+/// What one (capacity, extent size) run measured: a row of the JSON.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Row {
     pub capacity_bytes: u64,
     pub extent_bytes: u64,
@@ -51,6 +51,8 @@ pub struct Row {
     pub open_after_checkpoint_seconds: f64,
     /// Heap the open volume holds (live bytes across `Volume::open`).
     pub memory_bytes: u64,
+    /// The same per TiB of data.
+    pub memory_bytes_per_tib: f64,
     /// Process RSS with the volume open, less the simulator's stored data.
     pub rss_above_sim_bytes: u64,
     pub peak_rss_bytes: u64,
@@ -178,6 +180,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
     row.open_seconds = at.elapsed().as_secs_f64();
     row.memory_bytes = heap::live_bytes().saturating_sub(heap_before);
+    row.memory_bytes_per_tib = row.memory_bytes as f64 / (row.data_bytes as f64 / (1u64 << 40) as f64);
     row.sim_bytes = sim.storage_bytes(1);
     row.rss_above_sim_bytes = heap::status_bytes("VmRSS").saturating_sub(row.sim_bytes);
 
