@@ -154,6 +154,16 @@ pub(crate) enum Run<'a> {
     Zeroes(usize),
 }
 
+impl Run<'_> {
+    /// Appends the bytes the run stands for to `out`.
+    pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
+        match *self {
+            Run::Data(bytes) => out.extend_from_slice(bytes),
+            Run::Zeroes(count) => out.resize(out.len() + count, 0),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct CachedChunk {
     data: ChunkId,
@@ -542,10 +552,7 @@ mod tests {
 
     fn read_all(storage: &Storage, lba: u64, blocks: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        storage.read(lba, blocks, |run| match run {
-            Run::Data(bytes) => out.extend_from_slice(bytes),
-            Run::Zeroes(count) => out.resize(out.len() + count, 0),
-        });
+        storage.read(lba, blocks, |run| run.append_to(&mut out));
         out
     }
 

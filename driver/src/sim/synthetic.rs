@@ -316,10 +316,7 @@ impl SyntheticStorage {
     /// One block as reads see it.
     pub(crate) fn block(&self, lba: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.block_size);
-        self.read(lba, 1, |run| match run {
-            Run::Data(bytes) => out.extend_from_slice(bytes),
-            Run::Zeroes(count) => out.resize(out.len() + count, 0),
-        });
+        self.read(lba, 1, |run| run.append_to(&mut out));
         out
     }
 
@@ -361,10 +358,7 @@ mod tests {
 
     fn read_all(storage: &SyntheticStorage, lba: u64, blocks: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        storage.read(lba, blocks, |run| match run {
-            Run::Data(bytes) => out.extend_from_slice(bytes),
-            Run::Zeroes(count) => out.resize(out.len() + count, 0),
-        });
+        storage.read(lba, blocks, |run| run.append_to(&mut out));
         out
     }
 
