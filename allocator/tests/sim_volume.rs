@@ -363,3 +363,66 @@ fn ordered_writes_in_flight_fill_zones_their_extents_do_not_tile() {
         assert!(back == pattern(seed, 7), "extent {id}");
     }
 }
+
+#[test]
+fn a_write_that_times_out_never_becomes_an_extent() {
+    // Completions a few polls late and a volume that waits for nothing:
+    // the blocking write gives up before its completion arrives.
+    let mut harness = Harness::single(zns(32, 256).with_completion_delay(3, 3));
+    let mut volume = harness.format(&volume_options());
+    let kept = volume.write(0, &pattern(1, 2), 1).unwrap();
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let impatient = VolumeOptions { timeout: std::time::Duration::ZERO, ..volume_options() };
+    let mut volume = harness.open(&impatient).unwrap();
+    match volume.write(0, &pattern(2, 3), 2) {
+        Err(Error::Timeout { what }) => assert_eq!(what, "a write"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // The write completes on the device later; it is abandoned, not an
+    // extent, and nothing reports it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while volume.writes_in_flight() > 0 {
+        volume.poll();
+        assert!(std::time::Instant::now() < deadline, "the abandoned write never completed");
+    }
+    assert!(volume.next_done().is_none(), "an abandoned write reported");
+    assert_eq!(volume.extent_ids().collect::<Vec<_>>(), vec![kept]);
+    volume.commit().unwrap();
+    volume.check_invariants();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&volume_options()).unwrap();
+    assert_eq!(volume.extent_ids().collect::<Vec<_>>(), vec![kept], "only the committed extent after a restart");
+    let mut back = vec![0u8; 2 * 4096];
+    volume.read(kept, &mut back).unwrap();
+    assert_eq!(back, pattern(1, 2));
+}
+
+#[test]
+fn a_checkpoint_now_that_fails_loses_nothing_and_the_next_one_lands() {
+    let mut harness = Harness::single(zns(32, 256));
+    let mut volume = harness.format(&volume_options());
+    let ids: Vec<u64> = (0..5).map(|seed| volume.write(0, &pattern(seed, 3), seed).unwrap()).collect();
+    // The rotation writes the other segment: zone 1 (copy 0) and zone 3
+    // (copy 1) of 512 LBAs each.
+    harness.sims[0].inject(Fault::WriteFault { nsid: 1, slba: 512, blocks: 512 });
+    match volume.checkpoint_now() {
+        Err(Error::Command { what, .. }) => assert_eq!(what, "Write", "the failed command is named"),
+        other => panic!("expected the checkpoint's write to fail, got {other:?}"),
+    }
+    harness.sims[0].clear_faults();
+    let before = volume.stats().checkpoints;
+    let info = volume.checkpoint_now().unwrap();
+    assert!(info.checkpoint && volume.stats().checkpoints == before + 1, "{info:?}");
+    assert!(volume.stats().checkpoint_bytes >= 4096);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&volume_options()).unwrap();
+    for (seed, &id) in ids.iter().enumerate() {
+        let mut back = vec![0u8; 3 * 4096];
+        volume.read(id, &mut back).unwrap();
+        assert_eq!(back, pattern(seed as u64, 3), "extent {id}");
+    }
+}
