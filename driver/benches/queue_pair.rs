@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements(1));
         group.bench_function("qd1_flush", |b| {
             b.iter(|| {
-                pair.submit(Request { command: nvm::flush(1), buffer: None, token: 7 }).unwrap();
+                pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token: 7 }).unwrap();
                 pair.ring();
                 device.complete_all();
                 black_box(pair.poll(|c| {
@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
         let mut buffer = Some(IoBuffer::new(pool.get().unwrap()));
         group.bench_function("qd1_read_4k_with_buffer", |b| {
             b.iter(|| {
-                let request = Request { command: nvm::read(1, 8, 8), buffer: buffer.take(), token: 1 };
+                let request = Request { command: nvm::read(1, 8, 8), buffer: buffer.take(), metadata: None, token: 1 };
                 pair.submit(request).unwrap();
                 pair.ring();
                 device.complete_all();
@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
                 || (),
                 |()| {
                     for token in 0..32 {
-                        pair.submit(Request { command: nvm::flush(1), buffer: None, token }).unwrap();
+                        pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token }).unwrap();
                     }
                     pair.ring();
                     device.complete_all();

@@ -177,6 +177,21 @@ pub enum RequestError {
         /// The controller's limit, in logical blocks.
         max_blocks: u64,
     },
+    /// A metadata buffer for a namespace whose format has no separate
+    /// per-block metadata (none, interleaved with the data, or protection
+    /// information on).
+    NoSeparateMetadata {
+        /// The namespace.
+        nsid: u32,
+    },
+    /// A metadata buffer whose length is not the transfer's blocks times
+    /// the format's metadata size.
+    MetadataLength {
+        /// Bytes the transfer's blocks carry.
+        expected: u64,
+        /// Bytes the buffer has.
+        got: u64,
+    },
 }
 
 impl fmt::Display for RequestError {
@@ -210,6 +225,12 @@ impl fmt::Display for RequestError {
             }
             RequestError::TooManyRanges { count, max } => {
                 write!(f, "{count} ranges, at most {max} per command")
+            }
+            RequestError::NoSeparateMetadata { nsid } => {
+                write!(f, "namespace {nsid} is not formatted with separate per-block metadata")
+            }
+            RequestError::MetadataLength { expected, got } => {
+                write!(f, "metadata buffer of {got} bytes, the blocks carry {expected}")
             }
             RequestError::RangeTooLong { blocks, max_blocks } => {
                 write!(f, "{blocks} blocks in a range, at most {max_blocks} allowed")

@@ -115,7 +115,7 @@ pub use controller::{
     AsyncEvent, AsyncEventKind, Controller, ControllerOptions, NamespaceInfo, ZonedInfo, DEFAULT_QUEUE_DEPTH,
 };
 pub use error::{Error, IoError, RequestError, Result};
-pub use namespace::{Namespace, RangeLimits, ZoneGeometry};
+pub use namespace::{MetadataFormat, Namespace, RangeLimits, ZoneGeometry};
 pub use queue::{IoBuffer, IoCompletion, QueuePair, Request, SubmitError};
 pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};

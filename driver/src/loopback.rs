@@ -231,7 +231,7 @@ mod tests {
     use crate::spec::status::{GenericStatus, StatusCode};
 
     fn flush(token: u64) -> Request {
-        Request { command: nvm::flush(1), buffer: None, token }
+        Request { command: nvm::flush(1), buffer: None, metadata: None, token }
     }
 
     #[test]
@@ -294,7 +294,8 @@ mod tests {
         let pool = DmaPool::new(&transport, 4096, 2).unwrap();
         let buffer = pool.get().unwrap();
         buffer.write::<u64>(0, 0xfeed);
-        let request = Request { command: nvm::read(1, 7, 8), buffer: Some(IoBuffer::new(buffer)), token: 1 };
+        let request =
+            Request { command: nvm::read(1, 7, 8), buffer: Some(IoBuffer::new(buffer)), metadata: None, token: 1 };
         pair.submit(request).unwrap();
         device.status = Status::from(GenericStatus::LbaOutOfRange).with_dnr();
         pair.ring();
@@ -317,12 +318,42 @@ mod tests {
         let dyn_transport: Arc<dyn Transport> = transport.clone();
         let pool = DmaPool::new(&dyn_transport, 4096, 1).unwrap();
         let misaligned = IoBuffer::range(pool.get().unwrap(), 2, 512);
-        let request = Request { command: nvm::read(1, 0, 1), buffer: Some(misaligned), token: 5 };
+        let request = Request { command: nvm::read(1, 0, 1), buffer: Some(misaligned), metadata: None, token: 5 };
         let (error, request) = pair.submit(request).unwrap_err();
         assert!(matches!(error, SubmitError::Buffer(_)));
         assert!(request.buffer.is_some(), "the buffer comes back with the request");
         pair.ring();
         assert_eq!(transport.doorbell_writes(), 0);
+        assert_eq!(pair.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_metadata_buffer_rides_in_mptr_and_comes_back() {
+        let (mut pair, mut device, transport) = queue_pair(8).unwrap();
+        let transport: Arc<dyn Transport> = transport;
+        let pool = DmaPool::new(&transport, 4096, 2).unwrap();
+        let metadata = IoBuffer::range(pool.get().unwrap(), 64, 64);
+        let mptr = metadata.iova();
+        let data = Some(IoBuffer::new(pool.get().unwrap()));
+        let request = Request { command: nvm::read(1, 0, 8), buffer: data, metadata: Some(metadata), token: 3 };
+        pair.submit(request).unwrap();
+        pair.ring();
+        let command = device.fetch().unwrap();
+        assert_eq!(command.mptr, mptr);
+        assert_eq!(command.psdt(), 0, "PRPs, MPTR a contiguous buffer");
+        assert!(device.post(command.cid, Status::SUCCESS, 0));
+        let mut got = None;
+        pair.poll(|c| got = Some(c));
+        let completion = got.unwrap();
+        assert!(completion.status.is_ok());
+        assert_eq!(completion.metadata.map(|m| (m.offset(), m.len())), Some((64, 64)));
+        assert!(completion.buffer.is_some());
+
+        let misaligned = IoBuffer::range(pool.get().unwrap(), 2, 8);
+        let request = Request { command: nvm::read(1, 0, 1), buffer: None, metadata: Some(misaligned), token: 4 };
+        let (error, request) = pair.submit(request).unwrap_err();
+        assert!(matches!(error, SubmitError::Buffer(crate::queue::prp::PrpError::Misaligned { .. })));
+        assert!(request.metadata.is_some(), "the metadata buffer comes back with the request");
         assert_eq!(pair.in_flight(), 0);
     }
 

@@ -68,6 +68,30 @@ impl Default for RangeLimits {
     }
 }
 
+/// How the namespace's LBA format carries per-block metadata (NVM Command
+/// Set 1.0 §5.2.2: the LBA Format's MS, FLBAS bit 4 and DPS). Enterprise
+/// drives offer formats such as 4096+8 and 4096+64; QEMU's `nvme-ns` has
+/// `ms=`, `mset=` and `pi=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MetadataFormat {
+    /// Metadata bytes per logical block (MS).
+    pub bytes_per_block: u16,
+    /// The metadata travels at the end of each block's data (an extended
+    /// LBA) rather than in a separate buffer (MPTR).
+    pub extended: bool,
+    /// End-to-end protection type (DPS bits 2:0); 0 when off.
+    pub protection_type: u8,
+}
+
+impl MetadataFormat {
+    /// A separate buffer the host owns entirely: not interleaved, no
+    /// protection information for the device to check or generate. The
+    /// only layout the `*_with_metadata` requests take.
+    pub fn is_separate_and_opaque(&self) -> bool {
+        !self.extended && self.protection_type == 0
+    }
+}
+
 /// An active namespace of a controller, for building I/O requests.
 #[derive(Clone, Debug, Serialize)]
 pub struct Namespace {
@@ -79,11 +103,15 @@ pub struct Namespace {
     oncs: Oncs,
     zones: Option<ZoneGeometry>,
     limits: RangeLimits,
+    metadata: Option<MetadataFormat>,
     #[serde(skip)]
     zero: Option<Arc<ZeroState>>,
 }
 
 type Checked<T> = Result<T, RequestError>;
+
+/// DPS bits 2:0: the protection information type in use (0: none).
+const DPS_PROTECTION_TYPE_MASK: u8 = 0b111;
 
 impl Namespace {
     pub(crate) fn new(controller: &Controller, info: &NamespaceInfo) -> Self {
@@ -124,6 +152,11 @@ impl Namespace {
         limits.copy_ranges = (usize::from(id.msrc) + 1).min(COPY_MAX_RANGES);
         limits.copy_range_blocks = nonzero(u64::from(id.mssrl), defaults.copy_range_blocks);
         limits.copy_total_blocks = nonzero(u64::from(id.mcl), defaults.copy_total_blocks);
+        let metadata = id.current_lba_format().ok().filter(|format| format.ms > 0).map(|format| MetadataFormat {
+            bytes_per_block: format.ms,
+            extended: id.metadata_at_end(),
+            protection_type: id.dps & DPS_PROTECTION_TYPE_MASK,
+        });
         Namespace {
             nsid: info.nsid,
             block_size: info.block_size,
@@ -132,6 +165,7 @@ impl Namespace {
             oncs: controller.identify().oncs,
             zones,
             limits,
+            metadata,
             zero: None,
         }
     }
@@ -153,8 +187,16 @@ impl Namespace {
             oncs,
             zones,
             limits: RangeLimits::default(),
+            metadata: None,
             zero: None,
         }
+    }
+
+    /// The same namespace formatted with per-block metadata, for tests and
+    /// simulators.
+    pub fn with_metadata(mut self, metadata: Option<MetadataFormat>) -> Self {
+        self.metadata = metadata;
+        self
     }
 
     /// The same namespace with other range limits, for tests and simulators.
@@ -232,6 +274,12 @@ impl Namespace {
         self.max_transfer_bytes
     }
 
+    /// How the LBA format carries per-block metadata; `None` when it has
+    /// none.
+    pub fn metadata(&self) -> Option<MetadataFormat> {
+        self.metadata
+    }
+
     /// Zone geometry; `None` for a namespace that is not zoned.
     pub fn zones(&self) -> Option<&ZoneGeometry> {
         self.zones.as_ref()
@@ -305,14 +353,58 @@ impl Namespace {
     pub fn read(&self, slba: u64, buffer: IoBuffer, token: u64) -> Checked<Request> {
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request { command: nvm::read(self.nsid, slba, blocks as u32), buffer: Some(buffer), token })
+        Ok(Request { command: nvm::read(self.nsid, slba, blocks as u32), buffer: Some(buffer), metadata: None, token })
     }
 
     /// Write `buffer` at `slba`; with `fua` the data is durable at completion.
     pub fn write(&self, slba: u64, buffer: IoBuffer, fua: bool, token: u64) -> Checked<Request> {
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request { command: nvm::write(self.nsid, slba, blocks as u32, fua), buffer: Some(buffer), token })
+        Ok(Request {
+            command: nvm::write(self.nsid, slba, blocks as u32, fua),
+            buffer: Some(buffer),
+            metadata: None,
+            token,
+        })
+    }
+
+    /// Read `buffer.len()` bytes from `slba`, and each block's metadata into
+    /// `metadata` (blocks times [`MetadataFormat::bytes_per_block`] bytes).
+    pub fn read_with_metadata(&self, slba: u64, buffer: IoBuffer, metadata: IoBuffer, token: u64) -> Checked<Request> {
+        let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
+        self.check_metadata(blocks, &metadata)?;
+        Ok(Request { metadata: Some(metadata), ..self.read(slba, buffer, token)? })
+    }
+
+    /// Write `buffer` at `slba` with each block's metadata from `metadata`,
+    /// in the same command: a block and its metadata land together.
+    pub fn write_with_metadata(
+        &self,
+        slba: u64,
+        buffer: IoBuffer,
+        metadata: IoBuffer,
+        fua: bool,
+        token: u64,
+    ) -> Checked<Request> {
+        let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
+        self.check_metadata(blocks, &metadata)?;
+        Ok(Request { metadata: Some(metadata), ..self.write(slba, buffer, fua, token)? })
+    }
+
+    /// A metadata buffer must fit a separate, opaque format exactly.
+    fn check_metadata(&self, blocks: u64, metadata: &IoBuffer) -> Checked<()> {
+        let format = self
+            .metadata
+            .filter(MetadataFormat::is_separate_and_opaque)
+            .ok_or(RequestError::NoSeparateMetadata { nsid: self.nsid })?;
+        let expected = blocks * u64::from(format.bytes_per_block);
+        if metadata.len() as u64 != expected {
+            return Err(RequestError::MetadataLength { expected, got: metadata.len() as u64 });
+        }
+        if metadata.iova() & 0b11 != 0 {
+            return Err(RequestError::Misaligned { iova: metadata.iova() });
+        }
+        Ok(())
     }
 
     /// Compare `buffer` with the blocks at `slba` (Compare Failure if they differ).
@@ -320,26 +412,36 @@ impl Namespace {
         self.require(Oncs::COMPARE, "Compare")?;
         let blocks = self.data_blocks(&buffer, self.max_transfer_bytes)?;
         self.check_range(slba, blocks)?;
-        Ok(Request { command: nvm::compare(self.nsid, slba, blocks as u32), buffer: Some(buffer), token })
+        Ok(Request {
+            command: nvm::compare(self.nsid, slba, blocks as u32),
+            buffer: Some(buffer),
+            metadata: None,
+            token,
+        })
     }
 
     /// Verify `blocks` at `slba` on the device, without transferring data.
     pub fn verify(&self, slba: u64, blocks: u32, token: u64) -> Checked<Request> {
         self.require(Oncs::VERIFY, "Verify")?;
         self.check_range(slba, u64::from(blocks))?;
-        Ok(Request { command: nvm::verify(self.nsid, slba, blocks), buffer: None, token })
+        Ok(Request { command: nvm::verify(self.nsid, slba, blocks), buffer: None, metadata: None, token })
     }
 
     /// Flush the volatile write cache.
     pub fn flush(&self, token: u64) -> Request {
-        Request { command: nvm::flush(self.nsid), buffer: None, token }
+        Request { command: nvm::flush(self.nsid), buffer: None, metadata: None, token }
     }
 
     /// Write Zeroes; `deallocate` sets DEAC (the controller may unmap).
     pub fn write_zeroes(&self, slba: u64, blocks: u32, deallocate: bool, token: u64) -> Checked<Request> {
         self.require(Oncs::WRITE_ZEROES, "Write Zeroes")?;
         self.check_range(slba, u64::from(blocks))?;
-        Ok(Request { command: nvm::write_zeroes(self.nsid, slba, blocks, deallocate, false), buffer: None, token })
+        Ok(Request {
+            command: nvm::write_zeroes(self.nsid, slba, blocks, deallocate, false),
+            buffer: None,
+            metadata: None,
+            token,
+        })
     }
 
     /// Dataset Management, deallocate: `ranges` of `(slba, blocks)`, whose
@@ -382,7 +484,7 @@ impl Namespace {
             buffer.buffer().copy_in(buffer.offset() + index * 16, &DsmRange::new(slba, blocks).to_bytes());
         }
         let command = nvm::dataset_management(self.nsid, ranges.len() as u16, DsmAttributes::DEALLOCATE);
-        Ok(Request { command, buffer: Some(buffer.truncate(needed)), token })
+        Ok(Request { command, buffer: Some(buffer.truncate(needed)), metadata: None, token })
     }
 
     /// Simple Copy of `sources` (`(slba, blocks)` each) to `sdlba`; the
@@ -422,7 +524,7 @@ impl Namespace {
             });
         }
         let command = nvm::copy(self.nsid, sdlba, sources.len() as u16, false);
-        Ok(Request { command, buffer: Some(buffer.truncate(needed)), token })
+        Ok(Request { command, buffer: Some(buffer.truncate(needed)), metadata: None, token })
     }
 
     /// Zone Append `buffer` to the zone starting at `zslba`. The completion's
@@ -434,7 +536,28 @@ impl Namespace {
             return Err(RequestError::CrossesZone { slba: zslba, blocks });
         }
         self.check_range(zslba, blocks)?;
-        Ok(Request { command: zns_cmd::zone_append(self.nsid, zslba, blocks as u32, fua), buffer: Some(buffer), token })
+        Ok(Request {
+            command: zns_cmd::zone_append(self.nsid, zslba, blocks as u32, fua),
+            buffer: Some(buffer),
+            metadata: None,
+            token,
+        })
+    }
+
+    /// Zone Append `buffer` with each block's metadata from `metadata`, in
+    /// the same command.
+    pub fn zone_append_with_metadata(
+        &self,
+        zslba: u64,
+        buffer: IoBuffer,
+        metadata: IoBuffer,
+        fua: bool,
+        token: u64,
+    ) -> Checked<Request> {
+        let zones = *self.check_zone_start(zslba)?;
+        let blocks = self.data_blocks(&buffer, zones.zone_append_max_bytes)?;
+        self.check_metadata(blocks, &metadata)?;
+        Ok(Request { metadata: Some(metadata), ..self.zone_append(zslba, buffer, fua, token)? })
     }
 
     /// Zone Management Send: open, close, finish, reset or offline the zone
@@ -446,7 +569,12 @@ impl Namespace {
             self.check_zone_start(zslba)?;
         }
         let slba = if select_all { 0 } else { zslba };
-        Ok(Request { command: zns_cmd::zone_management_send(self.nsid, slba, action, select_all), buffer: None, token })
+        Ok(Request {
+            command: zns_cmd::zone_management_send(self.nsid, slba, action, select_all),
+            buffer: None,
+            metadata: None,
+            token,
+        })
     }
 
     /// Zone Management Receive, Report Zones from `slba` into `buffer`
@@ -468,7 +596,7 @@ impl Namespace {
         self.check_descriptor_buffer(&buffer, header)?;
         let len = (buffer.len() as u64).min(self.max_transfer_bytes) as usize / 4 * 4;
         let command = zns_cmd::report_zones(self.nsid, slba, len as u32, filter, partial, 0, 0);
-        Ok(Request { command, buffer: Some(buffer.truncate(len)), token })
+        Ok(Request { command, buffer: Some(buffer.truncate(len)), metadata: None, token })
     }
 
     fn check_descriptor_buffer(&self, buffer: &IoBuffer, needed: usize) -> Checked<()> {

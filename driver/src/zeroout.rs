@@ -548,11 +548,13 @@ fn run(
             let submitted = match &ops[next] {
                 ZeroOp::WriteZeroes { slba, blocks, deallocate } => {
                     let command = nvm::write_zeroes(nsid, *slba, *blocks, *deallocate, false);
-                    pair.submit(Request { command, buffer: None, token }).map_err(|(e, _)| Error::from(e))
+                    pair.submit(Request { command, buffer: None, metadata: None, token })
+                        .map_err(|(e, _)| Error::from(e))
                 }
                 ZeroOp::ZoneReset { zslba } => {
                     let command = zns_cmd::zone_management_send(nsid, *zslba, ZoneSendAction::Reset, false);
-                    pair.submit(Request { command, buffer: None, token }).map_err(|(e, _)| Error::from(e))
+                    pair.submit(Request { command, buffer: None, metadata: None, token })
+                        .map_err(|(e, _)| Error::from(e))
                 }
                 ZeroOp::ZeroWrite { slba, blocks } => {
                     let zero = state.zero_buffer()?;
@@ -570,7 +572,8 @@ fn run(
                     }
                     let command = nvm::dataset_management(nsid, ranges.len() as u16, DsmAttributes::DEALLOCATE);
                     let buffer = buffer.truncate(ranges.len() * 16);
-                    pair.submit(Request { command, buffer: Some(buffer), token }).map_err(|(e, _)| Error::from(e))
+                    pair.submit(Request { command, buffer: Some(buffer), metadata: None, token })
+                        .map_err(|(e, _)| Error::from(e))
                 }
             };
             submitted?;

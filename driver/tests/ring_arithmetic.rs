@@ -11,7 +11,7 @@ use nvme_driver::spec::status::Status;
 use nvme_driver::Request;
 
 fn flush(token: u64) -> Request {
-    Request { command: nvm::flush(1), buffer: None, token }
+    Request { command: nvm::flush(1), buffer: None, metadata: None, token }
 }
 
 /// All sequences of `len` batch sizes, each in `1..=max`.

@@ -152,7 +152,7 @@ fn the_device_checks_what_the_driver_would_have_refused() {
     config.dmrsl = 16;
     config.wzsl = 1;
     let mut rig = Rig::new(config);
-    let raw = |command: Command, buffer: Option<IoBuffer>| Request { command, buffer, token: 0 };
+    let raw = |command: Command, buffer: Option<IoBuffer>| Request { command, buffer, metadata: None, token: 0 };
     // LBA Out of Range.
     let request = raw(nvm::read(1, (1 << 16) - 1, 2), Some(rig.buffer(1024)));
     let status = rig.status(request).unwrap_err();

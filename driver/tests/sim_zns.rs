@@ -64,7 +64,7 @@ fn report(rig: &mut Rig, slba: u64, filter: ReportFilter, partial: bool, len: us
 /// `len` bytes (none for 0).
 fn raw(rig: &mut Rig, command: Command, len: usize) -> Result<(), Status> {
     let buffer = (len > 0).then(|| rig.buffer(len));
-    rig.status(Request { command, buffer, token: 0 })
+    rig.status(Request { command, buffer, metadata: None, token: 0 })
 }
 
 #[test]

@@ -5,7 +5,7 @@ use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
 use nvme_driver::dma::DmaPool;
 use nvme_driver::loopback::LoopbackTransport;
 use nvme_driver::spec::identify::Oncs;
-use nvme_driver::{IoBuffer, Namespace, RequestError, Transport, ZoneGeometry};
+use nvme_driver::{IoBuffer, MetadataFormat, Namespace, RequestError, Transport, ZoneGeometry};
 use std::sync::Arc;
 
 const BLOCK: u32 = 512;
@@ -172,5 +172,59 @@ fn range_limits_the_controller_reports() {
     assert_eq!(
         ns.copy(10_000, &[(0, 64), (100, 37)], buffer(&pool, 0, 4096), 0).unwrap_err(),
         RequestError::RangeTooLong { blocks: 101, max_blocks: 100 }
+    );
+}
+
+fn with_metadata(bytes_per_block: u16, extended: bool, protection_type: u8) -> Namespace {
+    conventional(Oncs::all()).with_metadata(Some(MetadataFormat { bytes_per_block, extended, protection_type }))
+}
+
+#[test]
+fn metadata_buffers_fit_a_separate_opaque_format_exactly() {
+    let pool = pool(8192);
+    let ns = with_metadata(8, false, 0);
+    let request = ns.write_with_metadata(16, buffer(&pool, 0, 4096), buffer(&pool, 4096, 64), true, 9).unwrap();
+    assert_eq!(request.metadata.as_ref().map(IoBuffer::len), Some(64), "8 blocks of 8 bytes");
+    assert_eq!((request.command.cdw10, request.token), (16, 9));
+    assert!(ns.read_with_metadata(0, buffer(&pool, 0, 512), buffer(&pool, 4096, 8), 0).is_ok());
+
+    assert_eq!(
+        ns.read_with_metadata(0, buffer(&pool, 0, 1024), buffer(&pool, 4096, 8), 0).unwrap_err(),
+        RequestError::MetadataLength { expected: 16, got: 8 }
+    );
+    let misaligned = buffer(&pool, 4098, 8);
+    let iova = misaligned.iova();
+    assert_eq!(
+        ns.read_with_metadata(0, buffer(&pool, 0, 512), misaligned, 0).unwrap_err(),
+        RequestError::Misaligned { iova }
+    );
+    // Data checks come first, as for a plain read.
+    assert_eq!(
+        ns.read_with_metadata(CAPACITY, buffer(&pool, 0, 512), buffer(&pool, 4096, 8), 0).unwrap_err(),
+        RequestError::LbaOutOfRange { slba: CAPACITY, blocks: 1, capacity_blocks: CAPACITY }
+    );
+}
+
+#[test]
+fn metadata_on_a_format_without_a_separate_opaque_buffer_is_refused() {
+    let pool = pool(8192);
+    for ns in [conventional(Oncs::all()), with_metadata(8, true, 0), with_metadata(8, false, 1)] {
+        assert_eq!(
+            ns.write_with_metadata(0, buffer(&pool, 0, 512), buffer(&pool, 4096, 8), false, 0).unwrap_err(),
+            RequestError::NoSeparateMetadata { nsid: 1 }
+        );
+    }
+    let format = MetadataFormat { bytes_per_block: 16, extended: false, protection_type: 0 };
+    let request = zoned().with_metadata(Some(format)).zone_append_with_metadata(
+        0,
+        buffer(&pool, 0, 1024),
+        buffer(&pool, 4096, 32),
+        false,
+        0,
+    );
+    assert_eq!(request.unwrap().metadata.map(|m| m.len()), Some(32));
+    assert_eq!(
+        zoned().zone_append_with_metadata(0, buffer(&pool, 0, 512), buffer(&pool, 4096, 16), false, 0).unwrap_err(),
+        RequestError::NoSeparateMetadata { nsid: 2 }
     );
 }

@@ -60,10 +60,10 @@ fn submit_and_poll_allocate_nothing() {
         for (token, slot) in buffers.iter_mut().enumerate() {
             let command =
                 if token % 2 == 0 { nvm::read(1, token as u64, 8) } else { nvm::write(1, token as u64, 8, false) };
-            let request = Request { command, buffer: slot.take(), token: token as u64 };
+            let request = Request { command, buffer: slot.take(), metadata: None, token: token as u64 };
             pair.submit(request).unwrap();
         }
-        pair.submit(Request { command: nvm::flush(1), buffer: None, token: 99 }).unwrap();
+        pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token: 99 }).unwrap();
         pair.ring();
         device.complete_all();
         pair.poll(|c| completions.push(c));

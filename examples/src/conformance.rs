@@ -833,7 +833,12 @@ fn sizes(target: &Target) -> Outcome {
             ("hand-built write", nvm::write(ns.nsid(), 0, blocks, false)),
             ("hand-built read", nvm::read(ns.nsid(), 0, blocks)),
         ] {
-            let request = Request { command, buffer: Some(IoBuffer::range(take(&pool)?, 0, too_large)), token: 0 };
+            let request = Request {
+                command,
+                buffer: Some(IoBuffer::range(take(&pool)?, 0, too_large)),
+                metadata: None,
+                token: 0,
+            };
             run_expecting(&mut qpair, Ok(request), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), what)?;
         }
         target.ok(
@@ -1596,6 +1601,7 @@ fn zns_append_limit(target: &Target, zones: &mut Zones) -> Outcome {
     let request = Request {
         command: zns_cmd::zone_append(target.ns.nsid(), zones.zslba(0), (over / block_bytes) as u32, false),
         buffer: Some(IoBuffer::range(take(&zones.pool)?, 0, over)),
+        metadata: None,
         token: 0,
     };
     let status = run_expecting(

@@ -94,6 +94,10 @@ pub struct Request {
     /// The data buffer, owned by the queue pair until the completion hands it
     /// back; `None` for commands without data.
     pub buffer: Option<IoBuffer>,
+    /// The separate metadata buffer (MPTR) of a namespace formatted with
+    /// per-block metadata, owned like `buffer`; `None` for no metadata.
+    /// [`crate::Namespace`]'s `*_with_metadata` requests size it.
+    pub metadata: Option<IoBuffer>,
     /// Returned with the completion, like io_uring's `user_data`.
     pub token: u64,
 }
@@ -117,6 +121,8 @@ pub struct IoCompletion {
     /// The buffer given at submission, back to the caller: the device no
     /// longer touches it.
     pub buffer: Option<IoBuffer>,
+    /// The metadata buffer given at submission, back likewise.
+    pub metadata: Option<IoBuffer>,
 }
 
 impl IoCompletion {
@@ -232,6 +238,7 @@ struct Tracker {
     /// submission starts the clock.
     deadline: Option<Instant>,
     buffer: Option<IoBuffer>,
+    metadata: Option<IoBuffer>,
 }
 
 /// Where the doorbells of a new queue pair point.
@@ -639,13 +646,22 @@ impl QueuePair {
         let Some(&slot) = self.free.last() else {
             return Err((SubmitError::QueueFull, request));
         };
-        if request.buffer.as_ref().is_some_and(|b| b.buffer().dma_domain() != self.dma_domain) {
+        let foreign = |b: &Option<IoBuffer>| b.as_ref().is_some_and(|b| b.buffer().dma_domain() != self.dma_domain);
+        if foreign(&request.buffer) || foreign(&request.metadata) {
             return Err((SubmitError::ForeignBuffer, request));
         }
         let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));
         let mut command = request.command;
         if let Err(error) = self.fill_data_pointer(&mut command, slot, iova, len) {
             return Err((error, request));
+        }
+        if let Some(metadata) = &request.metadata {
+            // PSDT 00b: MPTR is the address of one contiguous buffer, dword
+            // aligned (NVMe Base 2.0 §4.1.2, Figure 92).
+            if !metadata.iova().is_multiple_of(4) {
+                return Err((SubmitError::Buffer(prp::PrpError::Misaligned { iova: metadata.iova() }), request));
+            }
+            command.mptr = metadata.iova();
         }
         self.free.pop();
         let tracker = &mut self.trackers[usize::from(slot)];
@@ -655,6 +671,7 @@ impl QueuePair {
         tracker.deadline = None;
         tracker.token = request.token;
         tracker.buffer = request.buffer;
+        tracker.metadata = request.metadata;
         self.push(command, slot);
         Ok(())
     }
@@ -683,6 +700,7 @@ impl QueuePair {
         tracker.deadline = None;
         tracker.token = token;
         tracker.buffer = None;
+        tracker.metadata = None;
         self.push(command, slot);
         Ok(())
     }
@@ -782,6 +800,7 @@ impl QueuePair {
                         dw0: entry.dw0,
                         dw1: entry.dw1,
                         buffer: tracker.buffer.take(),
+                        metadata: tracker.metadata.take(),
                     };
                     self.free.push(entry.cid);
                     self.stats.completed += 1;
@@ -816,6 +835,7 @@ impl QueuePair {
             dw0: 0,
             dw1: 0,
             buffer: tracker.buffer.take(),
+            metadata: tracker.metadata.take(),
         };
         self.free.push(slot as u16);
         self.stats.completed += 1;

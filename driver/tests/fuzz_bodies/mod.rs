@@ -77,7 +77,12 @@ pub fn completions(data: &[u8]) {
             0 => {
                 // Submit a few commands.
                 for _ in 0..=(arg % 4) {
-                    match pair.submit(Request { command: nvm::flush(1), buffer: None, token: next_token }) {
+                    match pair.submit(Request {
+                        command: nvm::flush(1),
+                        buffer: None,
+                        metadata: None,
+                        token: next_token,
+                    }) {
                         Ok(()) => {
                             outstanding.insert(next_token);
                             next_token += 1;
