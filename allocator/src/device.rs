@@ -8,6 +8,7 @@
 //! next poll, so the two styles mix safely on one pair.
 
 use crate::error::{Error, Result};
+use crate::tags::{TagLayout, TAG_BYTES};
 use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool};
@@ -51,6 +52,12 @@ pub struct Device {
     pub(crate) ns: Namespace,
     pub(crate) pair: QueuePair,
     pub(crate) pool: DmaPool,
+    /// How the namespace's per-block metadata can carry block tags
+    /// ([`crate::tags`]); `None` when its format has too little (or none).
+    pub(crate) tags: Option<TagLayout>,
+    /// Metadata buffers for tagged transfers, one per data buffer, each
+    /// sized for the largest transfer; `None` without `tags`.
+    tag_pool: Option<DmaPool>,
     pub(crate) lbas_per_block: u64,
     pub(crate) stash: VecDeque<IoCompletion>,
     next_token: u64,
@@ -88,8 +95,17 @@ impl Device {
             return Err(Error::InvalidConfig(format!("namespace {nsid}: transfers below 4 KiB")));
         }
         let append_max_bytes = ns.zones().map_or(0, |z| z.zone_append_max_bytes as usize / BLOCK_SIZE * BLOCK_SIZE);
+        let tags = tag_layout(&ns, block_size)?;
         let pair = controller.create_queue_pair(options.queue_depth)?;
         let pool = DmaPool::new(controller.transport(), max_transfer, options.buffers.max(4))?;
+        let tag_pool = match tags {
+            Some(layout) => Some(DmaPool::new(
+                controller.transport(),
+                layout.bytes(max_transfer / BLOCK_SIZE),
+                options.buffers.max(4),
+            )?),
+            None => None,
+        };
         let durable_generation = pair.reset_generation();
         let id = controller.identify();
         let identity = (String::new(), id.mn.trim().to_string(), id.sn.trim().to_string());
@@ -100,6 +116,8 @@ impl Device {
             ns,
             pair,
             pool,
+            tags,
+            tag_pool,
             stash: VecDeque::new(),
             next_token: 0,
             timeout: options.timeout,
@@ -226,20 +244,49 @@ impl Device {
             .is_some_and(|state| matches!(state, ZoneState::ReadOnly | ZoneState::Offline))
     }
 
+    /// The metadata buffers of tagged transfers, if the namespace has tags.
+    pub fn tag_pool(&self) -> Option<&DmaPool> {
+        self.tag_pool.as_ref()
+    }
+
+    /// How the namespace's metadata carries block tags, if it can.
+    pub fn tag_layout(&self) -> Option<TagLayout> {
+        self.tags
+    }
+
     /// A free DMA buffer, polling (and stashing completions) until one
     /// returns, for at most the timeout.
     pub(crate) fn buffer(&mut self) -> Result<DmaBuffer> {
-        if let Some(buffer) = self.pool.get() {
+        self.buffer_from(false)
+    }
+
+    /// A free metadata buffer for a tagged transfer, as [`Device::buffer`].
+    pub(crate) fn tag_buffer(&mut self) -> Result<DmaBuffer> {
+        if self.tag_pool.is_none() {
+            return Err(Error::InvalidArgument("this namespace carries no block tags".into()));
+        }
+        self.buffer_from(true)
+    }
+
+    fn take_from(&self, tags: bool) -> Option<DmaBuffer> {
+        match tags {
+            false => self.pool.get(),
+            true => self.tag_pool.as_ref().and_then(DmaPool::get),
+        }
+    }
+
+    fn buffer_from(&mut self, tags: bool) -> Result<DmaBuffer> {
+        if let Some(buffer) = self.take_from(tags) {
             return Ok(buffer);
         }
         let deadline = Instant::now() + self.timeout;
         loop {
             let stash = &mut self.stash;
             self.pair.poll(|c| stash.push_back(c));
-            if let Some(buffer) = self.pool.get() {
+            if let Some(buffer) = self.take_from(tags) {
                 return Ok(buffer);
             }
-            if self.stash.iter().any(|c| c.buffer.is_some()) {
+            if self.stash.iter().any(|c| c.buffer.is_some() || c.metadata.is_some()) {
                 // Buffers are held by completions the volume has not
                 // processed yet: it must poll.
                 return Err(Error::Timeout { what: "a free DMA buffer (poll the volume)" });
@@ -350,6 +397,47 @@ impl Device {
         Ok(())
     }
 
+    /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`, and their
+    /// tags into `tags_out` (their metadata bytes, [`TagLayout::bytes`]).
+    pub(crate) fn read_tagged_at(&mut self, lba: u64, out: &mut [u8], tags_out: &mut [u8]) -> Result<()> {
+        let layout = self.tags.ok_or_else(|| Error::InvalidArgument("this namespace carries no block tags".into()))?;
+        assert_eq!(tags_out.len(), layout.bytes(out.len() / BLOCK_SIZE), "tags for every block");
+        let step = self.max_transfer_bytes;
+        let meta_step = layout.bytes(step / BLOCK_SIZE);
+        for (index, (chunk, meta)) in out.chunks_mut(step).zip(tags_out.chunks_mut(meta_step)).enumerate() {
+            let buffer = self.buffer()?;
+            let tag_buffer = self.tag_buffer()?;
+            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
+            let data = IoBuffer::range(buffer, 0, chunk.len());
+            let request = self.ns.read_with_metadata(slba, data, IoBuffer::range(tag_buffer, 0, meta.len()), 0)?;
+            let completion = self.run(request, "Read")?;
+            completion.buffer.expect("reads have a buffer").buffer().copy_out(0, chunk);
+            completion.metadata.expect("a tagged read has metadata").buffer().copy_out(0, meta);
+        }
+        Ok(())
+    }
+
+    /// Writes `data` (whole 4 KiB blocks) at `lba` with their tags from
+    /// `tags`, ordered, as [`Device::write_at`].
+    pub(crate) fn write_tagged_at(&mut self, lba: u64, data: &[u8], tags: &[u8]) -> Result<()> {
+        let layout = self.tags.ok_or_else(|| Error::InvalidArgument("this namespace carries no block tags".into()))?;
+        assert_eq!(tags.len(), layout.bytes(data.len() / BLOCK_SIZE), "tags for every block");
+        let step = self.max_transfer_bytes;
+        let meta_step = layout.bytes(step / BLOCK_SIZE);
+        for (index, (chunk, meta)) in data.chunks(step).zip(tags.chunks(meta_step)).enumerate() {
+            let buffer = self.buffer()?;
+            let tag_buffer = self.tag_buffer()?;
+            buffer.copy_in(0, chunk);
+            tag_buffer.copy_in(0, meta);
+            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
+            let data = IoBuffer::range(buffer, 0, chunk.len());
+            let meta = IoBuffer::range(tag_buffer, 0, meta.len());
+            let request = self.ns.write_with_metadata(slba, data, meta, false, 0)?;
+            self.run(request, "Write")?;
+        }
+        Ok(())
+    }
+
     /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`.
     pub(crate) fn read_at(&mut self, lba: u64, out: &mut [u8]) -> Result<()> {
         debug_assert!(out.len().is_multiple_of(BLOCK_SIZE));
@@ -364,6 +452,23 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// How `ns` can carry block tags: a separate, opaque metadata buffer with
+/// at least [`TAG_BYTES`] per LBA. A format the volume cannot drive at all
+/// (metadata interleaved with the data, or protection information that the
+/// device would check and generate) is refused.
+fn tag_layout(ns: &Namespace, block_size: usize) -> Result<Option<TagLayout>> {
+    let Some(format) = ns.metadata() else { return Ok(None) };
+    if !format.is_separate_and_opaque() {
+        return Err(Error::InvalidConfig(format!(
+            "namespace {}: its LBA format {}; use one with a separate metadata buffer and no protection information",
+            ns.nsid(),
+            if format.extended { "interleaves metadata with the data" } else { "has protection information on" },
+        )));
+    }
+    let bytes = usize::from(format.bytes_per_block);
+    Ok((bytes >= TAG_BYTES).then_some(TagLayout { stride: bytes * (BLOCK_SIZE / block_size) }))
 }
 
 /// A completion's outcome. The one place the allocator reads it.

@@ -85,6 +85,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod journal;
+pub mod tags;
 pub mod token;
 mod volume;
 pub mod zones;
@@ -95,9 +96,9 @@ pub use journal::format::{MemberRecord, ScrubRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
 pub use token::Token;
 pub use volume::{
-    BadBlock, CheckReport, CheckedPlace, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef, LaneReads,
-    MemberState, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume,
-    VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
+    BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef,
+    LaneReads, MemberState, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus,
+    Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

@@ -113,7 +113,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use verify::{Verifier, VerifyJob, VerifyResult};
+use verify::{ReadMeta, Verifier, VerifyJob, VerifyResult};
 use zoned_allocator::{Location, Volume, BLOCK_SIZE};
 
 /// The scrub's one error type.
@@ -604,8 +604,10 @@ impl Engine<'_> {
                     Ok(()) => {
                         let buffer = completion.buffer.expect("reads carry their buffer");
                         if self.options.verify {
-                            let pieces = entry.read.pieces.iter().map(|p| (p.offset_blocks, p.crcs.clone())).collect();
-                            self.verifier.submit(VerifyJob { seq, buffer, pieces });
+                            let pieces =
+                                entry.read.pieces.iter().map(|p| (p.offset_blocks, p.expected.clone())).collect();
+                            let tags = ReadMeta::of(volume, completion.metadata);
+                            self.verifier.submit(VerifyJob { seq, buffer, tags, pieces });
                         } else {
                             entry.done = true;
                         }

@@ -8,6 +8,7 @@
 //! 64 KiB and lost its merged 352 KB requests.)
 
 use std::collections::VecDeque;
+use zoned_allocator::tags::Expected;
 use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
 
 /// One extent's share of a read.
@@ -24,8 +25,9 @@ pub struct Piece {
     pub extent_block: u32,
     /// Length of the piece, in 4 KiB blocks.
     pub blocks: u32,
-    /// One checksum per block of the piece.
-    pub crcs: Vec<u32>,
+    /// What the piece's blocks must hold: their checksums, or tags read
+    /// with them.
+    pub expected: Expected,
 }
 
 /// One read command.
@@ -171,7 +173,7 @@ impl Planner {
                     offset_blocks: read.blocks,
                     extent_block: block,
                     blocks,
-                    crcs: extent.crcs[block as usize..(block + blocks) as usize].to_vec(),
+                    expected: extent.expected(block, blocks),
                 });
                 read.blocks += blocks;
                 block += blocks;

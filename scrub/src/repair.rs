@@ -77,9 +77,8 @@ fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report:
         let blocks = (len / BLOCK_SIZE) as u32;
         let mut copy = vec![0u8; len];
         // Which blocks does this extent's copy really fail on?
-        match volume.read_copy(id, lane, &mut copy) {
-            Ok(()) => {
-                let crcs_bad = checksum_mismatches(volume, id, &copy);
+        match volume.read_copy_checked(id, lane, &mut copy) {
+            Ok(crcs_bad) => {
                 if !crcs_bad.is_empty() && options.verify {
                     report.errors.checksum += crcs_bad.len() as u64;
                 }
@@ -108,10 +107,7 @@ fn good_data(volume: &mut Volume, id: ExtentId, lane: usize) -> (Vec<u8>, Vec<u3
     let mut good_blocks = vec![false; blocks as usize];
     let mut data = vec![0u8; len];
     for copy in std::iter::once(lane).chain((0..volume.lanes()).filter(|&l| l != lane)) {
-        if volume.read_copy(id, copy, &mut data).is_err() {
-            continue;
-        }
-        let bad_there = checksum_mismatches(volume, id, &data);
+        let Ok(bad_there) = volume.read_copy_checked(id, copy, &mut data) else { continue };
         for b in 0..blocks {
             if !good_blocks[b as usize] && !bad_there.contains(&b) {
                 let range = b as usize * BLOCK_SIZE..(b as usize + 1) * BLOCK_SIZE;
@@ -153,19 +149,15 @@ fn repair(volume: &mut Volume, id: ExtentId, lane: usize, good: &[u8]) -> Repair
         return Repair::Failed { wrote: false, error: RepairError::from(&error) };
     }
     let mut copy = vec![0u8; good.len()];
-    match volume.read_copy(id, lane, &mut copy) {
-        Ok(()) if checksum_mismatches(volume, id, &copy).is_empty() => Repair::Healed,
-        Ok(()) => Repair::StillBad,
+    match volume.read_copy_checked(id, lane, &mut copy) {
+        Ok(bad) if bad.is_empty() => Repair::Healed,
+        Ok(_) => Repair::StillBad,
         Err(zoned_allocator::Error::Command { error, .. }) if error.device_status().is_some() => {
             log::warn!("extent {id}, copy {lane}: still unreadable after the repair: {error}");
             Repair::StillBad
         }
         Err(error) => Repair::Failed { wrote: true, error: RepairError::from(&error) },
     }
-}
-
-fn checksum_mismatches(volume: &Volume, id: ExtentId, data: &[u8]) -> Vec<u32> {
-    volume.checksums(id).map_or_else(Vec::new, |crcs| zoned_allocator::checksum::mismatches(data, crcs))
 }
 
 /// (is a media error, its name).

@@ -28,8 +28,8 @@
 //! `replace` are the anchors; ZFS's dirty-time log is what the missing
 //! locations stand for.
 
-use crate::plan::{Planner, Read};
-use crate::verify::Workers;
+use crate::plan::{Piece, Planner, Read};
+use crate::verify::{piece_mismatches, ReadMeta, Workers};
 use crate::{scrub, Control, Error, Report, Result, ScrubOptions, CANCEL, PAUSE};
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoCompletion;
@@ -476,6 +476,7 @@ impl Resilver {
         self.reads_in_flight -= 1;
         self.report.reads += 1;
         self.report.bytes_read += read.bytes() as u64;
+        let meta = ReadMeta::of(volume, completion.metadata);
         let buffer = match completion.status {
             Ok(()) => completion.buffer.expect("reads carry their buffer"),
             Err(error) => {
@@ -491,11 +492,11 @@ impl Resilver {
             }
         };
         if let Some(checker) = self.checker.as_mut() {
-            checker.submit(CheckJob { read, buffer, keep_bytes: !self.zero_copy });
+            checker.submit(CheckJob { read, buffer, meta, keep_bytes: !self.zero_copy });
             return Ok(());
         }
         if self.zero_copy {
-            return self.copy_read_buffer(volume, &read, buffer);
+            return self.copy_read_buffer(volume, &read, buffer, meta.as_ref());
         }
         self.scratch.resize(buffer.len(), 0);
         buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
@@ -511,7 +512,7 @@ impl Resilver {
                 continue;
             }
             if self.options.verify {
-                let bad = zoned_allocator::checksum::mismatches(data, &piece.crcs);
+                let bad = piece_mismatches(&piece.expected, piece.offset_blocks, data, meta.as_ref());
                 if !bad.is_empty() {
                     // Read it again on its own, through the volume (which
                     // counts the errors and tries every copy it has).
@@ -520,7 +521,8 @@ impl Resilver {
                     continue;
                 }
             }
-            self.queued(piece.id, volume.submit_copy(piece.id, self.report.target_lane, data));
+            let submitted = submit_copy(volume, piece, self.report.target_lane, Source::Bytes(data), meta.as_ref());
+            self.queued(piece.id, submitted);
         }
         for id in again {
             self.copy_one(volume, id)?;
@@ -531,7 +533,7 @@ impl Resilver {
     /// A read checksummed on a worker: queue the copies of the extents
     /// that verified, and read each that did not again on its own.
     fn checked(&mut self, volume: &mut Volume, checked: Checked) -> Result<()> {
-        let Checked { read, buffer, bytes, bad } = checked;
+        let Checked { read, buffer, bytes, meta, bad } = checked;
         assert!(buffer.is_none() || read.pieces.len() == 1, "a buffer written as it is holds one extent");
         let mut again = Vec::new();
         let mut buffer = buffer;
@@ -545,15 +547,15 @@ impl Resilver {
                 again.push(piece.id);
                 continue;
             }
-            let submitted = match buffer.take() {
+            let source = match buffer.take() {
                 // One extent per read: the buffer is its copy.
-                Some(io) => volume.submit_copy_buffer(piece.id, self.report.target_lane, io),
+                Some(io) => Source::Buffer(io),
                 None => {
                     let start = piece.offset_blocks as usize * BLOCK_SIZE;
-                    let data = &bytes[start..start + piece.blocks as usize * BLOCK_SIZE];
-                    volume.submit_copy(piece.id, self.report.target_lane, data)
+                    Source::Bytes(&bytes[start..start + piece.blocks as usize * BLOCK_SIZE])
                 }
             };
+            let submitted = submit_copy(volume, piece, self.report.target_lane, source, meta.as_ref());
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -565,7 +567,13 @@ impl Resilver {
     /// Writes a read of one extent, its buffer as it is, as the extent's
     /// missing copy; verified first when asked (its bytes copied out only
     /// to be checksummed).
-    fn copy_read_buffer(&mut self, volume: &mut Volume, read: &Read, buffer: nvme_driver::IoBuffer) -> Result<()> {
+    fn copy_read_buffer(
+        &mut self,
+        volume: &mut Volume,
+        read: &Read,
+        buffer: nvme_driver::IoBuffer,
+        meta: Option<&ReadMeta>,
+    ) -> Result<()> {
         assert_eq!(read.pieces.len(), 1, "one extent per read when writing reads as they are");
         let piece = &read.pieces[0];
         let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == buffer.len());
@@ -576,16 +584,15 @@ impl Resilver {
         if self.options.verify {
             self.scratch.resize(buffer.len(), 0);
             buffer.buffer().copy_out(buffer.offset(), &mut self.scratch);
-            let bad = zoned_allocator::checksum::mismatches(&self.scratch, &piece.crcs);
+            let bad = piece_mismatches(&piece.expected, piece.offset_blocks, &self.scratch, meta);
             if !bad.is_empty() {
                 self.report.checksum_errors += bad.len() as u64;
                 drop(buffer);
                 return self.copy_one(volume, piece.id);
             }
         }
-        let id = piece.id;
-        let submitted = volume.submit_copy_buffer(id, self.report.target_lane, buffer);
-        self.queued(id, submitted);
+        let submitted = submit_copy(volume, piece, self.report.target_lane, Source::Buffer(buffer), meta);
+        self.queued(piece.id, submitted);
         Ok(())
     }
 
@@ -665,6 +672,7 @@ impl Resilver {
 struct CheckJob {
     read: Read,
     buffer: nvme_driver::IoBuffer,
+    meta: Option<ReadMeta>,
     /// Hand the bytes back (the copying path); else hand the buffer back
     /// (it is written as it is).
     keep_bytes: bool,
@@ -675,6 +683,7 @@ struct Checked {
     read: Read,
     buffer: Option<nvme_driver::IoBuffer>,
     bytes: Vec<u8>,
+    meta: Option<ReadMeta>,
     bad: Vec<Vec<u32>>,
 }
 
@@ -686,7 +695,7 @@ type Checker = Workers<CheckJob, Checked>;
 
 /// Checks one read on a worker.
 fn check(job: CheckJob, scratch: &mut Vec<u8>) -> Checked {
-    let CheckJob { read, buffer, keep_bytes } = job;
+    let CheckJob { read, buffer, meta, keep_bytes } = job;
     let mut bytes = if keep_bytes { Vec::new() } else { std::mem::take(scratch) };
     bytes.resize(buffer.len(), 0);
     buffer.buffer().copy_out(buffer.offset(), &mut bytes);
@@ -695,14 +704,42 @@ fn check(job: CheckJob, scratch: &mut Vec<u8>) -> Checked {
         .iter()
         .map(|piece| {
             let start = piece.offset_blocks as usize * BLOCK_SIZE;
-            zoned_allocator::checksum::mismatches(&bytes[start..start + piece.crcs.len() * BLOCK_SIZE], &piece.crcs)
+            let data = &bytes[start..start + piece.blocks as usize * BLOCK_SIZE];
+            piece_mismatches(&piece.expected, piece.offset_blocks, data, meta.as_ref())
         })
         .collect();
     if keep_bytes {
         drop(buffer);
-        Checked { read, buffer: None, bytes, bad }
+        Checked { read, buffer: None, bytes, meta, bad }
     } else {
         *scratch = bytes;
-        Checked { read, buffer: Some(buffer), bytes: Vec::new(), bad }
+        Checked { read, buffer: Some(buffer), bytes: Vec::new(), meta, bad }
+    }
+}
+
+/// What a resilver writes as an extent's missing copy.
+enum Source<'a> {
+    Bytes(&'a [u8]),
+    Buffer(nvme_driver::IoBuffer),
+}
+
+/// Queues `source`, the read of `piece` (a whole extent), as its missing
+/// copy in `lane`. On a volume with block tags the copy carries the
+/// checksums its source's tags record, so that a block that went bad
+/// unnoticed (say, with verification off) stays bad, for the next read or
+/// scrub to find, rather than getting a tag made from bad data.
+fn submit_copy(
+    volume: &mut Volume,
+    piece: &Piece,
+    lane: usize,
+    source: Source<'_>,
+    meta: Option<&ReadMeta>,
+) -> zoned_allocator::Result<()> {
+    let crcs = meta.map(|m| m.crcs(piece.offset_blocks, piece.blocks as usize));
+    match (source, crcs) {
+        (Source::Bytes(data), None) => volume.submit_copy(piece.id, lane, data),
+        (Source::Bytes(data), Some(crcs)) => volume.submit_copy_with_checksums(piece.id, lane, data, crcs),
+        (Source::Buffer(io), None) => volume.submit_copy_buffer(piece.id, lane, io),
+        (Source::Buffer(io), Some(crcs)) => volume.submit_copy_buffer_with_checksums(piece.id, lane, io, crcs),
     }
 }

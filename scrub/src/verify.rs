@@ -5,7 +5,8 @@ use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoBuffer;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use zoned_allocator::BLOCK_SIZE;
+use zoned_allocator::tags::{Expected, ReadTags, TagLayout};
+use zoned_allocator::{Volume, BLOCK_SIZE};
 
 /// One completed read waiting for verification. The DMA buffer travels to
 /// the verifying thread, which copies it out (no reference into DMA
@@ -13,8 +14,49 @@ use zoned_allocator::BLOCK_SIZE;
 pub(crate) struct VerifyJob {
     pub(crate) seq: u64,
     pub(crate) buffer: IoBuffer,
-    /// (piece offset in blocks, crcs) per piece.
-    pub(crate) pieces: Vec<(u32, Vec<u32>)>,
+    /// The blocks' tags as read with them, on a volume with block tags.
+    pub(crate) tags: Option<ReadMeta>,
+    /// (piece offset in blocks, what it must hold) per piece.
+    pub(crate) pieces: Vec<(u32, Expected)>,
+}
+
+/// A read's metadata (its blocks' tags), copied out of its DMA buffer as
+/// soon as the read completes (it is small: 8 bytes or so per 4 KiB), and
+/// what checks it.
+pub(crate) struct ReadMeta {
+    layout: TagLayout,
+    volume_id: u64,
+    bytes: Vec<u8>,
+}
+
+impl ReadMeta {
+    /// The metadata of a completed read, on a volume with block tags.
+    pub(crate) fn of(volume: &Volume, metadata: Option<IoBuffer>) -> Option<ReadMeta> {
+        let layout = volume.block_tags()?;
+        let buffer = metadata?;
+        let mut bytes = vec![0u8; buffer.len()];
+        buffer.buffer().copy_out(buffer.offset(), &mut bytes);
+        Some(ReadMeta { layout, volume_id: volume.volume_id(), bytes })
+    }
+
+    /// The tags of blocks `start..start + blocks` of the read.
+    pub(crate) fn range(&self, start: u32, blocks: usize) -> ReadTags<'_> {
+        let start = start as usize;
+        let meta = &self.bytes[self.layout.bytes(start)..self.layout.bytes(start + blocks)];
+        ReadTags { layout: self.layout, volume_id: self.volume_id, meta }
+    }
+
+    /// The data checksums the tags of blocks `start..start + blocks`
+    /// record: the extent's own, for its new copy.
+    pub(crate) fn crcs(&self, start: u32, blocks: usize) -> Vec<u32> {
+        zoned_allocator::tags::data_crcs(self.layout, self.range(start, blocks).meta).collect()
+    }
+}
+
+/// Checks `data`, a piece at block `offset` of a read, against what it
+/// must hold (and the read's tags).
+pub(crate) fn piece_mismatches(expected: &Expected, offset: u32, data: &[u8], meta: Option<&ReadMeta>) -> Vec<u32> {
+    expected.mismatches(data, meta.map(|m| m.range(offset, expected.blocks())))
 }
 
 pub(crate) struct VerifyResult {
@@ -31,10 +73,10 @@ fn verify_job(job: VerifyJob, scratch: &mut Vec<u8>) -> VerifyResult {
     let bad = job
         .pieces
         .iter()
-        .map(|(offset, crcs)| {
+        .map(|(offset, expected)| {
             let start = *offset as usize * BLOCK_SIZE;
-            let data = &scratch[start..start + crcs.len() * BLOCK_SIZE];
-            zoned_allocator::checksum::mismatches(data, crcs)
+            let data = &scratch[start..start + expected.blocks() * BLOCK_SIZE];
+            piece_mismatches(expected, *offset, data, job.tags.as_ref())
         })
         .collect();
     VerifyResult { seq: job.seq, bad }

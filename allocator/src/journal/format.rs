@@ -20,9 +20,13 @@ pub(crate) const HEADER_BYTES: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// The on-disk format this build writes and reads. Version 1 kept one copy
 /// of the journal on the first namespace and had no labels; version 2 had
-/// no member states, error counters or missing copies.
-pub const FORMAT_VERSION: u8 = 3;
+/// no member states, error counters or missing copies; version 3 kept every
+/// extent's checksums in the journal and in memory, whatever the devices.
+pub const FORMAT_VERSION: u8 = 4;
 const VERSION: u8 = FORMAT_VERSION;
+/// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
+/// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
+const MAX_TAG_STRIDE: u32 = 512;
 const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"ZNVLABEL");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +118,7 @@ pub(crate) struct ExtentRecord {
     pub blocks: u32,
     /// One per copy (lane).
     pub locations: Vec<Location>,
+    /// One per block; empty on a volume whose devices carry block tags.
     pub crcs: Vec<u32>,
 }
 
@@ -199,6 +204,10 @@ pub(crate) struct Superblock {
     pub members: Vec<MemberRecord>,
     /// The last scrub pass, if any.
     pub last_scrub: Option<ScrubRecord>,
+    /// Metadata bytes per 4 KiB block that carry each block's tag on every
+    /// device ([`crate::tags`]); 0 when checksums live in the extent map
+    /// (and so in the journal and in memory).
+    pub tag_stride: u32,
 }
 
 /// A whole checkpoint: configuration, next extent ID, extents, and per
@@ -456,6 +465,7 @@ impl Writer {
             }
             None => self.u8(0),
         }
+        self.u32(s.tag_stride);
     }
     fn member(&mut self, m: &MemberRecord) {
         self.u8(u8::from(m.failed));
@@ -480,7 +490,8 @@ impl Writer {
         for &l in &e.locations {
             self.location(l);
         }
-        debug_assert_eq!(e.crcs.len(), e.blocks as usize);
+        debug_assert!(e.crcs.is_empty() || e.crcs.len() == e.blocks as usize);
+        self.u8(u8::from(!e.crcs.is_empty()));
         for &c in &e.crcs {
             self.u32(c);
         }
@@ -554,6 +565,10 @@ impl<'a> Reader<'a> {
             1 => Some(self.scrub()?),
             other => return Err(corrupt(format!("last scrub tag {other}"))),
         };
+        let tag_stride = self.u32()?;
+        if tag_stride != 0 && !(crate::tags::TAG_BYTES as u32..=MAX_TAG_STRIDE).contains(&tag_stride) {
+            return Err(corrupt(format!("{tag_stride} metadata bytes per block")));
+        }
         Ok(Superblock {
             profile,
             streams,
@@ -567,6 +582,7 @@ impl<'a> Reader<'a> {
             meta_segment_blocks,
             members,
             last_scrub,
+            tag_stride,
         })
     }
     fn member(&mut self) -> Result<MemberRecord> {
@@ -604,8 +620,14 @@ impl<'a> Reader<'a> {
         for _ in 0..copies {
             locations.push(self.location()?);
         }
-        let raw = self.take(blocks as usize * 4)?;
-        let crcs = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        let crcs = match self.u8()? {
+            0 => Vec::new(),
+            1 => {
+                let raw = self.take(blocks as usize * 4)?;
+                raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
+            }
+            other => return Err(corrupt(format!("extent {id}: checksum flag {other}"))),
+        };
         Ok(ExtentRecord { id, owner, stream, blocks, locations, crcs })
     }
     fn finish(&self) -> Result<()> {
@@ -685,9 +707,10 @@ mod tests {
                     uncorrectable_blocks: 0,
                     clean: true,
                 }),
+                tag_stride: 64,
             },
             next_id: 10,
-            extents: vec![extent(1), extent(4)],
+            extents: vec![extent(1), ExtentRecord { crcs: Vec::new(), ..extent(4) }],
             zone_valid: vec![vec![1, 2, 3], vec![4, 5]],
         };
         let payload = encode_checkpoint(&checkpoint);

@@ -27,8 +27,13 @@ impl Volume {
     /// The copy is placed in the extent's stream and journaled at the next
     /// commit; the outcome arrives through [`Volume::next_copy_done`]. If
     /// the extent is freed meanwhile, the copy is dropped.
+    ///
+    /// On a volume with block tags ([`crate::tags`]) the copy's tags are
+    /// made from `data`'s checksums: use
+    /// [`Volume::submit_copy_buffer_with_checksums`] to carry the source
+    /// copy's own instead.
     pub fn submit_copy(&mut self, id: ExtentId, lane: usize, data: &[u8]) -> Result<()> {
-        self.submit_copy_payload(id, lane, Payload::Bytes(data))
+        self.submit_copy_payload(id, lane, Payload::Bytes(data), None)
     }
 
     /// [`Volume::submit_copy`] from a DMA buffer holding exactly the
@@ -39,7 +44,38 @@ impl Volume {
         if self.dma_domain(lane) != Some(data.buffer().dma_domain()) {
             return Err(Error::InvalidArgument(format!("the buffer is not mapped for copy {lane}'s device")));
         }
-        self.submit_copy_payload(id, lane, Payload::Buffer(data))
+        self.submit_copy_payload(id, lane, Payload::Buffer(data), None)
+    }
+
+    /// [`Volume::submit_copy`] with the blocks' checksums as the source
+    /// copy's tags record them: see
+    /// [`Volume::submit_copy_buffer_with_checksums`].
+    pub fn submit_copy_with_checksums(&mut self, id: ExtentId, lane: usize, data: &[u8], crcs: Vec<u32>) -> Result<()> {
+        if crcs.len() * BLOCK_SIZE != data.len() {
+            return Err(Error::InvalidArgument(format!("{} checksums for {} bytes", crcs.len(), data.len())));
+        }
+        self.submit_copy_payload(id, lane, Payload::Bytes(data), Some(crcs))
+    }
+
+    /// [`Volume::submit_copy_buffer`] with the blocks' checksums as the
+    /// source copy's tags record them ([`crate::tags::data_crcs`]), so that
+    /// the new copy's tags are the extent's, not a reading of what was
+    /// read: a block that went bad unnoticed stays bad in the copy, for the
+    /// next read or scrub to find. Ignored on a volume without tags.
+    pub fn submit_copy_buffer_with_checksums(
+        &mut self,
+        id: ExtentId,
+        lane: usize,
+        data: IoBuffer,
+        crcs: Vec<u32>,
+    ) -> Result<()> {
+        if crcs.len() * BLOCK_SIZE != data.len() {
+            return Err(Error::InvalidArgument(format!("{} checksums for {} bytes", crcs.len(), data.len())));
+        }
+        if self.dma_domain(lane) != Some(data.buffer().dma_domain()) {
+            return Err(Error::InvalidArgument(format!("the buffer is not mapped for copy {lane}'s device")));
+        }
+        self.submit_copy_payload(id, lane, Payload::Buffer(data), Some(crcs))
     }
 
     /// The I/O address space of lane `lane`'s device, when in use: a DMA
@@ -50,7 +86,13 @@ impl Volume {
         self.devices[self.lanes.get(lane)?.device].as_ref().map(|d| d.pool.dma_domain())
     }
 
-    fn submit_copy_payload(&mut self, id: ExtentId, lane: usize, data: Payload<'_>) -> Result<()> {
+    fn submit_copy_payload(
+        &mut self,
+        id: ExtentId,
+        lane: usize,
+        data: Payload<'_>,
+        crcs: Option<Vec<u32>>,
+    ) -> Result<()> {
         self.check_resets()?;
         let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
         if lane >= self.lanes.len() || !extent.locations[lane].is_missing() {
@@ -68,8 +110,14 @@ impl Volume {
         if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
             return Err(Error::NoSpace);
         }
+        // Tags are written from the checksums the pending write holds.
+        let crcs = match (self.tags, crcs) {
+            (None, _) => Vec::new(),
+            (Some(_), Some(crcs)) => crcs,
+            (Some(_), None) => data.checksums(),
+        };
         let copies = self.lanes.len();
-        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, Vec::new(), copies);
+        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, copies);
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;

@@ -31,6 +31,7 @@ use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
 use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
+use crate::tags::TagLayout;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::spec::identify::Oncs;
@@ -53,6 +54,21 @@ pub enum WriteMode {
     Ordered,
 }
 
+/// Where a volume keeps its blocks' checksums (format only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ChecksumStore {
+    /// In every device's per-block metadata when each has room for a tag
+    /// ([`crate::tags`]), else in the extent map.
+    Auto,
+    /// In the extent map: in memory, in the journal and in checkpoints,
+    /// 4 bytes per 4 KiB block (what a namespace without per-block
+    /// metadata needs).
+    Map,
+    /// In every device's per-block metadata; format fails on a device
+    /// without room for a tag.
+    Tags,
+}
+
 /// Format and open options.
 #[derive(Clone, Debug)]
 pub struct VolumeOptions {
@@ -68,6 +84,8 @@ pub struct VolumeOptions {
     pub reserve_zones: u32,
     /// Largest extent (format only; also bounded by MDTS and ZASL).
     pub max_extent_bytes: usize,
+    /// Where the blocks' checksums live (format only).
+    pub checksums: ChecksumStore,
     /// Retire a zone once less than this is left in it (format only);
     /// 0 retires only when the next extent does not fit.
     pub finish_threshold_bytes: u64,
@@ -101,6 +119,7 @@ impl Default for VolumeOptions {
             software_zone_bytes: None,
             reserve_zones: 1,
             max_extent_bytes: 1 << 20,
+            checksums: ChecksumStore::Auto,
             finish_threshold_bytes: 0,
             write_mode: WriteMode::Auto,
             reclaim_max_valid_ratio: 0.75,
@@ -258,8 +277,21 @@ pub struct ExtentRef<'a> {
     /// Length, in 4 KiB blocks.
     pub blocks: u32,
     /// The crc32c of each 4 KiB block, in order (the extent map's checksums,
-    /// to verify reads against).
+    /// to verify reads against); empty on a volume with block tags.
     pub crcs: &'a [u32],
+    /// The volume keeps checksums in block tags, read with the data.
+    pub tagged: bool,
+}
+
+impl ExtentRef<'_> {
+    /// What blocks `first..first + blocks` of this copy must hold.
+    pub fn expected(&self, first: u32, blocks: u32) -> crate::tags::Expected {
+        if self.tagged {
+            crate::tags::Expected::Tags { extent: self.id, first, blocks }
+        } else {
+            crate::tags::Expected::Crcs(self.crcs[first as usize..(first + blocks) as usize].to_vec())
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -355,6 +387,9 @@ pub struct Volume {
     copies_done: VecDeque<WriteDone>,
     lanes: Vec<Lane>,
     superblock: Superblock,
+    /// How the devices carry block tags; `None` when checksums live in the
+    /// extent map (see [`crate::tags`]).
+    tags: Option<TagLayout>,
     volume_id: u64,
     options: VolumeOptions,
     extents: HashMap<ExtentId, Extent>,
@@ -387,6 +422,24 @@ pub struct Volume {
     read_only: Option<String>,
 }
 
+/// A device in place `place` must carry block tags as the volume does: a
+/// volume with tags cannot read or check its blocks on a device without.
+pub(super) fn check_tags(superblock: &Superblock, place: usize, device: &Device) -> Result<()> {
+    let stride = superblock.tag_stride as usize;
+    match device.tag_layout() {
+        _ if stride == 0 => Ok(()),
+        Some(layout) if layout.stride == stride => Ok(()),
+        found => Err(Error::Member {
+            device: place,
+            why: format!(
+                "the volume keeps block tags in {stride} bytes of metadata per 4 KiB block; namespace {} has {}",
+                device.ns.nsid(),
+                found.map_or("no room for them".to_string(), |l| format!("{} bytes", l.stride)),
+            ),
+        }),
+    }
+}
+
 impl Volume {
     /// The in-memory volume around loaded devices, with empty zone tables.
     /// An absent device's lanes get a table of `absent_zones[device]`
@@ -399,6 +452,11 @@ impl Volume {
         absent_zones: &[usize],
     ) -> Result<Self> {
         let superblock = label.superblock.clone();
+        for (place, device) in devices.iter().enumerate() {
+            if let Some(device) = device {
+                check_tags(&superblock, place, device)?;
+            }
+        }
         let volume_id = label.volume_id;
         let g = superblock.meta_zones_per_segment;
         let profile = superblock.profile;
@@ -487,6 +545,7 @@ impl Volume {
             lanes,
             journal: Journal::new(label),
             recovery: RecoveryReport::default(),
+            tags: (superblock.tag_stride != 0).then_some(TagLayout { stride: superblock.tag_stride as usize }),
             superblock,
             volume_id,
             options,
@@ -647,9 +706,31 @@ impl Volume {
         self.extents.get(&id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
     }
 
-    /// The extent's block checksums.
+    /// The extent's block checksums, from the extent map; `None` when there
+    /// is no such extent, or on a volume with block tags, where they live
+    /// on the devices ([`Volume::block_tags`]).
     pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
-        self.extents.get(&id).map(|e| &e.crcs[..])
+        self.extents.get(&id).filter(|_| self.tags.is_none()).map(|e| &e.crcs[..])
+    }
+
+    /// How the devices carry each block's checksum in its metadata
+    /// ([`crate::tags`]); `None` when checksums live in the extent map.
+    pub fn block_tags(&self) -> Option<TagLayout> {
+        self.tags
+    }
+
+    /// The volume's ID, which block tags bind each block to.
+    pub fn volume_id(&self) -> u64 {
+        self.volume_id
+    }
+
+    /// Writes into `out` the tags of extent `id`'s blocks holding `data`
+    /// (the whole extent), on a volume with block tags.
+    pub(super) fn fill_tags(&self, id: ExtentId, data: &[u8], out: &mut [u8]) {
+        let layout = self.tags.expect("a volume with block tags");
+        let mut crcs = Vec::with_capacity(data.len() / BLOCK_SIZE);
+        crate::checksum::block_crcs(data, &mut crcs);
+        crate::tags::fill(layout, self.volume_id, id, 0, &crcs, out);
     }
 
     /// The copy's location.

@@ -1,8 +1,7 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
-use super::{Extent, RecoveryReport, Volume, VolumeOptions, WriteMode};
-use crate::checksum::mismatches;
+use super::{ChecksumStore, Extent, RecoveryReport, Volume, VolumeOptions, WriteMode};
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
@@ -60,6 +59,7 @@ impl Volume {
             meta_segment_blocks: 0,
             members: vec![MemberRecord::default(); devices.len()],
             last_scrub: None,
+            tag_stride: tag_stride(&devices, options.checksums)?,
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -261,9 +261,8 @@ impl Volume {
         let ids: Vec<ExtentId> = self.lanes[lane].index.values().copied().collect();
         let step = (ids.len() / 16).max(1);
         for &id in ids.iter().step_by(step).take(16) {
-            let extent = &self.extents[&id];
-            let mut data = vec![0u8; extent.blocks as usize * BLOCK_SIZE];
-            if self.read_copy(id, lane, &mut data).is_ok() && mismatches(&data, &self.extents[&id].crcs).is_empty() {
+            let mut data = vec![0u8; self.extents[&id].blocks as usize * BLOCK_SIZE];
+            if self.read_copy_checked(id, lane, &mut data).is_ok_and(|bad| bad.is_empty()) {
                 log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
                 return Ok(());
             }
@@ -326,7 +325,8 @@ impl Volume {
     pub(super) fn apply(&mut self, op: Op) -> Result<()> {
         match op {
             Op::Add(record) => {
-                if record.locations.len() != self.lanes.len() || record.crcs.len() != record.blocks as usize {
+                let crcs = if self.tags.is_some() { 0 } else { record.blocks as usize };
+                if record.locations.len() != self.lanes.len() || record.crcs.len() != crcs {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 for (lane, &location) in record.locations.iter().enumerate() {
@@ -597,6 +597,34 @@ fn software_zone_blocks_for(device: &Device, options: &VolumeOptions) -> Result<
         return Err(Error::InvalidConfig(format!("software zones of {bytes} bytes: expected a multiple of 4096")));
     }
     Ok((bytes / BLOCK_SIZE as u64) as u32)
+}
+
+/// Metadata bytes per block that carry tags on every device, or 0 for
+/// checksums in the extent map, as `store` asks. Devices whose layouts
+/// differ keep them in the map (a mirror's copies must read alike).
+fn tag_stride(devices: &[Device], store: ChecksumStore) -> Result<u32> {
+    let layouts: Vec<_> = devices.iter().map(Device::tag_layout).collect();
+    let common = match layouts.first() {
+        Some(&Some(first)) if layouts.iter().all(|&l| l == Some(first)) => Some(first),
+        _ => None,
+    };
+    match (store, common) {
+        (ChecksumStore::Map, _) | (ChecksumStore::Auto, None) => Ok(0),
+        (ChecksumStore::Auto | ChecksumStore::Tags, Some(layout)) => Ok(layout.stride as u32),
+        (ChecksumStore::Tags, None) => Err(Error::InvalidConfig(format!(
+            "block tags need per-block metadata of at least {} bytes in a separate buffer, alike on every device; \
+             found {}",
+            crate::tags::TAG_BYTES,
+            devices.iter().map(describe_metadata).collect::<Vec<_>>().join(", "),
+        ))),
+    }
+}
+
+fn describe_metadata(device: &Device) -> String {
+    match device.ns.metadata() {
+        None => format!("namespace {}: none", device.ns.nsid()),
+        Some(m) => format!("namespace {}: {} bytes per LBA", device.ns.nsid(), m.bytes_per_block),
+    }
 }
 
 fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {

@@ -28,9 +28,9 @@ impl Volume {
         let Some(&first) = lanes.first() else {
             return Err(Error::Uncorrectable { extent: id, owner: extent.owner, blocks: (0..blocks).collect() });
         };
-        let (mut bad, unreadable) = match self.read_copy_counted(id, first, out)? {
-            true => (mismatches(out, &self.extents[&id].crcs), false),
-            false => ((0..blocks).collect(), true),
+        let (mut bad, unreadable) = match self.read_checked(id, first, out)? {
+            Some(bad) => (bad, false),
+            None => ((0..blocks).collect(), true),
         };
         if bad.is_empty() {
             return Ok(ReadOutcome::default());
@@ -44,19 +44,18 @@ impl Volume {
         let mut repaired = Vec::new();
         let mut other = vec![0u8; out.len()];
         for &lane in &lanes[1..] {
-            if bad.is_empty() || !self.read_copy_counted(id, lane, &mut other)? {
-                continue;
+            if bad.is_empty() {
+                break;
             }
-            let crcs = &self.extents[&id].crcs;
+            let Some(other_bad) = self.read_checked(id, lane, &mut other)? else { continue };
             bad.retain(|&block| {
-                let range = block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE;
-                if crate::checksum::block_crc(&other[range.clone()]) == crcs[block as usize] {
-                    out[range.clone()].copy_from_slice(&other[range]);
-                    repaired.push(block);
-                    false
-                } else {
-                    true
+                if other_bad.binary_search(&block).is_ok() {
+                    return true;
                 }
+                let range = block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE;
+                out[range.clone()].copy_from_slice(&other[range]);
+                repaired.push(block);
+                false
             });
         }
         self.stats.repaired_blocks += repaired.len() as u64;
@@ -67,12 +66,43 @@ impl Volume {
         }
     }
 
-    /// Reads copy `lane` of extent `id`: `Ok(true)` when read, `Ok(false)`
-    /// when the read failed (counted against the device, which is given up
-    /// if it went away or passed its threshold).
-    fn read_copy_counted(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<bool> {
+    /// Reads copy `lane` of extent `id` and checks it: `Ok(Some(bad))`
+    /// with the blocks (ascending) that fail their checksum or tag,
+    /// `Ok(None)` when the read failed (counted against the device, which
+    /// is given up if it went away or passed its threshold).
+    fn read_checked(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<Option<Vec<u32>>> {
+        let mut bad = Vec::new();
+        let read = self.read_copy_counted(lane, |volume| {
+            bad = volume.read_copy_checked(id, lane, out)?;
+            Ok(())
+        })?;
+        Ok(read.then_some(bad))
+    }
+
+    /// Reads copy `lane` of extent `id` into `out` and returns the blocks
+    /// (ascending) that fail their checksum (from the extent map) or their
+    /// tag (read with them), with no error counted against the device and
+    /// nothing repaired.
+    pub fn read_copy_checked(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<Vec<u32>> {
+        match self.tags {
+            None => {
+                self.read_copy(id, lane, out)?;
+                Ok(mismatches(out, &self.extents[&id].crcs))
+            }
+            Some(layout) => {
+                let mut tags = vec![0u8; layout.bytes(out.len() / BLOCK_SIZE)];
+                self.read_copy_tagged(id, lane, out, &mut tags)?;
+                Ok(crate::tags::mismatches(layout, self.volume_id, id, 0, out, &tags))
+            }
+        }
+    }
+
+    /// Runs `read`, of a copy on lane `lane`: `Ok(true)` when it read,
+    /// `Ok(false)` when it failed (counted against the device, which is
+    /// given up if it went away or passed its threshold).
+    fn read_copy_counted(&mut self, lane: usize, read: impl FnOnce(&mut Self) -> Result<()>) -> Result<bool> {
         let device = self.lanes[lane].device;
-        match self.read_copy(id, lane, out) {
+        match read(self) {
             Ok(()) => Ok(true),
             Err(Error::Command { error, .. }) => {
                 self.note_failure(device, Failed::Read, &error);
@@ -92,17 +122,30 @@ impl Volume {
 
     /// Reads copy `lane` of extent `id` without verifying it.
     pub fn read_copy(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<()> {
+        let (device, lba) = self.copy_lba(id, lane)?;
+        self.dev_mut(device).read_at(lba, out)
+    }
+
+    /// Reads copy `lane` of extent `id` and its blocks' tags (on a volume
+    /// with block tags, [`crate::tags`]) without verifying them.
+    pub fn read_copy_tagged(&mut self, id: ExtentId, lane: usize, out: &mut [u8], tags: &mut [u8]) -> Result<()> {
+        let (device, lba) = self.copy_lba(id, lane)?;
+        self.dev_mut(device).read_tagged_at(lba, out, tags)
+    }
+
+    /// The device and first LBA of copy `lane` of extent `id`, if present
+    /// on a device in use.
+    fn copy_lba(&self, id: ExtentId, lane: usize) -> Result<(usize, u64)> {
         let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
         let location = *extent.locations.get(lane).ok_or_else(|| Error::InvalidArgument(format!("lane {lane}")))?;
         if location.is_missing() {
             return Err(Error::InvalidArgument(format!("extent {id} has no copy {lane}")));
         }
         let device = self.lanes[lane].device;
-        let Some(d) = self.devices[device].as_mut() else {
+        let Some(d) = self.devices[device].as_ref() else {
             return Err(Error::Member { device, why: "not in use".into() });
         };
-        let lba = d.lba(location.zone, location.offset);
-        d.read_at(lba, out)
+        Ok((device, d.lba(location.zone, location.offset)))
     }
 
     /// Blocks found bad by reads since the last [`Volume::take_bad_blocks`].

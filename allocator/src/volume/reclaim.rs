@@ -136,14 +136,25 @@ impl Volume {
         }
         if !copied {
             let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
+            let mut tags = self.tags.map(|layout| vec![0u8; layout.bytes(blocks as usize)]);
             match self.read(id, &mut data) {
-                Ok(_) => {}
-                // Move the bad data as it is; scrub reports it.
-                Err(Error::Uncorrectable { .. }) => self.read_copy(id, lane, &mut data)?,
+                Ok(_) => {
+                    if let Some(tags) = &mut tags {
+                        self.fill_tags(id, &data, tags);
+                    }
+                }
+                // Move the bad data as it is, tags and all; scrub reports it.
+                Err(Error::Uncorrectable { .. }) => match &mut tags {
+                    None => self.read_copy(id, lane, &mut data)?,
+                    Some(tags) => self.read_copy_tagged(id, lane, &mut data, tags)?,
+                },
                 Err(error) => return Err(error),
             }
             let lba = self.dev(device).lba(zone, offset);
-            self.dev_mut(device).write_at(lba, &data)?;
+            match &tags {
+                None => self.dev_mut(device).write_at(lba, &data)?,
+                Some(tags) => self.dev_mut(device).write_tagged_at(lba, &data, tags)?,
+            }
         }
         Ok(())
     }

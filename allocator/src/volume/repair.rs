@@ -77,20 +77,23 @@ impl Volume {
     /// Rewrites copy `lane` of extent `id` from `good` data (its checksums
     /// must match) at a new location, journaled at the next commit: how
     /// scrub repairs a copy on a zoned namespace, where overwriting in
-    /// place is impossible.
+    /// place is impossible. On a volume with block tags there are no
+    /// checksums in memory to match: `good` must be data the caller
+    /// verified (say, the other copy read with its tags), and the new
+    /// copy's tags are made from it.
     pub fn rewrite_copy(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<Location> {
         let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
         if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
         }
-        if !mismatches(good, &extent.crcs).is_empty() {
+        if self.tags.is_none() && !mismatches(good, &extent.crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let blocks = extent.blocks;
         let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let lba = self.dev(device).lba(zone, offset);
-        if let Err(error) = self.dev_mut(device).write_at(lba, good) {
+        if let Err(error) = self.write_copy_at(id, device, lba, good) {
             // The reclaim zone's write pointer no longer stands where its
             // next relocation would write.
             self.abandon_zone(lane, Slot::Reclaim, zone);
@@ -106,7 +109,8 @@ impl Volume {
     /// Writes `good` data (its checksums must match) over copy `lane` of
     /// extent `id`, where it lies: how scrub repairs a copy on a
     /// conventional namespace. Refused on zoned namespaces (use
-    /// [`Volume::rewrite_copy`]).
+    /// [`Volume::rewrite_copy`]). With block tags, as
+    /// [`Volume::rewrite_copy`].
     pub fn repair_in_place(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<()> {
         let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
         if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
@@ -115,14 +119,27 @@ impl Volume {
         if self.lane_is_zoned(lane) {
             return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
         }
-        if !mismatches(good, &extent.crcs).is_empty() {
+        if self.tags.is_none() && !mismatches(good, &extent.crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let location = extent.locations[lane];
         let device = self.lanes[lane].device;
         let lba = self.dev(device).lba(location.zone, location.offset);
-        self.dev_mut(device).write_at(lba, good)?;
+        self.write_copy_at(id, device, lba, good)?;
         self.dev_mut(device).flush()
+    }
+
+    /// Writes `data`, extent `id`'s contents, at `lba` of `device`, with
+    /// its tags on a volume with block tags.
+    fn write_copy_at(&mut self, id: ExtentId, device: usize, lba: u64, data: &[u8]) -> Result<()> {
+        match self.tags {
+            None => self.dev_mut(device).write_at(lba, data),
+            Some(layout) => {
+                let mut tags = vec![0u8; layout.bytes(data.len() / BLOCK_SIZE)];
+                self.fill_tags(id, data, &mut tags);
+                self.dev_mut(device).write_tagged_at(lba, data, &tags)
+            }
+        }
     }
 
     /// Waits for writes in flight, so that an engine (scrub) can read

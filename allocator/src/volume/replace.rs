@@ -42,6 +42,7 @@ impl Volume {
                 why: format!("the device is {found:?}, the place holds {:?}", self.superblock.devices[place]),
             });
         }
+        super::check_tags(&self.superblock, place, &device)?;
         let blocks = if device.is_zoned() { 0 } else { self.superblock.software_zone_blocks };
         let descriptors = device.load_zones(blocks)?;
         let mut all = vec![Vec::new(); self.devices.len()];
@@ -154,6 +155,7 @@ impl Volume {
         if new_bytes < old_bytes {
             return too_small(format!("{new_bytes} bytes, the place held {old_bytes}"));
         }
+        super::check_tags(&self.superblock, place, device)?;
         let blocks = match (device.is_zoned(), self.superblock.software_zone_blocks) {
             (true, _) => 0,
             (false, 0) => self.software_zones_for_replacement(new_bytes),

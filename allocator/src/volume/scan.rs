@@ -6,6 +6,7 @@
 use super::{ExtentRef, Volume};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::tags::TagLayout;
 use crate::{Location, Token, BLOCK_SIZE};
 use nvme_driver::{IoBuffer, IoCompletion};
 
@@ -23,6 +24,7 @@ impl Volume {
                 lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
                 blocks: extent.blocks,
                 crcs: &extent.crcs,
+                tagged: self.tags.is_some(),
             }
         })
     }
@@ -33,6 +35,8 @@ impl Volume {
 #[derive(Debug)]
 pub struct LaneReads<'a> {
     device: &'a mut Device,
+    /// Reads carry the blocks' tags too (a volume with block tags).
+    tags: Option<TagLayout>,
 }
 
 impl Volume {
@@ -48,8 +52,9 @@ impl Volume {
         if self.device_writes[device] > 0 {
             return Err(Error::InvalidArgument("writes in flight there: quiesce the volume first".into()));
         }
+        let tags = self.tags;
         match self.devices[device].as_mut() {
-            Some(device) => Ok(LaneReads { device }),
+            Some(device) => Ok(LaneReads { device, tags }),
             None => Err(Error::Member { device, why: "not in use".into() }),
         }
     }
@@ -63,15 +68,30 @@ impl LaneReads<'_> {
 
     /// Submits a read of `bytes` (whole 4 KiB blocks, at most
     /// [`LaneReads::max_request_bytes`]) at `lba`, tagged `tag` (at most
-    /// [`crate::token::TAG_MAX`]). `Ok(false)` when no buffer or queue slot is
-    /// free now: poll, then submit again.
+    /// [`crate::token::TAG_MAX`]). On a volume with block tags the blocks'
+    /// metadata comes back too, in the completion's `metadata`.
+    /// `Ok(false)` when no buffer or queue slot is free now: poll, then
+    /// submit again.
     pub fn submit(&mut self, lba: u64, bytes: usize, tag: u64) -> Result<bool> {
         if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE) || bytes > self.max_request_bytes() {
             return Err(Error::InvalidArgument(format!("a read of {bytes} bytes")));
         }
+        let tags = match (self.tags, self.device.tag_pool()) {
+            (None, _) => None,
+            (Some(layout), Some(pool)) => match pool.get() {
+                Some(buffer) => Some(IoBuffer::range(buffer, 0, layout.bytes(bytes / BLOCK_SIZE))),
+                None => return Ok(false),
+            },
+            (Some(_), None) => return Err(Error::InvalidArgument("the device carries no block tags".into())),
+        };
         let Some(buffer) = self.device.pool().get() else { return Ok(false) };
         let token = Token::Engine(tag).encode();
-        let request = self.device.namespace().read(lba, IoBuffer::range(buffer, 0, bytes), token)?;
+        let data = IoBuffer::range(buffer, 0, bytes);
+        let ns = self.device.namespace();
+        let request = match tags {
+            None => ns.read(lba, data, token)?,
+            Some(tags) => ns.read_with_metadata(lba, data, tags, token)?,
+        };
         match self.device.queue_pair().submit(request) {
             Ok(()) => Ok(true),
             Err((nvme_driver::queue::SubmitError::QueueFull, _)) => Ok(false),

@@ -6,6 +6,7 @@ use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
 use crate::error::{Error, Result};
+use crate::tags::TagLayout;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
@@ -177,11 +178,20 @@ impl Volume {
             }
             Payload::Buffer(io) => io,
         };
+        let tags = match self.tags {
+            Some(layout) => Some(self.tags_for(index, device, layout)?),
+            None => None,
+        };
         let token = Token::Write { slot: index, lane }.encode();
         let d = self.dev(device);
-        let request = match mode {
-            Mode::Append => d.ns.zone_append(d.zones[zone as usize].start_lba, io, false, token)?,
-            Mode::Ordered | Mode::Conventional => d.ns.write(d.lba(zone, offset), io, false, token)?,
+        let (zslba, lba) = (d.zones[zone as usize].start_lba, d.lba(zone, offset));
+        let request = match (mode, tags) {
+            (Mode::Append, None) => d.ns.zone_append(zslba, io, false, token)?,
+            (Mode::Append, Some(tags)) => d.ns.zone_append_with_metadata(zslba, io, tags, false, token)?,
+            (Mode::Ordered | Mode::Conventional, None) => d.ns.write(lba, io, false, token)?,
+            (Mode::Ordered | Mode::Conventional, Some(tags)) => {
+                d.ns.write_with_metadata(lba, io, tags, false, token)?
+            }
         };
         self.lanes[lane].table.write_submitted(zone);
         {
@@ -334,6 +344,37 @@ impl Volume {
                 return Err(Error::Timeout { what: "a free DMA buffer" });
             }
         }
+    }
+
+    /// A free metadata buffer for a tagged write to `device`, as
+    /// [`Volume::take_buffer`].
+    fn take_tag_buffer(&mut self, device: usize) -> Result<nvme_driver::dma::DmaBuffer> {
+        let deadline = Instant::now() + self.options.timeout;
+        loop {
+            match self.dev(device).tag_pool() {
+                None => return Err(Error::InvalidArgument("the device carries no block tags".into())),
+                Some(pool) => {
+                    if let Some(buffer) = pool.get() {
+                        return Ok(buffer);
+                    }
+                }
+            }
+            self.poll();
+            if Instant::now() > deadline {
+                return Err(Error::Timeout { what: "a free metadata buffer" });
+            }
+        }
+    }
+
+    /// The tags of pending write `index` (all its blocks), in a metadata
+    /// buffer of `device`, on a volume with block tags.
+    fn tags_for(&mut self, index: usize, device: usize, layout: TagLayout) -> Result<IoBuffer> {
+        let buffer = self.take_tag_buffer(device)?;
+        let pending = self.writes[index].as_ref().expect("pending write");
+        let mut tags = vec![0u8; layout.bytes(pending.crcs.len())];
+        crate::tags::fill(layout, self.volume_id, pending.id, 0, &pending.crcs, &mut tags);
+        buffer.copy_in(0, &tags);
+        Ok(IoBuffer::range(buffer, 0, tags.len()))
     }
 
     pub(super) fn wait_zone_idle(&mut self, lane: usize, zone: u32) -> Result<()> {
@@ -516,7 +557,9 @@ impl Volume {
                     stream: pending.stream,
                     blocks: pending.blocks,
                     locations: pending.locations.iter().map(|l| l.expect("every copy placed")).collect(),
-                    crcs: pending.crcs.into_boxed_slice(),
+                    // On a volume with block tags the checksums live on
+                    // the devices, with the data.
+                    crcs: if self.tags.is_some() { Box::default() } else { pending.crcs.into_boxed_slice() },
                 };
                 self.insert_extent(pending.id, extent, true)
             }
@@ -577,6 +620,21 @@ impl Payload<'_> {
             Payload::Bytes(data) => data.len(),
             Payload::Buffer(io) => io.len(),
         }
+    }
+
+    /// The crc32c of each 4 KiB block (a DMA buffer is copied out first:
+    /// no reference into memory the device writes).
+    pub(super) fn checksums(&self) -> Vec<u32> {
+        let mut crcs = Vec::with_capacity(self.len() / BLOCK_SIZE);
+        match self {
+            Payload::Bytes(data) => block_crcs(data, &mut crcs),
+            Payload::Buffer(io) => {
+                let mut bytes = vec![0u8; io.len()];
+                io.buffer().copy_out(io.offset(), &mut bytes);
+                block_crcs(&bytes, &mut crcs);
+            }
+        }
+        crcs
     }
 }
 

@@ -1,0 +1,196 @@
+//! Block tags: each 4 KiB block's checksum kept on the device, in the
+//! per-block metadata of a namespace formatted with it (an LBA format such
+//! as 4096+8 or 4096+64, NVM Command Set 1.0 §5.2.2; QEMU's `nvme-ns ms=`),
+//! written in the same command as the data and read with it.
+//!
+//! A volume block's tag sits in the first 8 bytes of its metadata (the
+//! metadata of its first LBA when LBAs are smaller than 4 KiB); the rest of
+//! its metadata is zero. The tag is two little-endian `u32`s:
+//!
+//! - the crc32c of the block's 4 KiB of data;
+//! - the crc32c of where the block belongs: the volume ID, the extent ID and
+//!   the block's index in the extent. A block that holds another extent's
+//!   data, or an older write's (a lost or misdirected write, stale data in a
+//!   reused zone), fails it even when its data checksum holds, as ZFS's
+//!   block pointers and btrfs's tree block headers catch misplaced blocks.
+//!
+//! A zone reset or Write Zeroes clears the metadata, and a zero tag never
+//! matches a block (its home checksum is never zero for a live block:
+//! `home` maps a zero checksum to one).
+//!
+//! Nothing per block stays in memory: a read or a scrub verifies each
+//! block against the tag that came with it, with no lookup.
+
+use crate::checksum::{block_crc, crc};
+use crate::{ExtentId, BLOCK_SIZE};
+
+/// Bytes of the tag proper, at the start of a block's metadata.
+pub const TAG_BYTES: usize = 8;
+
+/// How a volume's namespaces carry tags: `stride` bytes of metadata per
+/// 4 KiB block (the LBAs per block times the format's metadata size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TagLayout {
+    /// Metadata bytes per 4 KiB block; at least [`TAG_BYTES`].
+    pub stride: usize,
+}
+
+impl TagLayout {
+    /// Metadata bytes for `blocks` blocks.
+    pub fn bytes(self, blocks: usize) -> usize {
+        blocks * self.stride
+    }
+}
+
+/// The checksum of where a block belongs. Never zero, so that cleared
+/// metadata never passes.
+pub fn home(volume_id: u64, extent: ExtentId, block: u32) -> u32 {
+    let mut bytes = [0u8; 20];
+    bytes[..8].copy_from_slice(&volume_id.to_le_bytes());
+    bytes[8..16].copy_from_slice(&extent.to_le_bytes());
+    bytes[16..].copy_from_slice(&block.to_le_bytes());
+    crc(&bytes).max(1)
+}
+
+/// Writes the tags of blocks `first..first + crcs.len()` of `extent`, whose
+/// data checksums are `crcs`, into `out` (exactly their metadata bytes).
+pub fn fill(layout: TagLayout, volume_id: u64, extent: ExtentId, first: u32, crcs: &[u32], out: &mut [u8]) {
+    assert_eq!(out.len(), layout.bytes(crcs.len()), "metadata for {} blocks", crcs.len());
+    out.fill(0);
+    for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(layout.stride)).enumerate() {
+        meta[..4].copy_from_slice(&data_crc.to_le_bytes());
+        meta[4..TAG_BYTES].copy_from_slice(&home(volume_id, extent, first + index as u32).to_le_bytes());
+    }
+}
+
+/// The data checksums the tags in `meta` record (one per block), whatever
+/// their home: what a copy's tags claim, for copying them elsewhere.
+pub fn data_crcs(layout: TagLayout, meta: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    meta.chunks_exact(layout.stride).map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
+}
+
+/// The blocks (indices into `data`, 0-based) of `extent`'s blocks
+/// `first..` that fail their tag in `meta`: a data checksum that does not
+/// match, or a tag that belongs elsewhere.
+pub fn mismatches(
+    layout: TagLayout,
+    volume_id: u64,
+    extent: ExtentId,
+    first: u32,
+    data: &[u8],
+    meta: &[u8],
+) -> Vec<u32> {
+    let blocks = data.len() / BLOCK_SIZE;
+    assert_eq!(data.len(), blocks * BLOCK_SIZE, "whole blocks");
+    assert_eq!(meta.len(), layout.bytes(blocks), "metadata for {blocks} blocks");
+    let mut bad = Vec::new();
+    for (index, (block, m)) in data.chunks_exact(BLOCK_SIZE).zip(meta.chunks_exact(layout.stride)).enumerate() {
+        let index = index as u32;
+        let data_crc = u32::from_le_bytes([m[0], m[1], m[2], m[3]]);
+        let home_crc = u32::from_le_bytes([m[4], m[5], m[6], m[7]]);
+        if home_crc != home(volume_id, extent, first + index) || data_crc != block_crc(block) {
+            bad.push(index);
+        }
+    }
+    bad
+}
+
+/// What a run of an extent's blocks must hold, for an engine (scrub,
+/// resilver) to verify a read of them: their checksums from the extent
+/// map, or tags read with them that bind them to this extent and place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// One checksum per block (a volume without block tags).
+    Crcs(Vec<u32>),
+    /// Blocks `first..first + blocks` of `extent`, checked against the tags
+    /// read with them.
+    Tags {
+        /// The extent.
+        extent: ExtentId,
+        /// The run's first block within the extent.
+        first: u32,
+        /// The run's length, in blocks.
+        blocks: u32,
+    },
+}
+
+/// The tags read with a run of blocks, and what checks them.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadTags<'a> {
+    /// The volume's layout of tags in the metadata.
+    pub layout: TagLayout,
+    /// The volume's ID ([`crate::Volume::volume_id`]).
+    pub volume_id: u64,
+    /// The metadata read with the run (its blocks' share only).
+    pub meta: &'a [u8],
+}
+
+impl Expected {
+    /// Length of the run, in blocks.
+    pub fn blocks(&self) -> usize {
+        match self {
+            Expected::Crcs(crcs) => crcs.len(),
+            Expected::Tags { blocks, .. } => *blocks as usize,
+        }
+    }
+
+    /// The blocks (0-based within the run) of `data` that fail: against
+    /// the checksums, or against `tags` (a run that expects tags and was
+    /// read without them fails whole).
+    pub fn mismatches(&self, data: &[u8], tags: Option<ReadTags<'_>>) -> Vec<u32> {
+        match (self, tags) {
+            (Expected::Crcs(crcs), _) => crate::checksum::mismatches(data, crcs),
+            (Expected::Tags { extent, first, .. }, Some(t)) => {
+                mismatches(t.layout, t.volume_id, *extent, *first, data, t.meta)
+            }
+            (Expected::Tags { blocks, .. }, None) => (0..*blocks).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAYOUT: TagLayout = TagLayout { stride: 8 };
+
+    fn blocks(n: usize, seed: u8) -> Vec<u8> {
+        (0..n * BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    fn tags_for(data: &[u8], layout: TagLayout, extent: ExtentId, first: u32) -> Vec<u8> {
+        let crcs: Vec<u32> = data.chunks_exact(BLOCK_SIZE).map(block_crc).collect();
+        let mut meta = vec![0xAA; layout.bytes(crcs.len())];
+        fill(layout, 7, extent, first, &crcs, &mut meta);
+        meta
+    }
+
+    #[test]
+    fn good_blocks_pass_and_each_kind_of_damage_is_caught() {
+        let data = blocks(4, 1);
+        let meta = tags_for(&data, LAYOUT, 42, 0);
+        assert!(mismatches(LAYOUT, 7, 42, 0, &data, &meta).is_empty());
+
+        let mut flipped = data.clone();
+        flipped[BLOCK_SIZE * 2 + 100] ^= 1;
+        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &flipped, &meta), vec![2], "a bit flip");
+        assert_eq!(mismatches(LAYOUT, 7, 43, 0, &data, &meta), vec![0, 1, 2, 3], "another extent's blocks");
+        assert_eq!(mismatches(LAYOUT, 8, 42, 0, &data, &meta), vec![0, 1, 2, 3], "another volume's blocks");
+        assert_eq!(mismatches(LAYOUT, 7, 42, 1, &data, &meta), vec![0, 1, 2, 3], "blocks shifted in place");
+        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &data, &vec![0; 32]), vec![0, 1, 2, 3], "cleared metadata");
+        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &vec![0; 4 * BLOCK_SIZE], &vec![0; 32]).len(), 4, "a zeroed zone");
+    }
+
+    #[test]
+    fn a_wider_stride_keeps_the_tag_first_and_zeroes_the_rest() {
+        let layout = TagLayout { stride: 64 };
+        let data = blocks(3, 9);
+        let meta = tags_for(&data, layout, 5, 10);
+        assert!(meta.chunks_exact(64).all(|m| m[TAG_BYTES..].iter().all(|&b| b == 0)));
+        assert!(mismatches(layout, 7, 5, 10, &data, &meta).is_empty());
+        let crcs: Vec<u32> = data_crcs(layout, &meta).collect();
+        assert_eq!(crcs, data.chunks_exact(BLOCK_SIZE).map(block_crc).collect::<Vec<_>>());
+        // A range of the extent checks against its own indices.
+        assert!(mismatches(layout, 7, 5, 11, &data[BLOCK_SIZE..], &meta[64..]).is_empty());
+    }
+}
