@@ -177,8 +177,8 @@ mod tests {
         assert_eq!(mismatches(LAYOUT, 7, 43, 0, &data, &meta), vec![0, 1, 2, 3], "another extent's blocks");
         assert_eq!(mismatches(LAYOUT, 8, 42, 0, &data, &meta), vec![0, 1, 2, 3], "another volume's blocks");
         assert_eq!(mismatches(LAYOUT, 7, 42, 1, &data, &meta), vec![0, 1, 2, 3], "blocks shifted in place");
-        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &data, &vec![0; 32]), vec![0, 1, 2, 3], "cleared metadata");
-        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &vec![0; 4 * BLOCK_SIZE], &vec![0; 32]).len(), 4, "a zeroed zone");
+        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &data, &[0; 32]), vec![0, 1, 2, 3], "cleared metadata");
+        assert_eq!(mismatches(LAYOUT, 7, 42, 0, &vec![0; 4 * BLOCK_SIZE], &[0; 32]).len(), 4, "a zeroed zone");
     }
 
     #[test]
