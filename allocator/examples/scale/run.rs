@@ -21,6 +21,10 @@ pub struct Settings {
     /// The simulator may keep this many bytes of stored (non-synthetic)
     /// blocks: the metadata.
     pub sim_memory_bytes: u64,
+    /// Per-block metadata of the namespace's LBA format (0 for none): the
+    /// volume keeps its checksums there (block tags) when it has room, in
+    /// the extent map otherwise.
+    pub metadata_bytes: u16,
 }
 
 /// What one (capacity, extent size) run measured: a row of the JSON.
@@ -28,6 +32,10 @@ pub struct Settings {
 pub struct Row {
     pub capacity_bytes: u64,
     pub extent_bytes: u64,
+    /// The namespace's metadata bytes per block.
+    pub metadata_bytes: u16,
+    /// Where the volume keeps its checksums: "tags" or "map".
+    pub checksums: &'static str,
     pub volume_capacity_bytes: u64,
     pub data_bytes: u64,
     pub extents: u64,
@@ -87,7 +95,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let zone_blocks = settings.zone_bytes / BLOCK_SIZE as u64;
     let blocks = capacity_bytes / BLOCK_SIZE as u64 / zone_blocks * zone_blocks;
     let mut config = SimConfig::zoned(blocks, BLOCK_SIZE as u32, zone_blocks, zone_blocks);
-    config.namespaces[0] = config.namespaces[0].clone().synthetic_data();
+    config.namespaces[0] = config.namespaces[0].clone().synthetic_data().metadata_bytes(settings.metadata_bytes);
     config.volatile_write_cache = false;
     // 2 MiB per command (MDTS 9), for the largest extents.
     config.mdts = 9;
@@ -99,6 +107,8 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut row = Row {
         capacity_bytes: blocks * BLOCK_SIZE as u64,
         extent_bytes: extent_bytes as u64,
+        metadata_bytes: settings.metadata_bytes,
+        checksums: if volume.block_tags().is_some() { "tags" } else { "map" },
         volume_capacity_bytes: volume.capacity_bytes(),
         commit_ops: settings.commit_every,
         ..Row::default()

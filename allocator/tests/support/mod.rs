@@ -110,12 +110,25 @@ fn init(sim: &Arc<Simulator>) -> Controller {
 /// A ZNS namespace of `zones` zones of `zone_kib` KiB (512-byte LBAs).
 pub fn zns(zones: u64, zone_kib: u64) -> SimConfig {
     let zone_lbas = zone_kib * 2;
-    SimConfig::zoned(zones * zone_lbas, 512, zone_lbas, zone_lbas)
+    suite_metadata(SimConfig::zoned(zones * zone_lbas, 512, zone_lbas, zone_lbas))
 }
 
 /// A conventional namespace of `mib` MiB (512-byte LBAs).
 pub fn conventional(mib: u64) -> SimConfig {
-    SimConfig::nvm(mib * 2048, 512)
+    suite_metadata(SimConfig::nvm(mib * 2048, 512))
+}
+
+/// `ZONED_TEST_METADATA_BYTES=N` formats every namespace the suites make
+/// with `N` bytes of metadata per LBA, so that the whole allocator and
+/// scrub suites, fault campaigns included, run again on volumes that keep
+/// their checksums in block tags (`hack/test` runs both).
+fn suite_metadata(mut config: SimConfig) -> SimConfig {
+    let Ok(value) = std::env::var("ZONED_TEST_METADATA_BYTES") else { return config };
+    let bytes: u16 = value.parse().unwrap_or_else(|_| panic!("ZONED_TEST_METADATA_BYTES={value}: not a number"));
+    for namespace in &mut config.namespaces {
+        namespace.metadata_bytes = bytes;
+    }
+    config
 }
 
 /// `blocks` 4 KiB blocks of data that differ per seed.

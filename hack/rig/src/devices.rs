@@ -57,6 +57,11 @@ pub struct Controller {
     /// 512-byte sectors of the backing image whose reads fail; see
     /// [`Controller::read_errors`]. Empty: no blkdebug layer.
     pub read_error_sectors: Vec<u64>,
+    /// Per-LBA metadata bytes, in a separate buffer, no protection
+    /// information (`nvme-ns` `ms=`, `mset=0`, `pi=0`); 0 for none. QEMU
+    /// keeps it after the data in the backing image, so the namespace
+    /// holds `size / (lba + ms)` LBAs.
+    pub metadata_bytes: u16,
 }
 
 /// `errno` blkdebug fails a matching read with: EIO, which QEMU's NVMe
@@ -77,6 +82,7 @@ impl Controller {
             hotplug: false,
             zoned: None,
             read_error_sectors: Vec::new(),
+            metadata_bytes: 0,
         }
     }
 
@@ -98,6 +104,13 @@ impl Controller {
         self.lba_bytes = lba_bytes;
         self
     }
+    /// Formats the namespace with `bytes` of metadata per LBA in a
+    /// separate buffer (8, 16 or 64, as QEMU 7.2's formats offer).
+    pub fn metadata(mut self, bytes: u16) -> Self {
+        self.metadata_bytes = bytes;
+        self
+    }
+
     pub fn mdts(mut self, mdts: u8) -> Self {
         self.mdts = Some(mdts);
         self
@@ -154,8 +167,8 @@ impl Controller {
         self
     }
 
-    /// Parses the `hack/vm` forms `SIZE[,lba=N][,mdts=N][,discard=unmap|ignore][,intel-id][,kernel]`
-    /// (`zoned == false`) and `SIZE,zone=SIZE[,cap=SIZE][,max-open=N][,max-active=N][,zasl=N][,kernel]`.
+    /// Parses the `hack/vm` forms `SIZE[,lba=N][,ms=N][,mdts=N][,discard=unmap|ignore][,intel-id][,kernel]`
+    /// (`zoned == false`) and `SIZE,zone=SIZE[,cap=SIZE][,max-open=N][,max-active=N][,zasl=N][,ms=N][,kernel]`.
     pub fn parse(text: &str, zoned: bool) -> Result<Self, Error> {
         let mut parts = text.split(',');
         let size_bytes = parse_size(parts.next().unwrap_or_default())?;
@@ -176,6 +189,10 @@ impl Controller {
             };
             match (key, zoned) {
                 ("lba", _) => controller.lba_bytes = number(value)?,
+                ("ms", _) => {
+                    controller.metadata_bytes = u16::try_from(number(value)?)
+                        .map_err(|_| Error::Spec(format!("ms={}: expected 8, 16 or 64", value.unwrap_or_default())))?
+                }
                 ("mdts", _) => controller.mdts = Some(small(key, number(value)?)?),
                 ("discard", false) => {
                     controller.discard = match need(key, value)? {
@@ -212,6 +229,14 @@ impl Controller {
         }
         if self.size_bytes == 0 || !self.size_bytes.is_multiple_of(u64::from(self.lba_bytes)) {
             return fail(format!("size {} is not a non-zero multiple of the block size", self.size_bytes));
+        }
+        if ![0, 8, 16, 64].contains(&self.metadata_bytes) {
+            return fail(format!("ms={}: expected 8, 16 or 64 (QEMU 7.2's metadata sizes)", self.metadata_bytes));
+        }
+        if self.metadata_bytes > 0 && self.kernel {
+            // Linux's nvme driver gives a namespace whose metadata it
+            // cannot supply (no protection information) a capacity of 0.
+            return fail("ms= and kernel: the guest's nvme driver cannot use metadata without protection".into());
         }
         let sectors = self.size_bytes / 512;
         if let Some(bad) = self.read_error_sectors.iter().find(|&&s| s >= sectors) {
@@ -269,6 +294,9 @@ impl Controller {
         let mut ns = format!(
             "nvme-ns,drive=drive{index},bus=nvme{index},nsid=1,logical_block_size={lba},physical_block_size={lba}"
         );
+        if self.metadata_bytes > 0 {
+            ns += &format!(",ms={},mset=0,pi=0", self.metadata_bytes);
+        }
         if let Some(zoned) = &self.zoned {
             if let Some(zasl) = zoned.zasl {
                 ctrl += &format!(",zoned.zasl={zasl}");
@@ -323,6 +351,18 @@ mod tests {
     fn parses_nvme_options() {
         let c = Controller::parse("1G,lba=4096,mdts=5,discard=unmap,intel-id,kernel", false).unwrap();
         assert_eq!(c, Controller::nvme(1 << 30).lba(4096).mdts(5).discard(Discard::Unmap).intel_id().kernel());
+    }
+
+    #[test]
+    fn metadata_formats_the_namespace_and_is_checked() {
+        let c = Controller::parse("1G,zone=64M,ms=8", true).unwrap();
+        assert_eq!(c.metadata_bytes, 8);
+        let args = c.qemu_args(0, "img", 0x10);
+        assert!(args.iter().any(|a| a.starts_with("nvme-ns,") && a.contains(",ms=8,mset=0,pi=0")), "{args:?}");
+        assert!(Controller::parse("1G,ms=12", false).is_err());
+        assert!(Controller::parse("1G,ms=8,kernel", false).is_err());
+        let plain = Controller::nvme(1 << 30).qemu_args(0, "img", 0x10);
+        assert!(!plain.iter().any(|a| a.contains("ms=")), "{plain:?}");
     }
 
     #[test]

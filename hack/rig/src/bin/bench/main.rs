@@ -47,7 +47,7 @@ usage: hack/bench [--json FILE] [--svg FILE] [--quick]
                   [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
                   [--resilver-size SIZE] [--resilver-fill PERCENT]
                   [--scale-capacities LIST] [--scale-extents LIST]
-                  [--timeout SECONDS]
+                  [--scale-metadata BYTES] [--timeout SECONDS]
 
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
 identical pairs, and runs our tools and the kernel's side by side in it
@@ -136,6 +136,8 @@ Options:
                       is skipped and says so
   --scale-extents LIST  scale: extent sizes (16K,256K,1M; the driver carries
                       at most 2 MiB per command)
+  --scale-metadata BYTES  scale: the namespace's per-block metadata (8: block
+                      tags; 0: no metadata, checksums in the extent map)
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -385,6 +387,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
             "--resilver-fill" => resilver_fill = Some(percent(value("--resilver-fill")?, "--resilver-fill")?),
             "--scale-capacities" => options.scale.capacities = Some(value("--scale-capacities")?),
             "--scale-extents" => options.scale.extents = Some(value("--scale-extents")?),
+            "--scale-metadata" => options.scale.metadata = Some(value("--scale-metadata")?),
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }

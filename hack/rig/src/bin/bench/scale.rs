@@ -18,6 +18,8 @@ pub struct Options {
     pub capacities: Option<String>,
     /// `--scale-extents`, passed on as given.
     pub extents: Option<String>,
+    /// `--scale-metadata`, passed on as given.
+    pub metadata: Option<String>,
     /// `--quick`: small capacities, for a look at the shape.
     pub quick: bool,
 }
@@ -35,6 +37,9 @@ fn example_args(options: &Options, json: &Path) -> Vec<String> {
     }
     if let Some(extents) = &options.extents {
         args.extend(["--extents".to_owned(), extents.clone()]);
+    }
+    if let Some(metadata) = &options.metadata {
+        args.extend(["--metadata".to_owned(), metadata.clone()]);
     }
     args
 }
