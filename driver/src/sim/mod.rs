@@ -89,8 +89,8 @@ mod zones;
 
 pub use config::{
     DeallocateBehavior, FaultConfig, FullZoneWritePointer, NamespaceConfig, SimConfig, ZonedConfig,
-    COMPLETION_DELAY_TICKS_MAX, COPY_BYTES_MAX, DLFEAT_READ_ZEROES, IO_QUEUE_PAIRS_MAX, NAMESPACES_MAX,
-    NAMESPACE_BYTES_MAX, ZONES_MAX,
+    COMPLETION_DELAY_TICKS_MAX, COPY_BYTES_MAX, DLFEAT_READ_ZEROES, IO_QUEUE_PAIRS_MAX, METADATA_BYTES_ALLOWED,
+    NAMESPACES_MAX, NAMESPACE_BYTES_MAX, ZONES_MAX,
 };
 pub use dma::IOVA_BASE;
 pub use fault::{Fault, FaultStats, LostRange, PowerCutReport, SimStats, ZoneRewind};
