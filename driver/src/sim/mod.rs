@@ -312,6 +312,25 @@ impl Simulator {
         namespace.storage.block(lba, media_only)
     }
 
+    /// Block `lba`'s metadata (MS bytes; none on a namespace without
+    /// metadata) as a Read with MPTR would return it.
+    pub fn read_metadata(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.metadata(nsid, lba, false)
+    }
+
+    /// Block `lba`'s metadata as the media holds it: what a power cut that
+    /// loses every cached block would leave.
+    pub fn durable_metadata(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.metadata(nsid, lba, true)
+    }
+
+    fn metadata(&self, nsid: u32, lba: u64, media_only: bool) -> Vec<u8> {
+        let state = self.lock();
+        let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
+        namespace.storage.metadata(lba, media_only)
+    }
+
     /// Host memory `nsid`'s stored data takes (chunks of bytes, and runs of
     /// synthetic blocks): what a benchmark subtracts as the simulator's own.
     pub fn storage_bytes(&self, nsid: u32) -> u64 {

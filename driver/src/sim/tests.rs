@@ -1,6 +1,9 @@
 //! Unit tests of the simulator through raw queues: what the driver never
 //! does (a CQ smaller than its SQ, chained PRP lists, bad queue requests,
-//! unmapping a live ring) but a device must still handle.
+//! unmapping a live ring) but a device must still handle. Namespaces with
+//! metadata have their own file, `tests/metadata.rs`.
+
+mod metadata;
 
 use super::dma::tests::TestMemory;
 use super::dma::PAGE_SIZE;
@@ -447,65 +450,4 @@ fn identify_and_log_pages_answer_their_fields() {
     let current = host.admin(admin::get_features(admin::FID_NUMBER_OF_QUEUES, 0, 0));
     assert_eq!(admin::NumberOfQueues::from_dw0(current.dw0), (3, 5));
     assert_eq!(host.sim.stats().admin(opcode::admin::IDENTIFY), 2);
-}
-
-/// Namespaces of 512 and 4096 bytes, with and without metadata, the last
-/// one zoned.
-fn metadata_namespaces() -> SimConfig {
-    SimConfig::empty()
-        .with_namespace(NamespaceConfig::nvm(64, 512))
-        .with_namespace(NamespaceConfig::nvm(64, 4096))
-        .with_namespace(NamespaceConfig::nvm(64, 512).metadata_bytes(8))
-        .with_namespace(NamespaceConfig::nvm(64, 4096).metadata_bytes(16))
-        .with_namespace(NamespaceConfig::zoned(64, 4096, 16, 12).metadata_bytes(64))
-}
-
-#[test]
-fn identify_lists_qemu_7_2s_formats_and_selects_the_configured_one() {
-    use crate::spec::identify::{IdentifyNamespace, IdentifyNamespaceZns, LbaFormat, CSI_ZONED};
-    let mut host = Host::enabled(metadata_namespaces(), 4);
-    let read_page = |host: &Host| {
-        let mut page = vec![0u8; PAGE_SIZE];
-        host.memory.all().take(2 * PAGE_SIZE, &mut page);
-        page
-    };
-    // QEMU 7.2's table (hw/nvme/ns.c, `nvme_ns_init`): 512 and 4096 bytes,
-    // each with 0, 8, 16 and 64 bytes of metadata.
-    let formats: Vec<LbaFormat> = [(9, 0), (9, 8), (9, 16), (9, 64), (12, 0), (12, 8), (12, 16), (12, 64)]
-        .into_iter()
-        .map(|(lbads, ms)| LbaFormat { ms, lbads, rp: 0 })
-        .collect();
-    for (nsid, index, block_size) in [(1, 0, 512), (2, 4, 4096), (3, 1, 512), (4, 6, 4096), (5, 7, 4096)] {
-        host.admin_status(admin::identify_namespace(nsid, host.page(2))).unwrap();
-        let identify = IdentifyNamespace::parse(&read_page(&host)).unwrap();
-        assert_eq!(identify.lbaf, formats, "namespace {nsid}");
-        assert_eq!(identify.current_lba_format_index(), index, "namespace {nsid}");
-        assert_eq!(identify.current_lba_format().unwrap(), formats[index]);
-        assert_eq!(identify.block_size().unwrap(), block_size);
-        assert!(!identify.metadata_at_end(), "metadata in a separate buffer (FLBAS bit 4 clear)");
-        assert_eq!(identify.mc, 0b10, "MC: separate buffer only");
-        assert_eq!((identify.dpc, identify.dps), (0, 0), "no protection information");
-    }
-    // The zoned namespace's zone size, in each format's own blocks.
-    host.admin_status(admin::identify_csi_namespace(5, CSI_ZONED, host.page(2))).unwrap();
-    let zns = IdentifyNamespaceZns::parse(&read_page(&host)).unwrap();
-    assert_eq!(zns.zone_size_blocks(7).unwrap(), 16);
-    assert_eq!(zns.zone_size_blocks(3).unwrap(), 16 * 8, "the same bytes in 512-byte blocks");
-}
-
-#[test]
-fn the_driver_brings_up_namespaces_with_metadata() {
-    let sim = Simulator::new(metadata_namespaces());
-    let options = crate::ControllerOptions {
-        admin_timeout: std::time::Duration::from_secs(2),
-        shutdown_timeout: std::time::Duration::from_secs(1),
-        io_queue_pairs: 2,
-        ..crate::ControllerOptions::default()
-    };
-    let controller = crate::Controller::init(sim.clone(), options).unwrap();
-    let namespaces = controller.namespaces();
-    let geometry: Vec<(u32, u64)> = namespaces.iter().map(|ns| (ns.block_size, ns.capacity_blocks)).collect();
-    assert_eq!(geometry, vec![(512, 64), (4096, 64), (512, 64), (4096, 64), (4096, 64)]);
-    assert_eq!(namespaces[4].zoned.as_ref().map(|zoned| zoned.zone_size_blocks), Some(16));
-    assert_eq!(namespaces[3].identify.current_lba_format().unwrap().ms, 16);
 }
