@@ -27,7 +27,8 @@
 //! transfers the metadata after the data, the simulator checks MPTR before
 //! anything moves, so a bad MPTR writes no data either.
 //!
-//! Write Zeroes, a Dataset
+//! Copy copies each source block's metadata with its data (QEMU's
+//! `nvme_copy_in_cb` and `nvme_copy_out_cb`). Write Zeroes, a Dataset
 //! Management deallocate whose blocks then read zeroes, and Zone Reset
 //! zero the metadata (QEMU's `nvme_rw_cb`, `nvme_dsm_md_cb`,
 //! `nvme_zone_reset_epilogue_cb`). Compare compares the data only and
@@ -93,6 +94,12 @@ fn store(
         }
         None => storage.write(slba, blocks, durable, fill, MetadataSource::Keep),
     }
+}
+
+/// Copy source range `index` of the descriptors (format 0h).
+fn source_range(descriptors: &[u8], index: usize) -> CopySourceRange {
+    let bytes = &descriptors[index * COPY_SOURCE_RANGE_SIZE..(index + 1) * COPY_SOURCE_RANGE_SIZE];
+    CopySourceRange::from_bytes(bytes.try_into().expect("a whole descriptor"))
 }
 
 /// Copies a run of stored data (or metadata) to the host.
@@ -564,6 +571,7 @@ impl State {
         Ok((0, 0))
     }
 
+    /// Checks every source range and the destination, then copies.
     fn copy_ranges(
         &mut self,
         index: usize,
@@ -572,17 +580,11 @@ impl State {
         sdlba: u64,
         fua: bool,
     ) -> Result<u64, Status> {
-        let range = |i: usize| {
-            let bytes: &[u8; COPY_SOURCE_RANGE_SIZE] =
-                descriptors[i * COPY_SOURCE_RANGE_SIZE..(i + 1) * COPY_SOURCE_RANGE_SIZE].try_into().expect("sized");
-            CopySourceRange::from_bytes(bytes)
-        };
         let namespace = &self.namespaces[index];
         let nsid = namespace.nsid;
-        let block_size = namespace.block_size;
         let mut total = 0u64;
         for i in 0..ranges {
-            let source = range(i);
+            let source = source_range(descriptors, i);
             let blocks = u64::from(source.blocks());
             total += blocks;
             if blocks > u64::from(namespace.config.mssrl) || total > u64::from(namespace.config.mcl) {
@@ -599,37 +601,54 @@ impl State {
             None => None,
         };
         for i in 0..ranges {
-            let source = range(i);
+            let source = source_range(descriptors, i);
             self.read_fault(nsid, source.slba, u64::from(source.blocks()))?;
         }
         self.write_fault(nsid, sdlba, total)?;
-        // Sources first, all of them, so overlapping ranges copy what was
-        // there before the command.
-        let mut data = std::mem::take(&mut self.copy_data);
-        data.clear();
         let namespace = &mut self.namespaces[index];
-        for i in 0..ranges {
-            let source = range(i);
-            namespace.storage.read(source.slba, u64::from(source.blocks()), |run| match run {
-                Run::Data(bytes) => data.extend_from_slice(bytes),
-                Run::Zeroes(count) => data.resize(data.len() + count, 0),
-            });
-        }
-        debug_assert_eq!(data.len() as u64, total * block_size);
         if let (Some(zones), Some(zone)) = (&mut namespace.zones, zone) {
             zones.advance(zone, total);
         }
         let durable = fua || !self.features.volatile_write_cache;
-        let mut at = 0;
+        self.copy_blocks(index, descriptors, ranges, sdlba, durable);
+        self.smart.read_bytes += u128::from(total * self.namespaces[index].block_size);
+        Ok(total)
+    }
+
+    /// Reads every source range, data and metadata, then writes them all at
+    /// SDLBA: sources first, so overlapping ranges copy what was there
+    /// before the command. The metadata goes with its data, as in QEMU
+    /// 7.2's `nvme_copy_in_cb` and `nvme_copy_out_cb`.
+    fn copy_blocks(&mut self, index: usize, descriptors: &[u8], ranges: usize, sdlba: u64, durable: bool) {
+        let mut data = std::mem::take(&mut self.copy_data);
+        let mut metadata = std::mem::take(&mut self.copy_metadata);
+        data.clear();
+        metadata.clear();
+        let namespace = &mut self.namespaces[index];
+        let mut total = 0;
+        for i in 0..ranges {
+            let source = source_range(descriptors, i);
+            let blocks = u64::from(source.blocks());
+            namespace.storage.read(source.slba, blocks, |run| run.append_to(&mut data));
+            namespace.storage.read_metadata(source.slba, blocks, |run| run.append_to(&mut metadata));
+            total += blocks;
+        }
+        let metadata_bytes = u64::from(namespace.config.metadata_bytes);
+        assert_eq!(data.len() as u64, total * namespace.block_size, "every source block read");
+        assert_eq!(metadata.len() as u64, total * metadata_bytes, "every source block's metadata read");
+        let (mut at, mut metadata_at) = (0, 0);
         let fill = |destination: &mut [u8]| {
             destination.copy_from_slice(&data[at..at + destination.len()]);
             at += destination.len();
         };
-        // The metadata follows in the next commit.
-        namespace.storage.write(sdlba, total, durable, fill, MetadataSource::Keep);
-        self.smart.read_bytes += u128::from(total * block_size);
+        let mut fill_metadata = |destination: &mut [u8]| {
+            destination.copy_from_slice(&metadata[metadata_at..metadata_at + destination.len()]);
+            metadata_at += destination.len();
+        };
+        let source = if metadata_bytes == 0 { MetadataSource::Keep } else { MetadataSource::Fill(&mut fill_metadata) };
+        namespace.storage.write(sdlba, total, durable, fill, source);
         self.copy_data = data;
-        Ok(total)
+        self.copy_metadata = metadata;
     }
 
     // ---- zoned commands ----

@@ -3,7 +3,7 @@
 //! command moves, keeps or clears a block's metadata.
 
 use super::*;
-use crate::cmd::nvm::{DsmAttributes, DsmRange};
+use crate::cmd::nvm::{CopySourceRange, DsmAttributes, DsmRange};
 use crate::cmd::zns::{self, ZoneSendAction};
 
 /// Pages of host memory: the admin queues (0, 1), the I/O CQ (2) and SQ
@@ -277,6 +277,31 @@ fn zone_append_puts_metadata_where_the_blocks_land() {
     let back = at(METADATA_PAGE) + PAGE_SIZE;
     io.status(io.with_buffers(nvm::read(1, 0, 5), READ_PAGE, 5 * 4096, io.iova(back))).unwrap();
     assert_eq!(io.take(back, 80), metadata[..80]);
+}
+
+#[test]
+fn copy_moves_metadata_with_the_data() {
+    let mut io = IoHost::new(SimConfig::empty().with_namespace(NamespaceConfig::nvm(256, 512).metadata_bytes(16)));
+    let (data, metadata) = (pattern(4, 6 * 512), pattern(5, 6 * 16));
+    io.write(1, 0, 4, &data[..4 * 512], &metadata[..64]);
+    io.write(1, 100, 2, &data[4 * 512..], &metadata[64..]);
+    let copy = |io: &mut IoHost, sdlba: u64, ranges: &[(u64, u32)]| {
+        for (index, &(slba, blocks)) in ranges.iter().enumerate() {
+            io.put(at(DESCRIPTOR_PAGE) + index * 32, &CopySourceRange::new(slba, blocks).to_bytes());
+        }
+        let command = nvm::copy(1, sdlba, ranges.len() as u16, false);
+        io.status(Command { prp1: io.host.page(DESCRIPTOR_PAGE), ..command }).unwrap();
+    };
+    copy(&mut io, 50, &[(0, 4), (100, 2)]);
+    assert_eq!(io.metadata(1, 50, 6), metadata);
+    assert_eq!(io.sim().read_block(1, 54), data[4 * 512..5 * 512]);
+    // Overlapping source and destination: the sources as they were.
+    copy(&mut io, 53, &[(50, 6)]);
+    assert_eq!(io.metadata(1, 50, 3), metadata[..48]);
+    assert_eq!(io.metadata(1, 53, 6), metadata);
+    // A source never written copies zeroes over the metadata too.
+    copy(&mut io, 50, &[(200, 1)]);
+    assert_eq!(io.sim().read_metadata(1, 50), vec![0; 16]);
 }
 
 #[test]
