@@ -647,6 +647,7 @@ impl State {
         };
         let source = if metadata_bytes == 0 { MetadataSource::Keep } else { MetadataSource::Fill(&mut fill_metadata) };
         namespace.storage.write(sdlba, total, durable, fill, source);
+        assert!(at == data.len() && metadata_at == metadata.len(), "everything read was written");
         self.copy_data = data;
         self.copy_metadata = metadata;
     }

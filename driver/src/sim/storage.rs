@@ -283,6 +283,7 @@ impl Storage {
     /// `synthetic`, synthetic blocks are kept as seeds and others trimmed of
     /// their trailing zeroes.
     pub(crate) fn new(block_size: u32, metadata_bytes: u16, memory_limit_bytes: u64, synthetic: bool) -> Self {
+        let synthetic = synthetic.then(|| SyntheticStorage::new(block_size, metadata_bytes, memory_limit_bytes));
         let block_size = block_size as usize;
         let metadata_bytes = usize::from(metadata_bytes);
         assert!(block_size.is_power_of_two() && (512..=CHUNK_BYTES).contains(&block_size));
@@ -299,8 +300,7 @@ impl Storage {
             arena,
             chunks_max,
             retiring: Vec::new(),
-            synthetic: synthetic
-                .then(|| SyntheticStorage::new(block_size as u32, metadata_bytes as u16, memory_limit_bytes)),
+            synthetic,
             kept_metadata: Vec::new(),
         }
     }
@@ -482,11 +482,13 @@ impl Storage {
                 let mut kept = std::mem::take(&mut self.kept_metadata);
                 kept.clear();
                 self.read_metadata(lba, blocks, |run| run.append_to(&mut kept));
+                assert_eq!(kept.len(), blocks as usize * self.metadata_bytes, "every block's metadata read");
                 let mut at = 0;
                 self.write_chunks(lba, blocks, durable, &mut fill, &mut |destination| {
                     destination.copy_from_slice(&kept[at..at + destination.len()]);
                     at += destination.len();
                 });
+                assert_eq!(at, kept.len(), "every block's metadata written back");
                 self.kept_metadata = kept;
             }
         }

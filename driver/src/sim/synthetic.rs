@@ -319,6 +319,8 @@ impl SyntheticStorage {
         out
     }
 
+    /// Keeps the synthetic blocks among the data as seeds, the others
+    /// trimmed.
     fn write_data(&mut self, lba: u64, blocks: u64, mut fill: impl FnMut(&mut [u8])) {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.resize(blocks as usize * self.block_size, 0);
