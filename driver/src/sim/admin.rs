@@ -26,8 +26,16 @@ use crate::spec::log::{
 };
 use crate::spec::status::{CommandSpecificStatus, GenericStatus, Status};
 
-/// The LBA formats every namespace lists: 512 and 4096 bytes, no metadata.
-const LBA_DATA_SIZES: [u8; 2] = [9, 12];
+/// The LBA formats every namespace lists, as (LBADS, MS): QEMU 7.2's table
+/// (hw/nvme/ns.c, `nvme_ns_init`), 512 and 4096 bytes each with 0, 8, 16
+/// and 64 bytes of metadata. FLBAS selects the configured one.
+const LBA_FORMATS: [(u8, u16); 8] = [(9, 0), (9, 8), (9, 16), (9, 64), (12, 0), (12, 8), (12, 16), (12, 64)];
+// FLBAS bits 3:0 index them all: no need for bits 6:5.
+const _: () = assert!(LBA_FORMATS.len() <= 16);
+/// MC bit 1: metadata may be transferred in a separate buffer (NVM Command
+/// Set 1.0, Identify Namespace). Bit 0 (extended LBAs) stays clear: the
+/// simulator moves metadata only through MPTR. QEMU 7.2 sets both.
+const MC_SEPARATE_BUFFER: u8 = 1 << 1;
 /// Bytes of a Get Log Page or report transfer when MDTS sets no limit.
 pub(crate) const TRANSFER_BYTES_MAX: u64 = 2 << 20;
 /// VWC bits 2:1 = 11b: Flush with the broadcast NSID is supported.
@@ -63,6 +71,17 @@ pub(crate) fn invalid_namespace() -> Status {
 
 fn specific(code: CommandSpecificStatus) -> Status {
     Status::from(code).with_dnr()
+}
+
+/// The index of the LBA format of `block_size` data bytes and
+/// `metadata_bytes` of metadata (FLBAS bits 3:0).
+fn lba_format_index(block_size: u64, metadata_bytes: u16) -> u8 {
+    let lbads = block_size.trailing_zeros();
+    let index = LBA_FORMATS
+        .iter()
+        .position(|&(format_lbads, ms)| u32::from(format_lbads) == lbads && ms == metadata_bytes)
+        .expect("the configuration's validation admits listed formats only");
+    index as u8
 }
 
 fn put(page: &mut [u8], offset: usize, bytes: &[u8]) {
@@ -240,8 +259,11 @@ impl State {
         put(page, ns_off::NUSE, &blocks);
         // NSFEAT bit 4: NPWG, NPWA, NPDG, NPDA and NOWS are valid.
         page[ns_off::NSFEAT] = 0x10;
-        page[ns_off::NLBAF] = (LBA_DATA_SIZES.len() - 1) as u8;
-        page[ns_off::FLBAS] = if ns.block_size == 512 { 0 } else { 1 };
+        page[ns_off::NLBAF] = (LBA_FORMATS.len() - 1) as u8;
+        // FLBAS bit 4 (metadata at the end of each block) stays clear, and
+        // DPC and DPS stay 0: no protection information.
+        page[ns_off::FLBAS] = lba_format_index(ns.block_size, ns.config.metadata_bytes);
+        page[ns_off::MC] = MC_SEPARATE_BUFFER;
         page[ns_off::DLFEAT] = ns.config.dlfeat;
         let bytes = u128::from(ns.capacity_blocks) * u128::from(ns.block_size);
         put(page, ns_off::NVMCAP, &bytes.to_le_bytes());
@@ -252,8 +274,9 @@ impl State {
         put(page, ns_off::MSSRL, &ns.config.mssrl.to_le_bytes());
         put(page, ns_off::MCL, &ns.config.mcl.to_le_bytes());
         page[ns_off::MSRC] = ns.config.msrc;
-        for (i, lbads) in LBA_DATA_SIZES.iter().enumerate() {
-            let format = u32::from(*lbads) << 16;
+        for (i, (lbads, ms)) in LBA_FORMATS.iter().enumerate() {
+            // MS bits 15:0, LBADS bits 23:16, RP 0 (best performance).
+            let format = u32::from(*lbads) << 16 | u32::from(*ms);
             put(page, ns_off::LBAF + i * LBA_FORMAT_SIZE, &format.to_le_bytes());
         }
     }
@@ -268,7 +291,7 @@ impl State {
         put(page, zns_off::MAR, &limit(zoned.max_active_zones).to_le_bytes());
         put(page, zns_off::MOR, &limit(zoned.open_limit()).to_le_bytes());
         let zone_bytes = zoned.zone_size_blocks * ns.block_size;
-        for (i, lbads) in LBA_DATA_SIZES.iter().enumerate() {
+        for (i, (lbads, _)) in LBA_FORMATS.iter().enumerate() {
             // The zone size of each LBA format, in its own blocks.
             let zsze = zone_bytes >> lbads;
             put(page, zns_off::LBAFE + i * ZNS_LBAFE_SIZE, &zsze.to_le_bytes());

@@ -19,6 +19,11 @@ pub const COMPLETION_DELAY_TICKS_MAX: u32 = 1_000_000;
 /// Largest Copy (MCL blocks): the sim reads every source before it writes
 /// the destination, through one buffer of at most this size.
 pub const COPY_BYTES_MAX: u64 = 64 << 20;
+/// Metadata sizes (MS, bytes per logical block) a namespace may have: those
+/// of QEMU 7.2's eight LBA formats (hw/nvme/ns.c, `nvme_ns_init`). QEMU
+/// adds a ninth, non-standard format for any other size; the simulator
+/// refuses other sizes instead, so every namespace lists the same formats.
+pub const METADATA_BYTES_ALLOWED: [u16; 4] = [0, 8, 16, 64];
 
 /// What a Dataset Management deallocate does to the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +80,13 @@ impl ZonedConfig {
 pub struct NamespaceConfig {
     /// NSZE (and NCAP, NUSE): logical blocks.
     pub capacity_blocks: u64,
-    /// 512 or 4096 bytes, no metadata.
+    /// 512 or 4096 bytes of data per logical block.
     pub block_size: u32,
+    /// MS: metadata bytes per logical block, in a separate buffer (MPTR;
+    /// FLBAS bit 4 clear), without protection information (DPS = 0), as
+    /// QEMU's `nvme-ns` with `ms=N,mset=0,pi=0`. One of
+    /// [`METADATA_BYTES_ALLOWED`]; 0 for none.
+    pub metadata_bytes: u16,
     /// DLFEAT, as Identify Namespace reports it.
     pub dlfeat: u8,
     /// What Dataset Management deallocate does.
@@ -105,6 +115,7 @@ impl NamespaceConfig {
         NamespaceConfig {
             capacity_blocks,
             block_size,
+            metadata_bytes: 0,
             dlfeat: DLFEAT_READ_ZEROES,
             deallocate: DeallocateBehavior::Zeroes,
             msrc: 127,
@@ -136,6 +147,14 @@ impl NamespaceConfig {
     #[must_use]
     pub fn synthetic_data(mut self) -> Self {
         self.synthetic_data = true;
+        self
+    }
+
+    /// Formats the namespace with `metadata_bytes` of metadata per block
+    /// (see [`NamespaceConfig::metadata_bytes`]).
+    #[must_use]
+    pub fn metadata_bytes(mut self, metadata_bytes: u16) -> Self {
+        self.metadata_bytes = metadata_bytes;
         self
     }
 
@@ -410,6 +429,11 @@ impl SimConfig {
             assert!(ns.block_size == 512 || ns.block_size == 4096, "namespace {nsid}: block size 512 or 4096");
             assert!(ns.capacity_blocks >= 1, "namespace {nsid}: empty");
             assert!(
+                METADATA_BYTES_ALLOWED.contains(&ns.metadata_bytes),
+                "namespace {nsid}: metadata of {} bytes per block (0, 8, 16 or 64, as QEMU 7.2's LBA formats)",
+                ns.metadata_bytes
+            );
+            assert!(
                 !ns.synthetic_data || !self.volatile_write_cache,
                 "namespace {nsid}: synthetic data needs a controller without a volatile write cache"
             );
@@ -478,6 +502,22 @@ mod tests {
         config.validate();
         assert_eq!(config.namespaces[0].dlfeat & 0b111, 0);
         assert_eq!(config.namespaces[1].zoned.as_ref().unwrap().max_open_zones, Some(2));
+    }
+
+    #[test]
+    fn metadata_sizes_are_qemu_7_2s() {
+        assert_eq!(NamespaceConfig::nvm(64, 512).metadata_bytes, 0, "no metadata unless asked");
+        for size in METADATA_BYTES_ALLOWED {
+            let namespace = NamespaceConfig::zoned(64, 4096, 16, 16).metadata_bytes(size);
+            assert_eq!(namespace.metadata_bytes, size);
+            SimConfig::empty().with_namespace(namespace).validate();
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "metadata of 32 bytes")]
+    fn other_metadata_sizes_are_refused() {
+        SimConfig::empty().with_namespace(NamespaceConfig::nvm(64, 512).metadata_bytes(32)).validate();
     }
 
     #[test]

@@ -241,6 +241,8 @@ pub(crate) struct State {
     pub(crate) buffer: Vec<u8>,
     /// The data of a Copy, between reading its sources and writing.
     pub(crate) copy_data: Vec<u8>,
+    /// The metadata of a Copy's sources, likewise.
+    pub(crate) copy_metadata: Vec<u8>,
 }
 
 // SAFETY: the raw pointers inside (`HostRange`s of queue rings, the DMA
@@ -307,6 +309,7 @@ impl State {
             segments: Vec::with_capacity(PAGE_SIZE / 8 + 2),
             buffer: Vec::with_capacity(2 * PAGE_SIZE),
             copy_data: Vec::new(),
+            copy_metadata: Vec::new(),
             config,
         }
     }

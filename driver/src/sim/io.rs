@@ -5,14 +5,41 @@
 //!
 //! Each command checks everything it can before it changes anything: the
 //! namespace, the opcode against ONCS, sizes against MDTS and the other
-//! limits, the LBA range, zone rules, the data pointer, then injected
-//! media faults. Only a command that passes all of them moves data.
+//! limits, the LBA range, zone rules, the data pointer, the metadata
+//! pointer, then injected media faults. Only a command that passes all of
+//! them moves data.
+//!
+//! # Metadata
+//!
+//! On a namespace formatted with metadata (MS > 0, in a separate buffer:
+//! FLBAS bit 4 clear), Read, Write and Zone Append move each block's MS
+//! bytes through MPTR: one physically contiguous buffer of blocks × MS
+//! bytes, dword aligned (PSDT 00b; NVMe Base 2.0, "Common Command Format").
+//! A misaligned MPTR is PRP Offset Invalid, as a misaligned PRP1 is (the
+//! spec names no status for it); one that no mapping covers whole is Data
+//! Transfer Error. MDTS bounds the data only, as in QEMU 7.2 for separate
+//! buffers.
+//!
+//! MPTR = 0 moves no metadata, as QEMU 7.2's `nvme_rw_cb` (hw/nvme/ctrl.c)
+//! skips the metadata when the namespace is not extended and MPTR is 0: a
+//! Read returns data only, and a Write or Zone Append leaves the blocks'
+//! metadata as it was (neither zeroed nor invented). Unlike QEMU, which
+//! transfers the metadata after the data, the simulator checks MPTR before
+//! anything moves, so a bad MPTR writes no data either.
+//!
+//! Copy copies each source block's metadata with its data (QEMU's
+//! `nvme_copy_in_cb` and `nvme_copy_out_cb`). Write Zeroes, a Dataset
+//! Management deallocate whose blocks then read zeroes, and Zone Reset
+//! zero the metadata (QEMU's `nvme_rw_cb`, `nvme_dsm_md_cb`,
+//! `nvme_zone_reset_epilogue_cb`). Compare compares the data only and
+//! ignores MPTR (QEMU also compares the metadata); Verify has no data to
+//! transfer and is unchanged.
 
 use super::admin::{invalid_field, invalid_namespace, invalid_opcode, TRANSFER_BYTES_MAX};
 use super::controller::{Outcome, State};
 use super::dma::{resolve_prps, HostRange, Transfer, PAGE_SIZE};
 use super::fault::RangeKind;
-use super::storage::Run;
+use super::storage::{MetadataSource, Run, Storage};
 use super::zones::{Action, Effect};
 use crate::cmd::nvm::{CopySourceRange, DsmRange, COPY_SOURCE_RANGE_SIZE, DSM_RANGE_SIZE};
 use crate::spec::command::opcode::nvm as op;
@@ -44,6 +71,43 @@ fn blocks(command: &Command) -> u64 {
 
 fn fua(command: &Command) -> bool {
     command.cdw12 & CDW12_FUA != 0
+}
+
+/// Stores a Write's or Zone Append's data from the host `segments`, and its
+/// metadata from the host `metadata` buffer, or keeps the blocks' metadata
+/// without one.
+fn store(
+    storage: &mut Storage,
+    slba: u64,
+    blocks: u64,
+    durable: bool,
+    segments: &[HostRange],
+    metadata: Option<HostRange>,
+) {
+    let mut transfer = Transfer::new(segments);
+    let fill = |destination: &mut [u8]| transfer.take(destination);
+    match metadata {
+        Some(buffer) => {
+            let mut metadata_transfer = Transfer::new(std::slice::from_ref(&buffer));
+            let mut fill_metadata = |destination: &mut [u8]| metadata_transfer.take(destination);
+            storage.write(slba, blocks, durable, fill, MetadataSource::Fill(&mut fill_metadata));
+        }
+        None => storage.write(slba, blocks, durable, fill, MetadataSource::Keep),
+    }
+}
+
+/// Copy source range `index` of the descriptors (format 0h).
+fn source_range(descriptors: &[u8], index: usize) -> CopySourceRange {
+    let bytes = &descriptors[index * COPY_SOURCE_RANGE_SIZE..(index + 1) * COPY_SOURCE_RANGE_SIZE];
+    CopySourceRange::from_bytes(bytes.try_into().expect("a whole descriptor"))
+}
+
+/// Copies a run of stored data (or metadata) to the host.
+fn put_run(transfer: &mut Transfer<'_>, run: Run<'_>) {
+    match run {
+        Run::Data(bytes) => transfer.put(bytes),
+        Run::Zeroes(count) => transfer.put_zeroes(count),
+    }
 }
 
 fn size_limit_exceeded() -> Status {
@@ -135,6 +199,47 @@ impl State {
         }
     }
 
+    /// The data pointer of a Read, Write or Zone Append of `blocks` blocks
+    /// (as [`State::resolve`]) and its metadata buffer (as
+    /// [`State::resolve_metadata`]); on failure, neither.
+    fn resolve_with_metadata(
+        &mut self,
+        index: usize,
+        command: &Command,
+        blocks: u64,
+    ) -> Result<(Vec<HostRange>, Option<HostRange>), Status> {
+        let len = blocks * self.namespaces[index].block_size;
+        let segments = self.resolve(command, len as usize)?;
+        match self.resolve_metadata(index, command, blocks) {
+            Ok(metadata) => Ok((segments, metadata)),
+            Err(status) => {
+                self.segments = segments;
+                Err(status)
+            }
+        }
+    }
+
+    /// The metadata buffer of a Read, Write or Zone Append of `blocks`
+    /// blocks: `None` when the namespace has no metadata or MPTR is 0 (no
+    /// metadata moves; see the [module documentation](self#metadata)).
+    fn resolve_metadata(&mut self, index: usize, command: &Command, blocks: u64) -> Result<Option<HostRange>, Status> {
+        let metadata_bytes = u64::from(self.namespaces[index].config.metadata_bytes);
+        if metadata_bytes == 0 || command.mptr == 0 {
+            return Ok(None);
+        }
+        if command.mptr & 0b11 != 0 {
+            return Err(Status::from(GenericStatus::PrpOffsetInvalid).with_dnr());
+        }
+        let len = (blocks * metadata_bytes) as usize;
+        match self.dma.translate(command.mptr, len) {
+            Some((buffer, _)) => Ok(Some(buffer)),
+            None => {
+                self.stats.dma_errors += 1;
+                Err(Status::from(GenericStatus::DataTransferError))
+            }
+        }
+    }
+
     /// An injected read failure on these blocks, or a random one.
     fn read_fault(&mut self, nsid: u32, slba: u64, blocks: u64) -> Result<(), Status> {
         let hit =
@@ -193,13 +298,16 @@ impl State {
         if let Some(zones) = &namespace.zones {
             zones.check_read(slba, blocks)?;
         }
-        let segments = self.resolve(c, (blocks * block_size) as usize)?;
+        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks)?;
         let result = self.read_fault(nsid, slba, blocks).map(|()| {
+            let storage = &self.namespaces[index].storage;
             let mut transfer = Transfer::new(&segments);
-            self.namespaces[index].storage.read(slba, blocks, |run| match run {
-                Run::Data(bytes) => transfer.put(bytes),
-                Run::Zeroes(count) => transfer.put_zeroes(count),
-            });
+            storage.read(slba, blocks, |run| put_run(&mut transfer, run));
+            if let Some(buffer) = metadata {
+                let mut metadata_transfer = Transfer::new(std::slice::from_ref(&buffer));
+                storage.read_metadata(slba, blocks, |run| put_run(&mut metadata_transfer, run));
+            }
+            // Bit flips stay in the data.
             self.flip_on_read(nsid, slba, blocks, block_size, &transfer);
             self.smart.host_reads += 1;
             self.smart.read_bytes += u128::from(blocks * block_size);
@@ -250,29 +358,34 @@ impl State {
             }
             Some(zones) => (start, Some(zones.check_write(start, blocks)?)),
         };
-        let segments = self.resolve(c, bytes as usize)?;
+        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks)?;
         let result = self.write_fault(nsid, slba, blocks).map(|()| {
             let durable = self.durable(fua);
             let namespace = &mut self.namespaces[index];
             if let (Some(zones), Some(zone)) = (&mut namespace.zones, zone) {
                 zones.advance(zone, blocks);
             }
-            let mut transfer = Transfer::new(&segments);
-            namespace.storage.write(slba, blocks, durable, |destination| transfer.take(destination));
+            store(&mut namespace.storage, slba, blocks, durable, &segments, metadata);
             self.after_write(index, slba, blocks, fua);
             if append {
-                let mut reported = slba;
-                if self.misreport_append.0 > 0 {
-                    self.misreport_append.0 -= 1;
-                    reported = slba.wrapping_add(self.misreport_append.1);
-                }
-                (reported as u32, (reported >> 32) as u32)
+                self.appended_lba(slba)
             } else {
                 (0, 0)
             }
         });
         self.segments = segments;
         result
+    }
+
+    /// DW0 and DW1 of a Zone Append that wrote at `slba`: the LBA, unless a
+    /// [`super::Fault::MisreportAppendLba`] skews it.
+    fn appended_lba(&mut self, slba: u64) -> (u32, u32) {
+        let mut reported = slba;
+        if self.misreport_append.0 > 0 {
+            self.misreport_append.0 -= 1;
+            reported = slba.wrapping_add(self.misreport_append.1);
+        }
+        (reported as u32, (reported >> 32) as u32)
     }
 
     fn write_zeroes(&mut self, index: usize, c: &Command) -> Result<(u32, u32), Status> {
@@ -458,6 +571,7 @@ impl State {
         Ok((0, 0))
     }
 
+    /// Checks every source range and the destination, then copies.
     fn copy_ranges(
         &mut self,
         index: usize,
@@ -466,17 +580,11 @@ impl State {
         sdlba: u64,
         fua: bool,
     ) -> Result<u64, Status> {
-        let range = |i: usize| {
-            let bytes: &[u8; COPY_SOURCE_RANGE_SIZE] =
-                descriptors[i * COPY_SOURCE_RANGE_SIZE..(i + 1) * COPY_SOURCE_RANGE_SIZE].try_into().expect("sized");
-            CopySourceRange::from_bytes(bytes)
-        };
         let namespace = &self.namespaces[index];
         let nsid = namespace.nsid;
-        let block_size = namespace.block_size;
         let mut total = 0u64;
         for i in 0..ranges {
-            let source = range(i);
+            let source = source_range(descriptors, i);
             let blocks = u64::from(source.blocks());
             total += blocks;
             if blocks > u64::from(namespace.config.mssrl) || total > u64::from(namespace.config.mcl) {
@@ -493,35 +601,55 @@ impl State {
             None => None,
         };
         for i in 0..ranges {
-            let source = range(i);
+            let source = source_range(descriptors, i);
             self.read_fault(nsid, source.slba, u64::from(source.blocks()))?;
         }
         self.write_fault(nsid, sdlba, total)?;
-        // Sources first, all of them, so overlapping ranges copy what was
-        // there before the command.
-        let mut data = std::mem::take(&mut self.copy_data);
-        data.clear();
         let namespace = &mut self.namespaces[index];
-        for i in 0..ranges {
-            let source = range(i);
-            namespace.storage.read(source.slba, u64::from(source.blocks()), |run| match run {
-                Run::Data(bytes) => data.extend_from_slice(bytes),
-                Run::Zeroes(count) => data.resize(data.len() + count, 0),
-            });
-        }
-        debug_assert_eq!(data.len() as u64, total * block_size);
         if let (Some(zones), Some(zone)) = (&mut namespace.zones, zone) {
             zones.advance(zone, total);
         }
         let durable = fua || !self.features.volatile_write_cache;
-        let mut at = 0;
-        namespace.storage.write(sdlba, total, durable, |destination| {
+        self.copy_blocks(index, descriptors, ranges, sdlba, durable);
+        self.smart.read_bytes += u128::from(total * self.namespaces[index].block_size);
+        Ok(total)
+    }
+
+    /// Reads every source range, data and metadata, then writes them all at
+    /// SDLBA: sources first, so overlapping ranges copy what was there
+    /// before the command. The metadata goes with its data, as in QEMU
+    /// 7.2's `nvme_copy_in_cb` and `nvme_copy_out_cb`.
+    fn copy_blocks(&mut self, index: usize, descriptors: &[u8], ranges: usize, sdlba: u64, durable: bool) {
+        let mut data = std::mem::take(&mut self.copy_data);
+        let mut metadata = std::mem::take(&mut self.copy_metadata);
+        data.clear();
+        metadata.clear();
+        let namespace = &mut self.namespaces[index];
+        let mut total = 0;
+        for i in 0..ranges {
+            let source = source_range(descriptors, i);
+            let blocks = u64::from(source.blocks());
+            namespace.storage.read(source.slba, blocks, |run| run.append_to(&mut data));
+            namespace.storage.read_metadata(source.slba, blocks, |run| run.append_to(&mut metadata));
+            total += blocks;
+        }
+        let metadata_bytes = u64::from(namespace.config.metadata_bytes);
+        assert_eq!(data.len() as u64, total * namespace.block_size, "every source block read");
+        assert_eq!(metadata.len() as u64, total * metadata_bytes, "every source block's metadata read");
+        let (mut at, mut metadata_at) = (0, 0);
+        let fill = |destination: &mut [u8]| {
             destination.copy_from_slice(&data[at..at + destination.len()]);
             at += destination.len();
-        });
-        self.smart.read_bytes += u128::from(total * block_size);
+        };
+        let mut fill_metadata = |destination: &mut [u8]| {
+            destination.copy_from_slice(&metadata[metadata_at..metadata_at + destination.len()]);
+            metadata_at += destination.len();
+        };
+        let source = if metadata_bytes == 0 { MetadataSource::Keep } else { MetadataSource::Fill(&mut fill_metadata) };
+        namespace.storage.write(sdlba, total, durable, fill, source);
+        assert!(at == data.len() && metadata_at == metadata.len(), "everything read was written");
         self.copy_data = data;
-        Ok(total)
+        self.copy_metadata = metadata;
     }
 
     // ---- zoned commands ----

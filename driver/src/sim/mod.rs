@@ -43,6 +43,14 @@
 //!   nothing until written; unwritten blocks read zeroes) behind a volatile
 //!   write cache (VWC = 1 by default): writes land in the cache unless FUA,
 //!   reads see the cache, Flush makes everything durable.
+//! - **Metadata**: a namespace may be formatted with 8, 16 or 64 bytes of
+//!   metadata per block ([`NamespaceConfig::metadata_bytes`]) in a
+//!   separate buffer, as QEMU 7.2's `nvme-ns` with `ms=N,mset=0,pi=0`:
+//!   Identify lists QEMU's eight LBA formats, Read, Write and Zone Append
+//!   move metadata through MPTR (none when MPTR is 0: a write then keeps
+//!   the old metadata), Copy copies it, zeroing clears it. Each block's
+//!   metadata is stored with its data and shares its fate in the cache,
+//!   at Flush and at a power cut (details in `sim/io.rs`).
 //!
 //! # Zones (ZNS 1.1)
 //!
@@ -64,8 +72,8 @@
 //! [`Simulator::power_cut`] resets the controller (queues gone, CSTS.RDY =
 //! 0, CC = 0) and decides, block by block and in LBA order, whether each
 //! unflushed cached block persists (probability
-//! [`FaultConfig::power_cut_keep_probability`]) or is lost; durable data
-//! stays. In a zone, blocks persist only as a prefix: the first lost block
+//! [`FaultConfig::power_cut_keep_probability`]) or is lost, its data and
+//! metadata together (one draw per block); durable data stays. In a zone, blocks persist only as a prefix: the first lost block
 //! loses every later one of that zone, and the write pointer moves back to
 //! it (FUA writes and Flush persist the zone's whole prefix, so durable
 //! data is always one). Open zones become Closed (Empty when at their
@@ -89,8 +97,8 @@ mod zones;
 
 pub use config::{
     DeallocateBehavior, FaultConfig, FullZoneWritePointer, NamespaceConfig, SimConfig, ZonedConfig,
-    COMPLETION_DELAY_TICKS_MAX, COPY_BYTES_MAX, DLFEAT_READ_ZEROES, IO_QUEUE_PAIRS_MAX, NAMESPACES_MAX,
-    NAMESPACE_BYTES_MAX, ZONES_MAX,
+    COMPLETION_DELAY_TICKS_MAX, COPY_BYTES_MAX, DLFEAT_READ_ZEROES, IO_QUEUE_PAIRS_MAX, METADATA_BYTES_ALLOWED,
+    NAMESPACES_MAX, NAMESPACE_BYTES_MAX, ZONES_MAX,
 };
 pub use dma::IOVA_BASE;
 pub use fault::{Fault, FaultStats, LostRange, PowerCutReport, SimStats, ZoneRewind};
@@ -310,6 +318,25 @@ impl Simulator {
         let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
         assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
         namespace.storage.block(lba, media_only)
+    }
+
+    /// Block `lba`'s metadata (MS bytes; none on a namespace without
+    /// metadata) as a Read with MPTR would return it.
+    pub fn read_metadata(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.metadata(nsid, lba, false)
+    }
+
+    /// Block `lba`'s metadata as the media holds it: what a power cut that
+    /// loses every cached block would leave.
+    pub fn durable_metadata(&self, nsid: u32, lba: u64) -> Vec<u8> {
+        self.metadata(nsid, lba, true)
+    }
+
+    fn metadata(&self, nsid: u32, lba: u64, media_only: bool) -> Vec<u8> {
+        let state = self.lock();
+        let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
+        namespace.storage.metadata(lba, media_only)
     }
 
     /// Host memory `nsid`'s stored data takes (chunks of bytes, and runs of

@@ -23,7 +23,7 @@ impl Namespace {
             nsid,
             block_size: u64::from(config.block_size),
             capacity_blocks: config.capacity_blocks,
-            storage: Storage::new(config.block_size, memory_limit_bytes, config.synthetic_data),
+            storage: Storage::new(config.block_size, config.metadata_bytes, memory_limit_bytes, config.synthetic_data),
             zones: config.zoned.as_ref().map(|zoned| Zones::new(zoned, config.capacity_blocks)),
             config: config.clone(),
         }

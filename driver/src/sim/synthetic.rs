@@ -16,7 +16,7 @@
 //! match, so nothing else is ever mistaken for one: the worst a foreign
 //! block starting with the magic can do is be stored in full.
 
-use super::storage::Run;
+use super::storage::{MetadataSource, Run};
 use std::collections::BTreeMap;
 
 /// The first eight bytes of every synthetic block.
@@ -167,38 +167,58 @@ impl SeedRuns {
 const STORED_BLOCK_OVERHEAD_BYTES: u64 = 64;
 
 /// The blocks of a namespace with synthetic data: runs of seeds, and the
-/// other blocks trimmed of their trailing zeroes. Writes are durable when
+/// other blocks trimmed of their trailing zeroes, and each block's metadata
+/// that is not all zeroes, exactly (it is small). Writes are durable when
 /// they complete (there is no write cache).
 #[derive(Debug)]
 pub(crate) struct SyntheticStorage {
     block_size: usize,
+    /// MS: metadata bytes per block (0: none).
+    metadata_bytes: usize,
     seeds: SeedRuns,
     /// Blocks that are not synthetic, each up to its last nonzero byte; a
     /// block absent from both reads as zeroes.
     stored: BTreeMap<u64, Box<[u8]>>,
     stored_bytes: u64,
+    /// Each block's metadata, where it is not all zeroes.
+    metadata: BTreeMap<u64, Box<[u8]>>,
     memory_limit_bytes: u64,
     /// One write's bytes, to classify.
     scratch: Vec<u8>,
+    /// One write's metadata.
+    metadata_scratch: Vec<u8>,
 }
 
 impl SyntheticStorage {
-    pub(crate) fn new(block_size: u32, memory_limit_bytes: u64) -> Self {
+    pub(crate) fn new(block_size: u32, metadata_bytes: u16, memory_limit_bytes: u64) -> Self {
         SyntheticStorage {
             block_size: block_size as usize,
+            metadata_bytes: usize::from(metadata_bytes),
             seeds: SeedRuns::default(),
             stored: BTreeMap::new(),
             stored_bytes: 0,
+            metadata: BTreeMap::new(),
             memory_limit_bytes,
             scratch: Vec::new(),
+            metadata_scratch: Vec::new(),
         }
     }
 
-    /// Host memory the blocks take.
+    /// Host memory the blocks and their metadata take.
     pub(crate) fn host_bytes(&self) -> u64 {
+        let metadata_entry_bytes = self.metadata_bytes as u64 + STORED_BLOCK_OVERHEAD_BYTES;
         self.stored_bytes
             + self.stored.len() as u64 * STORED_BLOCK_OVERHEAD_BYTES
+            + self.metadata.len() as u64 * metadata_entry_bytes
             + (self.seeds.len() * RUN_BYTES) as u64
+    }
+
+    fn check_memory_limit(&self) {
+        assert!(
+            self.host_bytes() <= self.memory_limit_bytes,
+            "simulated storage exceeds its memory limit ({} bytes)",
+            self.memory_limit_bytes
+        );
     }
 
     /// Hands `blocks` blocks from `lba` to `sink`, in order.
@@ -248,8 +268,60 @@ impl SyntheticStorage {
     }
 
     /// Writes `blocks` blocks at `lba`; `fill` writes the data, in order,
-    /// into the slices it is given.
-    pub(crate) fn write(&mut self, lba: u64, blocks: u64, mut fill: impl FnMut(&mut [u8])) {
+    /// into the slices it is given, and `metadata` says what becomes of
+    /// their metadata.
+    pub(crate) fn write(&mut self, lba: u64, blocks: u64, fill: impl FnMut(&mut [u8]), metadata: MetadataSource<'_>) {
+        self.write_data(lba, blocks, fill);
+        if let MetadataSource::Fill(fill_metadata) = metadata {
+            self.write_metadata(lba, blocks, fill_metadata);
+        }
+    }
+
+    /// Keeps each block's metadata that is not all zeroes, and forgets the
+    /// rest.
+    fn write_metadata(&mut self, lba: u64, blocks: u64, fill_metadata: &mut dyn FnMut(&mut [u8])) {
+        assert!(self.metadata_bytes > 0, "metadata written to a namespace without any");
+        let mut scratch = std::mem::take(&mut self.metadata_scratch);
+        scratch.clear();
+        scratch.resize(blocks as usize * self.metadata_bytes, 0);
+        fill_metadata(&mut scratch);
+        for (at, bytes) in (lba..).zip(scratch.chunks_exact(self.metadata_bytes)) {
+            if bytes.iter().all(|&byte| byte == 0) {
+                self.metadata.remove(&at);
+            } else {
+                self.metadata.insert(at, bytes.into());
+            }
+        }
+        self.metadata_scratch = scratch;
+        self.check_memory_limit();
+    }
+
+    /// Hands the metadata of `blocks` blocks from `lba` to `sink`, in order.
+    pub(crate) fn read_metadata(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
+        let end = lba + blocks;
+        let mut next = lba;
+        for (&at, bytes) in self.metadata.range(lba..end) {
+            if at > next {
+                sink(Run::Zeroes((at - next) as usize * self.metadata_bytes));
+            }
+            sink(Run::Data(bytes));
+            next = at + 1;
+        }
+        if end > next {
+            sink(Run::Zeroes((end - next) as usize * self.metadata_bytes));
+        }
+    }
+
+    /// One block's metadata (empty without metadata).
+    pub(crate) fn metadata(&self, lba: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.metadata_bytes);
+        self.read_metadata(lba, 1, |run| run.append_to(&mut out));
+        out
+    }
+
+    /// Keeps the synthetic blocks among the data as seeds, the others
+    /// trimmed.
+    fn write_data(&mut self, lba: u64, blocks: u64, mut fill: impl FnMut(&mut [u8])) {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.resize(blocks as usize * self.block_size, 0);
         fill(&mut scratch);
@@ -284,11 +356,7 @@ impl SyntheticStorage {
             return;
         }
         self.stored_bytes += used as u64;
-        assert!(
-            self.host_bytes() <= self.memory_limit_bytes,
-            "simulated storage exceeds its memory limit ({} bytes)",
-            self.memory_limit_bytes
-        );
+        self.check_memory_limit();
         self.stored.insert(lba, bytes[..used].into());
     }
 
@@ -307,10 +375,16 @@ impl SyntheticStorage {
         }
     }
 
-    /// Makes `blocks` blocks at `lba` read as zeroes.
+    /// Makes `blocks` blocks at `lba` read as zeroes, data and metadata.
     pub(crate) fn zero(&mut self, lba: u64, blocks: u64) {
         self.seeds.remove(lba, blocks);
         self.unstore(lba, blocks);
+        if !self.metadata.is_empty() {
+            let doomed: Vec<u64> = self.metadata.range(lba..lba + blocks).map(|(&at, _)| at).collect();
+            for at in doomed {
+                self.metadata.remove(&at);
+            }
+        }
     }
 
     /// One block as reads see it.
@@ -320,8 +394,8 @@ impl SyntheticStorage {
         out
     }
 
-    /// Flips bit `bit_index` of block `lba` (a synthetic block becomes an
-    /// ordinary one).
+    /// Flips bit `bit_index` of block `lba`'s data (a synthetic block
+    /// becomes an ordinary one); its metadata stays.
     pub(crate) fn flip_bit(&mut self, lba: u64, bit_index: u64) {
         let mut block = self.block(lba);
         block[(bit_index / 8) as usize] ^= 1 << (bit_index % 8);
@@ -364,7 +438,7 @@ mod tests {
 
     #[test]
     fn synthetic_blocks_are_kept_as_seeds_and_others_trimmed() {
-        let mut storage = SyntheticStorage::new(4096, 1 << 30);
+        let mut storage = SyntheticStorage::new(4096, 0, 1 << 30);
         // Synthetic blocks, seeds 1000.., with a header-like block (a few
         // bytes, then zeroes) at 32 and a synthetic one out of sequence at
         // 33.
@@ -376,10 +450,11 @@ mod tests {
         data[32 * 4096..32 * 4096 + 300].fill(0x77);
         stamp(&mut data[33 * 4096..34 * 4096], 5);
         let mut at = 0;
-        storage.write(0, 40, |destination| {
+        let fill = |destination: &mut [u8]| {
             destination.copy_from_slice(&data[at..at + destination.len()]);
             at += destination.len();
-        });
+        };
+        storage.write(0, 40, fill, MetadataSource::Keep);
         assert_eq!(storage.seeds.len(), 3);
         assert_eq!(storage.stored_bytes, 300, "the stored block without its zeroes");
         assert_eq!(read_all(&storage, 0, 40), data);
@@ -390,7 +465,7 @@ mod tests {
         // they land; zeroes over a stored block free it.
         let mut ordinary = vec![0u8; 4096];
         ordinary[0] = 0xAB;
-        storage.write(10, 1, |destination| destination.copy_from_slice(&ordinary));
+        storage.write(10, 1, |destination| destination.copy_from_slice(&ordinary), MetadataSource::Keep);
         storage.zero(12, 2);
         storage.zero(32, 1);
         storage.flip_bit(20, 800);
@@ -407,11 +482,54 @@ mod tests {
         assert_eq!(storage.block(21), data[21 * 4096..22 * 4096]);
     }
 
+    fn read_metadata(storage: &SyntheticStorage, lba: u64, blocks: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        storage.read_metadata(lba, blocks, |run| run.append_to(&mut out));
+        out
+    }
+
+    #[test]
+    fn metadata_is_kept_exactly_beside_seeds_and_stored_blocks() {
+        let mut storage = SyntheticStorage::new(512, 16, 1 << 30);
+        // Ten synthetic blocks, each with its own metadata; block 3's is
+        // all zeroes (nothing to keep).
+        let mut data = vec![0u8; 10 * 512];
+        for (index, block) in data.chunks_exact_mut(512).enumerate() {
+            fill(block, 500 + index as u64);
+        }
+        let mut metadata: Vec<u8> = (0..160).map(|byte| byte as u8 | 0x80).collect();
+        metadata[48..64].fill(0);
+        let (mut at, mut metadata_at) = (0, 0);
+        let mut fill_metadata = |destination: &mut [u8]| {
+            destination.copy_from_slice(&metadata[metadata_at..metadata_at + destination.len()]);
+            metadata_at += destination.len();
+        };
+        let fill_data = |destination: &mut [u8]| {
+            destination.copy_from_slice(&data[at..at + destination.len()]);
+            at += destination.len();
+        };
+        storage.write(0, 10, fill_data, MetadataSource::Fill(&mut fill_metadata));
+        assert_eq!(storage.seeds.len(), 1, "the data is still one run of seeds");
+        assert_eq!(read_all(&storage, 0, 10), data);
+        assert_eq!(read_metadata(&storage, 0, 10), metadata);
+        assert_eq!(read_metadata(&storage, 8, 4), [&metadata[128..], &[0u8; 32][..]].concat());
+        assert_eq!(storage.host_bytes(), 9 * (16 + STORED_BLOCK_OVERHEAD_BYTES) + RUN_BYTES as u64);
+        // A write without metadata keeps it; bit flips leave it; zeroes
+        // clear it.
+        storage.write(4, 1, |destination| destination.fill(7), MetadataSource::Keep);
+        storage.flip_bit(5, 3);
+        storage.zero(6, 2);
+        assert_eq!(storage.metadata(4), metadata[64..80]);
+        assert_eq!(storage.metadata(5), metadata[80..96]);
+        assert_eq!(storage.metadata(6), vec![0; 16]);
+        assert_eq!(read_metadata(&storage, 0, 10)[96..128], [0u8; 32]);
+    }
+
     #[test]
     #[should_panic(expected = "memory limit")]
     fn the_memory_limit_holds() {
-        let mut storage = SyntheticStorage::new(4096, 8192);
-        storage.write(0, 3, |destination| destination.fill(1));
+        let mut storage = SyntheticStorage::new(4096, 0, 8192);
+        storage.write(0, 3, |destination| destination.fill(1), MetadataSource::Keep);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Unit tests of the simulator through raw queues: what the driver never
 //! does (a CQ smaller than its SQ, chained PRP lists, bad queue requests,
-//! unmapping a live ring) but a device must still handle.
+//! unmapping a live ring) but a device must still handle. Namespaces with
+//! metadata have their own file, `tests/metadata.rs`.
+
+mod metadata;
 
 use super::dma::tests::TestMemory;
 use super::dma::PAGE_SIZE;
