@@ -196,15 +196,16 @@ fn reclaim_moves_tags_with_copy_and_with_read_and_write() {
 
 #[test]
 fn a_replacement_without_room_for_tags_is_refused_by_name() {
-    let options = VolumeOptions { profile: Profile::Mirror, degraded: true, ..volume_options() };
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
     let harness =
         Harness::new(vec![with_metadata(zns(32, 256), 8), with_metadata(zns(32, 256), 8)], vec![(0, 1), (1, 1)]);
     let mut volume = harness.format(&options);
     volume.write(0, &pattern(1, 2), 1).unwrap();
     volume.commit().unwrap();
+    volume.fail_device(1, "pulled by the operator").unwrap();
     let plain = Harness::single(zns(32, 256));
     let device = plain.devices().pop().unwrap();
-    match volume.replace(1, device, true) {
+    match volume.replace(1, device, false) {
         Err(Error::Member { device: 1, why }) => assert!(why.contains("block tags"), "{why}"),
         other => panic!("expected a Member error, got {other:?}"),
     }
