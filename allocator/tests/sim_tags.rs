@@ -21,6 +21,11 @@ fn with_metadata(mut config: SimConfig, bytes: u16) -> SimConfig {
     config
 }
 
+/// A namespace without metadata, whatever the suite's setting.
+fn plain(config: SimConfig) -> SimConfig {
+    with_metadata(config, 0)
+}
+
 fn soft(options: VolumeOptions) -> VolumeOptions {
     VolumeOptions { software_zone_bytes: Some(256 << 10), ..options }
 }
@@ -70,7 +75,7 @@ fn namespaces_with_metadata_carry_the_checksums_and_memory_keeps_none() {
 
 #[test]
 fn without_metadata_checksums_stay_in_the_map_and_tags_can_be_required() {
-    let harness = Harness::single(zns(32, 256));
+    let harness = Harness::single(plain(zns(32, 256)));
     let mut volume = harness.format(&volume_options());
     assert_eq!(volume.block_tags(), None);
     let id = volume.write(0, &pattern(1, 2), 1).unwrap();
@@ -93,7 +98,7 @@ fn without_metadata_checksums_stay_in_the_map_and_tags_can_be_required() {
     // A mirror over one device with metadata and one without reads alike
     // from both: the map.
     let harness = Harness::new(
-        vec![with_metadata(zns(32, 256), 8), zns(32, 256)],
+        vec![with_metadata(zns(32, 256), 8), plain(zns(32, 256))],
         vec![(0, 1), (1, 1)],
     );
     let mirror = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
@@ -203,8 +208,8 @@ fn a_replacement_without_room_for_tags_is_refused_by_name() {
     volume.write(0, &pattern(1, 2), 1).unwrap();
     volume.commit().unwrap();
     volume.fail_device(1, "pulled by the operator").unwrap();
-    let plain = Harness::single(zns(32, 256));
-    let device = plain.devices().pop().unwrap();
+    let without = Harness::single(plain(zns(32, 256)));
+    let device = without.devices().pop().unwrap();
     match volume.replace(1, device, false) {
         Err(Error::Member { device: 1, why }) => assert!(why.contains("block tags"), "{why}"),
         other => panic!("expected a Member error, got {other:?}"),
