@@ -97,10 +97,7 @@ fn without_metadata_checksums_stay_in_the_map_and_tags_can_be_required() {
 
     // A mirror over one device with metadata and one without reads alike
     // from both: the map.
-    let harness = Harness::new(
-        vec![with_metadata(zns(32, 256), 8), plain(zns(32, 256))],
-        vec![(0, 1), (1, 1)],
-    );
+    let harness = Harness::new(vec![with_metadata(zns(32, 256), 8), plain(zns(32, 256))], vec![(0, 1), (1, 1)]);
     let mirror = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
     assert_eq!(harness.format(&mirror).block_tags(), None);
 }

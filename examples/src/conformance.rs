@@ -24,6 +24,9 @@
 //! - `dsm-limit`: a deallocate range longer than DMRSL is refused before
 //!   submission (QEMU completes such a range successfully without
 //!   deallocating it); one of exactly DMRSL blocks reads back as zeroes.
+//! - `metadata`: per-block metadata in a separate buffer through Write,
+//!   Zone Append, Read, Copy, Write Zeroes and zone resets
+//!   ([`metadata`]).
 //!
 //! Every line of a passed check reads `io-check: BDF CHECK: ok (...)`; the
 //! last line is `io-check: SCENARIO ok` (status 0) or
@@ -44,6 +47,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod metadata;
+
 /// What a check returns: `Err` says what went wrong, in words.
 pub type Outcome<T = ()> = Result<T, String>;
 
@@ -63,6 +68,7 @@ pub enum Scenario {
     ZnsActive,
     Zeroes,
     DsmLimit,
+    Metadata,
 }
 
 impl Scenario {
@@ -75,6 +81,7 @@ impl Scenario {
             "zns-active" => Scenario::ZnsActive,
             "zeroes" => Scenario::Zeroes,
             "dsm-limit" => Scenario::DsmLimit,
+            "metadata" => Scenario::Metadata,
             _ => return None,
         })
     }
@@ -88,6 +95,7 @@ impl Scenario {
             Scenario::ZnsActive => "zns-active",
             Scenario::Zeroes => "zeroes",
             Scenario::DsmLimit => "dsm-limit",
+            Scenario::Metadata => "metadata",
         }
     }
 
@@ -100,6 +108,7 @@ impl Scenario {
             Scenario::ZnsActive => zns_active(target),
             Scenario::Zeroes => zeroes(target),
             Scenario::DsmLimit => dsm_limit(target),
+            Scenario::Metadata => metadata::metadata(target),
         }
     }
 }

@@ -206,3 +206,32 @@ fn deallocate_beyond_the_range_size_limit_is_refused() {
     let vm = Vm::new().controller(Controller::nvme(3 << 30).discard(Discard::Unmap));
     io_check(vm, "dsm-limit", &[FIRST], &[(FIRST, "dsm-limit over"), (FIRST, "dsm-limit at")]);
 }
+
+/// Per-block metadata in a separate buffer on QEMU's `nvme-ns ms=`:
+/// Write, Read, Copy, Write Zeroes and a write without metadata on 512-
+/// and 4096-byte LBAs (8 and 64 bytes), Zone Append and zone resets on a
+/// ZNS namespace (16 bytes); a metadata buffer refused on a namespace
+/// formatted without. The same scenario runs on the simulator
+/// (`sim_conformance.rs`).
+#[test]
+fn metadata_in_a_separate_buffer() {
+    const FOURTH: &str = "0000:00:13.0";
+    let vm = Vm::new()
+        .controller(Controller::nvme(64 * MIB).metadata(8))
+        .controller(Controller::nvme(64 * MIB).lba(4096).metadata(64))
+        .controller(Controller::zns(64 * MIB, 16 * MIB).lba(4096).metadata(16))
+        .controller(Controller::nvme(64 * MIB));
+    let common = ["format", "round trip", "copy", "length"];
+    let mut checks: Vec<(&str, String)> = Vec::new();
+    for (bdf, lba) in [(FIRST, 512), (SECOND, 4096), (THIRD, 4096)] {
+        checks.extend(common.iter().map(|c| (bdf, format!("metadata lba={lba} {c}"))));
+    }
+    for (bdf, lba) in [(FIRST, 512), (SECOND, 4096)] {
+        checks.extend(["kept", "write zeroes"].iter().map(|c| (bdf, format!("metadata lba={lba} {c}"))));
+    }
+    checks.extend(["zone append", "zone reset"].iter().map(|c| (THIRD, format!("metadata lba=4096 {c}"))));
+    checks.push((FOURTH, "metadata lba=512 none".to_string()));
+    let wanted: Vec<(&str, &str)> = checks.iter().map(|(bdf, c)| (*bdf, c.as_str())).collect();
+    let outcome = io_check(vm, "metadata", &[FIRST, SECOND, THIRD, FOURTH], &wanted);
+    assert!(detail(&outcome, SECOND, "metadata lba=4096 format").starts_with("64 bytes per LBA"));
+}

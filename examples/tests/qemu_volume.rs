@@ -279,6 +279,64 @@ fn mirror_across_controllers_and_repair_after_host_corruption() {
     assert!(read.contains("block 2 repaired"), "{read}");
 }
 
+/// Namespaces formatted with per-block metadata (4096+8 and 4096+16, as
+/// enterprise drives offer): the `zns` workload keeps its checksums in
+/// block tags, and on a mirror a block the host flips in the first
+/// controller's image fails its tag, is read from the other copy and
+/// repaired.
+#[test]
+fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
+    let images = ImageDir::new("qemu-volume-tags");
+    let image = images.0.join("nvme0.img");
+    let flipped: Arc<Mutex<Option<Result<String, String>>>> = Arc::default();
+    let vm = {
+        let flipped = Arc::clone(&flipped);
+        Vm::new()
+            .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096).metadata(8))
+            .controller(Controller::nvme(256 * MIB).lba(4096).metadata(8))
+            .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096).metadata(16))
+            .images(&images.0)
+            .on_line(move |line| {
+                let Some(rest) = line.strip_prefix("volume-check: corrupt-me ") else { return };
+                let mut words = rest.split_whitespace().map(str::parse::<u64>);
+                let result = match (words.next(), words.next()) {
+                    (Some(Ok(offset)), Some(Ok(len))) => flip_bytes(&image, offset, len as usize),
+                    _ => Err(format!("cannot parse {line:?}")),
+                };
+                eprintln!("host: {result:?}");
+                *flipped.lock().unwrap() = Some(result);
+            })
+    };
+    let outcome = run(
+        vm,
+        &[
+            Scenario::new("tags", format!("tags --pci {THIRD}"), WORKLOAD),
+            Scenario::new(
+                "tags repair",
+                format!("tags-repair --pci {FIRST} --pci {SECOND}"),
+                &[
+                    "geometry",
+                    "format",
+                    "commit",
+                    "corrupted",
+                    "read",
+                    "commit rewrite",
+                    "rewrite",
+                    "verify",
+                    "invariants",
+                ],
+            ),
+        ],
+    );
+    let flipped = flipped.lock().unwrap().clone();
+    assert!(matches!(flipped, Some(Ok(_))), "the host did not flip the bytes: {flipped:?}");
+    let format = detail(&outcome, "tags", "format");
+    assert!(format.contains("checksums in block tags (16 bytes"), "{format}");
+    assert!(detail(&outcome, "tags repair", "format").contains("block tags (8 bytes"));
+    let read = detail(&outcome, "tags repair", "read");
+    assert!(read.contains("block 2 repaired"), "{read}");
+}
+
 /// The guest's addresses, in the order the controllers are given: the
 /// rig names controller N's image `nvmeN.img`.
 const ADDRESSES: [&str; 4] = [FIRST, SECOND, THIRD, FOURTH];

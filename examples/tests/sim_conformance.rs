@@ -92,3 +92,19 @@ fn dsm_limit() {
     // QEMU 7.2's DMRSL, on a namespace larger than one range may cover.
     run("dsm-limit", SimConfig { dmrsl: 4_194_303, ..nvm(3 << 30, 512) });
 }
+
+#[test]
+fn metadata() {
+    let with = |config: SimConfig, bytes: u16| {
+        let mut config = config;
+        config.namespaces[0].metadata_bytes = bytes;
+        config
+    };
+    run("metadata", with(nvm(16 * MIB, 512), 8));
+    run("metadata", with(nvm(16 * MIB, 4096), 64));
+    let blocks = |bytes: u64| bytes / 4096;
+    let zoned = NamespaceConfig::zoned(blocks(64 * MIB), 4096, blocks(16 * MIB), blocks(16 * MIB)).metadata_bytes(16);
+    run("metadata", SimConfig::empty().with_namespace(zoned));
+    // Without metadata in the format, a metadata buffer is refused.
+    run("metadata", nvm(16 * MIB, 512));
+}

@@ -63,7 +63,11 @@ fn parse() -> Result<Args, String> {
     let mut args = Args {
         capacities: vec![64 << 30, 256 << 30, 1 << 40, 2 << 40],
         extents: vec![16 << 10, 256 << 10, 1 << 20],
-        settings: Settings { commit_every: 64, fill_percent: 90, zone_bytes: 256 << 20, sim_memory_bytes: 64 << 30,
+        settings: Settings {
+            commit_every: 64,
+            fill_percent: 90,
+            zone_bytes: 256 << 20,
+            sim_memory_bytes: 64 << 30,
             metadata_bytes: 8,
         },
         memory_budget_bytes: heap::available_bytes() / 10 * 8,

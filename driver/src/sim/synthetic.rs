@@ -17,7 +17,7 @@
 //! block starting with the magic can do is be stored in full.
 
 use super::storage::{MetadataSource, Run};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The first eight bytes of every synthetic block.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMSYNTH");
@@ -166,6 +166,77 @@ impl SeedRuns {
 /// the allocation's header), for memory accounting.
 const STORED_BLOCK_OVERHEAD_BYTES: u64 = 64;
 
+/// Blocks per chunk of [`DenseMetadata`].
+const METADATA_CHUNK_BLOCKS: u64 = 4096;
+
+/// Every block's metadata, dense, in chunks of [`METADATA_CHUNK_BLOCKS`]
+/// blocks allocated at their first write: a volume that tags every block
+/// (8 bytes per 4 KiB) costs 2 GiB per TiB here, where one map entry per
+/// block would cost ten times that.
+#[derive(Debug, Default)]
+struct DenseMetadata {
+    /// Bytes per block.
+    bytes: usize,
+    chunks: HashMap<u64, Box<[u8]>>,
+}
+
+impl DenseMetadata {
+    fn chunk_bytes(&self) -> usize {
+        METADATA_CHUNK_BLOCKS as usize * self.bytes
+    }
+
+    /// The chunks over `[lba, lba + blocks)`: (chunk, first byte in it,
+    /// bytes), in order.
+    fn spans(&self, lba: u64, blocks: u64) -> impl Iterator<Item = (u64, usize, usize)> + '_ {
+        let end = lba + blocks;
+        let mut at = lba;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let chunk = at / METADATA_CHUNK_BLOCKS;
+            let upto = end.min((chunk + 1) * METADATA_CHUNK_BLOCKS);
+            let span = (chunk, (at % METADATA_CHUNK_BLOCKS) as usize * self.bytes, (upto - at) as usize * self.bytes);
+            at = upto;
+            Some(span)
+        })
+    }
+
+    fn write(&mut self, lba: u64, metadata: &[u8]) {
+        let mut from = 0;
+        for (chunk, start, len) in self.spans(lba, (metadata.len() / self.bytes) as u64).collect::<Vec<_>>() {
+            let chunk_bytes = self.chunk_bytes();
+            let stored = self.chunks.entry(chunk).or_insert_with(|| vec![0u8; chunk_bytes].into_boxed_slice());
+            stored[start..start + len].copy_from_slice(&metadata[from..from + len]);
+            from += len;
+        }
+    }
+
+    fn read(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
+        for (chunk, start, len) in self.spans(lba, blocks) {
+            match self.chunks.get(&chunk) {
+                Some(stored) => sink(Run::Data(&stored[start..start + len])),
+                None => sink(Run::Zeroes(len)),
+            }
+        }
+    }
+
+    fn zero(&mut self, lba: u64, blocks: u64) {
+        for (chunk, start, len) in self.spans(lba, blocks).collect::<Vec<_>>() {
+            if let Some(stored) = self.chunks.get_mut(&chunk) {
+                stored[start..start + len].fill(0);
+                if len == stored.len() {
+                    self.chunks.remove(&chunk);
+                }
+            }
+        }
+    }
+
+    fn host_bytes(&self) -> u64 {
+        (self.chunks.len() * self.chunk_bytes()) as u64
+    }
+}
+
 /// The blocks of a namespace with synthetic data: runs of seeds, and the
 /// other blocks trimmed of their trailing zeroes, and each block's metadata
 /// that is not all zeroes, exactly (it is small). Writes are durable when
@@ -180,8 +251,8 @@ pub(crate) struct SyntheticStorage {
     /// block absent from both reads as zeroes.
     stored: BTreeMap<u64, Box<[u8]>>,
     stored_bytes: u64,
-    /// Each block's metadata, where it is not all zeroes.
-    metadata: BTreeMap<u64, Box<[u8]>>,
+    /// Each block's metadata.
+    metadata: DenseMetadata,
     memory_limit_bytes: u64,
     /// One write's bytes, to classify.
     scratch: Vec<u8>,
@@ -197,7 +268,7 @@ impl SyntheticStorage {
             seeds: SeedRuns::default(),
             stored: BTreeMap::new(),
             stored_bytes: 0,
-            metadata: BTreeMap::new(),
+            metadata: DenseMetadata { bytes: usize::from(metadata_bytes), chunks: HashMap::new() },
             memory_limit_bytes,
             scratch: Vec::new(),
             metadata_scratch: Vec::new(),
@@ -206,10 +277,9 @@ impl SyntheticStorage {
 
     /// Host memory the blocks and their metadata take.
     pub(crate) fn host_bytes(&self) -> u64 {
-        let metadata_entry_bytes = self.metadata_bytes as u64 + STORED_BLOCK_OVERHEAD_BYTES;
         self.stored_bytes
             + self.stored.len() as u64 * STORED_BLOCK_OVERHEAD_BYTES
-            + self.metadata.len() as u64 * metadata_entry_bytes
+            + self.metadata.host_bytes()
             + (self.seeds.len() * RUN_BYTES) as u64
     }
 
@@ -277,39 +347,24 @@ impl SyntheticStorage {
         }
     }
 
-    /// Keeps each block's metadata that is not all zeroes, and forgets the
-    /// rest.
+    /// Keeps each block's metadata.
     fn write_metadata(&mut self, lba: u64, blocks: u64, fill_metadata: &mut dyn FnMut(&mut [u8])) {
         assert!(self.metadata_bytes > 0, "metadata written to a namespace without any");
         let mut scratch = std::mem::take(&mut self.metadata_scratch);
         scratch.clear();
         scratch.resize(blocks as usize * self.metadata_bytes, 0);
         fill_metadata(&mut scratch);
-        for (at, bytes) in (lba..).zip(scratch.chunks_exact(self.metadata_bytes)) {
-            if bytes.iter().all(|&byte| byte == 0) {
-                self.metadata.remove(&at);
-            } else {
-                self.metadata.insert(at, bytes.into());
-            }
-        }
+        self.metadata.write(lba, &scratch);
         self.metadata_scratch = scratch;
         self.check_memory_limit();
     }
 
     /// Hands the metadata of `blocks` blocks from `lba` to `sink`, in order.
-    pub(crate) fn read_metadata(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
-        let end = lba + blocks;
-        let mut next = lba;
-        for (&at, bytes) in self.metadata.range(lba..end) {
-            if at > next {
-                sink(Run::Zeroes((at - next) as usize * self.metadata_bytes));
-            }
-            sink(Run::Data(bytes));
-            next = at + 1;
+    pub(crate) fn read_metadata(&self, lba: u64, blocks: u64, sink: impl FnMut(Run<'_>)) {
+        if self.metadata_bytes == 0 {
+            return;
         }
-        if end > next {
-            sink(Run::Zeroes((end - next) as usize * self.metadata_bytes));
-        }
+        self.metadata.read(lba, blocks, sink);
     }
 
     /// One block's metadata (empty without metadata).
@@ -379,11 +434,8 @@ impl SyntheticStorage {
     pub(crate) fn zero(&mut self, lba: u64, blocks: u64) {
         self.seeds.remove(lba, blocks);
         self.unstore(lba, blocks);
-        if !self.metadata.is_empty() {
-            let doomed: Vec<u64> = self.metadata.range(lba..lba + blocks).map(|(&at, _)| at).collect();
-            for at in doomed {
-                self.metadata.remove(&at);
-            }
+        if self.metadata_bytes > 0 {
+            self.metadata.zero(lba, blocks);
         }
     }
 
@@ -492,7 +544,7 @@ mod tests {
     fn metadata_is_kept_exactly_beside_seeds_and_stored_blocks() {
         let mut storage = SyntheticStorage::new(512, 16, 1 << 30);
         // Ten synthetic blocks, each with its own metadata; block 3's is
-        // all zeroes (nothing to keep).
+        // all zeroes.
         let mut data = vec![0u8; 10 * 512];
         for (index, block) in data.chunks_exact_mut(512).enumerate() {
             fill(block, 500 + index as u64);
@@ -513,7 +565,8 @@ mod tests {
         assert_eq!(read_all(&storage, 0, 10), data);
         assert_eq!(read_metadata(&storage, 0, 10), metadata);
         assert_eq!(read_metadata(&storage, 8, 4), [&metadata[128..], &[0u8; 32][..]].concat());
-        assert_eq!(storage.host_bytes(), 9 * (16 + STORED_BLOCK_OVERHEAD_BYTES) + RUN_BYTES as u64);
+        // One dense chunk of metadata, and one run of seeds.
+        assert_eq!(storage.host_bytes(), METADATA_CHUNK_BLOCKS * 16 + RUN_BYTES as u64);
         // A write without metadata keeps it; bit flips leave it; zeroes
         // clear it.
         storage.write(4, 1, |destination| destination.fill(7), MetadataSource::Keep);

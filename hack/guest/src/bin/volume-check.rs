@@ -17,6 +17,8 @@
 //! - `zcap` (ZNS, zone capacity below zone size): the same, and no extent
 //!   reaches past a zone's capacity.
 //! - `4k` (4096-byte LBAs): the same, one LBA per volume block.
+//! - `tags` (ZNS with per-block metadata): the same, with the volume's
+//!   checksums in block tags (required).
 //! - `limits` (ZNS, max-open 2, max-active 4): two streams are refused at
 //!   format; one stream fills the volume to `Error::NoSpace`; after frees
 //!   and reclaim it fills again; everything reads back.
@@ -34,6 +36,8 @@
 //!   inverted those bytes, then requires the read to return the original
 //!   data with the block reported repaired, and `rewrite_copy` plus a commit
 //!   to fix the copy.
+//! - `tags-repair` (two, with per-block metadata): `repair` on a volume
+//!   whose checksums are block tags: the flipped block fails its tag.
 //! - `metadata --phase PHASE`: format 2's metadata safety on a mirror of a
 //!   conventional namespace (device 0) and a second namespace, whose
 //!   backing images the host overwrites in part while the guest waits; one
@@ -172,6 +176,11 @@ enum Scenario {
     Conventional,
     Zcap,
     FourK,
+    /// The `zns` workload on a namespace with per-block metadata: the
+    /// volume must keep its checksums in block tags.
+    Tags,
+    /// `repair` on two namespaces with per-block metadata (block tags).
+    TagsRepair,
     Limits,
     Reopen(Phase),
     Mirror,
@@ -187,6 +196,8 @@ impl Scenario {
             Scenario::Conventional => "conventional",
             Scenario::Zcap => "zcap",
             Scenario::FourK => "4k",
+            Scenario::Tags => "tags",
+            Scenario::TagsRepair => "tags repair",
             Scenario::Limits => "limits",
             Scenario::Reopen(Phase::Write) => "reopen write",
             Scenario::Reopen(Phase::Verify) => "reopen verify",
@@ -206,7 +217,7 @@ impl Scenario {
         match self {
             Scenario::Metadata(MetadataPhase::Foreign) => 3,
             Scenario::Members(phase) => phase.controllers(),
-            Scenario::Mirror | Scenario::Repair | Scenario::Metadata(_) => 2,
+            Scenario::Mirror | Scenario::Repair | Scenario::TagsRepair | Scenario::Metadata(_) => 2,
             _ => 1,
         }
     }
@@ -260,6 +271,8 @@ fn parse_args() -> Result<Args, String> {
         ("conventional", None) => Scenario::Conventional,
         ("zcap", None) => Scenario::Zcap,
         ("4k", None) => Scenario::FourK,
+        ("tags", None) => Scenario::Tags,
+        ("tags-repair", None) => Scenario::TagsRepair,
         ("limits", None) => Scenario::Limits,
         ("mirror", None) => Scenario::Mirror,
         ("repair", None) => Scenario::Repair,
@@ -307,13 +320,16 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let controllers = open_controllers(&args.pci)?;
     match args.scenario {
-        Scenario::Zns | Scenario::Conventional | Scenario::Zcap | Scenario::FourK | Scenario::Mirror => {
-            workload(&check, args.scenario, &controllers)
-        }
+        Scenario::Zns
+        | Scenario::Conventional
+        | Scenario::Zcap
+        | Scenario::FourK
+        | Scenario::Tags
+        | Scenario::Mirror => workload(&check, args.scenario, &controllers),
         Scenario::Limits => limits(&check, &controllers),
         Scenario::Reopen(Phase::Write) => reopen_write(&check, &controllers),
         Scenario::Reopen(Phase::Verify) => reopen_verify(&check, &controllers),
-        Scenario::Repair => repair(&check, &controllers),
+        Scenario::Repair | Scenario::TagsRepair => repair(&check, args.scenario, &controllers),
         Scenario::Metadata(MetadataPhase::Format) => metadata_format(&check, &args.pci, &controllers),
         Scenario::Metadata(phase @ (MetadataPhase::Garbage | MetadataPhase::Reopen | MetadataPhase::Swapped)) => {
             metadata_reopen(&check, phase, &controllers)
@@ -430,6 +446,9 @@ fn check_geometry(check: &Check, scenario: Scenario, devices: &[Device]) -> Resu
         Scenario::Zns | Scenario::Zcap if !first.zoned => return wrong("a ZNS namespace"),
         Scenario::Conventional if first.zoned => return wrong("a conventional namespace"),
         Scenario::FourK if first.lba_bytes != 4096 => return wrong("4096-byte LBAs"),
+        Scenario::Tags | Scenario::TagsRepair if devices.iter().any(|d| d.tag_layout().is_none()) => {
+            return wrong("per-block metadata of 8 bytes or more on every namespace")
+        }
         Scenario::Limits if !(first.zoned && first.max_open == Some(2) && first.max_active == Some(4)) => {
             return wrong("a ZNS namespace with max-open 2 and max-active 4")
         }
@@ -844,16 +863,18 @@ fn workload(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Re
     let profile = if scenario == Scenario::Mirror { Profile::Mirror } else { Profile::Single };
     let streams = 2;
     let mut volume = Volume::format(devices, &volume_options(profile, streams)).map_err(|e| format!("format: {e}"))?;
+    require_tags(scenario, &volume)?;
     let stats = volume.stats();
     check.ok(
         "format",
         format!(
-            "{profile:?}, {} {}, {} usable in {} zones, extents up to {} KiB",
+            "{profile:?}, {} {}, {} usable in {} zones, extents up to {} KiB, {}",
             volume.lanes(),
             if volume.lanes() == 1 { "copy" } else { "copies" },
             mib(stats.capacity_bytes),
             stats.zones,
-            volume.max_extent_bytes() / 1024
+            volume.max_extent_bytes() / 1024,
+            checksums(&volume),
         ),
     );
     if profile == Profile::Mirror {
@@ -1168,12 +1189,32 @@ fn plan_more(seed: u64, volume: &Volume) -> Vec<Planned> {
 /// A mirror; the host flips bytes of one block of copy 0 in the first
 /// controller's backing image; the read repairs it and `rewrite_copy`
 /// fixes the copy.
-fn repair(check: &Check, controllers: &[Controller]) -> Result<(), String> {
+/// Where the volume keeps its checksums, in words.
+fn checksums(volume: &Volume) -> String {
+    match volume.block_tags() {
+        Some(layout) => format!("checksums in block tags ({} bytes of metadata per block)", layout.stride),
+        None => "checksums in the extent map".into(),
+    }
+}
+
+/// A tags scenario's volume must keep its checksums in block tags.
+fn require_tags(scenario: Scenario, volume: &Volume) -> Result<(), String> {
+    match scenario {
+        Scenario::Tags | Scenario::TagsRepair if volume.block_tags().is_none() => {
+            Err("the namespaces have per-block metadata, but the volume keeps its checksums in the map".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn repair(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Result<(), String> {
     let seed = check.seed;
     let devices = open_devices(controllers)?;
-    let geometry = check_geometry(check, Scenario::Repair, &devices)?;
+    let geometry = check_geometry(check, scenario, &devices)?;
     let mut volume =
         Volume::format(devices, &volume_options(Profile::Mirror, 1)).map_err(|e| format!("format: {e}"))?;
+    require_tags(scenario, &volume)?;
+    check.ok("format", checksums(&volume));
     let planned = plan(seed, 0, 24, 1, 16);
     let mut model = Model::new();
     write_all(&mut volume, seed, &planned, &mut model, false)?;
