@@ -43,7 +43,7 @@ const USAGE: &str = "\
 usage: hack/bench [--json FILE] [--svg FILE] [--quick]
                   [--only driver|zoned|resilver|scale]
                   [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
-                  [--zoned-size SIZE] [--zone SIZE] [--fill PERCENT]
+                  [--zoned-size SIZE] [--zone SIZE] [--zoned-metadata BYTES] [--fill PERCENT]
                   [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
                   [--resilver-size SIZE] [--resilver-fill PERCENT]
                   [--scale-capacities LIST] [--scale-extents LIST]
@@ -125,6 +125,9 @@ Options:
   --no-precondition   skip writing both conventional namespaces first
   --zoned-size SIZE   each ZNS namespace (default 4G)
   --zone SIZE         zone size (default 64M)
+  --zoned-metadata BYTES  per-LBA metadata of ours' ZNS namespace (8: the
+                      volume keeps checksums in block tags; 0: none, in its
+                      extent map); the kernel's namespaces have none
   --fill PERCENT      share of the namespace seqwrite and raw-zbd write (90)
   --btrfs-fill PERCENT  share btrfs writes (70)
   --iodepth N         queue depth of the second write runs (8)
@@ -348,6 +351,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
     let mut fill = None;
     let mut btrfs_fill = None;
     let mut iodepth = None;
+    let mut zoned_metadata = None;
     let mut no_ablations = false;
     let mut resilver_size = None;
     let mut resilver_fill = None;
@@ -379,6 +383,11 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
             }
             "--zoned-size" => zoned_size = Some(size(value("--zoned-size")?, "--zoned-size")?),
             "--zone" => zone = Some(size(value("--zone")?, "--zone")?),
+            "--zoned-metadata" => {
+                let text = value("--zoned-metadata")?;
+                zoned_metadata =
+                    Some(text.parse().map_err(|_| format!("--zoned-metadata {text}: expected 0, 8, 16 or 64"))?);
+            }
             "--fill" => fill = Some(percent(value("--fill")?, "--fill")?),
             "--btrfs-fill" => btrfs_fill = Some(percent(value("--btrfs-fill")?, "--btrfs-fill")?),
             "--iodepth" => iodepth = Some(number(&value("--iodepth")?, 1, 256)? as u32),
@@ -408,6 +417,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
         btrfs_fill: btrfs_fill.unwrap_or(defaults.btrfs_fill),
         iodepth: iodepth.unwrap_or(defaults.iodepth),
         ablations: defaults.ablations && !no_ablations,
+        metadata: zoned_metadata.unwrap_or(defaults.metadata),
     };
     options.zoned.validate()?;
     let defaults = resilver::Options::defaults(quick);
@@ -1606,8 +1616,10 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     } else {
         eprintln!(
             "bench: one VM (TCG, {VCPUS} vCPUs, {} memory, {POLL_QUEUES_ARG}): conventional controllers 0 (ours) \
-             and 1 (kernel) of {size}; ZNS controllers 2 (ours), 3 (btrfs) and 4 (raw fio) of {zoned_size}",
-            format_size(MEM_BYTES)
+             and 1 (kernel) of {size}; ZNS controllers 2 (ours, {} bytes of metadata per LBA), 3 (btrfs) and \
+             4 (raw fio) of {zoned_size}",
+            format_size(MEM_BYTES),
+            options.zoned.metadata,
         );
     }
     if options.parts.driver() {
@@ -1677,7 +1689,7 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         vm = vm
             .controller(Controller::nvme(options.size_bytes))
             .controller(Controller::nvme(options.size_bytes).kernel())
-            .controller(zns())
+            .controller(zns().metadata(options.zoned.metadata))
             .controller(zns().kernel())
             .controller(zns().kernel())
             .append(POLL_QUEUES_ARG)
@@ -1753,6 +1765,7 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
                     "btrfs_fill_percent": options.zoned.btrfs_fill,
                     "iodepth": options.zoned.iodepth,
                     "ablations": options.zoned.ablations,
+                    "ours_metadata_bytes_per_lba": options.zoned.metadata,
                     "script": zoned::guest_script(&options.zoned),
                 },
                 "details": results.details(&options.zoned),
@@ -1930,7 +1943,9 @@ mod tests {
         assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.fill, o.zoned.ablations), (1 << 30, 16 << 20, 90.0, false));
         // Explicit zoned settings win over --quick.
         let o = parse(&["--quick", "--zoned-size", "2G", "--zone", "32M", "--iodepth", "4"]).unwrap().unwrap();
-        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth), (2 << 30, 32 << 20, 4));
+        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth, o.zoned.metadata), (2 << 30, 32 << 20, 4, 8));
+        assert_eq!(parse(&["--zoned-metadata", "0"]).unwrap().unwrap().zoned.metadata, 0);
+        assert!(parse(&["--zoned-metadata", "12"]).is_err());
         assert!(!parse(&["--no-ablations"]).unwrap().unwrap().zoned.ablations);
         // The resilver runs alone, its rounds those of --rounds.
         let o = parse(&["--only", "resilver", "--quick"]).unwrap().unwrap();

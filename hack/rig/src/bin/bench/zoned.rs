@@ -60,14 +60,36 @@ pub struct Options {
     pub iodepth: u32,
     /// The ablations: checksums inline, hardware crc32c, scrub at QD1.
     pub ablations: bool,
+    /// Per-LBA metadata of ours' namespace (`nvme-ns ms=`): 8 formats it
+    /// 4096+8-style and the volume keeps its checksums in block tags; 0
+    /// leaves it without, and the checksums in the extent map. The
+    /// kernel's namespaces have none (its driver cannot use metadata
+    /// without protection information).
+    pub metadata: u16,
 }
 
 impl Options {
     pub fn defaults(quick: bool) -> Self {
         if quick {
-            Options { size: 1 << 30, zone: 16 << 20, fill: 90.0, btrfs_fill: 70.0, iodepth: 8, ablations: false }
+            Options {
+                size: 1 << 30,
+                zone: 16 << 20,
+                fill: 90.0,
+                btrfs_fill: 70.0,
+                iodepth: 8,
+                ablations: false,
+                metadata: 8,
+            }
         } else {
-            Options { size: 4 << 30, zone: 64 << 20, fill: 90.0, btrfs_fill: 70.0, iodepth: 8, ablations: true }
+            Options {
+                size: 4 << 30,
+                zone: 64 << 20,
+                fill: 90.0,
+                btrfs_fill: 70.0,
+                iodepth: 8,
+                ablations: true,
+                metadata: 8,
+            }
         }
     }
 
@@ -80,6 +102,9 @@ impl Options {
         }
         if !(1..=256).contains(&self.iodepth) {
             return Err("--iodepth is 1 to 256".into());
+        }
+        if ![0, 8, 16, 64].contains(&self.metadata) {
+            return Err("--zoned-metadata is 0, 8, 16 or 64".into());
         }
         Ok(())
     }
