@@ -13,10 +13,11 @@ COMMAND in it, prints its output and exits with its status.
 
 Controllers (repeatable, each with one namespace on a fresh backing image;
 they appear in the guest in the order given, at 0000:00:10.0, 00:11.0, ...):
-  --nvme SIZE[,lba=512|4096][,mdts=N][,discard=unmap|ignore][,intel-id][,kernel]
-  --zns  SIZE,zone=SIZE[,cap=SIZE][,max-open=N][,max-active=N][,zasl=N][,lba=N][,mdts=N][,kernel]
+  --nvme SIZE[,lba=512|4096][,ms=8|16|64][,mdts=N][,discard=unmap|ignore][,intel-id][,kernel]
+  --zns  SIZE,zone=SIZE[,cap=SIZE][,max-open=N][,max-active=N][,zasl=N][,lba=N][,ms=N][,mdts=N][,kernel]
          kernel: leave this controller to the guest kernel's nvme driver; its
          namespace appears as /dev/ctrlNn1 (N = the controller's position)
+         ms: per-LBA metadata in a separate buffer (not with kernel)
 Options:
   --images DIR     keep backing images in DIR across runs (nvme0.img, ...)
   --mem SIZE       guest memory (default 2G)
