@@ -248,16 +248,7 @@ fn mirror_across_controllers_and_repair_after_host_corruption() {
             .controller(Controller::nvme(256 * MIB))
             .controller(Controller::zns(256 * MIB, 16 * MIB))
             .images(&images.0)
-            .on_line(move |line| {
-                let Some(rest) = line.strip_prefix("volume-check: corrupt-me ") else { return };
-                let mut words = rest.split_whitespace().map(str::parse::<u64>);
-                let result = match (words.next(), words.next()) {
-                    (Some(Ok(offset)), Some(Ok(len))) => flip_bytes(&image, offset, len as usize),
-                    _ => Err(format!("cannot parse {line:?}")),
-                };
-                eprintln!("host: {result:?}");
-                *flipped.lock().unwrap() = Some(result);
-            })
+            .on_line(flip_on_request(image, flipped))
     };
     let mut mirror_checks: Vec<&str> = WORKLOAD.to_vec();
     mirror_checks.push("lanes");
@@ -279,6 +270,21 @@ fn mirror_across_controllers_and_repair_after_host_corruption() {
     assert!(read.contains("block 2 repaired"), "{read}");
 }
 
+/// What flips bytes of `image` when the guest prints `volume-check:
+/// corrupt-me OFFSET LEN`, recording the outcome in `flipped`.
+fn flip_on_request(image: PathBuf, flipped: Arc<Mutex<Option<Result<String, String>>>>) -> impl Fn(&str) {
+    move |line| {
+        let Some(rest) = line.strip_prefix("volume-check: corrupt-me ") else { return };
+        let mut words = rest.split_whitespace().map(str::parse::<u64>);
+        let result = match (words.next(), words.next()) {
+            (Some(Ok(offset)), Some(Ok(len))) => flip_bytes(&image, offset, len as usize),
+            _ => Err(format!("cannot parse {line:?}")),
+        };
+        eprintln!("host: {result:?}");
+        *flipped.lock().unwrap() = Some(result);
+    }
+}
+
 /// Namespaces formatted with per-block metadata (4096+8 and 4096+16, as
 /// enterprise drives offer): the `zns` workload keeps its checksums in
 /// block tags, and on a mirror a block the host flips in the first
@@ -296,16 +302,7 @@ fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
             .controller(Controller::nvme(256 * MIB).lba(4096).metadata(8))
             .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096).metadata(16))
             .images(&images.0)
-            .on_line(move |line| {
-                let Some(rest) = line.strip_prefix("volume-check: corrupt-me ") else { return };
-                let mut words = rest.split_whitespace().map(str::parse::<u64>);
-                let result = match (words.next(), words.next()) {
-                    (Some(Ok(offset)), Some(Ok(len))) => flip_bytes(&image, offset, len as usize),
-                    _ => Err(format!("cannot parse {line:?}")),
-                };
-                eprintln!("host: {result:?}");
-                *flipped.lock().unwrap() = Some(result);
-            })
+            .on_line(flip_on_request(image, flipped))
     };
     let outcome = run(
         vm,
