@@ -41,6 +41,7 @@ pub fn degraded() -> VolumeStatus {
         volume_id: 0xABCD,
         state: VolumeState::Degraded,
         profile: Profile::Mirror,
+        block_tag_bytes: None,
         devices: vec![device(0, MemberState::Online, "0000:01:00.0"), gone],
         redundancy: Redundancy { copies: 2, bytes_full: 1 << 20, bytes_at_risk: 8192, extents_at_risk: 2 },
         resilver: Vec::new(),

@@ -177,6 +177,11 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
         human_bytes(status.capacity_bytes),
         status.committed_seq
     );
+    let checksums = match status.block_tag_bytes {
+        Some(bytes) => format!("in block tags ({bytes} bytes of metadata per 4 KiB block)"),
+        None => "in the extent map".into(),
+    };
+    let _ = writeln!(out, "   crc: {checksums}");
     out.push('\n');
     let header = [
         "PLACE",
@@ -412,6 +417,7 @@ at risk: 8192 bytes (8.0 KiB) in 2 extent(s) have one copy
   scan: last scrub ended 2023-11-14 22:13:20 UTC (3 h ago): 2.0 MiB verified, 1 bad block(s), 1 repaired, 0 \
 uncorrectable: clean
   used: 1.0 MiB of 1.0 GiB, committed sequence 42
+   crc: in the extent map
 
 PLACE  ROLE           PCI           MODEL      SERIAL  NSID  STATE   READ  WRITE  CKSUM  ZONES E/O/F/W  USED     MISSING
 0      mirror copy 0  0000:01:00.0  Model \"Z\"  SN0     1     ONLINE     3      0      7  10/1/4/0       1.0 MiB  0 B

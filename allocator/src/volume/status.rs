@@ -120,6 +120,10 @@ pub struct VolumeStatus {
     pub state: VolumeState,
     /// Copies and devices.
     pub profile: Profile,
+    /// Metadata bytes per 4 KiB block that carry each block's checksum on
+    /// the devices (block tags); `None` when the checksums live in the
+    /// extent map.
+    pub block_tag_bytes: Option<usize>,
     /// Every device place.
     pub devices: Vec<DeviceStatus>,
     /// How much of the data has every copy.
@@ -230,6 +234,7 @@ impl Volume {
             volume_id: self.volume_id,
             state,
             profile: self.superblock.profile,
+            block_tag_bytes: self.tags.map(|layout| layout.stride),
             devices,
             redundancy,
             resilver,
