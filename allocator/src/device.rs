@@ -468,7 +468,8 @@ fn tag_layout(ns: &Namespace, block_size: usize) -> Result<Option<TagLayout>> {
         )));
     }
     let bytes = usize::from(format.bytes_per_block);
-    Ok((bytes >= TAG_BYTES).then_some(TagLayout { stride: bytes * (BLOCK_SIZE / block_size) }))
+    let granule = format.dma_granule.map(|granule| granule as usize);
+    Ok((bytes >= TAG_BYTES).then_some(TagLayout { stride: bytes * (BLOCK_SIZE / block_size), granule }))
 }
 
 /// A completion's outcome. The one place the allocator reads it.

@@ -33,12 +33,46 @@ pub const TAG_BYTES: usize = 8;
 pub struct TagLayout {
     /// Metadata bytes per 4 KiB block; at least [`TAG_BYTES`].
     pub stride: usize,
+    /// A controller that moves metadata transfers of this many bytes or
+    /// more only when they are a multiple of it (QEMU 7.2,
+    /// `nvme_driver::Quirks::METADATA_DMA_TRUNCATED`); `None`: any length.
+    pub granule: Option<usize>,
 }
 
 impl TagLayout {
     /// Metadata bytes for `blocks` blocks.
     pub fn bytes(self, blocks: usize) -> usize {
         blocks * self.stride
+    }
+
+    /// Whether one command can carry the tags of `blocks` blocks whole. An
+    /// extent whose tags it cannot keeps its checksums in the extent map,
+    /// and a read of blocks whose tags it cannot goes without them.
+    pub fn carries(self, blocks: usize) -> bool {
+        let bytes = self.bytes(blocks);
+        self.granule.is_none_or(|granule| bytes < granule || bytes.is_multiple_of(granule))
+    }
+
+    /// The longest run of at most `blocks` blocks whose tags one command
+    /// carries.
+    pub fn carried_within(self, blocks: usize) -> usize {
+        match self.granule {
+            Some(granule) if !self.carries(blocks) => {
+                // Runs whose tags are a multiple of the granule are
+                // multiples of `step` blocks; shorter ones fit below it.
+                let step = granule / gcd(granule, self.stride);
+                (blocks / step * step).max(((granule - 1) / self.stride).min(blocks))
+            }
+            _ => blocks,
+        }
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -134,6 +168,28 @@ impl Expected {
         }
     }
 
+    /// The run cut after `blocks` blocks: the head and the tail.
+    pub fn split_at(self, blocks: usize) -> (Expected, Expected) {
+        match self {
+            Expected::Crcs(mut crcs) => {
+                let tail = crcs.split_off(blocks);
+                (Expected::Crcs(crcs), Expected::Crcs(tail))
+            }
+            Expected::Tags { extent, first, blocks: all } => {
+                let head = blocks as u32;
+                (
+                    Expected::Tags { extent, first, blocks: head },
+                    Expected::Tags { extent, first: first + head, blocks: all - head },
+                )
+            }
+        }
+    }
+
+    /// Whether the run is checked against tags.
+    pub fn is_tags(&self) -> bool {
+        matches!(self, Expected::Tags { .. })
+    }
+
     /// The blocks (0-based within the run) of `data` that fail: against
     /// the checksums, or against `tags` (a run that expects tags and was
     /// read without them fails whole).
@@ -152,7 +208,7 @@ impl Expected {
 mod tests {
     use super::*;
 
-    const LAYOUT: TagLayout = TagLayout { stride: 8 };
+    const LAYOUT: TagLayout = TagLayout { stride: 8, granule: None };
 
     fn blocks(n: usize, seed: u8) -> Vec<u8> {
         (0..n * BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
@@ -182,8 +238,22 @@ mod tests {
     }
 
     #[test]
+    fn a_truncating_controller_carries_short_runs_and_whole_granules() {
+        let eight = TagLayout { stride: 8, granule: Some(512) };
+        let carried: Vec<usize> = (1..=130).filter(|&n| eight.carries(n)).collect();
+        assert_eq!(carried, [(1..=64).collect::<Vec<_>>(), vec![128]].concat());
+        assert_eq!((eight.carried_within(65), eight.carried_within(127), eight.carried_within(200)), (64, 64, 192));
+        let sixty_four = TagLayout { stride: 64, granule: Some(512) };
+        assert!(sixty_four.carries(7) && sixty_four.carries(8) && !sixty_four.carries(9) && sixty_four.carries(16));
+        assert_eq!(sixty_four.carried_within(9), 8);
+        let odd = TagLayout { stride: 24, granule: Some(512) };
+        assert_eq!(odd.carried_within(40), 21, "no multiple of 512 bytes within 40 blocks of 24: the short run");
+        assert!(LAYOUT.carries(65) && LAYOUT.carried_within(65) == 65);
+    }
+
+    #[test]
     fn a_wider_stride_keeps_the_tag_first_and_zeroes_the_rest() {
-        let layout = TagLayout { stride: 64 };
+        let layout = TagLayout { stride: 64, granule: None };
         let data = blocks(3, 9);
         let meta = tags_for(&data, layout, 5, 10);
         assert!(meta.chunks_exact(64).all(|m| m[TAG_BYTES..].iter().all(|&b| b == 0)));

@@ -212,3 +212,77 @@ fn a_replacement_without_room_for_tags_is_refused_by_name() {
         other => panic!("expected a Member error, got {other:?}"),
     }
 }
+
+/// A conventional namespace of 4 KiB LBAs with 8 bytes of metadata each
+/// (a stride of 8 per block), on the simulator as it introduces itself:
+/// QEMU's controller, whose quirk says it moves a metadata transfer of 512
+/// bytes or more only when it is a multiple of 512.
+fn truncating() -> SimConfig {
+    with_metadata(SimConfig::nvm(64 << 8, 4096), 8)
+}
+
+/// Software zones of 4 MiB, for extents of up to 128 blocks.
+fn large_zones() -> VolumeOptions {
+    VolumeOptions { software_zone_bytes: Some(4 << 20), ..volume_options() }
+}
+
+#[test]
+fn on_a_controller_that_truncates_metadata_extents_it_cannot_tag_keep_the_map() {
+    let options = large_zones();
+    let mut harness = Harness::single(truncating());
+    let mut volume = harness.format(&options);
+    assert_eq!(volume.block_tags().and_then(|t| t.granule), Some(512));
+    let mut model = Model::new();
+    // Tags of 64 blocks are 512 bytes, of 128 blocks 1,024: carried. Of 65
+    // or 100 blocks: the controller would move only 8 or 288 of them.
+    for (seed, blocks) in [(1, 3), (2, 64), (3, 65), (4, 100), (5, 128)] {
+        let id = volume.write(0, &pattern(seed, blocks), seed).unwrap();
+        model.insert(id, (seed, blocks));
+    }
+    volume.commit().unwrap();
+    let tagged: Vec<usize> = model.iter().filter(|(&id, _)| volume.tagged(id)).map(|(_, &(_, b))| b).collect();
+    assert_eq!(tagged, [3, 64, 128]);
+    for (&id, &(_, blocks)) in &model {
+        let in_map = volume.checksums(id).map(<[u32]>::len);
+        assert_eq!(in_map, (!volume.tagged(id)).then_some(blocks), "extent {id}");
+    }
+    check(&mut volume, &model);
+    // Damage is found in both kinds, after a restart too.
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    check(&mut volume, &model);
+    for (&id, &(_, blocks)) in &model {
+        let lba = volume.lba(0, volume.location(id, 0).unwrap()) + (blocks as u64 - 1);
+        harness.sims[0].corrupt_at_rest(1, lba, 5);
+        let mut back = vec![0u8; blocks * 4096];
+        match volume.read(id, &mut back) {
+            Err(Error::Uncorrectable { blocks: bad, .. }) => assert_eq!(bad, [blocks as u32 - 1], "extent {id}"),
+            other => panic!("extent {id}: expected Uncorrectable, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_controller_without_the_quirk_tags_every_extent() {
+    let harness = Harness::single(truncating());
+    let controller = nvme_driver::Controller::init(
+        harness.sims[0].clone(),
+        nvme_driver::ControllerOptions {
+            quirk_overrides: vec!["1b36:0010:-METADATA_DMA_TRUNCATED".parse().unwrap()],
+            ..support::controller_options()
+        },
+    )
+    .unwrap();
+    let device = zoned_allocator::Device::open(&controller, 1, support::device_options()).unwrap();
+    let mut volume = Volume::format(vec![device], &large_zones()).unwrap();
+    assert_eq!(volume.block_tags().map(|t| (t.stride, t.granule)), Some((8, None)));
+    let mut model = Model::new();
+    for (seed, blocks) in [(1, 65), (2, 100)] {
+        let id = volume.write(0, &pattern(seed, blocks), seed).unwrap();
+        assert!(volume.tagged(id), "{blocks} blocks");
+        model.insert(id, (seed, blocks));
+    }
+    volume.commit().unwrap();
+    check(&mut volume, &model);
+}

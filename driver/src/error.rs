@@ -192,6 +192,15 @@ pub enum RequestError {
         /// Bytes the buffer has.
         got: u64,
     },
+    /// A metadata transfer the controller would move only in part
+    /// (`Quirks::METADATA_DMA_TRUNCATED`): at least `granule` bytes and
+    /// not a multiple of it.
+    MetadataTruncated {
+        /// Bytes of metadata the transfer carries.
+        bytes: u64,
+        /// The controller's granule.
+        granule: u32,
+    },
 }
 
 impl fmt::Display for RequestError {
@@ -232,6 +241,12 @@ impl fmt::Display for RequestError {
             RequestError::MetadataLength { expected, got } => {
                 write!(f, "metadata buffer of {got} bytes, the blocks carry {expected}")
             }
+            RequestError::MetadataTruncated { bytes, granule } => write!(
+                f,
+                "{bytes} bytes of metadata: this controller moves only {} of them (a transfer of {granule} bytes \
+                 or more must be a multiple of {granule}; quirk METADATA_DMA_TRUNCATED)",
+                bytes % u64::from(*granule)
+            ),
             RequestError::RangeTooLong { blocks, max_blocks } => {
                 write!(f, "{blocks} blocks in a range, at most {max_blocks} allowed")
             }

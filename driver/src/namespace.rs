@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::error::RequestError;
 use crate::queue::QueuePair;
 use crate::queue::{prp, IoBuffer, Request};
+use crate::quirks::Quirks;
 use crate::spec::identify::Oncs;
 use crate::zeroout::{ZeroState, ZeroStats, ZeroStrategy};
 use serde::Serialize;
@@ -81,9 +82,22 @@ pub struct MetadataFormat {
     pub extended: bool,
     /// End-to-end protection type (DPS bits 2:0); 0 when off.
     pub protection_type: u8,
+    /// On a controller with [`Quirks::METADATA_DMA_TRUNCATED`], a metadata
+    /// transfer must be shorter than this many bytes or a multiple of it,
+    /// or the controller moves only part of it; `None`: any length.
+    pub dma_granule: Option<u32>,
 }
 
+/// The granule of [`Quirks::METADATA_DMA_TRUNCATED`]: QEMU's sector.
+const METADATA_DMA_GRANULE: u32 = 512;
+
 impl MetadataFormat {
+    /// Whether the controller moves a metadata transfer of `bytes` whole
+    /// (see [`MetadataFormat::dma_granule`]).
+    pub fn moves_whole(&self, bytes: u64) -> bool {
+        self.dma_granule.is_none_or(|granule| bytes < u64::from(granule) || bytes.is_multiple_of(u64::from(granule)))
+    }
+
     /// A separate buffer the host owns entirely: not interleaved, no
     /// protection information for the device to check or generate. The
     /// only layout the `*_with_metadata` requests take.
@@ -156,6 +170,7 @@ impl Namespace {
             bytes_per_block: format.ms,
             extended: id.metadata_at_end(),
             protection_type: id.dps & DPS_PROTECTION_TYPE_MASK,
+            dma_granule: controller.quirks().contains(Quirks::METADATA_DMA_TRUNCATED).then_some(METADATA_DMA_GRANULE),
         });
         Namespace {
             nsid: info.nsid,
@@ -403,6 +418,10 @@ impl Namespace {
         }
         if metadata.iova() & 0b11 != 0 {
             return Err(RequestError::Misaligned { iova: metadata.iova() });
+        }
+        if !format.moves_whole(expected) {
+            let granule = format.dma_granule.unwrap_or_default();
+            return Err(RequestError::MetadataTruncated { bytes: expected, granule });
         }
         Ok(())
     }

@@ -47,6 +47,18 @@ bitflags::bitflags! {
         /// broken or slow on these controllers. Linux
         /// `NVME_QUIRK_DISABLE_WRITE_ZEROES` ("Broken Write Zeroes").
         const DISABLE_WRITE_ZEROES = 1 << 9;
+        /// A separate metadata buffer (MPTR) whose length is 512 bytes or
+        /// more and not a multiple of 512 is moved only in part: QEMU 7.2
+        /// moves metadata through `dma_blk_read`/`dma_blk_write` with a
+        /// 512-byte alignment, and `dma_blk_cb` (softmmu/dma-helpers.c)
+        /// then discards `QEMU_ALIGN_DOWN(size, 512)` bytes from the back
+        /// of an unaligned transfer instead of its unaligned tail, so only
+        /// `size % 512` bytes land (65 blocks of 8 bytes: 8 of 520). The
+        /// driver refuses such transfers (`RequestError::MetadataTruncated`)
+        /// rather than let them corrupt. No Linux counterpart (its driver
+        /// never moves metadata without protection information); the bit
+        /// is ours, above Linux's.
+        const METADATA_DMA_TRUNCATED = 1 << 30;
     }
 }
 
@@ -172,6 +184,27 @@ static QUIRK_TABLE: &[QuirkEntry] = &[
     // QEMU's emulated controller with `use-intel-id=on` (the rig's
     // `intel_id`). QEMU's default ID, Red Hat 1b36:0010, has only
     // NVME_QUIRK_BOGUS_NID in Linux and so no row here.
+    // QEMU's own ID, and QEMU with `use-intel-id=on`: its metadata DMA
+    // (see the flag). Keyed on the model, for any QEMU version until a
+    // fixed one is known; an override removes it.
+    QuirkEntry {
+        vendor: 0x1b36,
+        device: 0x0010,
+        model_prefix: Some("QEMU NVMe Ctrl"),
+        firmware_prefix: None,
+        quirks: Quirks::METADATA_DMA_TRUNCATED,
+        source: "QEMU 7.2 (1b36:0010) softmmu/dma-helpers.c dma_blk_cb: \
+                 qemu_iovec_discard_back(QEMU_ALIGN_DOWN(size, align)); hw/nvme/ctrl.c nvme_blk_read and \
+                 nvme_blk_write move MPTR metadata with BDRV_SECTOR_SIZE alignment",
+    },
+    QuirkEntry {
+        vendor: INTEL,
+        device: 0x5845,
+        model_prefix: Some("QEMU NVMe Ctrl"),
+        firmware_prefix: None,
+        quirks: Quirks::METADATA_DMA_TRUNCATED,
+        source: "QEMU 7.2 with use-intel-id (8086:5845) softmmu/dma-helpers.c dma_blk_cb, as for 1b36:0010",
+    },
     pci(
         INTEL,
         0x5845,
@@ -549,9 +582,14 @@ mod tests {
 
     #[test]
     fn qemu_with_intel_id_has_write_zeroes_disabled() {
-        assert_eq!(lookup(0x8086, 0x5845, "QEMU NVMe Ctrl", "8.2.2"), Quirks::DISABLE_WRITE_ZEROES);
-        // QEMU's own ID has no quirk of ours.
-        assert_eq!(lookup(0x1b36, 0x0010, "QEMU NVMe Ctrl", "8.2.2"), Quirks::empty());
+        assert_eq!(
+            lookup(0x8086, 0x5845, "QEMU NVMe Ctrl", "8.2.2"),
+            Quirks::DISABLE_WRITE_ZEROES | Quirks::METADATA_DMA_TRUNCATED
+        );
+        // QEMU's own ID has only the metadata DMA quirk, and only for
+        // QEMU's model.
+        assert_eq!(lookup(0x1b36, 0x0010, "QEMU NVMe Ctrl", "7.2.22"), Quirks::METADATA_DMA_TRUNCATED);
+        assert_eq!(lookup(0x1b36, 0x0010, "Other NVMe", "1.0"), Quirks::empty());
     }
 
     #[test]
@@ -568,13 +606,19 @@ mod tests {
 
     #[test]
     fn table_rows_are_well_formed() {
+        // Quirks with no Linux counterpart: their rows cite what shows them.
+        let ours = Quirks::METADATA_DMA_TRUNCATED;
         for (index, entry) in table().iter().enumerate() {
             assert!(!entry.quirks.is_empty(), "{entry:?}");
-            assert!(entry.source.starts_with("Linux drivers/nvme/host/"), "{entry:?}");
             let id = format!("({:04x}:{:04x})", entry.vendor, entry.device);
             assert!(entry.source.to_lowercase().contains(&id), "{entry:?} does not cite {id}");
-            for name in entry.quirks.names() {
-                assert!(entry.source.contains(&format!("NVME_QUIRK_{name}")), "{entry:?} does not cite {name}");
+            if ours.contains(entry.quirks) {
+                assert!(entry.model_prefix.is_some(), "{entry:?}: a quirk of ours names the model");
+            } else {
+                assert!(entry.source.starts_with("Linux drivers/nvme/host/"), "{entry:?}");
+                for name in entry.quirks.names() {
+                    assert!(entry.source.contains(&format!("NVME_QUIRK_{name}")), "{entry:?} does not cite {name}");
+                }
             }
             for prefix in [entry.model_prefix, entry.firmware_prefix].into_iter().flatten() {
                 assert!(!prefix.is_empty() && prefix.trim() == prefix, "{entry:?}");
@@ -614,7 +658,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        assert_eq!(Quirks::all().names(), ["DEALLOCATE_ZEROES", "DISABLE_WRITE_ZEROES"]);
+        assert_eq!(Quirks::all().names(), ["DEALLOCATE_ZEROES", "DISABLE_WRITE_ZEROES", "METADATA_DMA_TRUNCATED"]);
         assert_eq!(Quirks::empty().names(), Vec::<&str>::new());
         assert_eq!(Quirks::from_bits_retain(1 << 31).names(), Vec::<&str>::new(), "unknown bits have no name");
         for (name, flag) in Quirks::all().iter_names() {
@@ -640,7 +684,7 @@ mod tests {
         // bitflags' serde support writes human-readable formats this way.
         let mut text = String::new();
         bitflags::parser::to_writer(&Quirks::all(), &mut text).unwrap();
-        assert_eq!(text, "DEALLOCATE_ZEROES | DISABLE_WRITE_ZEROES");
+        assert_eq!(text, "DEALLOCATE_ZEROES | DISABLE_WRITE_ZEROES | METADATA_DMA_TRUNCATED");
     }
 
     #[test]
@@ -652,7 +696,7 @@ mod tests {
                 vendor: 0x8086,
                 device: 0x0953,
                 add: Quirks::DISABLE_WRITE_ZEROES,
-                remove: Quirks::DEALLOCATE_ZEROES,
+                remove: Quirks::DEALLOCATE_ZEROES | Quirks::METADATA_DMA_TRUNCATED,
             }
         );
         assert_eq!(parse("0x8086:0X0953:200").unwrap(), all, "prefixes optional, either case");
@@ -663,7 +707,10 @@ mod tests {
         assert_eq!(effective(0x8086, 0x0953, "", "", &[none]), Quirks::empty());
 
         let both = parse("8086:0953:204").unwrap();
-        assert_eq!((both.add, both.remove), (Quirks::all(), Quirks::empty()));
+        let linux = Quirks::DEALLOCATE_ZEROES | Quirks::DISABLE_WRITE_ZEROES;
+        assert_eq!((both.add, both.remove), (linux, Quirks::METADATA_DMA_TRUNCATED));
+        let every = parse("8086:0953:40000204").unwrap();
+        assert_eq!((every.add, every.remove), (Quirks::all(), Quirks::empty()));
     }
 
     #[test]
@@ -727,7 +774,10 @@ mod tests {
         // A mask replaces what came before it; a later name list edits the result.
         let mask = parse("8086:0953:0x200").unwrap();
         assert_eq!(effective(0x8086, 0x0953, "", "", &[add, mask]), Quirks::DISABLE_WRITE_ZEROES);
-        assert_eq!(effective(0x8086, 0x0953, "", "", &[mask, add]), Quirks::all());
+        assert_eq!(
+            effective(0x8086, 0x0953, "", "", &[mask, add]),
+            Quirks::DEALLOCATE_ZEROES | Quirks::DISABLE_WRITE_ZEROES
+        );
 
         // An override can give a device the table never lists a quirk.
         let p4600 = parse("8086:0a54:+deallocate-zeroes").unwrap();

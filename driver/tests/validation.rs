@@ -176,7 +176,8 @@ fn range_limits_the_controller_reports() {
 }
 
 fn with_metadata(bytes_per_block: u16, extended: bool, protection_type: u8) -> Namespace {
-    conventional(Oncs::all()).with_metadata(Some(MetadataFormat { bytes_per_block, extended, protection_type }))
+    let format = MetadataFormat { bytes_per_block, extended, protection_type, dma_granule: None };
+    conventional(Oncs::all()).with_metadata(Some(format))
 }
 
 #[test]
@@ -214,7 +215,7 @@ fn metadata_on_a_format_without_a_separate_opaque_buffer_is_refused() {
             RequestError::NoSeparateMetadata { nsid: 1 }
         );
     }
-    let format = MetadataFormat { bytes_per_block: 16, extended: false, protection_type: 0 };
+    let format = MetadataFormat { bytes_per_block: 16, extended: false, protection_type: 0, dma_granule: None };
     let request = zoned().with_metadata(Some(format)).zone_append_with_metadata(
         0,
         buffer(&pool, 0, 1024),
@@ -227,4 +228,25 @@ fn metadata_on_a_format_without_a_separate_opaque_buffer_is_refused() {
         zoned().zone_append_with_metadata(0, buffer(&pool, 0, 512), buffer(&pool, 4096, 16), false, 0).unwrap_err(),
         RequestError::NoSeparateMetadata { nsid: 2 }
     );
+}
+
+#[test]
+fn metadata_a_truncating_controller_would_move_in_part_is_refused() {
+    let pool = pool(128 * 1024);
+    let format = MetadataFormat { bytes_per_block: 8, extended: false, protection_type: 0, dma_granule: Some(512) };
+    let ns = conventional(Oncs::all()).with_metadata(Some(format));
+    // 512-byte LBAs, 8 bytes each: 63 blocks (504 bytes) and 64 (512) move
+    // whole, 65 (520) would land as 8 bytes.
+    for (blocks, whole) in [(1, true), (63, true), (64, true), (65, false), (127, false), (128, true), (129, false)] {
+        let request =
+            ns.write_with_metadata(0, buffer(&pool, 0, blocks * 512), buffer(&pool, 65536, blocks * 8), false, 0);
+        match whole {
+            true => assert!(request.is_ok(), "{blocks} blocks: {:?}", request.err()),
+            false => assert_eq!(
+                request.unwrap_err(),
+                RequestError::MetadataTruncated { bytes: blocks as u64 * 8, granule: 512 },
+                "{blocks} blocks"
+            ),
+        }
+    }
 }

@@ -211,7 +211,8 @@ fn deallocate_beyond_the_range_size_limit_is_refused() {
 /// Write, Read, Copy, Write Zeroes and a write without metadata on 512-
 /// and 4096-byte LBAs (8 and 64 bytes), Zone Append and zone resets on a
 /// ZNS namespace (16 bytes); a metadata buffer refused on a namespace
-/// formatted without. The same scenario runs on the simulator
+/// formatted without; a transfer of 512 bytes or more that is not a
+/// multiple of 512 refused typed, and QEMU's truncation of it shown. The same scenario runs on the simulator
 /// (`sim_conformance.rs`).
 #[test]
 fn metadata_in_a_separate_buffer() {
@@ -227,11 +228,15 @@ fn metadata_in_a_separate_buffer() {
         checks.extend(common.iter().map(|c| (bdf, format!("metadata lba={lba} {c}"))));
     }
     for (bdf, lba) in [(FIRST, 512), (SECOND, 4096)] {
-        checks.extend(["kept", "write zeroes"].iter().map(|c| (bdf, format!("metadata lba={lba} {c}"))));
+        checks.extend(["kept", "write zeroes", "long"].iter().map(|c| (bdf, format!("metadata lba={lba} {c}"))));
     }
     checks.extend(["zone append", "zone reset"].iter().map(|c| (THIRD, format!("metadata lba=4096 {c}"))));
     checks.push((FOURTH, "metadata lba=512 none".to_string()));
     let wanted: Vec<(&str, &str)> = checks.iter().map(|(bdf, c)| (*bdf, c.as_str())).collect();
     let outcome = io_check(vm, "metadata", &[FIRST, SECOND, THIRD, FOURTH], &wanted);
     assert!(detail(&outcome, SECOND, "metadata lba=4096 format").starts_with("64 bytes per LBA"));
+    // QEMU 7.2 still moves only `len % 512` bytes of a longer unaligned
+    // transfer: the driver's quirk stays.
+    let long = detail(&outcome, FIRST, "metadata lba=512 long");
+    assert!(long.starts_with("520 bytes refused typed") && long.contains("only the first 8 landed"), "{long}");
 }

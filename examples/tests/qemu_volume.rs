@@ -304,10 +304,12 @@ fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
             .images(&images.0)
             .on_line(flip_on_request(image, flipped))
     };
+    let mut tags_checks: Vec<&str> = WORKLOAD.to_vec();
+    tags_checks.push("tagged");
     let outcome = run(
         vm,
         &[
-            Scenario::new("tags", format!("tags --pci {THIRD}"), WORKLOAD),
+            Scenario::new("tags", format!("tags --pci {THIRD}"), &tags_checks),
             Scenario::new(
                 "tags repair",
                 format!("tags-repair --pci {FIRST} --pci {SECOND}"),

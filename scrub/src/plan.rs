@@ -46,6 +46,39 @@ pub struct Read {
 }
 
 impl Read {
+    /// The read cut after `blocks` blocks (`0 < blocks < self.blocks`): the
+    /// head, and the tail starting at LBA `tail_lba`. A piece across the
+    /// cut is split in two.
+    fn split_at(self, blocks: u32, tail_lba: u64) -> (Read, Read) {
+        let Read { lane, start, lba, blocks: all, pieces } = self;
+        let mut head = Read { lane, start, lba, blocks, pieces: Vec::new() };
+        let tail_start = Location { zone: start.zone, offset: start.offset + blocks };
+        let mut tail = Read { lane, start: tail_start, lba: tail_lba, blocks: all - blocks, pieces: Vec::new() };
+        for piece in pieces {
+            let Piece { id, owner, offset_blocks, extent_block, blocks: length, expected } = piece;
+            if offset_blocks + length <= blocks {
+                head.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: length, expected });
+            } else if offset_blocks >= blocks {
+                let offset_blocks = offset_blocks - blocks;
+                tail.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: length, expected });
+            } else {
+                let cut = blocks - offset_blocks;
+                let (first, rest) = expected.split_at(cut as usize);
+                head.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: cut, expected: first });
+                let extent_block = extent_block + cut;
+                tail.pieces.push(Piece {
+                    id,
+                    owner,
+                    offset_blocks: 0,
+                    extent_block,
+                    blocks: length - cut,
+                    expected: rest,
+                });
+            }
+        }
+        (head, tail)
+    }
+
     /// Length, in bytes.
     pub fn bytes(&self) -> usize {
         self.blocks as usize * BLOCK_SIZE
@@ -151,7 +184,7 @@ impl Planner {
                         .is_some_and(|read| read.end() == location && read.blocks + blocks <= self.max_blocks);
                 if !merges {
                     if let Some(read) = current.take() {
-                        queue.push_back(read);
+                        push_read(volume, queue, read);
                         if queue.len() >= target {
                             // Resume here next time.
                             walked_to = Some((extent.location, block));
@@ -186,10 +219,46 @@ impl Planner {
             }
             None => {
                 if let Some(read) = current.take() {
-                    queue.push_back(read);
+                    push_read(volume, queue, read);
                 }
                 self.done = true;
             }
         }
     }
+}
+
+/// Queues `read`, cut into reads whose tags one command carries when it
+/// checks some of its blocks against tags and the controller cannot carry
+/// them all at once ([`zoned_allocator::tags::TagLayout::carries`]; QEMU
+/// 7.2 moves a metadata transfer of 512 bytes or more only when it is a
+/// multiple of 512). Cuts fall between extents where they can (a whole
+/// tagged extent always fits: the volume tags only extents whose tags fit),
+/// so that a resilver still reads each extent whole.
+fn push_read(volume: &Volume, queue: &mut VecDeque<Read>, read: Read) {
+    let Some(layout) = volume.block_tags() else {
+        queue.push_back(read);
+        return;
+    };
+    let fits = |read: &Read| layout.carries(read.blocks as usize) || !read.pieces.iter().any(|p| p.expected.is_tags());
+    let mut read = read;
+    while !fits(&read) {
+        // The longest head of whole pieces that fits, else a cut inside
+        // the first piece.
+        let mut cut = None;
+        let mut tagged = false;
+        for piece in &read.pieces {
+            tagged |= piece.expected.is_tags();
+            let end = piece.offset_blocks + piece.blocks;
+            if end < read.blocks && (!tagged || layout.carries(end as usize)) {
+                cut = Some(end);
+            }
+        }
+        let cut = cut.unwrap_or_else(|| layout.carried_within(read.blocks as usize).max(1) as u32);
+        let tail_start = Location { zone: read.start.zone, offset: read.start.offset + cut };
+        let tail_lba = volume.lba(read.lane, tail_start);
+        let (head, tail) = read.split_at(cut, tail_lba);
+        queue.push_back(head);
+        read = tail;
+    }
+    queue.push_back(read);
 }

@@ -110,14 +110,16 @@ impl Volume {
         if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
             return Err(Error::NoSpace);
         }
-        // Tags are written from the checksums the pending write holds.
-        let crcs = match (self.tags, crcs) {
-            (None, _) => Vec::new(),
-            (Some(_), Some(crcs)) => crcs,
-            (Some(_), None) => data.checksums(),
+        // A copy is tagged as its extent is, its tags written from the
+        // checksums the pending write holds.
+        let tagged = self.tagged(id);
+        let crcs = match (tagged, crcs) {
+            (false, _) => Vec::new(),
+            (true, Some(crcs)) => crcs,
+            (true, None) => data.checksums(),
         };
         let copies = self.lanes.len();
-        let pending = PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, copies);
+        let pending = PendingWrite { tagged, ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, copies) };
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;

@@ -323,6 +323,9 @@ struct PendingWrite {
     stream: u8,
     blocks: u32,
     crcs: Vec<u32>,
+    /// Its blocks' tags go with the data, its checksums to no map (see
+    /// [`Volume::tagged`]).
+    tagged: bool,
     zones: Vec<u32>,
     locations: Vec<Option<Location>>,
     /// Per lane: a command is in flight there.
@@ -336,7 +339,7 @@ struct PendingWrite {
 impl PendingWrite {
     /// A write of `blocks` for extent `id` over `copies` lanes, nothing
     /// submitted yet: a new extent (`copy_of: None`) or a resilver's copy
-    /// to one lane.
+    /// to one lane; its checksums go to the map (see `tagged`).
     fn new(
         copy_of: Option<usize>,
         id: ExtentId,
@@ -353,6 +356,7 @@ impl PendingWrite {
             stream,
             blocks,
             crcs,
+            tagged: false,
             zones: vec![u32::MAX; copies],
             locations: vec![None; copies],
             in_flight: vec![false; copies],
@@ -440,6 +444,14 @@ pub(super) fn check_tags(superblock: &Superblock, place: usize, device: &Device)
     }
 }
 
+/// How the volume's blocks carry tags: the superblock's stride, and the
+/// coarsest granule of the devices present (a controller that moves some
+/// metadata transfers only in part).
+pub(super) fn volume_tags(superblock: &Superblock, devices: &[Option<Device>]) -> Option<TagLayout> {
+    let granule = devices.iter().flatten().filter_map(|d| d.tag_layout().and_then(|t| t.granule)).max();
+    (superblock.tag_stride != 0).then_some(TagLayout { stride: superblock.tag_stride as usize, granule })
+}
+
 impl Volume {
     /// The in-memory volume around loaded devices, with empty zone tables.
     /// An absent device's lanes get a table of `absent_zones[device]`
@@ -452,6 +464,7 @@ impl Volume {
         absent_zones: &[usize],
     ) -> Result<Self> {
         let superblock = label.superblock.clone();
+        let tags = volume_tags(&superblock, &devices);
         for (place, device) in devices.iter().enumerate() {
             if let Some(device) = device {
                 check_tags(&superblock, place, device)?;
@@ -545,7 +558,7 @@ impl Volume {
             lanes,
             journal: Journal::new(label),
             recovery: RecoveryReport::default(),
-            tags: (superblock.tag_stride != 0).then_some(TagLayout { stride: superblock.tag_stride as usize }),
+            tags,
             superblock,
             volume_id,
             options,
@@ -707,16 +720,25 @@ impl Volume {
     }
 
     /// The extent's block checksums, from the extent map; `None` when there
-    /// is no such extent, or on a volume with block tags, where they live
-    /// on the devices ([`Volume::block_tags`]).
+    /// is no such extent, or when its checksums live in its blocks' tags
+    /// ([`Volume::tagged`]).
     pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
-        self.extents.get(&id).filter(|_| self.tags.is_none()).map(|e| &e.crcs[..])
+        self.extents.get(&id).filter(|e| !e.crcs.is_empty()).map(|e| &e.crcs[..])
     }
 
     /// How the devices carry each block's checksum in its metadata
     /// ([`crate::tags`]); `None` when checksums live in the extent map.
     pub fn block_tags(&self) -> Option<TagLayout> {
         self.tags
+    }
+
+    /// Whether extent `id`'s checksums are in its blocks' tags rather than
+    /// the extent map. On a volume with tags, every extent is, except on a
+    /// controller that cannot carry an extent's tags in one command
+    /// ([`TagLayout::carries`]): such an extent keeps its checksums in the
+    /// map.
+    pub fn tagged(&self, id: ExtentId) -> bool {
+        self.tags.is_some() && self.extents.get(&id).is_some_and(|e| e.crcs.is_empty())
     }
 
     /// The volume's ID, which block tags bind each block to.

@@ -325,8 +325,11 @@ impl Volume {
     pub(super) fn apply(&mut self, op: Op) -> Result<()> {
         match op {
             Op::Add(record) => {
-                let crcs = if self.tags.is_some() { 0 } else { record.blocks as usize };
-                if record.locations.len() != self.lanes.len() || record.crcs.len() != crcs {
+                // An extent of a volume with tags may keep its checksums in
+                // the map (tags its controller could not carry).
+                let crcs_fit =
+                    record.crcs.len() == record.blocks as usize || (record.crcs.is_empty() && self.tags.is_some());
+                if record.locations.len() != self.lanes.len() || !crcs_fit {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 for (lane, &location) in record.locations.iter().enumerate() {

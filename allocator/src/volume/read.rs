@@ -84,7 +84,7 @@ impl Volume {
     /// tag (read with them), with no error counted against the device and
     /// nothing repaired.
     pub fn read_copy_checked(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<Vec<u32>> {
-        match self.tags {
+        match self.tags.filter(|_| self.tagged(id)) {
             None => {
                 self.read_copy(id, lane, out)?;
                 Ok(mismatches(out, &self.extents[&id].crcs))

@@ -136,7 +136,7 @@ impl Volume {
         }
         if !copied {
             let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
-            let mut tags = self.tags.map(|layout| vec![0u8; layout.bytes(blocks as usize)]);
+            let mut tags = self.tags.filter(|_| self.tagged(id)).map(|layout| vec![0u8; layout.bytes(blocks as usize)]);
             match self.read(id, &mut data) {
                 Ok(_) => {
                     if let Some(tags) = &mut tags {

@@ -86,7 +86,7 @@ impl Volume {
         if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
         }
-        if self.tags.is_none() && !mismatches(good, &extent.crcs).is_empty() {
+        if !extent.crcs.is_empty() && !mismatches(good, &extent.crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let blocks = extent.blocks;
@@ -119,7 +119,7 @@ impl Volume {
         if self.lane_is_zoned(lane) {
             return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
         }
-        if self.tags.is_none() && !mismatches(good, &extent.crcs).is_empty() {
+        if !extent.crcs.is_empty() && !mismatches(good, &extent.crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let location = extent.locations[lane];
@@ -132,7 +132,7 @@ impl Volume {
     /// Writes `data`, extent `id`'s contents, at `lba` of `device`, with
     /// its tags on a volume with block tags.
     fn write_copy_at(&mut self, id: ExtentId, device: usize, lba: u64, data: &[u8]) -> Result<()> {
-        match self.tags {
+        match self.tags.filter(|_| self.tagged(id)) {
             None => self.dev_mut(device).write_at(lba, data),
             Some(layout) => {
                 let mut tags = vec![0u8; layout.bytes(data.len() / BLOCK_SIZE)];

@@ -48,6 +48,7 @@ impl Volume {
         let mut all = vec![Vec::new(); self.devices.len()];
         all[place] = descriptors;
         self.devices[place] = Some(device);
+        self.tags = super::volume_tags(&self.superblock, &self.devices);
         let mut actions = Vec::new();
         for lane in 0..self.lanes.len() {
             if self.lanes[lane].device == place {
@@ -126,6 +127,7 @@ impl Volume {
             Some((z.max_open_zones.unwrap_or(active).min(active), active))
         });
         self.devices[place] = Some(device);
+        self.tags = super::volume_tags(&self.superblock, &self.devices);
         for &lane in &lanes {
             self.lanes[lane].table = self.fresh_table(lane);
             self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];

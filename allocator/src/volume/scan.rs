@@ -24,7 +24,7 @@ impl Volume {
                 lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
                 blocks: extent.blocks,
                 crcs: &extent.crcs,
-                tagged: self.tags.is_some(),
+                tagged: self.tags.is_some() && extent.crcs.is_empty(),
             }
         })
     }
@@ -76,7 +76,11 @@ impl LaneReads<'_> {
         if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE) || bytes > self.max_request_bytes() {
             return Err(Error::InvalidArgument(format!("a read of {bytes} bytes")));
         }
-        let tags = match (self.tags, self.device.tag_pool()) {
+        // Tags come with the read when one command carries them whole (a
+        // read of blocks whose tags it cannot carry holds only extents that
+        // keep their checksums in the map: see the scrub's plan).
+        let carried = self.tags.filter(|layout| layout.carries(bytes / BLOCK_SIZE));
+        let tags = match (carried, self.device.tag_pool()) {
             (None, _) => None,
             (Some(layout), Some(pool)) => match pool.get() {
                 Some(buffer) => Some(IoBuffer::range(buffer, 0, layout.bytes(bytes / BLOCK_SIZE))),

@@ -99,7 +99,9 @@ impl Volume {
         let id = self.next_id;
         self.next_id += 1;
         let copies = self.lanes.len();
-        let pending = PendingWrite::new(None, id, owner, stream, blocks, crcs, copies);
+        // Tags where one command carries them whole; else the map.
+        let tagged = self.tags.is_some_and(|layout| layout.carries(blocks as usize));
+        let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, copies) };
         let index = self.pending_slot(pending);
         for lane in 0..copies {
             let device = self.lanes[lane].device;
@@ -178,7 +180,8 @@ impl Volume {
             }
             Payload::Buffer(io) => io,
         };
-        let tags = match self.tags {
+        let tagged = self.writes[index].as_ref().expect("pending write").tagged;
+        let tags = match self.tags.filter(|_| tagged) {
             Some(layout) => Some(self.tags_for(index, device, layout)?),
             None => None,
         };
@@ -557,9 +560,9 @@ impl Volume {
                     stream: pending.stream,
                     blocks: pending.blocks,
                     locations: pending.locations.iter().map(|l| l.expect("every copy placed")).collect(),
-                    // On a volume with block tags the checksums live on
-                    // the devices, with the data.
-                    crcs: if self.tags.is_some() { Box::default() } else { pending.crcs.into_boxed_slice() },
+                    // A tagged extent's checksums live on the devices, with
+                    // the data.
+                    crcs: if pending.tagged { Box::default() } else { pending.crcs.into_boxed_slice() },
                 };
                 self.insert_extent(pending.id, extent, true)
             }

@@ -293,6 +293,14 @@ pub struct SimConfig {
     /// Post the completions that fall due in one tick in a seeded random
     /// order (held until the next tick even with no delay).
     pub reorder: bool,
+    /// Move a separate metadata buffer (MPTR) of 512 bytes or more that is
+    /// not a multiple of 512 the way QEMU 7.2 does: only its first
+    /// `len % 512` bytes (softmmu/dma-helpers.c `dma_blk_cb` discards
+    /// `QEMU_ALIGN_DOWN(len, 512)` bytes from the back), the rest of the
+    /// blocks' metadata left as it was on a write and the rest of the host
+    /// buffer untouched on a read. Off by default; the driver's quirk
+    /// `METADATA_DMA_TRUNCATED` keeps its requests clear of it.
+    pub metadata_dma_truncation: bool,
     /// Fault probabilities.
     pub faults: FaultConfig,
     /// Sparse storage may hold at most this many bytes per namespace.
@@ -333,6 +341,7 @@ impl Default for SimConfig {
             zasl: 0,
             completion_delay_ticks: (0, 0),
             reorder: false,
+            metadata_dma_truncation: false,
             faults: FaultConfig::default(),
             memory_limit_bytes: 8 << 30,
             namespaces: vec![NamespaceConfig::nvm((1 << 30) / 512, 512)],

@@ -50,7 +50,6 @@ pub(crate) struct HostRange {
 }
 
 impl HostRange {
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -88,8 +88,16 @@ fn store(
     let fill = |destination: &mut [u8]| transfer.take(destination);
     match metadata {
         Some(buffer) => {
-            let mut metadata_transfer = Transfer::new(std::slice::from_ref(&buffer));
-            let mut fill_metadata = |destination: &mut [u8]| metadata_transfer.take(destination);
+            // What the blocks hold now, under what the host buffer moves
+            // (all of it, or QEMU 7.2's truncated head).
+            let mut metadata = Vec::new();
+            storage.read_metadata(slba, blocks, |run| run.append_to(&mut metadata));
+            buffer.take(0, &mut metadata[..buffer.len()]);
+            let mut at = 0;
+            let mut fill_metadata = |destination: &mut [u8]| {
+                destination.copy_from_slice(&metadata[at..at + destination.len()]);
+                at += destination.len();
+            };
             storage.write(slba, blocks, durable, fill, MetadataSource::Fill(&mut fill_metadata));
         }
         None => storage.write(slba, blocks, durable, fill, MetadataSource::Keep),
@@ -232,6 +240,9 @@ impl State {
         }
         let len = (blocks * metadata_bytes) as usize;
         match self.dma.translate(command.mptr, len) {
+            Some((buffer, _)) if self.config.metadata_dma_truncation && len >= 512 && !len.is_multiple_of(512) => {
+                Ok(Some(buffer.sub(0, len % 512)))
+            }
             Some((buffer, _)) => Ok(Some(buffer)),
             None => {
                 self.stats.dma_errors += 1;
@@ -304,8 +315,11 @@ impl State {
             let mut transfer = Transfer::new(&segments);
             storage.read(slba, blocks, |run| put_run(&mut transfer, run));
             if let Some(buffer) = metadata {
+                // All of it, or the head QEMU 7.2 moves (see
+                // `metadata_dma_truncation`).
+                let moved = buffer.len() as u64 / u64::from(self.namespaces[index].config.metadata_bytes);
                 let mut metadata_transfer = Transfer::new(std::slice::from_ref(&buffer));
-                storage.read_metadata(slba, blocks, |run| put_run(&mut metadata_transfer, run));
+                storage.read_metadata(slba, moved, |run| put_run(&mut metadata_transfer, run));
             }
             // Bit flips stay in the data.
             self.flip_on_read(nsid, slba, blocks, block_size, &transfer);

@@ -6,12 +6,16 @@
 //! when a write carries no metadata buffer (MPTR 0: what QEMU does; a
 //! real drive may differ, and the allocator never relies on it). Buffers
 //! of the wrong length are refused before submission, and so is metadata
-//! on a namespace formatted without.
+//! on a namespace formatted without. A transfer of 512 bytes of metadata
+//! or more that is not a multiple of 512 moves whole, or, on QEMU 7.2
+//! (quirk `METADATA_DMA_TRUNCATED`), is refused; the scenario then shows
+//! by a request built by hand that the quirk is still needed.
 
 use super::{check, expect_refused, run_ok, take, Outcome, Target};
+use nvme_driver::cmd::nvm;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, PAGE_SIZE};
-use nvme_driver::{IoBuffer, MetadataFormat, QueuePair, RequestError};
+use nvme_driver::{IoBuffer, MetadataFormat, QueuePair, Request, RequestError};
 
 /// Blocks per transfer in this scenario.
 const BLOCKS: usize = 16;
@@ -147,7 +151,10 @@ pub(super) fn metadata(target: &Target) -> Outcome {
 
     match ns.zones() {
         Some(_) => zoned(&mut io, first, third),
-        None => conventional(&mut io, first, &meta),
+        None => {
+            conventional(&mut io, first, &meta)?;
+            check("metadata long", || long(&mut io, third, format))
+        }
     }?;
 
     check("metadata length", || {
@@ -181,6 +188,86 @@ fn zoned(io: &mut Io<'_>, first: u64, third: u64) -> Outcome {
         io.target.ok(&format!("metadata lba={bb} zone reset"), "the zone's metadata reads as zeroes");
         Ok(())
     })
+}
+
+/// A transfer whose metadata is 512 bytes or more and not a multiple of
+/// 512: moved whole, or, on a controller with the quirk
+/// `METADATA_DMA_TRUNCATED` (QEMU 7.2), refused by the driver; a request
+/// built by hand past the driver's check then shows the quirk is still
+/// needed (only `len % 512` bytes land).
+fn long(io: &mut Io<'_>, slba: u64, format: MetadataFormat) -> Outcome {
+    let (ns, bb, ms) = (&io.target.ns, io.target.block_bytes, io.ms);
+    let blocks = 512 / ms + 1;
+    let bytes = blocks * ms;
+    let pool = io.target.pool(blocks * bb, 2)?;
+    let meta_pool = io.target.pool(PAGE_SIZE, 4)?;
+    let mut qpair = io.target.queue_pair(4)?;
+    let data = |pool: &DmaPool| -> Outcome<IoBuffer> { Ok(IoBuffer::range(take(pool)?, 0, blocks * bb)) };
+    let meta = |pool: &DmaPool, bytes: &[u8]| -> Outcome<IoBuffer> {
+        let buffer = take(pool)?;
+        buffer.copy_in(0, bytes);
+        Ok(IoBuffer::range(buffer, 0, bytes.len()))
+    };
+    // What the blocks hold before, written in transfers that move whole.
+    let old = meta_pattern(4, blocks, ms);
+    for (at, count) in [(0, blocks - 1), (blocks - 1, 1)] {
+        let buffer = IoBuffer::range(take(&pool)?, 0, count * bb);
+        let request = ns.write_with_metadata(
+            slba + at as u64,
+            buffer,
+            meta(&meta_pool, &old[at * ms..(at + count) * ms])?,
+            false,
+            0,
+        );
+        run_ok(&mut qpair, request, "write the metadata before")?;
+    }
+    let new = meta_pattern(5, blocks, ms);
+    let read_back = |qpair: &mut QueuePair| -> Outcome<Vec<u8>> {
+        let mut back = Vec::new();
+        for (at, count) in [(0, blocks - 1), (blocks - 1, 1)] {
+            let buffer = IoBuffer::range(take(&pool)?, 0, count * bb);
+            let request = ns.read_with_metadata(slba + at as u64, buffer, meta(&meta_pool, &vec![0; count * ms])?, 0);
+            let completion = run_ok(qpair, request, "read the metadata back")?;
+            back.extend(copy_out(completion.metadata.ok_or("no metadata buffer back")?.buffer(), count * ms));
+        }
+        Ok(back)
+    };
+    let Some(granule) = format.dma_granule else {
+        let request = ns.write_with_metadata(slba, data(&pool)?, meta(&meta_pool, &new)?, false, 0);
+        run_ok(&mut qpair, request, "a long metadata transfer")?;
+        if read_back(&mut qpair)? != new {
+            return Err(format!("{bytes} bytes of metadata did not land whole"));
+        }
+        io.target.ok(&format!("metadata lba={bb} long"), format!("{blocks} blocks, {bytes} bytes of metadata, whole"));
+        return Ok(());
+    };
+    expect_refused(
+        ns.write_with_metadata(slba, data(&pool)?, meta(&meta_pool, &new)?, false, 0),
+        &RequestError::MetadataTruncated { bytes: bytes as u64, granule },
+        "a long metadata transfer on a controller with METADATA_DMA_TRUNCATED",
+    )?;
+    let request = Request {
+        command: nvm::write(ns.nsid(), slba, blocks as u32, false),
+        buffer: Some(data(&pool)?),
+        metadata: Some(meta(&meta_pool, &new)?),
+        token: 0,
+    };
+    run_ok(&mut qpair, Ok(request), "the same write built by hand")?;
+    let back = read_back(&mut qpair)?;
+    let moved = bytes % granule as usize;
+    if back == new {
+        return Err(format!("the controller moved all {bytes} bytes: the quirk may be fixed in this version"));
+    }
+    if back != [&new[..moved], &old[moved..]].concat() {
+        return Err(format!("{bytes} bytes of metadata landed neither whole nor as the quirk says"));
+    }
+    io.target.ok(
+        &format!("metadata lba={bb} long"),
+        format!(
+            "{bytes} bytes refused typed (quirk METADATA_DMA_TRUNCATED); built by hand, only the first {moved} landed"
+        ),
+    );
+    Ok(())
 }
 
 /// A write without a metadata buffer leaves the metadata; Write Zeroes

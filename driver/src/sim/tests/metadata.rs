@@ -404,3 +404,30 @@ fn a_synthetic_namespace_keeps_metadata_exactly() {
     assert_eq!(io.take(back, metadata.len()), metadata);
     assert_eq!(io.metadata(1, lba, 8), metadata);
 }
+
+#[test]
+fn qemu_7_2s_truncation_moves_only_the_unaligned_tail_when_asked_to() {
+    // 512-byte LBAs with 8 bytes each: 65 blocks carry 520 bytes, of which
+    // QEMU 7.2 moves the first 8; 64 blocks carry 512, moved whole.
+    let namespace = NamespaceConfig::nvm(256, 512).metadata_bytes(8);
+    for truncation in [false, true] {
+        let config =
+            SimConfig { metadata_dma_truncation: truncation, ..SimConfig::empty() }.with_namespace(namespace.clone());
+        let mut io = IoHost::new(config);
+        let old = pattern(1, 65 * 8);
+        io.write(1, 0, 64, &vec![0u8; 64 * 512], &old[..512]);
+        io.write(1, 64, 1, &[0u8; 512], &old[512..]);
+        let new = pattern(2, 65 * 8);
+        io.write(1, 0, 65, &vec![7u8; 65 * 512], &new);
+        let expected = if truncation { [&new[..8], &old[8..]].concat() } else { new.clone() };
+        assert_eq!(io.metadata(1, 0, 65), expected, "write, truncation {truncation}");
+        // A read of 65 blocks fills the host buffer's first 8 bytes only.
+        io.put(at(METADATA_PAGE), &[0xEE; 65 * 8]);
+        let mptr = io.iova(at(METADATA_PAGE));
+        let read = io.with_buffers(nvm::read(1, 0, 65), READ_PAGE, 65 * 512, mptr);
+        io.status(read).unwrap();
+        let back = io.take(at(METADATA_PAGE), 65 * 8);
+        let wanted = if truncation { [&expected[..8], &[0xEE; 512][..]].concat() } else { expected };
+        assert_eq!(back, wanted, "read, truncation {truncation}");
+    }
+}
