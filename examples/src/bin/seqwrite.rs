@@ -532,6 +532,9 @@ fn run(args: &Args) -> Result<(), String> {
     let flatness = flatness(&whole);
     let mib_s = written as f64 / (1 << 20) as f64 / elapsed.as_secs_f64();
     let stats = volume.stats();
+    // Where the checksums live: block tags (metadata bytes per 4 KiB
+    // block) or the extent map.
+    let tag_bytes = volume.block_tags().map(|layout| layout.stride);
     let checksum_s =
         if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
 
@@ -578,6 +581,7 @@ fn run(args: &Args) -> Result<(), String> {
             "commit_seconds": commit_time.as_secs_f64(),
             "checksum_threads": args.checksum_threads,
             "crc32c": checksum::implementation().name(),
+            "block_tag_bytes": tag_bytes,
             "checksum_seconds_on_writer": if checksum_s.is_nan() { None } else { Some(checksum_s) },
             "volume_fill_percent": fill_volume,
             "data_offset_bytes": data_offset_bytes,
@@ -624,9 +628,13 @@ fn run(args: &Args) -> Result<(), String> {
             commit_time.as_secs_f64()
         );
         println!(
-            "  checksums: crc32c {}, {} worker thread(s)",
+            "  checksums: crc32c {}, {} worker thread(s), {}",
             checksum::implementation().name(),
-            args.checksum_threads
+            args.checksum_threads,
+            match tag_bytes {
+                Some(bytes) => format!("in block tags ({bytes} bytes of metadata per block)"),
+                None => "in the extent map".into(),
+            }
         );
         println!("  layout: data zones from byte {data_offset_bytes} of the first namespace");
         if args.verify {
