@@ -1,5 +1,7 @@
 //! `hack/run`: the main job, in one VM. A conventional controller and a
-//! ZNS controller, both owned by our driver; a mirrored volume across them;
+//! ZNS controller, both owned by our driver, their namespaces formatted
+//! with 8 bytes of metadata per LBA; a mirrored volume across them that
+//! keeps every block's checksum in that metadata (block tags);
 //! seqwrite over most of it; bytes of one copy flipped from the host while
 //! the guest runs; scrub finding and repairing them; a second scrub clean.
 //! Then the conventional controller is pulled (QMP `device_del`) while
@@ -152,9 +154,9 @@ fn main() -> ExitCode {
     let observer = Arc::clone(&corrupted);
     let started = Instant::now();
     let vm = Vm::new()
-        .controller(Controller::nvme(1 << 30).hotplug())
-        .controller(Controller::zns(2 << 30, 64 << 20))
-        .controller(Controller::nvme(1 << 30))
+        .controller(Controller::nvme(1 << 30).metadata(8).hotplug())
+        .controller(Controller::zns(2 << 30, 64 << 20).metadata(8))
+        .controller(Controller::nvme(1 << 30).metadata(8))
         .qmp_on_output(PULL_MARKER, &[UNPLUG])
         .images(&images)
         .mem(2 << 30)
