@@ -15,6 +15,7 @@ use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool};
 use nvme_driver::spec::zns::{parse_report_zones, ZoneDescriptor, ZoneState, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
 use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Request};
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// How a device is opened for a volume.
@@ -386,69 +387,82 @@ impl Device {
     /// the pool buffer size, one at a time (ordered, as a zone's write
     /// pointer requires).
     pub(crate) fn write_at(&mut self, lba: u64, data: &[u8]) -> Result<()> {
-        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE));
-        for (index, chunk) in data.chunks(self.max_transfer_bytes).enumerate() {
-            let buffer = self.buffer()?;
-            buffer.copy_in(0, chunk);
-            let slba = lba + (index * self.max_transfer_bytes / BLOCK_SIZE) as u64 * self.lbas_per_block;
-            let request = self.ns.write(slba, IoBuffer::range(buffer, 0, chunk.len()), false, 0)?;
-            self.run(request, "Write")?;
-        }
-        Ok(())
+        self.write_range(lba, data, None)
     }
 
-    /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`, and their
-    /// tags into `tags_out` (their metadata bytes, [`TagLayout::bytes`]).
-    pub(crate) fn read_tagged_at(&mut self, lba: u64, out: &mut [u8], tags_out: &mut [u8]) -> Result<()> {
-        let layout = self.tags.ok_or_else(|| Error::InvalidArgument("this namespace carries no block tags".into()))?;
-        assert_eq!(tags_out.len(), layout.bytes(out.len() / BLOCK_SIZE), "tags for every block");
-        let step = self.max_transfer_bytes;
-        let meta_step = layout.bytes(step / BLOCK_SIZE);
-        for (index, (chunk, meta)) in out.chunks_mut(step).zip(tags_out.chunks_mut(meta_step)).enumerate() {
-            let buffer = self.buffer()?;
-            let tag_buffer = self.tag_buffer()?;
-            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
-            let data = IoBuffer::range(buffer, 0, chunk.len());
-            let request = self.ns.read_with_metadata(slba, data, IoBuffer::range(tag_buffer, 0, meta.len()), 0)?;
-            let completion = self.run(request, "Read")?;
-            completion.buffer.expect("reads have a buffer").buffer().copy_out(0, chunk);
-            completion.metadata.expect("a tagged read has metadata").buffer().copy_out(0, meta);
-        }
-        Ok(())
-    }
-
-    /// Writes `data` (whole 4 KiB blocks) at `lba` with their tags from
-    /// `tags`, ordered, as [`Device::write_at`].
+    /// [`Device::write_at`] with the blocks' tags from `tags` (their
+    /// metadata bytes, [`TagLayout::bytes`]).
     pub(crate) fn write_tagged_at(&mut self, lba: u64, data: &[u8], tags: &[u8]) -> Result<()> {
-        let layout = self.tags.ok_or_else(|| Error::InvalidArgument("this namespace carries no block tags".into()))?;
-        assert_eq!(tags.len(), layout.bytes(data.len() / BLOCK_SIZE), "tags for every block");
-        let step = self.max_transfer_bytes;
-        let meta_step = layout.bytes(step / BLOCK_SIZE);
-        for (index, (chunk, meta)) in data.chunks(step).zip(tags.chunks(meta_step)).enumerate() {
-            let buffer = self.buffer()?;
-            let tag_buffer = self.tag_buffer()?;
-            buffer.copy_in(0, chunk);
-            tag_buffer.copy_in(0, meta);
-            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
-            let data = IoBuffer::range(buffer, 0, chunk.len());
-            let meta = IoBuffer::range(tag_buffer, 0, meta.len());
-            let request = self.ns.write_with_metadata(slba, data, meta, false, 0)?;
-            self.run(request, "Write")?;
-        }
-        Ok(())
+        self.write_range(lba, data, Some(tags))
     }
 
     /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`.
     pub(crate) fn read_at(&mut self, lba: u64, out: &mut [u8]) -> Result<()> {
-        debug_assert!(out.len().is_multiple_of(BLOCK_SIZE));
-        let step = self.max_transfer_bytes;
-        for (index, chunk) in out.chunks_mut(step).enumerate() {
+        self.read_range(lba, out, None)
+    }
+
+    /// [`Device::read_at`], and the blocks' tags into `tags_out` (their
+    /// metadata bytes, [`TagLayout::bytes`]).
+    pub(crate) fn read_tagged_at(&mut self, lba: u64, out: &mut [u8], tags_out: &mut [u8]) -> Result<()> {
+        self.read_range(lba, out, Some(tags_out))
+    }
+
+    /// The layout that `tags_len` bytes of tags for `data_len` bytes of
+    /// data follow, when there are tags.
+    fn layout_for(&self, tags_len: Option<usize>, data_len: usize) -> Result<Option<TagLayout>> {
+        let Some(tags_len) = tags_len else { return Ok(None) };
+        let layout = self.tags.ok_or_else(|| Error::InvalidArgument("this namespace carries no block tags".into()))?;
+        assert_eq!(tags_len, layout.bytes(data_len / BLOCK_SIZE), "tags for every block");
+        Ok(Some(layout))
+    }
+
+    /// The LBA and, with `layout`, the tag bytes of transfer `index` of
+    /// `len` bytes in a range at `lba` cut at the largest transfer.
+    fn chunk(&self, lba: u64, index: usize, len: usize, layout: Option<TagLayout>) -> (u64, Option<Range<usize>>) {
+        let first_block = index * self.max_transfer_bytes / BLOCK_SIZE;
+        let tags = layout.map(|l| l.bytes(first_block)..l.bytes(first_block + len / BLOCK_SIZE));
+        (lba + first_block as u64 * self.lbas_per_block, tags)
+    }
+
+    fn write_range(&mut self, lba: u64, data: &[u8], tags: Option<&[u8]>) -> Result<()> {
+        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE));
+        let layout = self.layout_for(tags.map(<[u8]>::len), data.len())?;
+        for (index, chunk) in data.chunks(self.max_transfer_bytes).enumerate() {
+            let (slba, tag_range) = self.chunk(lba, index, chunk.len(), layout);
             let buffer = self.buffer()?;
-            let slba = lba + (index * step / BLOCK_SIZE) as u64 * self.lbas_per_block;
-            let len = chunk.len();
-            let request = self.ns.read(slba, IoBuffer::range(buffer, 0, len), 0)?;
+            buffer.copy_in(0, chunk);
+            let data = IoBuffer::range(buffer, 0, chunk.len());
+            let request = match (tag_range, tags) {
+                (Some(range), Some(tags)) => {
+                    let tag_buffer = self.tag_buffer()?;
+                    tag_buffer.copy_in(0, &tags[range.clone()]);
+                    self.ns.write_with_metadata(slba, data, IoBuffer::range(tag_buffer, 0, range.len()), false, 0)?
+                }
+                _ => self.ns.write(slba, data, false, 0)?,
+            };
+            self.run(request, "Write")?;
+        }
+        Ok(())
+    }
+
+    fn read_range(&mut self, lba: u64, out: &mut [u8], mut tags: Option<&mut [u8]>) -> Result<()> {
+        debug_assert!(out.len().is_multiple_of(BLOCK_SIZE));
+        let layout = self.layout_for(tags.as_deref().map(<[u8]>::len), out.len())?;
+        for (index, chunk) in out.chunks_mut(self.max_transfer_bytes).enumerate() {
+            let (slba, tag_range) = self.chunk(lba, index, chunk.len(), layout);
+            let data = IoBuffer::range(self.buffer()?, 0, chunk.len());
+            let request = match &tag_range {
+                Some(range) => {
+                    let tag_buffer = IoBuffer::range(self.tag_buffer()?, 0, range.len());
+                    self.ns.read_with_metadata(slba, data, tag_buffer, 0)?
+                }
+                None => self.ns.read(slba, data, 0)?,
+            };
             let completion = self.run(request, "Read")?;
             completion.buffer.expect("reads have a buffer").buffer().copy_out(0, chunk);
+            if let (Some(range), Some(tags)) = (tag_range, tags.as_deref_mut()) {
+                completion.metadata.expect("a tagged read has metadata").buffer().copy_out(0, &mut tags[range]);
+            }
         }
         Ok(())
     }

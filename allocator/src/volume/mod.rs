@@ -420,6 +420,8 @@ pub struct Volume {
     next_reclaim_lane: usize,
     stats: VolumeStats,
     scratch: Vec<IoCompletion>,
+    /// A write's tags, built before they are copied to its metadata buffer.
+    tag_scratch: Vec<u8>,
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
@@ -578,6 +580,7 @@ impl Volume {
             next_reclaim_lane: 0,
             stats,
             scratch: Vec::new(),
+            tag_scratch: Vec::new(),
             loading: false,
             read_only: None,
         })

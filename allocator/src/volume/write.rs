@@ -374,9 +374,12 @@ impl Volume {
     fn tags_for(&mut self, index: usize, device: usize, layout: TagLayout) -> Result<IoBuffer> {
         let buffer = self.take_tag_buffer(device)?;
         let pending = self.writes[index].as_ref().expect("pending write");
-        let mut tags = vec![0u8; layout.bytes(pending.crcs.len())];
-        crate::tags::fill(layout, self.volume_id, pending.id, 0, &pending.crcs, &mut tags);
-        buffer.copy_in(0, &tags);
+        // Built in a scratch buffer the volume keeps, then copied in: no
+        // allocation per write.
+        let tags = &mut self.tag_scratch;
+        tags.resize(layout.bytes(pending.crcs.len()), 0);
+        crate::tags::fill(layout, self.volume_id, pending.id, 0, &pending.crcs, tags);
+        buffer.copy_in(0, tags);
         Ok(IoBuffer::range(buffer, 0, tags.len()))
     }
 
