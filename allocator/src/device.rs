@@ -505,3 +505,33 @@ pub(crate) fn zone_worn_out(error: &nvme_driver::IoError) -> bool {
 pub(crate) fn zone_has_write_pointer(state: ZoneState) -> bool {
     matches!(state, ZoneState::Empty | ZoneState::ImplicitlyOpened | ZoneState::ExplicitlyOpened | ZoneState::Closed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_driver::spec::identify::Oncs;
+    use nvme_driver::MetadataFormat;
+
+    fn namespace(block_size: u32, metadata: Option<MetadataFormat>) -> Namespace {
+        Namespace::from_parts(1, block_size, 1 << 20, 1 << 20, Oncs::all(), None).with_metadata(metadata)
+    }
+
+    fn format(bytes_per_block: u16, extended: bool, protection_type: u8) -> Option<MetadataFormat> {
+        Some(MetadataFormat { bytes_per_block, extended, protection_type, dma_granule: Some(512) })
+    }
+
+    #[test]
+    fn tags_need_a_separate_opaque_buffer_of_eight_bytes_and_other_formats_are_refused_by_name() {
+        assert_eq!(tag_layout(&namespace(4096, None), 4096).unwrap(), None);
+        let layout = tag_layout(&namespace(512, format(8, false, 0)), 512).unwrap();
+        assert_eq!(layout, Some(TagLayout { stride: 64, granule: Some(512) }), "eight LBAs of 8 bytes per block");
+        // Too little room for a tag: the map, no error.
+        assert_eq!(tag_layout(&namespace(4096, format(4, false, 0)), 4096).unwrap(), None);
+        for (extended, protection, words) in [(true, 0, "interleaves metadata"), (false, 1, "protection information")] {
+            match tag_layout(&namespace(4096, format(8, extended, protection)), 4096) {
+                Err(Error::InvalidConfig(why)) => assert!(why.contains(words) && why.contains("namespace 1"), "{why}"),
+                other => panic!("expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+}
