@@ -85,6 +85,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod journal;
+pub mod table;
 pub mod tags;
 pub mod token;
 mod volume;

@@ -426,3 +426,32 @@ fn a_checkpoint_now_that_fails_loses_nothing_and_the_next_one_lands() {
         assert_eq!(back, pattern(seed as u64, 3), "extent {id}");
     }
 }
+
+#[test]
+fn the_id_of_a_freed_extent_never_names_a_new_one_even_after_reopening() {
+    let mut harness = Harness::new(vec![zns(16, 256)], vec![(0, 1)]);
+    let options = volume_options();
+    let mut volume = harness.format(&options);
+    let ids: Vec<u64> = (0..4).map(|i| volume.write(0, &pattern(i, 1), i).unwrap()).collect();
+    volume.commit().unwrap();
+    // Freed through the log, and freed before a checkpoint (which then
+    // carries the slot's next generation rather than a log record).
+    volume.free(ids[1]).unwrap();
+    volume.commit().unwrap();
+    volume.free(ids[3]).unwrap();
+    volume.checkpoint_now().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    let mut fresh = Vec::new();
+    for i in 0..8 {
+        fresh.push(volume.write(0, &pattern(100 + i, 1), 100 + i).unwrap());
+    }
+    for dead in [ids[1], ids[3]] {
+        assert!(volume.extent(dead).is_none(), "freed extent {dead} is back");
+        assert!(!fresh.contains(&dead), "freed extent {dead}'s ID names a new extent");
+    }
+    assert_eq!(volume.extent(ids[0]).map(|(_, owner)| owner), Some(0));
+    assert_eq!(volume.extent(ids[2]).map(|(_, owner)| owner), Some(2));
+    volume.check_invariants();
+}

@@ -8,6 +8,7 @@
 //! 64 KiB and lost its merged 352 KB requests.)
 
 use std::collections::VecDeque;
+use zoned_allocator::table::LaneOrder;
 use zoned_allocator::tags::Expected;
 use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
 
@@ -106,8 +107,11 @@ pub struct Planner {
     /// Never merge two extents into one read (a resilver that writes each
     /// read's buffer as one extent's copy).
     one_extent_per_read: bool,
-    /// Walks of the allocator's extent index so far (one per refill).
+    /// Walks of the lane's order so far (one per refill).
     pub lookups: u64,
+    /// The lane's copies in physical order, made by the first refill (one
+    /// pass over the extent table) and walked by every refill after.
+    order: Option<LaneOrder>,
 }
 
 impl Planner {
@@ -124,6 +128,7 @@ impl Planner {
             lacking_in: None,
             one_extent_per_read: false,
             lookups: 0,
+            order: None,
         }
     }
 
@@ -168,7 +173,8 @@ impl Planner {
         self.lookups += 1;
         let mut current: Option<Read> = None;
         let mut walked_to = None;
-        'walk: for extent in volume.extents_from(self.lane, self.next) {
+        let order = self.order.get_or_insert_with(|| volume.lane_order(self.lane));
+        'walk: for extent in volume.extents_in_order(order, self.next) {
             if self.lacking_in.is_some_and(|target| !volume.lacks_copy(extent.id, target)) {
                 continue;
             }

@@ -22,7 +22,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// of the journal on the first namespace and had no labels; version 2 had
 /// no member states, error counters or missing copies; version 3 kept every
 /// extent's checksums in the journal and in memory, whatever the devices.
-pub const FORMAT_VERSION: u8 = 4;
+pub const FORMAT_VERSION: u8 = 5;
 const VERSION: u8 = FORMAT_VERSION;
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
@@ -114,7 +114,6 @@ pub(crate) fn encode_record(kind: Kind, volume_id: u64, generation: u64, seq: u6
 pub(crate) struct ExtentRecord {
     pub id: ExtentId,
     pub owner: u64,
-    pub stream: u8,
     pub blocks: u32,
     /// One per copy (lane).
     pub locations: Vec<Location>,
@@ -208,14 +207,21 @@ pub(crate) struct Superblock {
     /// device ([`crate::tags`]); 0 when checksums live in the extent map
     /// (and so in the journal and in memory).
     pub tag_stride: u32,
+    /// How the extent table packs a location: the offset in this many low
+    /// bits, the zone above (see [`crate::table::LocationBits`]), chosen
+    /// at format from the largest zone.
+    pub location_offset_bits: u8,
 }
 
-/// A whole checkpoint: configuration, next extent ID, extents, and per
-/// lane each zone's (allocated, valid) blocks.
+/// A whole checkpoint: configuration, the extent table's used free slots,
+/// extents, and per lane each zone's valid blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Checkpoint {
     pub superblock: Superblock,
-    pub next_id: ExtentId,
+    /// Free slots of the extent table that were used before, as the IDs
+    /// their next extents take (slot and generation; see [`crate::table`]),
+    /// so that no ID of a freed extent names a new one after open.
+    pub free: Vec<ExtentId>,
     pub extents: Vec<ExtentRecord>,
     pub zone_valid: Vec<Vec<u32>>,
 }
@@ -366,7 +372,10 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
 pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
     let mut w = Writer::default();
     w.superblock(&checkpoint.superblock);
-    w.u64(checkpoint.next_id);
+    w.u64(checkpoint.free.len() as u64);
+    for &id in &checkpoint.free {
+        w.u64(id);
+    }
     w.u64(checkpoint.extents.len() as u64);
     for extent in &checkpoint.extents {
         w.extent(extent);
@@ -384,7 +393,11 @@ pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
 pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
     let mut r = Reader::new(payload);
     let superblock = r.superblock()?;
-    let next_id = r.u64()?;
+    let free_count = r.u64()?;
+    let mut free = Vec::with_capacity((free_count as usize).min(payload.len() / 8));
+    for _ in 0..free_count {
+        free.push(r.u64()?);
+    }
     let extent_count = r.u64()?;
     let mut extents = Vec::with_capacity((extent_count as usize).min(payload.len() / 32));
     for _ in 0..extent_count {
@@ -401,13 +414,13 @@ pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
         zone_valid.push(lane);
     }
     r.finish()?;
-    Ok(Checkpoint { superblock, next_id, extents, zone_valid })
+    Ok(Checkpoint { superblock, free, extents, zone_valid })
 }
 
 /// Bytes an extent record takes with `copies` locations and `blocks`
 /// checksums: for sizing metadata.
 pub(crate) fn extent_record_bytes(copies: usize, blocks: usize) -> usize {
-    1 + 8 + 8 + 1 + 4 + 1 + copies * 8 + blocks * 4
+    1 + 8 + 8 + 4 + 1 + copies * 8 + blocks * 4
 }
 
 fn corrupt(why: String) -> Error {
@@ -466,6 +479,7 @@ impl Writer {
             None => self.u8(0),
         }
         self.u32(s.tag_stride);
+        self.u8(s.location_offset_bits);
     }
     fn member(&mut self, m: &MemberRecord) {
         self.u8(u8::from(m.failed));
@@ -484,7 +498,6 @@ impl Writer {
     fn extent(&mut self, e: &ExtentRecord) {
         self.u64(e.id);
         self.u64(e.owner);
-        self.u8(e.stream);
         self.u32(e.blocks);
         self.u8(e.locations.len() as u8);
         for &l in &e.locations {
@@ -569,6 +582,10 @@ impl<'a> Reader<'a> {
         if tag_stride != 0 && !(crate::tags::TAG_BYTES as u32..=MAX_TAG_STRIDE).contains(&tag_stride) {
             return Err(corrupt(format!("{tag_stride} metadata bytes per block")));
         }
+        let location_offset_bits = self.u8()?;
+        if crate::table::LocationBits::from_offset_bits(location_offset_bits).is_none() {
+            return Err(corrupt(format!("locations with {location_offset_bits} offset bits")));
+        }
         Ok(Superblock {
             profile,
             streams,
@@ -583,6 +600,7 @@ impl<'a> Reader<'a> {
             members,
             last_scrub,
             tag_stride,
+            location_offset_bits,
         })
     }
     fn member(&mut self) -> Result<MemberRecord> {
@@ -610,7 +628,6 @@ impl<'a> Reader<'a> {
     fn extent(&mut self) -> Result<ExtentRecord> {
         let id = self.u64()?;
         let owner = self.u64()?;
-        let stream = self.u8()?;
         let blocks = self.u32()?;
         let copies = self.u8()?;
         if copies == 0 || copies > 2 || blocks == 0 {
@@ -628,7 +645,7 @@ impl<'a> Reader<'a> {
             }
             other => return Err(corrupt(format!("extent {id}: checksum flag {other}"))),
         };
-        Ok(ExtentRecord { id, owner, stream, blocks, locations, crcs })
+        Ok(ExtentRecord { id, owner, blocks, locations, crcs })
     }
     fn finish(&self) -> Result<()> {
         if self.at == self.data.len() {
@@ -647,7 +664,6 @@ mod tests {
         ExtentRecord {
             id,
             owner: 99,
-            stream: 1,
             blocks: 2,
             locations: vec![Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }],
             crcs: vec![7, 8],
@@ -708,8 +724,9 @@ mod tests {
                     clean: true,
                 }),
                 tag_stride: 64,
+                location_offset_bits: 16,
             },
-            next_id: 10,
+            free: vec![2 | 3 << 36, 7 | 1 << 36],
             extents: vec![extent(1), ExtentRecord { crcs: Vec::new(), ..extent(4) }],
             zone_valid: vec![vec![1, 2, 3], vec![4, 5]],
         };

@@ -91,7 +91,7 @@ impl Volume {
             places,
             bad_records: loaded.bad_records.clone(),
             bad_labels: loaded.bad_labels.clone(),
-            extents: volume.extents.len() as u64,
+            extents: volume.table.len(),
             bytes: volume.valid_blocks() * BLOCK_SIZE as u64,
             clean: !metadata_rewrite
                 && !loaded.log_mismatch
@@ -102,7 +102,7 @@ impl Volume {
             log_mismatch: loaded.log_mismatch,
             metadata_rewrite,
         };
-        debug_assert!(volume.extents.values().all(|e| e.locations.iter().any(|l| !l.is_missing())));
+        debug_assert!(volume.table.iter().all(|(_, e)| e.locations.iter().any(|l| !l.is_missing())));
         Ok((report, loaded.volume.abandon()))
     }
 }

@@ -151,7 +151,7 @@ impl Volume {
                         Err(error) => return Err(error),
                     }
                 }
-                self.lanes[lane].written[zone as usize] = 0;
+                self.lanes[lane].zone_emptied(zone);
                 self.lanes[lane].table.reset(zone);
                 count += 1;
             }
@@ -161,25 +161,21 @@ impl Volume {
     }
 
     pub(super) fn checkpoint(&self) -> Checkpoint {
-        let mut ids: Vec<ExtentId> = self.extents.keys().copied().collect();
-        ids.sort_unstable();
-        let extents = ids
-            .into_iter()
-            .map(|id| {
-                let e = &self.extents[&id];
-                ExtentRecord {
-                    id,
-                    owner: e.owner,
-                    stream: e.stream,
-                    blocks: e.blocks,
-                    locations: e.locations.clone(),
-                    crcs: e.crcs.to_vec(),
-                }
+        let lanes = self.lanes.len();
+        let extents = self
+            .table
+            .iter()
+            .map(|(id, entry)| ExtentRecord {
+                id,
+                owner: entry.owner,
+                blocks: entry.blocks,
+                locations: entry.locations[..lanes].to_vec(),
+                crcs: self.mapped.get(&id).map_or_else(Vec::new, |crcs| crcs.to_vec()),
             })
             .collect();
         let zone_valid =
             self.lanes.iter().map(|l| (0..l.table.zone_count()).map(|z| l.table.zone(z).valid).collect()).collect();
-        Checkpoint { superblock: self.superblock.clone(), next_id: self.next_id, extents, zone_valid }
+        Checkpoint { superblock: self.superblock.clone(), free: self.table.used_free().collect(), extents, zone_valid }
     }
 
     /// Moves the log to the other segment with a checkpoint of the whole

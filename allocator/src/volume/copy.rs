@@ -13,12 +13,12 @@ use nvme_driver::IoBuffer;
 impl Volume {
     /// Whether copy `lane` of extent `id` is missing.
     pub fn lacks_copy(&self, id: ExtentId, lane: usize) -> bool {
-        self.extents.get(&id).is_some_and(|e| e.locations.get(lane).is_some_and(|l| l.is_missing()))
+        lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.locations[lane].is_missing())
     }
 
     /// Blocks of the copies lane `lane` lacks.
     pub fn missing_blocks(&self, lane: usize) -> u64 {
-        self.extents.values().filter(|e| e.locations[lane].is_missing()).map(|e| u64::from(e.blocks)).sum()
+        self.table.iter().filter(|(_, e)| e.locations[lane].is_missing()).map(|(_, e)| u64::from(e.blocks)).sum()
     }
 
     /// Queues a write of `data`, extent `id`'s contents, as its missing
@@ -94,7 +94,7 @@ impl Volume {
         crcs: Option<Vec<u32>>,
     ) -> Result<()> {
         self.check_resets()?;
-        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        let extent = self.live(id)?;
         if lane >= self.lanes.len() || !extent.locations[lane].is_missing() {
             return Err(Error::InvalidArgument(format!("extent {id} does not lack copy {lane}")));
         }
@@ -104,7 +104,9 @@ impl Volume {
         if data.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("{} bytes for extent {id}", data.len())));
         }
-        let (blocks, stream, owner) = (extent.blocks, extent.stream, extent.owner);
+        // The volume keeps no stream per extent: missing copies go to the
+        // first stream's zones.
+        let (blocks, stream, owner) = (extent.blocks, 0, extent.owner);
         let slot = Slot::Stream(stream);
         let table = &self.lanes[lane].table;
         if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
@@ -143,15 +145,8 @@ impl Volume {
                 if to.is_missing() {
                     Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
                 } else if self.lacks_copy(pending.id, lane) {
-                    match self.overlapping(lane, to, pending.blocks) {
-                        Some(other) => Err(Error::BadDeviceResult {
-                            what: format!("copy {lane} of extent {} was placed over extent {other}", pending.id),
-                        }),
-                        None => {
-                            self.move_extent(pending.id, lane, to, true);
-                            Ok(())
-                        }
-                    }
+                    self.move_extent(pending.id, lane, to, true);
+                    Ok(())
                 } else {
                     // Freed (or copied) meanwhile: the blocks are garbage.
                     Ok(())

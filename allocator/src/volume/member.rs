@@ -198,7 +198,7 @@ impl Volume {
             }
         }
         for (id, lane) in not_durable {
-            if self.extents.get(&id).is_some_and(|e| !e.locations[lane].is_missing()) {
+            if self.table.get(id).is_some_and(|e| !e.locations[lane].is_missing()) {
                 self.move_extent(id, lane, Location::MISSING, false);
             }
         }

@@ -31,13 +31,14 @@ use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
 use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
+use crate::table::{Entry, LaneOrder, LocationBits, Table};
 use crate::tags::TagLayout;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::spec::identify::Oncs;
 use nvme_driver::IoCompletion;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// How data reaches a zoned namespace.
@@ -295,22 +296,47 @@ impl ExtentRef<'_> {
 }
 
 #[derive(Debug)]
-pub(super) struct Extent {
-    owner: u64,
-    stream: u8,
-    blocks: u32,
-    locations: Vec<Location>,
-    crcs: Box<[u32]>,
-}
-
-#[derive(Debug)]
 struct Lane {
     device: usize,
     table: ZoneTable,
-    /// Live extents by position.
-    index: BTreeMap<Location, ExtentId>,
     /// Blocks written successfully, per zone.
     written: Vec<u32>,
+    /// Per zone taking Zone Appends: a bit per block the device has
+    /// placed an append in, so that an append placed over another is
+    /// caught (the device chose the LBA). Dropped once the zone takes no
+    /// more, so its size is bounded by the zones open.
+    appended: HashMap<u32, Vec<u64>>,
+}
+
+impl Lane {
+    /// Marks `blocks` blocks at `offset` of `zone` as placed by a Zone
+    /// Append the device completed; false when some were placed already.
+    /// `before` blocks of the zone were written before this one, which are
+    /// the zone's head when this is its first append since open.
+    fn claim_appended(&mut self, zone: u32, offset: u32, blocks: u32, before: u32) -> bool {
+        let capacity = self.table.zone(zone).capacity;
+        let map = self.appended.entry(zone).or_insert_with(|| {
+            let mut map = vec![0u64; capacity.div_ceil(64) as usize];
+            (0..before.min(capacity)).for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
+            map
+        });
+        let range = offset..offset + blocks;
+        if range.clone().any(|block| map.get(block as usize / 64).is_none_or(|w| w & (1 << (block % 64)) != 0)) {
+            return false;
+        }
+        range.for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
+        let entry = self.table.zone(zone);
+        if entry.inflight == 0 && !matches!(entry.usage, ZoneUse::Open(_)) {
+            self.appended.remove(&zone);
+        }
+        true
+    }
+
+    /// Zone `zone` holds nothing now (reset, or found so at open).
+    fn zone_emptied(&mut self, zone: u32) {
+        self.written[zone as usize] = 0;
+        self.appended.remove(&zone);
+    }
 }
 
 #[derive(Debug)]
@@ -396,10 +422,15 @@ pub struct Volume {
     tags: Option<TagLayout>,
     volume_id: u64,
     options: VolumeOptions,
-    extents: HashMap<ExtentId, Extent>,
-    /// Blocks of the live extents, one copy each (kept with `extents`).
+    /// Every extent: its blocks, its copies' locations and its owner.
+    table: Table,
+    /// The checksums of extents that keep them in memory (a volume without
+    /// block tags, or an extent whose tags its controller cannot carry);
+    /// an extent of a volume with tags is tagged exactly when it has no
+    /// entry here.
+    mapped: HashMap<ExtentId, Box<[u32]>>,
+    /// Blocks of the live extents, one copy each (kept with `table`).
     live_blocks: u64,
-    next_id: ExtentId,
     ops: Vec<Op>,
     journal: Journal,
     /// What open found and did: a rewind's drops, copies repaired.
@@ -417,6 +448,9 @@ pub struct Volume {
     reclaim_open: Vec<bool>,
     copy_supported: Vec<bool>,
     reclaim: Option<(usize, u32)>,
+    /// Extents left to move out of the zone being reclaimed (see
+    /// `reclaim::next_to_reclaim`).
+    reclaim_queue: Vec<ExtentId>,
     next_reclaim_lane: usize,
     stats: VolumeStats,
     scratch: Vec<IoCompletion>,
@@ -508,7 +542,7 @@ impl Volume {
                 )));
             }
             let written = vec![0; capacities.len()];
-            lanes.push(Lane { device, table, index: BTreeMap::new(), written });
+            lanes.push(Lane { device, table, written, appended: HashMap::new() });
         }
         // Zone budget per device. Active: every stream's zone and
         // reclaim's in each of its lanes, plus one per metadata copy on the
@@ -542,6 +576,13 @@ impl Volume {
             }
             zone_limits.push(limits);
         }
+        let bits = LocationBits::from_offset_bits(superblock.location_offset_bits)
+            .ok_or_else(|| Error::Corrupt(format!("{} offset bits", superblock.location_offset_bits)))?;
+        for (place, device) in devices.iter().enumerate() {
+            if let Some(device) = device {
+                check_locations(bits, place, device)?;
+            }
+        }
         let copy_supported = devices.iter().map(|d| d.as_ref().is_some_and(|d| d.ns.supports(Oncs::COPY))).collect();
         let mut members: Vec<member::Member> =
             superblock.members.iter().map(|&record| member::Member::new(record)).collect();
@@ -564,9 +605,9 @@ impl Volume {
             superblock,
             volume_id,
             options,
-            extents: HashMap::new(),
+            table: Table::new(bits),
+            mapped: HashMap::new(),
             live_blocks: 0,
-            next_id: 1,
             ops: Vec::new(),
             writes: Vec::new(),
             free_slots: Vec::new(),
@@ -577,6 +618,7 @@ impl Volume {
             reclaim_open: vec![false; 2],
             copy_supported,
             reclaim: None,
+            reclaim_queue: Vec::new(),
             next_reclaim_lane: 0,
             stats,
             scratch: Vec::new(),
@@ -586,106 +628,112 @@ impl Volume {
         })
     }
 
-    pub(super) fn insert_extent(&mut self, id: ExtentId, extent: Extent, journal: bool) -> Result<()> {
-        if self.extents.contains_key(&id) {
-            return Err(Error::Corrupt(format!("extent {id} added twice")));
+    /// Makes extent `id` live as `entry`, its checksums in the map unless
+    /// empty (tagged): a write's reserved ID when `journal` (and the add is
+    /// journaled), else a replayed one at open.
+    pub(super) fn insert_extent(&mut self, id: ExtentId, entry: Entry, crcs: Vec<u32>, journal: bool) -> Result<()> {
+        let lanes = self.lanes.len();
+        if entry.locations[..lanes].iter().all(|l| l.is_missing())
+            || entry.locations[lanes..].iter().any(|l| !l.is_missing())
+        {
+            return Err(Error::Corrupt(format!("extent {id} has no copy, or one past the volume's lanes")));
         }
-        // Checked on every lane before any is changed.
-        for (lane, &location) in extent.locations.iter().enumerate() {
-            if location.is_missing() {
-                continue;
-            }
-            if let Some(other) = self.overlapping(lane, location, extent.blocks) {
-                return Err(Error::Corrupt(format!("extents {other} and {id} overlap at {location:?} in lane {lane}")));
-            }
-        }
-        if extent.locations.iter().all(|l| l.is_missing()) {
-            return Err(Error::Corrupt(format!("extent {id} has no copy")));
-        }
-        for (lane, &location) in extent.locations.iter().enumerate() {
-            if location.is_missing() {
-                continue;
-            }
-            let lane = &mut self.lanes[lane];
-            let replaced = lane.index.insert(location, id);
-            assert!(replaced.is_none(), "checked for overlaps above");
-            if !self.loading {
-                lane.table.add_valid(location.zone, extent.blocks);
+        let added = if journal { self.table.fill_reserved(id, &entry) } else { self.table.insert_at(id, &entry) };
+        added.map_err(|e| Error::Corrupt(format!("extent {id}: {e}")))?;
+        for (lane, &location) in entry.locations[..lanes].iter().enumerate() {
+            if !location.is_missing() && !self.loading {
+                self.lanes[lane].table.add_valid(location.zone, entry.blocks);
             }
         }
         if journal {
             self.ops.push(Op::Add(ExtentRecord {
                 id,
-                owner: extent.owner,
-                stream: extent.stream,
-                blocks: extent.blocks,
-                locations: extent.locations.clone(),
-                crcs: extent.crcs.to_vec(),
+                owner: entry.owner,
+                blocks: entry.blocks,
+                locations: entry.locations[..lanes].to_vec(),
+                crcs: crcs.clone(),
             }));
         }
-        self.live_blocks += u64::from(extent.blocks);
-        self.extents.insert(id, extent);
+        if !crcs.is_empty() {
+            self.mapped.insert(id, crcs.into_boxed_slice());
+        }
+        self.live_blocks += u64::from(entry.blocks);
         Ok(())
     }
 
-    /// A live extent of `lane` whose blocks overlap `blocks` blocks at
-    /// `location`.
-    pub(super) fn overlapping(&self, lane: usize, location: Location, blocks: u32) -> Option<ExtentId> {
-        let index = &self.lanes[lane].index;
-        let end = Location { zone: location.zone, offset: location.offset + blocks };
-        if let Some((&before, &id)) = index.range(..=location).next_back() {
-            if before.zone == location.zone && before.offset + self.extents[&id].blocks > location.offset {
-                return Some(id);
-            }
-        }
-        index.range(location..end).next().map(|(_, &id)| id)
-    }
-
-    pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Extent> {
-        let extent = self.extents.remove(&id).ok_or(Error::NoSuchExtent(id))?;
-        self.live_blocks -= u64::from(extent.blocks);
-        for (lane, &location) in extent.locations.iter().enumerate() {
-            if location.is_missing() {
-                continue;
-            }
-            let lane = &mut self.lanes[lane];
-            lane.index.remove(&location);
-            if !self.loading {
-                lane.table.remove_valid(location.zone, extent.blocks);
+    pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Entry> {
+        let entry = self.table.remove(id).ok_or(Error::NoSuchExtent(id))?;
+        self.mapped.remove(&id);
+        self.live_blocks -= u64::from(entry.blocks);
+        for (lane, &location) in entry.locations[..self.lanes.len()].iter().enumerate() {
+            if !location.is_missing() && !self.loading {
+                self.lanes[lane].table.remove_valid(location.zone, entry.blocks);
             }
         }
         if journal {
             self.ops.push(Op::Free(id));
         }
-        Ok(extent)
+        Ok(entry)
     }
 
     /// Moves copy `lane_index` of extent `id` to `to`; either may be
     /// [`Location::MISSING`] (a copy lost with its device, or written by a
     /// resilver).
     pub(super) fn move_extent(&mut self, id: ExtentId, lane_index: usize, to: Location, journal: bool) {
-        let extent = self.extents.get_mut(&id).expect("moving a live extent");
-        let from = extent.locations[lane_index];
-        extent.locations[lane_index] = to;
-        assert!(extent.locations.iter().any(|l| !l.is_missing()), "extent {id} left with no copy");
-        let blocks = extent.blocks;
+        let entry = self.table.get(id).expect("moving a live extent");
+        let from = entry.locations[lane_index];
+        assert!(
+            !to.is_missing() || entry.locations.iter().enumerate().any(|(l, at)| l != lane_index && !at.is_missing()),
+            "extent {id} left with no copy"
+        );
+        assert!(self.table.set_location(id, lane_index, to), "extent {id} is live");
         let lane = &mut self.lanes[lane_index];
-        if !from.is_missing() {
-            lane.index.remove(&from);
-            if !self.loading {
-                lane.table.remove_valid(from.zone, blocks);
-            }
+        if !from.is_missing() && !self.loading {
+            lane.table.remove_valid(from.zone, entry.blocks);
         }
-        if !to.is_missing() {
-            let replaced = lane.index.insert(to, id);
-            assert!(replaced.is_none(), "extent {id} moved over another at {to:?}");
-            if !self.loading {
-                lane.table.add_valid(to.zone, blocks);
-            }
+        if !to.is_missing() && !self.loading {
+            lane.table.add_valid(to.zone, entry.blocks);
         }
         if journal {
             self.ops.push(Op::Move { id, lane: lane_index as u8, to });
         }
+    }
+
+    /// Extent `id`, live.
+    pub(super) fn live(&self, id: ExtentId) -> Result<Entry> {
+        self.table.get(id).ok_or(Error::NoSuchExtent(id))
+    }
+
+    /// Extent `id`'s checksums from the map: empty when it has none there
+    /// (tagged, or not live).
+    pub(super) fn mapped_crcs(&self, id: ExtentId) -> &[u32] {
+        self.mapped.get(&id).map_or(&[][..], |crcs| &crcs[..])
+    }
+
+    /// Lane `lane`'s copies in physical order, for a walk over them
+    /// ([`Volume::extents_in_order`]): built in one pass over the extent
+    /// table, 8 bytes per copy until dropped.
+    pub fn lane_order(&self, lane: usize) -> LaneOrder {
+        self.table.lane_order(lane, self.lanes[lane].table.zone_count())
+    }
+
+    /// The first two copies in lane `lane` that overlap (or one past its
+    /// zone's allocation, when `allocation` is checked), if any.
+    pub(super) fn overlap(&self, lane: usize, allocation: bool) -> Option<String> {
+        let order = self.lane_order(lane);
+        let mut last: Option<(ExtentId, Location, u32)> = None;
+        for (location, id, entry) in order.walk(&self.table, Location { zone: 0, offset: 0 }) {
+            if let Some((other, at, blocks)) = last {
+                if at.zone == location.zone && at.offset + blocks > location.offset {
+                    return Some(format!("extents {other} and {id} overlap at {location:?} in lane {lane}"));
+                }
+            }
+            if allocation && location.offset + entry.blocks > self.lanes[lane].table.zone(location.zone).allocated {
+                return Some(format!("extent {id} lies beyond its zone's allocation in lane {lane}"));
+            }
+            last = Some((id, location, entry.blocks));
+        }
+        None
     }
 
     /// Refuses work once a controller was reset since the last commit: its
@@ -714,19 +762,19 @@ impl Volume {
 
     /// Extent IDs, in no particular order.
     pub fn extent_ids(&self) -> impl Iterator<Item = ExtentId> + '_ {
-        self.extents.keys().copied()
+        self.table.iter().map(|(id, _)| id)
     }
 
     /// The extent's length in bytes and its owner.
     pub fn extent(&self, id: ExtentId) -> Option<(usize, u64)> {
-        self.extents.get(&id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
+        self.table.get(id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
     }
 
     /// The extent's block checksums, from the extent map; `None` when there
     /// is no such extent, or when its checksums live in its blocks' tags
     /// ([`Volume::tagged`]).
     pub fn checksums(&self, id: ExtentId) -> Option<&[u32]> {
-        self.extents.get(&id).filter(|e| !e.crcs.is_empty()).map(|e| &e.crcs[..])
+        self.mapped.get(&id).map(|crcs| &crcs[..])
     }
 
     /// How the devices carry each block's checksum in its metadata
@@ -741,7 +789,7 @@ impl Volume {
     /// ([`TagLayout::carries`]): such an extent keeps its checksums in the
     /// map.
     pub fn tagged(&self, id: ExtentId) -> bool {
-        self.tags.is_some() && self.extents.get(&id).is_some_and(|e| e.crcs.is_empty())
+        self.tags.is_some() && !self.mapped.contains_key(&id) && self.table.get(id).is_some()
     }
 
     /// The volume's ID, which block tags bind each block to.
@@ -760,7 +808,7 @@ impl Volume {
 
     /// The copy's location.
     pub fn location(&self, id: ExtentId, lane: usize) -> Option<Location> {
-        self.extents.get(&id).and_then(|e| e.locations.get(lane).copied())
+        self.table.get(id).filter(|_| lane < self.lanes.len()).map(|e| e.locations[lane])
     }
 
     /// The first LBA of `location` on lane `lane`'s namespace (0 while the
@@ -880,7 +928,7 @@ impl Volume {
         let mut stats = self.stats;
         stats.capacity_bytes = self.capacity_bytes();
         stats.valid_bytes = self.valid_blocks() * BLOCK_SIZE as u64;
-        stats.extents = self.extents.len() as u64;
+        stats.extents = self.table.len();
         stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
         stats
     }
@@ -908,36 +956,61 @@ impl Volume {
         devices
     }
 
-    /// Checks every invariant between the extent map, the per-lane indexes
+    /// Checks every invariant between the extent table, the checksum map
     /// and the zone tables; for tests. Panics on a violation.
     pub fn check_invariants(&self) {
-        let live: u64 = self.extents.values().map(|e| u64::from(e.blocks)).sum();
+        let live: u64 = self.table.iter().map(|(_, e)| u64::from(e.blocks)).sum();
         assert_eq!(self.live_blocks, live, "live block count");
+        assert_eq!(self.table.iter().count() as u64, self.table.len(), "live extent count");
+        for (&id, crcs) in &self.mapped {
+            let entry = self.table.get(id).unwrap_or_else(|| panic!("checksums of extent {id}, which is not live"));
+            assert_eq!(crcs.len(), entry.blocks as usize, "extent {id}'s checksums");
+        }
+        if self.tags.is_none() {
+            assert_eq!(self.mapped.len() as u64, self.table.len(), "every extent's checksums in the map");
+        }
         for (lane_index, lane) in self.lanes.iter().enumerate() {
             let mut valid = vec![0u32; lane.table.zone_count() as usize];
-            let mut last_end: Option<Location> = None;
-            for (&location, id) in &lane.index {
-                let extent = &self.extents[id];
-                assert!(!location.is_missing(), "a missing copy indexed in lane {lane_index}");
-                assert_eq!(extent.locations[lane_index], location, "extent {id} index");
-                if let Some(end) = last_end {
-                    assert!(location >= end, "extents overlap at {location:?} in lane {lane_index}");
+            for (_, entry) in self.table.iter() {
+                let location = entry.locations[lane_index];
+                if !location.is_missing() {
+                    valid[location.zone as usize] += entry.blocks;
                 }
-                let entry = lane.table.zone(location.zone);
-                assert!(location.offset + extent.blocks <= entry.allocated, "extent {id} beyond allocation");
-                last_end = Some(Location { zone: location.zone, offset: location.offset + extent.blocks });
-                valid[location.zone as usize] += extent.blocks;
+            }
+            for (_, entry) in self.table.iter() {
+                assert!(entry.locations[self.lanes.len()..].iter().all(|l| l.is_missing()), "a copy past the lanes");
+            }
+            if let Some(why) = self.overlap(lane_index, true) {
+                panic!("{why}");
             }
             for (zone, &v) in valid.iter().enumerate() {
                 assert_eq!(lane.table.zone(zone as u32).valid, v, "lane {lane_index} zone {zone} valid count");
             }
-            let present = self.extents.values().filter(|e| !e.locations[lane_index].is_missing()).count();
-            assert_eq!(lane.index.len(), present, "lane {lane_index} index size");
             if !self.lane_online(lane_index) {
                 assert_eq!(lane.table.active_zones(), 0, "lane {lane_index} is away but holds active zones");
             }
         }
     }
+}
+
+/// A device in place `place` must have zones the extent table can locate:
+/// no larger than the split the volume was formatted with allows, and no
+/// more of them.
+pub(super) fn check_locations(bits: LocationBits, place: usize, device: &Device) -> Result<()> {
+    let largest = device.zones.iter().map(|z| z.capacity_blocks).max().unwrap_or(0);
+    if bits.fits(largest, device.zones.len() as u32) {
+        return Ok(());
+    }
+    Err(Error::Member {
+        device: place,
+        why: format!(
+            "namespace {} has {} zones of up to {largest} blocks; the volume's extent table locates zones of up to {} \
+             blocks",
+            device.ns.nsid(),
+            device.zones.len(),
+            1u64 << bits.offset_bits(),
+        ),
+    })
 }
 
 /// Metadata copies on device `device` (each holds one active zone).

@@ -1,7 +1,7 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
-use super::{ChecksumStore, Extent, RecoveryReport, Volume, VolumeOptions, WriteMode};
+use super::{ChecksumStore, RecoveryReport, Volume, VolumeOptions, WriteMode};
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
@@ -10,6 +10,7 @@ use crate::journal::layout::{
 };
 use crate::journal::recovery::{probe, recover, Probe};
 use crate::journal::{self, Checkpoint, Label, MemberRecord, Op, Superblock};
+use crate::table::Entry;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -60,6 +61,7 @@ impl Volume {
             members: vec![MemberRecord::default(); devices.len()],
             last_scrub: None,
             tag_stride: tag_stride(&devices, options.checksums)?,
+            location_offset_bits: location_bits(&devices)?.offset_bits(),
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -202,6 +204,12 @@ impl Volume {
             }
         }
         volume.loading = false;
+        volume.table.rebuild_free_list();
+        for lane in 0..volume.lanes.len() {
+            if let Some(why) = volume.overlap(lane, false) {
+                return Err(Error::Corrupt(why));
+            }
+        }
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
             match volume.verify_member(slot, given) {
@@ -248,6 +256,7 @@ impl Volume {
                     self.superblock.reserve_zones as usize,
                 );
                 self.lanes[lane].table = table;
+                self.lanes[lane].appended.clear();
             }
         }
     }
@@ -258,10 +267,11 @@ impl Volume {
     fn verify_member(&mut self, slot: usize, given: usize) -> Result<()> {
         let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
         let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
-        let ids: Vec<ExtentId> = self.lanes[lane].index.values().copied().collect();
+        let ids: Vec<(ExtentId, u32)> =
+            self.table.iter().filter(|(_, e)| !e.locations[lane].is_missing()).map(|(id, e)| (id, e.blocks)).collect();
         let step = (ids.len() / 16).max(1);
-        for &id in ids.iter().step_by(step).take(16) {
-            let mut data = vec![0u8; self.extents[&id].blocks as usize * BLOCK_SIZE];
+        for &(id, blocks) in ids.iter().step_by(step).take(16) {
+            let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
             if self.read_copy_checked(id, lane, &mut data).is_ok_and(|bad| bad.is_empty()) {
                 log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
                 return Ok(());
@@ -293,7 +303,9 @@ impl Volume {
     }
 
     pub(super) fn load_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<()> {
-        self.next_id = checkpoint.next_id;
+        for id in checkpoint.free {
+            self.table.restore_free(id).map_err(|e| Error::Corrupt(format!("checkpoint's free slot: {e}")))?;
+        }
         for record in checkpoint.extents {
             self.apply(Op::Add(record))?;
         }
@@ -306,8 +318,11 @@ impl Volume {
                 return Err(Error::Corrupt(format!("lane {lane_index}: zone table of {} zones", stored.len())));
             }
             let mut derived_valid = vec![0u32; stored.len()];
-            for (location, id) in &lane.index {
-                derived_valid[location.zone as usize] += self.extents[id].blocks;
+            for (_, entry) in self.table.iter() {
+                let location = entry.locations[lane_index];
+                if !location.is_missing() {
+                    derived_valid[location.zone as usize] += entry.blocks;
+                }
             }
             for (zone, &valid) in stored.iter().enumerate() {
                 let derived = derived_valid[zone];
@@ -335,30 +350,24 @@ impl Volume {
                 for (lane, &location) in record.locations.iter().enumerate() {
                     self.check_location(lane, location, record.blocks)?;
                 }
-                self.next_id = self.next_id.max(record.id + 1);
-                let extent = Extent {
-                    owner: record.owner,
-                    stream: record.stream,
-                    blocks: record.blocks,
-                    locations: record.locations,
-                    crcs: record.crcs.into_boxed_slice(),
-                };
-                self.insert_extent(record.id, extent, false)
+                let entry = Entry::new(record.blocks, &record.locations, record.owner);
+                self.insert_extent(record.id, entry, record.crcs, false)
             }
             Op::Free(id) => self.remove_extent(id, false).map(drop),
             Op::Move { id, lane, to } => {
                 let lane = usize::from(lane);
-                let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+                let entry = self.table.get(id).ok_or(Error::NoSuchExtent(id))?;
                 if lane >= self.lanes.len() {
                     return Err(Error::Corrupt(format!("move of extent {id} to lane {lane}")));
                 }
-                if to.is_missing() && extent.locations.iter().enumerate().all(|(l, at)| l == lane || at.is_missing()) {
+                if to.is_missing() && entry.locations.iter().enumerate().all(|(l, at)| l == lane || at.is_missing()) {
                     return Err(Error::Corrupt(format!("extent {id} left with no copy")));
                 }
-                self.check_location(lane, to, extent.blocks)?;
-                if let Some(other) = self.overlapping(lane, to, extent.blocks).filter(|&other| other != id) {
-                    return Err(Error::Corrupt(format!("extent {id} moved over extent {other} in lane {lane}")));
+                self.check_location(lane, to, entry.blocks)?;
+                if !self.table.fits(to) {
+                    return Err(Error::Corrupt(format!("extent {id} moved to {to:?}, outside the volume's zones")));
                 }
+                // Overlaps are checked once the whole log is replayed.
                 self.move_extent(id, lane, to, false);
                 Ok(())
             }
@@ -487,21 +496,25 @@ impl Volume {
         // A copy on a returning device beyond what its zone holds (or
         // outside its zones) never reached it: missing.
         if present && returning {
-            let stale: Vec<(Location, ExtentId)> = self.lanes[lane_index]
-                .index
+            let stale: Vec<(Location, ExtentId, Entry)> = self
+                .table
                 .iter()
-                .filter(|(location, id)| {
+                .filter_map(|(id, entry)| {
+                    let location = entry.locations[lane_index];
+                    if location.is_missing() {
+                        return None;
+                    }
                     let zone = location.zone as usize;
-                    let end = location.offset + self.extents[id].blocks;
-                    zone >= capacities.len()
+                    let end = location.offset + entry.blocks;
+                    let gone = zone >= capacities.len()
                         || end > capacities[zone]
-                        || (zoned && end > allocated_on_device(self, zone).0)
+                        || (zoned && end > allocated_on_device(self, zone).0);
+                    gone.then_some((location, id, entry))
                 })
-                .map(|(&location, &id)| (location, id))
                 .collect();
-            for (location, id) in stale {
+            for (location, id, entry) in stale {
                 log::warn!("lane {lane_index}: extent {id}'s copy at {location:?} is not on the device: missing");
-                if self.extents[&id].locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
+                if entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
                     return Err(Error::Corrupt(format!("extent {id}'s only copy is not on the returning device")));
                 }
                 self.move_extent(id, lane_index, Location::MISSING, true);
@@ -510,8 +523,11 @@ impl Volume {
         // Per zone: the end of its furthest live extent, and live blocks.
         let mut live_end = vec![0u32; zone_count];
         let mut valid = vec![0u32; zone_count];
-        for (&location, id) in &self.lanes[lane_index].index {
-            let blocks = self.extents[id].blocks;
+        for (_, entry) in self.table.iter() {
+            let (location, blocks) = (entry.locations[lane_index], entry.blocks);
+            if location.is_missing() {
+                continue;
+            }
             let zone = location.zone as usize;
             live_end[zone] = live_end[zone].max(location.offset + blocks);
             valid[zone] += blocks;
@@ -558,7 +574,7 @@ impl Volume {
                 if zoned {
                     actions.push((device_index, zone, ZoneSendAction::Reset));
                 }
-                self.lanes[lane_index].written[z] = 0;
+                self.lanes[lane_index].zone_emptied(zone);
                 table.reset(zone);
                 self.stats.zones_reset += 1;
             } else if needs_finish && allocated > 0 {
@@ -576,6 +592,7 @@ impl Volume {
             }
         }
         self.lanes[lane_index].table = table;
+        self.lanes[lane_index].appended.clear();
         Ok(actions)
     }
 }
@@ -630,6 +647,18 @@ fn describe_metadata(device: &Device) -> String {
     }
 }
 
+/// How the extent table packs locations on `devices`: room for the largest
+/// zone and the most zones of any.
+fn location_bits(devices: &[Device]) -> Result<crate::table::LocationBits> {
+    let largest = devices.iter().flat_map(|d| d.zones.iter().map(|z| z.capacity_blocks)).max().unwrap_or(0);
+    let zones = devices.iter().map(|d| d.zones.len() as u32).max().unwrap_or(0);
+    crate::table::LocationBits::new(largest, zones).ok_or_else(|| {
+        Error::InvalidConfig(format!(
+            "{zones} zones of up to {largest} blocks: past the extent table's 36-bit locations"
+        ))
+    })
+}
+
 fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
     let mut bytes = options.max_extent_bytes.max(BLOCK_SIZE);
     for d in devices {
@@ -640,7 +669,7 @@ fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
         let smallest_zone = d.zones.iter().map(|z| z.capacity_blocks as usize * BLOCK_SIZE).min().unwrap_or(0);
         bytes = bytes.min(smallest_zone);
     }
-    (bytes / BLOCK_SIZE) as u32
+    (bytes / BLOCK_SIZE).min(crate::table::MAX_BLOCKS as usize) as u32
 }
 
 fn new_volume_id() -> u64 {

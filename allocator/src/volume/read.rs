@@ -13,7 +13,7 @@ impl Volume {
     /// recorded in [`Volume::bad_blocks`]; with no good copy the read fails
     /// with [`Error::Uncorrectable`].
     pub fn read(&mut self, id: ExtentId, out: &mut [u8]) -> Result<ReadOutcome> {
-        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
+        let extent = self.live(id)?;
         let blocks = extent.blocks;
         if out.len() != blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!(
@@ -62,7 +62,7 @@ impl Volume {
         if bad.is_empty() {
             Ok(ReadOutcome { repaired })
         } else {
-            Err(Error::Uncorrectable { extent: id, owner: self.extents[&id].owner, blocks: bad })
+            Err(Error::Uncorrectable { extent: id, owner: extent.owner, blocks: bad })
         }
     }
 
@@ -87,7 +87,7 @@ impl Volume {
         match self.tags.filter(|_| self.tagged(id)) {
             None => {
                 self.read_copy(id, lane, out)?;
-                Ok(mismatches(out, &self.extents[&id].crcs))
+                Ok(mismatches(out, self.mapped_crcs(id)))
             }
             Some(layout) => {
                 let mut tags = vec![0u8; layout.bytes(out.len() / BLOCK_SIZE)];
@@ -136,8 +136,11 @@ impl Volume {
     /// The device and first LBA of copy `lane` of extent `id`, if present
     /// on a device in use.
     fn copy_lba(&self, id: ExtentId, lane: usize) -> Result<(usize, u64)> {
-        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
-        let location = *extent.locations.get(lane).ok_or_else(|| Error::InvalidArgument(format!("lane {lane}")))?;
+        let extent = self.live(id)?;
+        if lane >= self.lanes.len() {
+            return Err(Error::InvalidArgument(format!("lane {lane}")));
+        }
+        let location = extent.locations[lane];
         if location.is_missing() {
             return Err(Error::InvalidArgument(format!("extent {id} has no copy {lane}")));
         }

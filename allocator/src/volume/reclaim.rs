@@ -60,15 +60,13 @@ impl Volume {
                 };
                 self.next_reclaim_lane = (victim.0 + 1) % lanes;
                 self.reclaim = Some(victim);
+                self.reclaim_queue.clear();
                 victim
             }
         };
         let mut moved = 0u64;
         loop {
-            let start = Location { zone, offset: 0 };
-            let end = Location { zone: zone + 1, offset: 0 };
-            let next = self.lanes[lane].index.range(start..end).next().map(|(_, &id)| id);
-            let Some(id) = next else {
+            let Some(id) = self.next_to_reclaim(lane, zone) else {
                 self.reclaim = None;
                 self.commit()?;
                 return Ok(ReclaimProgress::Reclaimed { lane: lane as u8, zone, moved_blocks: moved });
@@ -89,11 +87,43 @@ impl Volume {
         }
     }
 
+    /// The next live copy in `zone` of `lane`, lowest offset first, from a
+    /// list of the zone's copies made by one pass over the extent table
+    /// (no index by position is kept), checked against the table as it is
+    /// taken and made again should the zone still hold live blocks when it
+    /// runs out.
+    fn next_to_reclaim(&mut self, lane: usize, zone: u32) -> Option<ExtentId> {
+        loop {
+            while let Some(id) = self.reclaim_queue.pop() {
+                let location = self.table.get(id).map(|e| e.locations[lane]);
+                if location.is_some_and(|l| !l.is_missing() && l.zone == zone) {
+                    return Some(id);
+                }
+            }
+            if self.lanes[lane].table.zone(zone).valid == 0 {
+                return None;
+            }
+            let mut found: Vec<(u32, ExtentId)> = self
+                .table
+                .iter()
+                .filter(|(_, e)| !e.locations[lane].is_missing() && e.locations[lane].zone == zone)
+                .map(|(id, e)| (e.locations[lane].offset, id))
+                .collect();
+            if found.is_empty() {
+                debug_assert!(false, "lane {lane} zone {zone} counts live blocks but holds no extent");
+                return None;
+            }
+            // Popped from the end: lowest offset first.
+            found.sort_unstable_by(|a, b| b.cmp(a));
+            self.reclaim_queue.extend(found.into_iter().map(|(_, id)| id));
+        }
+    }
+
     /// Moves copy `lane` of extent `id` to the lane's reclaim zone: NVMe
     /// Copy when the device offers it, else a verified read (repaired from
     /// the other copy when needed) and a write. Journaled at next commit.
     pub(super) fn relocate(&mut self, id: ExtentId, lane: usize) -> Result<u32> {
-        let extent = &self.extents[&id];
+        let extent = self.live(id)?;
         let blocks = extent.blocks;
         let from = extent.locations[lane];
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;

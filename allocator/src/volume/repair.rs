@@ -82,11 +82,12 @@ impl Volume {
     /// verified (say, the other copy read with its tags), and the new
     /// copy's tags are made from it.
     pub fn rewrite_copy(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<Location> {
-        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
-        if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
+        let extent = self.live(id)?;
+        if lane >= self.lanes.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
         }
-        if !extent.crcs.is_empty() && !mismatches(good, &extent.crcs).is_empty() {
+        let crcs = self.mapped_crcs(id);
+        if !crcs.is_empty() && !mismatches(good, crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let blocks = extent.blocks;
@@ -112,14 +113,15 @@ impl Volume {
     /// [`Volume::rewrite_copy`]). With block tags, as
     /// [`Volume::rewrite_copy`].
     pub fn repair_in_place(&mut self, id: ExtentId, lane: usize, good: &[u8]) -> Result<()> {
-        let extent = self.extents.get(&id).ok_or(Error::NoSuchExtent(id))?;
-        if lane >= extent.locations.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
+        let extent = self.live(id)?;
+        if lane >= self.lanes.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
         }
         if self.lane_is_zoned(lane) {
             return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
         }
-        if !extent.crcs.is_empty() && !mismatches(good, &extent.crcs).is_empty() {
+        let crcs = self.mapped_crcs(id);
+        if !crcs.is_empty() && !mismatches(good, crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
         let location = extent.locations[lane];

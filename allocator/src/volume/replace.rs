@@ -107,13 +107,15 @@ impl Volume {
         self.check_replacement(place, &mut device)?;
         // Every copy on the place is missing from now on.
         let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place).collect();
-        let ids: Vec<ExtentId> = self.extents.keys().copied().collect();
-        for id in ids {
-            for &lane in &lanes {
-                if !self.extents[&id].locations[lane].is_missing() {
-                    self.move_extent(id, lane, Location::MISSING, false);
-                }
-            }
+        let copies: Vec<(ExtentId, usize)> = self
+            .table
+            .iter()
+            .flat_map(|(id, entry)| {
+                lanes.iter().filter(move |&&l| !entry.locations[l].is_missing()).map(move |&l| (id, l))
+            })
+            .collect();
+        for (id, lane) in copies {
+            self.move_extent(id, lane, Location::MISSING, false);
         }
         if device.is_zoned() {
             let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
@@ -131,6 +133,7 @@ impl Volume {
         for &lane in &lanes {
             self.lanes[lane].table = self.fresh_table(lane);
             self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];
+            self.lanes[lane].appended.clear();
         }
         // The metadata copies on the place go back where format puts them.
         let g = self.journal.g;

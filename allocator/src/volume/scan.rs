@@ -6,25 +6,33 @@
 use super::{ExtentRef, Volume};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::table::LaneOrder;
 use crate::tags::TagLayout;
 use crate::{Location, Token, BLOCK_SIZE};
 use nvme_driver::{IoBuffer, IoCompletion};
 
 impl Volume {
-    /// Copy `lane`'s extents in physical order from `from`: one map lookup,
-    /// then a walk, for scrub to take in batches as large as it likes.
-    pub fn extents_from(&self, lane: usize, from: Location) -> impl Iterator<Item = ExtentRef<'_>> + '_ {
-        let device = self.devices[self.lanes[lane].device].as_ref();
-        self.lanes[lane].index.range(from..).map(move |(&location, id)| {
-            let extent = &self.extents[id];
+    /// The copies of `order`'s lane in physical order from `from` (one
+    /// search, then a walk), for scrub to take in batches as large as it
+    /// likes. `order` is [`Volume::lane_order`], built once for a pass:
+    /// copies freed or moved since are skipped, and copies written since
+    /// are not in it.
+    pub fn extents_in_order<'a>(
+        &'a self,
+        order: &'a LaneOrder,
+        from: Location,
+    ) -> impl Iterator<Item = ExtentRef<'a>> + 'a {
+        let device = self.devices[self.lanes[order.lane()].device].as_ref();
+        order.walk(&self.table, from).map(move |(location, id, entry)| {
+            let crcs = self.mapped.get(&id).map_or(&[][..], |crcs| &crcs[..]);
             ExtentRef {
-                id: *id,
-                owner: extent.owner,
+                id,
+                owner: entry.owner,
                 location,
                 lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
-                blocks: extent.blocks,
-                crcs: &extent.crcs,
-                tagged: self.tags.is_some() && extent.crcs.is_empty(),
+                blocks: entry.blocks,
+                crcs,
+                tagged: self.tags.is_some() && crcs.is_empty(),
             }
         })
     }

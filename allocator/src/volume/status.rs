@@ -146,10 +146,10 @@ impl Volume {
         let copies = self.lanes.len();
         let mut redundancy = Redundancy { copies, ..Redundancy::default() };
         let mut missing_per_lane = vec![0u64; copies];
-        for extent in self.extents.values() {
+        for (_, extent) in self.table.iter() {
             let bytes = u64::from(extent.blocks) * BLOCK_SIZE as u64;
             let mut lacks = false;
-            for (lane, location) in extent.locations.iter().enumerate() {
+            for (lane, location) in extent.locations[..copies].iter().enumerate() {
                 if location.is_missing() {
                     missing_per_lane[lane] += bytes;
                     lacks = true;

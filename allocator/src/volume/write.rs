@@ -2,10 +2,11 @@
 //! ordered writes, completions, and the waits that bound them.
 
 use super::member::Failed;
-use super::{Extent, Mode, PendingWrite, Volume, WriteDone, WriteMode};
+use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
 use crate::error::{Error, Result};
+use crate::table::Entry;
 use crate::tags::TagLayout;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use crate::Token;
@@ -96,8 +97,8 @@ impl Volume {
                 crcs
             }
         };
-        let id = self.next_id;
-        self.next_id += 1;
+        // The extent's slot, held until the write ends.
+        let id = self.table.reserve();
         let copies = self.lanes.len();
         // Tags where one command carries them whole; else the map.
         let tagged = self.tags.is_some_and(|layout| layout.carries(blocks as usize));
@@ -125,6 +126,7 @@ impl Volume {
                     if pending.remaining == 0 {
                         self.writes[index] = None;
                         self.free_slots.push(index);
+                        self.table.release(id);
                     }
                     return Err(error);
                 }
@@ -477,8 +479,19 @@ impl Volume {
                     let d = self.devices[device].as_ref().expect("completed on a device in use");
                     let start = d.zones[zone as usize].start_lba;
                     let reserved = self.lanes[lane].table.zone(zone).allocated;
+                    let before = self.lanes[lane].written[zone as usize] - blocks;
                     match appended_offset(lba, start, d.lbas_per_block, blocks, reserved) {
-                        Some(offset) => pending.locations[lane] = Some(Location { zone, offset }),
+                        Some(offset) if self.lanes[lane].claim_appended(zone, offset, blocks, before) => {
+                            pending.locations[lane] = Some(Location { zone, offset })
+                        }
+                        Some(offset) => {
+                            pending.error.get_or_insert(Error::BadDeviceResult {
+                                what: format!(
+                                    "Zone Append of {blocks} blocks to zone {zone} returned offset {offset}, over \
+                                     blocks another append was placed in"
+                                ),
+                            });
+                        }
                         None => {
                             pending.error.get_or_insert(Error::BadDeviceResult {
                                 what: format!(
@@ -545,31 +558,19 @@ impl Volume {
                 Err(Error::InvalidArgument("write abandoned (it failed at submission, or its wait timed out)".into()))
             }
             None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => Err(Error::NoDevices),
-            None if let Some((lane, other)) = pending.locations.iter().enumerate().find_map(|(lane, l)| {
-                let location = l.expect("every copy placed");
-                if location.is_missing() {
-                    return None;
-                }
-                self.overlapping(lane, location, pending.blocks).map(|other| (lane, other))
-            }) =>
-            {
-                Err(Error::BadDeviceResult {
-                    what: format!("extent {} lane {lane} was placed over extent {other}", pending.id),
-                })
-            }
             None => {
-                let extent = Extent {
-                    owner: pending.owner,
-                    stream: pending.stream,
-                    blocks: pending.blocks,
-                    locations: pending.locations.iter().map(|l| l.expect("every copy placed")).collect(),
-                    // A tagged extent's checksums live on the devices, with
-                    // the data.
-                    crcs: if pending.tagged { Box::default() } else { pending.crcs.into_boxed_slice() },
-                };
-                self.insert_extent(pending.id, extent, true)
+                let locations: Vec<Location> =
+                    pending.locations.iter().map(|l| l.expect("every copy placed")).collect();
+                let entry = Entry::new(pending.blocks, &locations, pending.owner);
+                // A tagged extent's checksums live on the devices, with the
+                // data.
+                let crcs = if pending.tagged { Vec::new() } else { pending.crcs };
+                self.insert_extent(pending.id, entry, crcs, true)
             }
         };
+        if result.is_err() && self.table.get(pending.id).is_none() {
+            self.table.release(pending.id);
+        }
         if !pending.reported {
             self.done.push_back(WriteDone { id: pending.id, result });
         }

@@ -1,0 +1,691 @@
+//! The extent table: every extent as one fixed-size record of 12 bytes, in
+//! pages, indexed by slot, with its owner in a parallel page. Nothing is
+//! allocated per extent and nothing is kept per 4 KiB block: checksums are
+//! in the blocks' tags on the device (see [`crate::tags`]), or, for an
+//! extent whose tags cannot be carried, in the volume's side map. No index
+//! by position is kept: a walk in physical order builds one for its pass
+//! ([`LaneOrder`]). See `allocator/METADATA.md`, step 2.
+//!
+//! A record holds each copy's location packed into 36 bits (zone and
+//! offset, split where [`LocationBits`] says; all ones is a missing
+//! copy), the extent's data blocks (1 to [`MAX_BLOCKS`]; 0 marks a slot
+//! that holds no extent) and the slot's generation (12 bits). An extent's
+//! ID is its slot and that generation, so an ID kept after its extent was
+//! freed names no extent even once the slot is reused, until the
+//! generation comes round again (after 4,096 reuses of that one slot).
+//! Slot 0 is never used, so the first extents of a volume are 1, 2, 3...
+//!
+//! A slot with no extent is free, linked into the free list through its
+//! lane-0 location and reused first, or reserved for a write in flight
+//! ([`Table::reserve`]), marked by a missing lane-1 location. Pages are
+//! [`PAGE_SLOTS`] records (4,080 bytes).
+
+use crate::{ExtentId, Location};
+
+/// Records per page.
+pub const PAGE_SLOTS: usize = 340;
+
+/// Bits of a packed location.
+const LOCATION_BITS: u32 = 36;
+/// The packed form of [`Location::MISSING`].
+const MISSING: u64 = (1 << LOCATION_BITS) - 1;
+/// Bits of the slot in an extent ID, below the generation.
+const SLOT_BITS: u32 = 36;
+const GENERATION_BITS: u32 = 12;
+const BLOCKS_BITS: u32 = 12;
+/// The largest extent a record holds, in data blocks.
+pub const MAX_BLOCKS: u32 = (1 << BLOCKS_BITS) - 1;
+
+/// How a volume's locations pack into 36 bits: the offset in the low
+/// `offset_bits`, the zone above. Chosen at format from the largest zone
+/// and kept in the superblock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocationBits {
+    offset_bits: u32,
+}
+
+impl LocationBits {
+    /// Room for offsets within zones of `zone_blocks` and for `zones`
+    /// zones (per device); `None` when 36 bits cannot hold both.
+    pub fn new(zone_blocks: u32, zones: u32) -> Option<LocationBits> {
+        // Offsets run below the zone's blocks.
+        let offset_bits = 32 - zone_blocks.max(2).saturating_sub(1).leading_zeros();
+        let bits = LocationBits { offset_bits };
+        bits.fits(zone_blocks, zones).then_some(bits)
+    }
+
+    /// The split a superblock records; `None` when out of range.
+    pub fn from_offset_bits(offset_bits: u8) -> Option<LocationBits> {
+        (1..=32).contains(&offset_bits).then_some(LocationBits { offset_bits: u32::from(offset_bits) })
+    }
+
+    /// Offset bits, as the superblock records them.
+    pub fn offset_bits(self) -> u8 {
+        self.offset_bits as u8
+    }
+
+    /// Whether a device of `zones` zones of up to `zone_blocks` blocks
+    /// fits this split.
+    pub fn fits(self, zone_blocks: u32, zones: u32) -> bool {
+        let zone_bits = LOCATION_BITS - self.offset_bits;
+        // The all-ones zone would collide with the missing marker.
+        u64::from(zone_blocks) <= 1 << self.offset_bits && u64::from(zones) < 1 << zone_bits
+    }
+
+    fn pack(self, location: Location) -> u64 {
+        if location.is_missing() {
+            return MISSING;
+        }
+        self.pack_checked(location).unwrap_or_else(|| panic!("{location:?} outside the packed range"))
+    }
+
+    /// [`LocationBits::pack`] of a location that may not fit: `None` then.
+    fn pack_checked(self, location: Location) -> Option<u64> {
+        if u64::from(location.offset) >= 1 << self.offset_bits
+            || u64::from(location.zone) >= 1 << (LOCATION_BITS - self.offset_bits)
+        {
+            return None;
+        }
+        let packed = (u64::from(location.zone) << self.offset_bits) | u64::from(location.offset);
+        (packed < MISSING).then_some(packed)
+    }
+
+    fn unpack(self, packed: u64) -> Location {
+        if packed == MISSING {
+            return Location::MISSING;
+        }
+        Location { zone: (packed >> self.offset_bits) as u32, offset: (packed & ((1 << self.offset_bits) - 1)) as u32 }
+    }
+}
+
+/// One extent as the table holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Data blocks.
+    pub blocks: u32,
+    /// Each copy's location (lane 1 is [`Location::MISSING`] in a
+    /// single-copy volume).
+    pub locations: [Location; 2],
+    /// The owner the writer gave.
+    pub owner: u64,
+}
+
+impl Entry {
+    /// An entry from per-lane locations (one or two).
+    pub fn new(blocks: u32, locations: &[Location], owner: u64) -> Entry {
+        assert!((1..=2).contains(&locations.len()), "{} copies", locations.len());
+        Entry { blocks, locations: [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)], owner }
+    }
+}
+
+/// Three words: each lane's packed location (low 32 bits), then both
+/// locations' high 4 bits, the blocks and the generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+struct Record([u32; 3]);
+
+const _: () = assert!(size_of::<Record>() == 12);
+const _: () = assert!(size_of::<[Record; PAGE_SLOTS]>() == 4080);
+
+impl Record {
+    fn location(self, lane: usize) -> u64 {
+        u64::from(self.0[lane]) | (u64::from((self.0[2] >> (4 * lane)) & 0xF) << 32)
+    }
+
+    fn set_location(&mut self, lane: usize, packed: u64) {
+        debug_assert!(packed <= MISSING);
+        self.0[lane] = packed as u32;
+        let shift = 4 * lane;
+        self.0[2] = (self.0[2] & !(0xF << shift)) | (((packed >> 32) as u32) << shift);
+    }
+
+    fn blocks(self) -> u32 {
+        (self.0[2] >> 8) & MAX_BLOCKS
+    }
+
+    fn set_blocks(&mut self, blocks: u32) {
+        debug_assert!(blocks <= MAX_BLOCKS);
+        self.0[2] = (self.0[2] & !(MAX_BLOCKS << 8)) | (blocks << 8);
+    }
+
+    fn generation(self) -> u32 {
+        self.0[2] >> 20
+    }
+
+    fn set_generation(&mut self, generation: u32) {
+        self.0[2] = (self.0[2] & 0x000F_FFFF) | ((generation & ((1 << GENERATION_BITS) - 1)) << 20);
+    }
+
+    fn is_reserved(self) -> bool {
+        self.blocks() == 0 && self.location(1) == MISSING
+    }
+}
+
+/// The slot of `id` and its generation.
+pub fn split(id: ExtentId) -> (u64, u32) {
+    (id & ((1 << SLOT_BITS) - 1), (id >> SLOT_BITS) as u32)
+}
+
+fn join(slot: u64, generation: u32) -> ExtentId {
+    slot | (u64::from(generation) << SLOT_BITS)
+}
+
+/// Why an entry cannot go where it is asked to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// The ID's generation or slot is out of range, or slot 0.
+    BadId(ExtentId),
+    /// The slot holds a live extent already.
+    Taken(ExtentId),
+    /// Blocks outside 1..=[`MAX_BLOCKS`].
+    Blocks(u32),
+    /// A location that does not pack.
+    Location(Location),
+}
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableError::BadId(id) => write!(f, "extent ID {id:#x} names no slot"),
+            TableError::Taken(id) => write!(f, "extent {id:#x}'s slot holds another extent"),
+            TableError::Blocks(blocks) => write!(f, "an extent of {blocks} blocks (1 to {MAX_BLOCKS})"),
+            TableError::Location(location) => write!(f, "location {location:?} outside the volume's zones"),
+        }
+    }
+}
+
+type Page = [Record; PAGE_SLOTS];
+type OwnerPage = [u64; PAGE_SLOTS];
+
+/// The extent table. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Table {
+    bits: LocationBits,
+    /// Boxed pages, so that growing the table moves pointers, never the
+    /// records, and its slack is one page rather than a doubled vector.
+    #[allow(clippy::vec_box)]
+    pages: Vec<Box<Page>>,
+    /// Each slot's owner, page by page with `pages`.
+    #[allow(clippy::vec_box)]
+    owners: Vec<Box<OwnerPage>>,
+    /// Slots handed out at least once: `1..end`.
+    end: u64,
+    /// The first free slot below `end`, if any; each free record holds the
+    /// next in its lane-0 location (0 ends the list).
+    free: u64,
+    live: u64,
+}
+
+impl Table {
+    /// An empty table for locations packed as `bits`.
+    pub fn new(bits: LocationBits) -> Table {
+        Table { bits, pages: Vec::new(), owners: Vec::new(), end: 1, free: 0, live: 0 }
+    }
+
+    /// Live extents.
+    pub fn len(&self) -> u64 {
+        self.live
+    }
+
+    /// Whether no extent is live.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Host bytes the pages take.
+    pub fn memory_bytes(&self) -> usize {
+        self.pages.len() * (size_of::<Page>() + size_of::<OwnerPage>())
+            + (self.pages.capacity() + self.owners.capacity()) * size_of::<usize>()
+    }
+
+    fn record(&self, slot: u64) -> Option<Record> {
+        let page = self.pages.get((slot / PAGE_SLOTS as u64) as usize)?;
+        Some(page[(slot % PAGE_SLOTS as u64) as usize])
+    }
+
+    fn record_mut(&mut self, slot: u64) -> &mut Record {
+        let page = (slot / PAGE_SLOTS as u64) as usize;
+        while self.pages.len() <= page {
+            self.pages.push(Box::new([Record::default(); PAGE_SLOTS]));
+            self.owners.push(Box::new([0; PAGE_SLOTS]));
+        }
+        &mut self.pages[page][(slot % PAGE_SLOTS as u64) as usize]
+    }
+
+    fn owner(&self, slot: u64) -> u64 {
+        self.owners[(slot / PAGE_SLOTS as u64) as usize][(slot % PAGE_SLOTS as u64) as usize]
+    }
+
+    /// Whether `entry` can be held: its blocks in range and its locations
+    /// packable.
+    pub fn check(&self, entry: &Entry) -> Result<(), TableError> {
+        if entry.blocks == 0 || entry.blocks > MAX_BLOCKS {
+            return Err(TableError::Blocks(entry.blocks));
+        }
+        match entry.locations.iter().find(|l| !l.is_missing() && self.bits.pack_checked(**l).is_none()) {
+            Some(&location) => Err(TableError::Location(location)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `location` packs.
+    pub fn fits(&self, location: Location) -> bool {
+        location.is_missing() || self.bits.pack_checked(location).is_some()
+    }
+
+    fn fill(&mut self, slot: u64, entry: &Entry) {
+        let bits = self.bits;
+        let record = self.record_mut(slot);
+        record.set_blocks(entry.blocks);
+        for (lane, &location) in entry.locations.iter().enumerate() {
+            record.set_location(lane, bits.pack(location));
+        }
+        let (page, index) = ((slot / PAGE_SLOTS as u64) as usize, (slot % PAGE_SLOTS as u64) as usize);
+        self.owners[page][index] = entry.owner;
+    }
+
+    /// Takes a free slot (a freed one first) for an extent whose write is
+    /// in flight, and returns the ID it will have: [`Table::fill_reserved`]
+    /// makes it live, [`Table::release`] frees it.
+    pub fn reserve(&mut self) -> ExtentId {
+        // A free slot holds the generation its next extent takes.
+        let slot = if self.free != 0 {
+            let slot = self.free;
+            self.free = self.record(slot).expect("a free slot below the end").location(0);
+            slot
+        } else {
+            let slot = self.end;
+            assert!(slot < 1 << SLOT_BITS, "the table is full");
+            self.end += 1;
+            slot
+        };
+        let record = self.record_mut(slot);
+        debug_assert_eq!(record.blocks(), 0, "slot {slot} is free");
+        record.set_location(0, 0);
+        record.set_location(1, MISSING);
+        join(slot, record.generation())
+    }
+
+    fn reserved_slot(&self, id: ExtentId) -> u64 {
+        let (slot, generation) = split(id);
+        let record = self.record(slot).filter(|_| slot != 0 && slot < self.end);
+        assert!(
+            record.is_some_and(|r| r.is_reserved() && r.generation() == generation),
+            "extent {id:#x} is not reserved"
+        );
+        slot
+    }
+
+    /// Makes the reserved `id` live as `entry`.
+    pub fn fill_reserved(&mut self, id: ExtentId, entry: &Entry) -> Result<(), TableError> {
+        self.check(entry)?;
+        let slot = self.reserved_slot(id);
+        self.fill(slot, entry);
+        self.live += 1;
+        Ok(())
+    }
+
+    /// Frees the reserved `id`: its write failed.
+    pub fn release(&mut self, id: ExtentId) {
+        let slot = self.reserved_slot(id);
+        self.retire(slot);
+    }
+
+    /// Frees used slot `slot`, moving its generation on, so that the IDs of
+    /// its earlier extents stay dead.
+    fn retire(&mut self, slot: u64) {
+        let record = self.record_mut(slot);
+        let next = record.generation() + 1;
+        record.set_generation(next);
+        self.push_free(slot);
+    }
+
+    fn push_free(&mut self, slot: u64) {
+        let next = self.free;
+        let record = self.record_mut(slot);
+        record.set_blocks(0);
+        record.set_location(0, next);
+        record.set_location(1, 0);
+        self.free = slot;
+    }
+
+    /// Adds `entry` in a free slot (a freed one first) and returns its ID.
+    pub fn insert(&mut self, entry: &Entry) -> Result<ExtentId, TableError> {
+        self.check(entry)?;
+        let id = self.reserve();
+        self.fill_reserved(id, entry)?;
+        Ok(id)
+    }
+
+    /// Puts `entry` under `id` (its slot free, or never used): how a
+    /// journal's records are replayed. Slots skipped on the way are free.
+    /// Call [`Table::rebuild_free_list`] once the replay is done.
+    pub fn insert_at(&mut self, id: ExtentId, entry: &Entry) -> Result<(), TableError> {
+        self.check(entry)?;
+        let slot = self.free_slot_at(id)?;
+        self.record_mut(slot).set_generation(split(id).1);
+        self.fill(slot, entry);
+        self.live += 1;
+        Ok(())
+    }
+
+    /// Marks `id`'s slot free, its next extent to take `id`, as a
+    /// checkpoint records a slot used before (see [`Table::used_free`]).
+    pub fn restore_free(&mut self, id: ExtentId) -> Result<(), TableError> {
+        let slot = self.free_slot_at(id)?;
+        self.record_mut(slot).set_generation(split(id).1);
+        Ok(())
+    }
+
+    fn free_slot_at(&mut self, id: ExtentId) -> Result<u64, TableError> {
+        let (slot, generation) = split(id);
+        if slot == 0 || generation >= 1 << GENERATION_BITS {
+            return Err(TableError::BadId(id));
+        }
+        if self.record(slot).is_some_and(|r| r.blocks() != 0) {
+            return Err(TableError::Taken(id));
+        }
+        self.end = self.end.max(slot + 1);
+        Ok(slot)
+    }
+
+    /// Links every free slot below the end into the free list (after
+    /// [`Table::insert_at`]s, which leave it unordered).
+    pub fn rebuild_free_list(&mut self) {
+        self.free = 0;
+        for slot in (1..self.end).rev() {
+            if self.record(slot).is_none_or(|r| r.blocks() == 0) {
+                self.push_free(slot);
+            }
+        }
+    }
+
+    /// The live extent `id`.
+    pub fn get(&self, id: ExtentId) -> Option<Entry> {
+        let (slot, generation) = split(id);
+        let record = self.record(slot).filter(|_| slot != 0 && slot < self.end)?;
+        if record.blocks() == 0 || record.generation() != generation {
+            return None;
+        }
+        Some(self.entry(slot, record))
+    }
+
+    fn entry(&self, slot: u64, record: Record) -> Entry {
+        Entry {
+            blocks: record.blocks(),
+            locations: [self.bits.unpack(record.location(0)), self.bits.unpack(record.location(1))],
+            owner: self.owner(slot),
+        }
+    }
+
+    /// Frees extent `id`, returning what it was; its slot goes to the
+    /// free list under the next generation.
+    pub fn remove(&mut self, id: ExtentId) -> Option<Entry> {
+        let entry = self.get(id)?;
+        self.retire(split(id).0);
+        self.live -= 1;
+        Some(entry)
+    }
+
+    /// Moves copy `lane` of extent `id` to `to` (either may be missing).
+    /// False when `id` is not live.
+    pub fn set_location(&mut self, id: ExtentId, lane: usize, to: Location) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        let packed = self.bits.pack(to);
+        self.record_mut(split(id).0).set_location(lane, packed);
+        true
+    }
+
+    /// Every live extent, by slot.
+    pub fn iter(&self) -> impl Iterator<Item = (ExtentId, Entry)> + '_ {
+        self.pages.iter().enumerate().flat_map(move |(page, records)| {
+            records.iter().enumerate().filter_map(move |(index, &record)| {
+                let slot = (page * PAGE_SLOTS + index) as u64;
+                (record.blocks() != 0).then(|| (join(slot, record.generation()), self.entry(slot, record)))
+            })
+        })
+    }
+
+    /// The slots with no extent that were used before (a generation past
+    /// 0), as the IDs their next extents take: what a checkpoint keeps so
+    /// that IDs of freed extents stay dead across an open.
+    pub fn used_free(&self) -> impl Iterator<Item = ExtentId> + '_ {
+        (1..self.end).filter_map(move |slot| {
+            let record = self.record(slot)?;
+            (record.blocks() == 0 && record.generation() != 0).then(|| join(slot, record.generation()))
+        })
+    }
+
+    /// The copies in lane `lane` in physical order, for a walk that
+    /// visits them by position: a counting sort by zone over the table,
+    /// then a sort by offset within each zone. Takes 8 bytes per copy
+    /// until dropped. `zones` bounds the lane's zone numbers.
+    pub fn lane_order(&self, lane: usize, zones: u32) -> LaneOrder {
+        let mut starts = vec![0usize; zones as usize + 1];
+        let copies = || {
+            self.iter().filter_map(move |(id, entry)| {
+                let location = entry.locations[lane];
+                (!location.is_missing() && location.zone < zones).then_some((id, location))
+            })
+        };
+        for (_, location) in copies() {
+            starts[location.zone as usize + 1] += 1;
+        }
+        for zone in 0..zones as usize {
+            starts[zone + 1] += starts[zone];
+        }
+        let mut next = starts.clone();
+        let mut keys = vec![0u64; starts[zones as usize]];
+        for (id, location) in copies() {
+            let slot = split(id).0;
+            assert!(slot <= u64::from(u32::MAX), "slot {slot} past a lane order's 32 bits");
+            let at = &mut next[location.zone as usize];
+            keys[*at] = (u64::from(location.offset) << 32) | slot;
+            *at += 1;
+        }
+        for zone in 0..zones as usize {
+            keys[starts[zone]..starts[zone + 1]].sort_unstable();
+        }
+        LaneOrder { lane, starts, keys }
+    }
+
+    /// The live extent at `location` of lane `lane` in slot `slot`, if it
+    /// is still there.
+    fn at(&self, slot: u64, lane: usize, location: Location) -> Option<(ExtentId, Entry)> {
+        let record = self.record(slot).filter(|r| r.blocks() != 0)?;
+        (self.bits.unpack(record.location(lane)) == location)
+            .then(|| (join(slot, record.generation()), self.entry(slot, record)))
+    }
+}
+
+/// One lane's copies in physical order, as [`Table::lane_order`] found
+/// them: a snapshot that a walk checks against the table as it goes, so
+/// that a copy freed or moved since is skipped, never misread.
+#[derive(Clone, Debug)]
+pub struct LaneOrder {
+    lane: usize,
+    /// Per zone, its first key; one more at the end.
+    starts: Vec<usize>,
+    /// Offset in the high 32 bits, slot in the low.
+    keys: Vec<u64>,
+}
+
+impl LaneOrder {
+    /// The lane ordered.
+    pub fn lane(&self) -> usize {
+        self.lane
+    }
+
+    /// Copies in the snapshot.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the snapshot holds no copy.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Host bytes the snapshot takes.
+    pub fn memory_bytes(&self) -> usize {
+        self.keys.capacity() * 8 + self.starts.capacity() * size_of::<usize>()
+    }
+
+    /// The index of the first copy at or after `from`.
+    fn position(&self, from: Location) -> usize {
+        let zones = self.starts.len() - 1;
+        if from.zone as usize >= zones {
+            return self.keys.len();
+        }
+        let zone = &self.keys[self.starts[from.zone as usize]..self.starts[from.zone as usize + 1]];
+        self.starts[from.zone as usize] + zone.partition_point(|&key| ((key >> 32) as u32) < from.offset)
+    }
+
+    /// The copies at or after `from`, in physical order, that are still
+    /// where the snapshot found them: their location, ID and entry.
+    pub fn walk<'a>(
+        &'a self,
+        table: &'a Table,
+        from: Location,
+    ) -> impl Iterator<Item = (Location, ExtentId, Entry)> + 'a {
+        let first = self.position(from);
+        let mut zone = 0usize;
+        (first..self.keys.len()).filter_map(move |index| {
+            while self.starts[zone + 1] <= index {
+                zone += 1;
+            }
+            let key = self.keys[index];
+            let location = Location { zone: zone as u32, offset: (key >> 32) as u32 };
+            table.at(key & u64::from(u32::MAX), self.lane, location).map(|(id, entry)| (location, id, entry))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(zone: u32, offset: u32) -> Location {
+        Location { zone, offset }
+    }
+
+    fn entry(blocks: u32, a: Location, b: Location) -> Entry {
+        Entry { blocks, locations: [a, b], owner: u64::from(blocks) * 10 }
+    }
+
+    #[test]
+    fn locations_pack_within_their_bits() {
+        let bits = LocationBits::new(65536, 4096).unwrap();
+        for location in [at(0, 0), at(4095, 65535), at(17, 3), Location::MISSING] {
+            assert_eq!(bits.unpack(bits.pack(location)), location);
+        }
+        assert_eq!(bits.pack_checked(at(0, 65536)), None);
+        // 2^19-block zones (2 GiB) leave 17 bits: 131,071 zones.
+        assert!(LocationBits::new(1 << 19, 131_071).is_some());
+        assert!(LocationBits::new(1 << 19, 131_072).is_none());
+    }
+
+    #[test]
+    fn ids_name_one_use_of_a_slot() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let a = table.insert(&entry(3, at(1, 0), at(2, 0))).unwrap();
+        let b = table.insert(&entry(5, at(1, 3), Location::MISSING)).unwrap();
+        assert_eq!((a, b), (1, 2), "the first extents are 1, 2, ...");
+        assert_eq!(table.get(b), Some(entry(5, at(1, 3), Location::MISSING)));
+        assert_eq!(table.remove(a), Some(entry(3, at(1, 0), at(2, 0))));
+        assert_eq!(table.get(a), None);
+        // The slot is reused under a new generation: the old ID stays dead.
+        let c = table.insert(&entry(7, at(3, 9), at(4, 9))).unwrap();
+        assert_eq!(split(c), (1, 1));
+        assert_eq!(table.get(a), None);
+        assert_eq!(table.get(c).unwrap().blocks, 7);
+        assert!(table.set_location(c, 1, Location::MISSING));
+        assert_eq!(table.get(c).unwrap().locations[1], Location::MISSING);
+        assert!(!table.set_location(a, 0, at(0, 0)));
+        assert_eq!(table.len(), 2);
+        let live: Vec<ExtentId> = table.iter().map(|(id, _)| id).collect();
+        assert_eq!(live, vec![c, b]);
+        assert_eq!(table.insert(&entry(0, at(0, 0), at(0, 0))), Err(TableError::Blocks(0)));
+        assert_eq!(table.insert(&entry(1, at(0, 1024), at(0, 0))), Err(TableError::Location(at(0, 1024))));
+    }
+
+    #[test]
+    fn a_replayed_table_matches_and_reuses_its_holes() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let far = join(1000, 3);
+        table.insert_at(far, &entry(2, at(5, 5), Location::MISSING)).unwrap();
+        table.insert_at(join(2, 0), &entry(1, at(6, 0), Location::MISSING)).unwrap();
+        assert_eq!(table.insert_at(far, &entry(1, at(0, 0), at(0, 0))), Err(TableError::Taken(far)));
+        assert_eq!(table.insert_at(0, &entry(1, at(0, 0), at(0, 0))), Err(TableError::BadId(0)));
+        table.rebuild_free_list();
+        assert_eq!(table.get(far).unwrap().blocks, 2);
+        // Holes below the highest slot are reused, lowest first.
+        assert_eq!(split(table.insert(&entry(1, at(0, 0), at(0, 0))).unwrap()).0, 1);
+        assert_eq!(split(table.insert(&entry(1, at(0, 1), at(0, 1))).unwrap()).0, 3);
+        assert_eq!(table.len(), 4);
+        assert!(table.memory_bytes() >= 3 * 4080, "slot 1000 lies on the third page");
+    }
+
+    #[test]
+    fn reserved_slots_are_neither_live_nor_free_until_filled_or_released() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let a = table.reserve();
+        let b = table.reserve();
+        assert_eq!((a, b), (1, 2));
+        assert_eq!(table.get(a), None, "a reservation is not an extent");
+        assert_eq!(table.iter().count(), 0);
+        table.fill_reserved(b, &entry(4, at(1, 0), Location::MISSING)).unwrap();
+        table.release(a);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.get(b).unwrap().owner, 40);
+        // The released slot comes back under its next generation.
+        let c = table.reserve();
+        assert_eq!(split(c), (1, 1), "first reserved at generation 0, reused at 1");
+        table.release(c);
+        // A checkpoint keeps the used free slots, and a table restored from
+        // it hands out the same next IDs.
+        let used: Vec<ExtentId> = table.used_free().collect();
+        assert_eq!(used, vec![join(1, 2)]);
+        let mut restored = Table::new(LocationBits::new(1024, 64).unwrap());
+        restored.insert_at(b, &table.get(b).unwrap()).unwrap();
+        for id in used {
+            restored.restore_free(id).unwrap();
+        }
+        restored.rebuild_free_list();
+        assert_eq!(restored.reserve(), table.reserve());
+        // A slot used once at generation 0 and freed is kept too.
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let first = table.insert(&entry(1, at(0, 0), Location::MISSING)).unwrap();
+        table.remove(first);
+        assert_eq!(table.used_free().collect::<Vec<_>>(), vec![join(1, 1)]);
+    }
+
+    #[test]
+    fn a_lane_order_walks_by_position_and_skips_what_moved() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let c = table.insert(&entry(2, at(3, 8), at(0, 0))).unwrap();
+        let a = table.insert(&entry(2, at(1, 4), at(0, 2))).unwrap();
+        let b = table.insert(&entry(4, at(1, 0), Location::MISSING)).unwrap();
+        let d = table.insert(&entry(1, at(3, 2), at(0, 4))).unwrap();
+        let order = table.lane_order(0, 8);
+        assert_eq!(order.len(), 4);
+        let walked: Vec<(Location, ExtentId)> = order.walk(&table, at(0, 0)).map(|(l, id, _)| (l, id)).collect();
+        assert_eq!(walked, vec![(at(1, 0), b), (at(1, 4), a), (at(3, 2), d), (at(3, 8), c)]);
+        let from: Vec<ExtentId> = order.walk(&table, at(1, 1)).map(|(_, id, _)| id).collect();
+        assert_eq!(from, vec![a, d, c]);
+        assert_eq!(order.walk(&table, at(8, 0)).count(), 0);
+        // Freed, reused elsewhere and moved copies are skipped.
+        table.remove(a);
+        let e = table.insert(&entry(1, at(5, 0), Location::MISSING)).unwrap();
+        assert_eq!(split(e).0, split(a).0);
+        assert!(table.set_location(d, 0, at(6, 0)));
+        let walked: Vec<ExtentId> = order.walk(&table, at(0, 0)).map(|(_, id, _)| id).collect();
+        assert_eq!(walked, vec![b, c]);
+        // Lane 1 holds three copies, all in zone 0.
+        let order = table.lane_order(1, 8);
+        let walked: Vec<ExtentId> = order.walk(&table, at(0, 0)).map(|(_, id, _)| id).collect();
+        assert_eq!(walked, vec![c, d]);
+    }
+}
