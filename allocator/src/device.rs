@@ -396,6 +396,18 @@ impl Device {
         self.write_range(lba, data, Some(tags))
     }
 
+    /// Writes zeroes to `count` LBAs from `lba`, fewer than a 4 KiB block:
+    /// how the journal brings a write pointer a cut left inside a block to
+    /// the block's end.
+    pub(crate) fn pad_lbas(&mut self, lba: u64, count: u64) -> Result<()> {
+        assert!(count < self.lbas_per_block, "padding {count} LBAs: less than a block");
+        let bytes = count as usize * self.ns.block_size() as usize;
+        let buffer = self.buffer()?;
+        buffer.copy_in(0, &vec![0u8; bytes]);
+        let request = self.ns.write(lba, IoBuffer::range(buffer, 0, bytes), false, 0)?;
+        self.run(request, "Write (padding)").map(drop)
+    }
+
     /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`.
     pub(crate) fn read_at(&mut self, lba: u64, out: &mut [u8]) -> Result<()> {
         self.read_range(lba, out, None)

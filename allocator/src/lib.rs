@@ -45,8 +45,9 @@
 //!   [`Volume::reclaim_step`] relocates a bounded amount of the emptiest
 //!   zone's live data (NVMe Copy when the device has it, read and write
 //!   otherwise), commits the moves, then resets the zone.
-//! - For scrub: [`Volume::extents_from`] walks a lane's extents in
-//!   physical order with their checksums, one map lookup per batch.
+//! - For scrub: [`Volume::lane_order`] sorts a lane's extents by position
+//!   once per pass, and [`Volume::extents_in_order`] walks them from any
+//!   position with their checksums, one search per batch.
 //!
 //! # Crash safety
 //!

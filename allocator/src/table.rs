@@ -20,6 +20,7 @@
 //! ([`Table::reserve`]), marked by a missing lane-1 location. Pages are
 //! [`PAGE_SLOTS`] records (4,080 bytes).
 
+use crate::journal::PageImage;
 use crate::{ExtentId, Location};
 
 /// Records per page.
@@ -436,6 +437,104 @@ impl Table {
         let packed = self.bits.pack(to);
         self.record_mut(split(id).0).set_location(lane, packed);
         true
+    }
+
+    /// Pages a checkpoint writes: every one holding a slot handed out.
+    pub fn pages(&self) -> u64 {
+        self.end.div_ceil(PAGE_SLOTS as u64)
+    }
+
+    /// Page `index` as a checkpoint writes it: free and reserved slots
+    /// keep only their generation (an extent in flight is not one yet).
+    /// `mapped` gives a live extent's checksums when the map keeps them.
+    pub(crate) fn page_image<'a>(&self, index: u64, mapped: impl Fn(ExtentId) -> Option<&'a [u32]>) -> PageImage {
+        let mut image =
+            PageImage { index, records: vec![[0; 3]; PAGE_SLOTS], owners: vec![0; PAGE_SLOTS], mapped: Vec::new() };
+        for at in 0..PAGE_SLOTS {
+            let slot = index * PAGE_SLOTS as u64 + at as u64;
+            let Some(record) = self.record(slot).filter(|_| slot < self.end) else { continue };
+            if record.blocks() == 0 {
+                image.records[at] = [0, 0, record.generation() << 20];
+                continue;
+            }
+            image.records[at] = record.0;
+            image.owners[at] = self.owner(slot);
+            if let Some(crcs) = mapped(join(slot, record.generation())) {
+                image.mapped.push((at as u16, crcs.to_vec()));
+            }
+        }
+        image
+    }
+
+    /// Puts a checkpoint's page in place, whatever the page held (at open,
+    /// before the log since the checkpoint began is replayed over it).
+    /// Returns the IDs of the live extents on it whose checksums it
+    /// carries. Call [`Table::finish_load`] once every page and operation
+    /// is in.
+    pub(crate) fn load_page(&mut self, image: &PageImage) -> Result<Vec<(ExtentId, Vec<u32>)>, TableError> {
+        if image.records.len() != PAGE_SLOTS || image.owners.len() != PAGE_SLOTS {
+            return Err(TableError::BadId(image.index * PAGE_SLOTS as u64));
+        }
+        let first = image.index.checked_mul(PAGE_SLOTS as u64).filter(|f| *f < 1 << SLOT_BITS);
+        let first = first.ok_or(TableError::BadId(image.index))?;
+        for (at, (&words, &owner)) in image.records.iter().zip(&image.owners).enumerate() {
+            let slot = first + at as u64;
+            let mut record = Record(words);
+            if record.blocks() == 0 {
+                // Free: its generation only; the free list is rebuilt.
+                record = Record([0, 0, record.generation() << 20]);
+            } else if slot == 0 {
+                return Err(TableError::BadId(0));
+            }
+            let was_live = self.record(slot).is_some_and(|r| r.blocks() != 0);
+            *self.record_mut(slot) = record;
+            self.owners[(slot / PAGE_SLOTS as u64) as usize][at] = owner;
+            match (was_live, record.blocks() != 0) {
+                (false, true) => self.live += 1,
+                (true, false) => self.live -= 1,
+                _ => {}
+            }
+        }
+        self.end = self.end.max(first + PAGE_SLOTS as u64);
+        let mut mapped = Vec::with_capacity(image.mapped.len());
+        for (at, crcs) in &image.mapped {
+            let slot = first + u64::from(*at);
+            let record = self.record(slot).filter(|r| r.blocks() as usize == crcs.len());
+            let record = record.ok_or(TableError::Blocks(crcs.len() as u32))?;
+            mapped.push((join(slot, record.generation()), crcs.clone()));
+        }
+        Ok(mapped)
+    }
+
+    /// Puts `entry` under `id`, whatever its slot held: how an addition is
+    /// replayed over a checkpoint's pages, which may hold the slot's
+    /// state from before or after it.
+    pub fn put(&mut self, id: ExtentId, entry: &Entry) -> Result<(), TableError> {
+        self.check(entry)?;
+        let (slot, generation) = split(id);
+        if slot == 0 || generation >= 1 << GENERATION_BITS {
+            return Err(TableError::BadId(id));
+        }
+        if self.record(slot).is_none_or(|r| r.blocks() == 0) {
+            self.live += 1;
+        }
+        self.end = self.end.max(slot + 1);
+        self.record_mut(slot).set_generation(generation);
+        self.fill(slot, entry);
+        Ok(())
+    }
+
+    /// After loading pages and replaying the log: the end of the slots
+    /// handed out and the free list, from what the records say.
+    pub fn finish_load(&mut self) {
+        let mut end = 1;
+        for slot in 1..self.end {
+            if self.record(slot).is_some_and(|r| r.blocks() != 0 || r.generation() != 0) {
+                end = slot + 1;
+            }
+        }
+        self.end = end;
+        self.rebuild_free_list();
     }
 
     /// Every live extent, by slot.

@@ -5,7 +5,9 @@
 //! commit, exactly the state that commit was making durable; every extent
 //! reads back byte for byte. A failure prints its seed; `CRASH_SEEDS=N`
 //! runs more (the default keeps `hack/test` quick; `hack/test --long` runs
-//! thousands), `CRASH_SEED=S` replays one.
+//! thousands), `CRASH_SEED=S` replays one. A second test cuts the power
+//! while a checkpoint of several pages is spread over commits
+//! (`CHECKPOINT_CRASH_SEEDS`, `CHECKPOINT_CRASH_SEED`).
 
 mod support;
 
@@ -157,4 +159,102 @@ fn power_cuts_at_random_points_keep_the_committed_state() {
         started.elapsed().as_secs_f64()
     );
     assert!(cuts * 2 >= seeds, "only {cuts} of {seeds} cuts fell inside the work");
+}
+
+/// A volume whose extent table spans several checkpoint pages (3,000 and
+/// more extents of one block), each checkpoint written a page per commit.
+fn paged_setup(seed: u64) -> (Harness, VolumeOptions) {
+    let keep = [0.0, 0.5, 1.0][(seed / 3 % 3) as usize];
+    let faults = FaultConfig { power_cut_keep_probability: keep, ..FaultConfig::default() };
+    let soft = VolumeOptions { software_zone_bytes: Some(1 << 20), ..volume_options() };
+    match seed % 3 {
+        0 => (Harness::single(zns(64, 1024).with_seed(seed).with_faults(faults)), soft),
+        1 => (Harness::single(conventional(64).with_seed(seed).with_faults(faults)), soft),
+        _ => (
+            Harness::new(
+                vec![zns(64, 1024).with_seed(seed).with_faults(faults.clone()), conventional(64).with_faults(faults)],
+                vec![(0, 1), (1, 1)],
+            ),
+            VolumeOptions { profile: Profile::Mirror, ..soft },
+        ),
+    }
+}
+
+fn checkpoint_cut_once(seed: u64) {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let mut rng = Rng::new(seed ^ 0xC4EC);
+    let (mut harness, options) = paged_setup(seed);
+    let mut committed = Model::new();
+    let mut volume = harness.format(&options);
+    let extents = 3000 + rng.below(1000);
+    for i in 0..extents {
+        let data_seed = rng.next();
+        let id = volume.write(0, &pattern(data_seed, 1), i).unwrap_or_else(|e| panic!("seed {seed}: fill: {e}"));
+        committed.insert(id, (data_seed, 1));
+        if i % 40 == 39 {
+            volume.commit().unwrap_or_else(|e| panic!("seed {seed}: fill commit: {e}"));
+        }
+    }
+    volume.commit().unwrap_or_else(|e| panic!("seed {seed}: fill commit: {e}"));
+    // Small commits until a checkpoint begins; the cut falls while its
+    // pages follow, one per commit.
+    let begun = volume.stats().checkpoints;
+    let mut current = committed.clone();
+    let mut steps = 0;
+    while volume.stats().checkpoints == begun {
+        let data_seed = rng.next();
+        let id = volume.write(0, &pattern(data_seed, 1), 0).unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
+        current.insert(id, (data_seed, 1));
+        volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit: {e}"));
+        committed = current.clone();
+        steps += 1;
+        assert!(steps < 10_000, "seed {seed}: no checkpoint began");
+    }
+    let cut_sim = rng.below(harness.sims.len() as u64) as usize;
+    harness.sims[cut_sim].inject(Fault::PowerCutAfter { io_commands: rng.below(60) });
+    let outcome = work(&mut volume, &mut rng, 400, &mut committed, &mut current);
+    drop(volume);
+    harness.power_cut();
+    let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: reopening after the cut: {e}"));
+    volume.check_invariants();
+    let context = format!("seed {seed}: a cut while a checkpoint was written");
+    let expected = support::expected_state(&volume, &committed, &current, outcome.cut_inside_commit, &context);
+    for (&id, &(data_seed, blocks)) in expected {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));
+        assert!(back == pattern(data_seed, blocks), "seed {seed}: extent {id} reads back wrong");
+    }
+    // It goes on: more commits finish (or restart) the checkpoint.
+    let model = expected.clone();
+    for _ in 0..20 {
+        let id = volume.write(0, &pattern(seed, 1), 0).unwrap_or_else(|e| panic!("seed {seed}: write after: {e}"));
+        volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit after: {e}"));
+        volume.free(id).unwrap();
+    }
+    volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit after: {e}"));
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: second reopen: {e}"));
+    volume.check_invariants();
+    assert_eq!(volume.stats().extents, model.len() as u64, "seed {seed}: extents after the second reopen");
+    for (&id, &(data_seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id} after the second reopen: {e}"));
+        assert!(
+            back == pattern(data_seed, blocks),
+            "seed {seed}: extent {id} reads back wrong after the second reopen"
+        );
+    }
+}
+
+#[test]
+fn power_cuts_while_a_checkpoint_spreads_over_commits_keep_the_committed_state() {
+    if let Some(seed) = std::env::var("CHECKPOINT_CRASH_SEED").ok().and_then(|s| s.parse().ok()) {
+        checkpoint_cut_once(seed);
+        return;
+    }
+    let seeds: u64 = std::env::var("CHECKPOINT_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    for seed in 0..seeds {
+        checkpoint_cut_once(seed);
+    }
 }

@@ -262,17 +262,22 @@ fn a_commit_whose_flush_failed_is_retried_without_a_duplicate_record() {
 
 #[test]
 fn conventional_metadata_never_falls_back_to_an_older_checkpoint() {
+    // A checkpoint is spread over commits, and the segment before it is
+    // kept until it seals. Losing the newest checkpoint's first record on
+    // every copy, once commits were journaled after it, must fail open
+    // rather than fall back to the kept segment and drop those commits.
     let (mut harness, options) = single_conventional();
     let mut model = Model::new();
     let mut volume = harness.format(&options);
-    // Enough commits to rotate: two segments have held checkpoints.
     while volume.stats().checkpoints < 3 {
         fill(&mut volume, &mut model, 1);
     }
+    fill(&mut volume, &mut model, 1);
     drop(volume);
     harness.restart();
     let all = records(&harness.sims[0], 0..4);
     let newest = all.iter().filter(|r| r.checkpoint).map(|r| r.generation).max().unwrap();
+    assert!(all.iter().any(|r| !r.checkpoint && r.generation == newest), "a delta follows the newest checkpoint");
     for record in all.iter().filter(|r| r.checkpoint && r.generation == newest) {
         harness.sims[0].corrupt_at_rest(1, record.lba, 100);
     }
@@ -280,6 +285,35 @@ fn conventional_metadata_never_falls_back_to_an_older_checkpoint() {
         Err(Error::MetadataLost { .. }) => {}
         other => panic!("expected MetadataLost, got {other:?}"),
     }
+}
+
+#[test]
+fn losing_a_checkpoint_first_record_that_nothing_follows_loses_no_commit() {
+    // The commit that passes half of a segment is journaled there first;
+    // the checkpoint's first record in the other segment carries none, so
+    // with nothing after it, losing it on every copy loses nothing.
+    let (mut harness, options) = single_conventional();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    while volume.stats().checkpoints < 3 {
+        fill(&mut volume, &mut model, 1);
+    }
+    drop(volume);
+    harness.restart();
+    let all = records(&harness.sims[0], 0..4);
+    let newest = all.iter().filter(|r| r.checkpoint).map(|r| r.generation).max().unwrap();
+    assert!(!all.iter().any(|r| !r.checkpoint && r.generation == newest), "nothing follows the newest checkpoint");
+    for record in all.iter().filter(|r| r.checkpoint && r.generation == newest) {
+        harness.sims[0].corrupt_at_rest(1, record.lba, 100);
+    }
+    let mut volume = harness.open(&options).expect("opens on the segment the lost checkpoint built on");
+    check(&mut volume, &model);
+    // And goes on: the next commit begins the checkpoint anew.
+    fill(&mut volume, &mut model, 3);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("reopens");
+    check(&mut volume, &model);
 }
 
 #[test]
@@ -515,6 +549,7 @@ fn a_metadata_zone_worn_read_only_moves_its_segment_and_commits_go_on() {
         harness.restart();
         let mut volume = harness.open(&options).expect("reopens");
         check(&mut volume, &model);
-        assert!(volume.scrub_metadata(false).unwrap().bad_records.iter().all(|&n| n == 0));
+        let report = volume.scrub_metadata(false).unwrap();
+        assert!(report.bad_records.iter().all(|&n| n == 0), "{report:?}");
     }
 }

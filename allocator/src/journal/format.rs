@@ -9,8 +9,12 @@
 //! cut) and stale records of an older generation both end the log.
 //!
 //! Payloads are little-endian. A delta carries the operations since the
-//! last commit; a checkpoint carries the volume configuration, every
-//! extent and the zone table.
+//! last commit, and pages of the extent table while a checkpoint is being
+//! written; a checkpoint record begins one: the volume's shape, how many
+//! table pages the checkpoint takes, the operations of its commit, and its
+//! first pages. The pages follow a few per delta, and the record that
+//! carries the last one is marked sealed in its header (see
+//! `allocator/METADATA.md`, step 3).
 
 use crate::checksum::crc;
 use crate::error::{Error, Result};
@@ -21,8 +25,10 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// The on-disk format this build writes and reads. Version 1 kept one copy
 /// of the journal on the first namespace and had no labels; version 2 had
 /// no member states, error counters or missing copies; version 3 kept every
-/// extent's checksums in the journal and in memory, whatever the devices.
-pub const FORMAT_VERSION: u8 = 5;
+/// extent's checksums in the journal and in memory, whatever the devices;
+/// version 4 kept extents in a map and wrote each checkpoint whole in one
+/// record; version 5 wrote the extent table whole in one record.
+pub const FORMAT_VERSION: u8 = 6;
 const VERSION: u8 = FORMAT_VERSION;
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
@@ -44,6 +50,9 @@ pub(crate) struct Header {
     pub seq: u64,
     pub payload_bytes: u64,
     pub payload_crc: u32,
+    /// The record carries the last page of its checkpoint (or a
+    /// checkpoint that needs none): from it on, the checkpoint is whole.
+    pub sealed: bool,
 }
 
 impl Header {
@@ -67,7 +76,8 @@ impl Header {
         let magic = r.u64().ok()?;
         let kind = r.u8().ok()?;
         let version = r.u8().ok()?;
-        r.skip(6).ok()?;
+        let flags = r.u8().ok()?;
+        r.skip(5).ok()?;
         let volume_id = r.u64().ok()?;
         let generation = r.u64().ok()?;
         let seq = r.u64().ok()?;
@@ -75,7 +85,7 @@ impl Header {
         let payload_crc = r.u32().ok()?;
         r.skip(8).ok()?;
         let header_crc = r.u32().ok()?;
-        if magic != MAGIC || version != VERSION || header_crc != crc(&bytes[..HEADER_BYTES - 4]) {
+        if magic != MAGIC || version != VERSION || header_crc != crc(&bytes[..HEADER_BYTES - 4]) || flags > 1 {
             return None;
         }
         let kind = match kind {
@@ -83,17 +93,29 @@ impl Header {
             2 => Kind::Delta,
             _ => return None,
         };
-        Some(Header { kind, volume_id, generation, seq, payload_bytes, payload_crc })
+        Some(Header { kind, volume_id, generation, seq, payload_bytes, payload_crc, sealed: flags & 1 != 0 })
     }
 }
 
+/// Where a record stands in the journal: its kind, generation, sequence
+/// number, and whether it seals its checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub kind: Kind,
+    pub generation: u64,
+    pub seq: u64,
+    pub sealed: bool,
+}
+
 /// Builds a whole record: header, payload, zero padding to 4 KiB.
-pub(crate) fn encode_record(kind: Kind, volume_id: u64, generation: u64, seq: u64, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_record(stamp: Stamp, volume_id: u64, payload: &[u8]) -> Vec<u8> {
+    let Stamp { kind, generation, seq, sealed } = stamp;
     let mut w = Writer::default();
     w.u64(MAGIC);
     w.u8(kind as u8);
     w.u8(VERSION);
-    w.bytes(&[0; 6]);
+    w.u8(u8::from(sealed));
+    w.bytes(&[0; 5]);
     w.u64(volume_id);
     w.u64(generation);
     w.u64(seq);
@@ -213,17 +235,38 @@ pub(crate) struct Superblock {
     pub location_offset_bits: u8,
 }
 
-/// A whole checkpoint: configuration, the extent table's used free slots,
-/// extents, and per lane each zone's valid blocks.
+/// One page of the extent table as a checkpoint carries it
+/// ([`crate::table::PAGE_SLOTS`] records): each slot's record (its free
+/// slots with no link), owner, and the checksums of the extents on it
+/// that keep them in the map.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Checkpoint {
+pub(crate) struct PageImage {
+    pub index: u64,
+    pub records: Vec<[u32; 3]>,
+    pub owners: Vec<u64>,
+    /// (slot within the page, one checksum per block).
+    pub mapped: Vec<(u16, Vec<u32>)>,
+}
+
+/// The record that begins a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Begin {
     pub superblock: Superblock,
-    /// Free slots of the extent table that were used before, as the IDs
-    /// their next extents take (slot and generation; see [`crate::table`]),
-    /// so that no ID of a freed extent names a new one after open.
-    pub free: Vec<ExtentId>,
-    pub extents: Vec<ExtentRecord>,
-    pub zone_valid: Vec<Vec<u32>>,
+    /// Per lane, its zones (what a lane on an absent device keeps).
+    pub lane_zones: Vec<u32>,
+    /// Pages of the extent table the checkpoint writes: every page in use
+    /// when it began.
+    pub pages_total: u64,
+    pub ops: Vec<Op>,
+    pub pages: Vec<PageImage>,
+}
+
+/// A delta: a commit's operations, and the checkpoint pages that came with
+/// it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Delta {
+    pub ops: Vec<Op>,
+    pub pages: Vec<PageImage>,
 }
 
 /// A device's label: the volume it belongs to, its place in it, and the
@@ -369,53 +412,93 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
     Ok(ops)
 }
 
-pub(crate) fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
+/// The payload of a record that begins a checkpoint. `ops` is
+/// [`encode_ops`]'s output, `pages` [`encode_pages`]'.
+pub(crate) fn encode_begin(
+    superblock: &Superblock,
+    lane_zones: &[u32],
+    pages_total: u64,
+    ops: &[u8],
+    pages: &[u8],
+) -> Vec<u8> {
     let mut w = Writer::default();
-    w.superblock(&checkpoint.superblock);
-    w.u64(checkpoint.free.len() as u64);
-    for &id in &checkpoint.free {
-        w.u64(id);
+    w.superblock(superblock);
+    w.u8(lane_zones.len() as u8);
+    for &zones in lane_zones {
+        w.u32(zones);
     }
-    w.u64(checkpoint.extents.len() as u64);
-    for extent in &checkpoint.extents {
-        w.extent(extent);
+    w.u64(pages_total);
+    w.u64(ops.len() as u64);
+    w.bytes(ops);
+    w.bytes(pages);
+    w.0
+}
+
+pub(crate) fn decode_begin(payload: &[u8]) -> Result<Begin> {
+    let mut r = Reader::new(payload);
+    let superblock = r.superblock()?;
+    let lanes = r.u8()?;
+    if !(1..=2).contains(&lanes) {
+        return Err(corrupt(format!("a checkpoint of {lanes} lanes")));
     }
-    w.u8(checkpoint.zone_valid.len() as u8);
-    for lane in &checkpoint.zone_valid {
-        w.u32(lane.len() as u32);
-        for &valid in lane {
-            w.u32(valid);
+    let lane_zones = (0..lanes).map(|_| r.u32()).collect::<Result<Vec<u32>>>()?;
+    let pages_total = r.u64()?;
+    let ops_bytes = r.u64()?;
+    let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
+    let pages = r.pages()?;
+    r.finish()?;
+    Ok(Begin { superblock, lane_zones, pages_total, ops, pages })
+}
+
+/// The payload of a delta: `ops` as [`encode_ops`] made it, `pages` as
+/// [`encode_pages`] did.
+pub(crate) fn encode_delta(ops: &[u8], pages: &[u8]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u64(ops.len() as u64);
+    w.bytes(ops);
+    w.bytes(pages);
+    w.0
+}
+
+pub(crate) fn decode_delta(payload: &[u8]) -> Result<Delta> {
+    let mut r = Reader::new(payload);
+    let ops_bytes = r.u64()?;
+    let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
+    let pages = r.pages()?;
+    r.finish()?;
+    Ok(Delta { ops, pages })
+}
+
+/// Checkpoint pages, as a record carries them.
+pub(crate) fn encode_pages(pages: &[PageImage]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(pages.len() as u32);
+    for page in pages {
+        debug_assert_eq!(page.records.len(), crate::table::PAGE_SLOTS);
+        debug_assert_eq!(page.owners.len(), crate::table::PAGE_SLOTS);
+        w.u64(page.index);
+        for record in &page.records {
+            for &word in record {
+                w.u32(word);
+            }
+        }
+        for &owner in &page.owners {
+            w.u64(owner);
+        }
+        w.u32(page.mapped.len() as u32);
+        for (slot, crcs) in &page.mapped {
+            w.u16(*slot);
+            w.u32(crcs.len() as u32);
+            for &c in crcs {
+                w.u32(c);
+            }
         }
     }
     w.0
 }
 
-pub(crate) fn decode_checkpoint(payload: &[u8]) -> Result<Checkpoint> {
-    let mut r = Reader::new(payload);
-    let superblock = r.superblock()?;
-    let free_count = r.u64()?;
-    let mut free = Vec::with_capacity((free_count as usize).min(payload.len() / 8));
-    for _ in 0..free_count {
-        free.push(r.u64()?);
-    }
-    let extent_count = r.u64()?;
-    let mut extents = Vec::with_capacity((extent_count as usize).min(payload.len() / 32));
-    for _ in 0..extent_count {
-        extents.push(r.extent()?);
-    }
-    let lanes = r.u8()?;
-    let mut zone_valid = Vec::new();
-    for _ in 0..lanes {
-        let zones = r.u32()? as usize;
-        let mut lane = Vec::with_capacity(zones.min(payload.len() / 4));
-        for _ in 0..zones {
-            lane.push(r.u32()?);
-        }
-        zone_valid.push(lane);
-    }
-    r.finish()?;
-    Ok(Checkpoint { superblock, free, extents, zone_valid })
-}
+/// Bytes [`encode_pages`] takes for one page without mapped checksums.
+pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * (12 + 8) + 4;
 
 /// Bytes an extent record takes with `copies` locations and `blocks`
 /// checksums: for sizing metadata.
@@ -438,6 +521,9 @@ impl Writer {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u16(&mut self, v: u16) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     fn bytes(&mut self, v: &[u8]) {
@@ -647,6 +733,34 @@ impl<'a> Reader<'a> {
         };
         Ok(ExtentRecord { id, owner, blocks, locations, crcs })
     }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    fn pages(&mut self) -> Result<Vec<PageImage>> {
+        let count = self.u32()? as usize;
+        let slots = crate::table::PAGE_SLOTS;
+        let mut pages = Vec::with_capacity(count.min(self.data.len() / PAGE_BYTES + 1));
+        for _ in 0..count {
+            let index = self.u64()?;
+            let mut records = Vec::with_capacity(slots);
+            for _ in 0..slots {
+                records.push([self.u32()?, self.u32()?, self.u32()?]);
+            }
+            let owners = (0..slots).map(|_| self.u64()).collect::<Result<Vec<u64>>>()?;
+            let mapped_count = self.u32()? as usize;
+            let mut mapped = Vec::with_capacity(mapped_count.min(slots));
+            for _ in 0..mapped_count {
+                let slot = self.u16()?;
+                let blocks = self.u32()? as usize;
+                if usize::from(slot) >= slots || blocks > crate::table::MAX_BLOCKS as usize {
+                    return Err(corrupt(format!("page {index}: checksums of slot {slot}, {blocks} blocks")));
+                }
+                mapped.push((slot, (0..blocks).map(|_| self.u32()).collect::<Result<Vec<u32>>>()?));
+            }
+            pages.push(PageImage { index, records, owners, mapped });
+        }
+        Ok(pages)
+    }
     fn finish(&self) -> Result<()> {
         if self.at == self.data.len() {
             Ok(())
@@ -675,11 +789,12 @@ mod tests {
         let ops =
             vec![Op::Add(extent(1)), Op::Free(2), Op::Move { id: 1, lane: 1, to: Location { zone: 9, offset: 0 } }];
         let payload = encode_ops(&ops);
-        let record = encode_record(Kind::Delta, 42, 3, 17, &payload);
+        let stamp = Stamp { kind: Kind::Delta, generation: 3, seq: 17, sealed: true };
+        let record = encode_record(stamp, 42, &payload);
         assert_eq!(record.len() % BLOCK_SIZE, 0);
         let header = Header::decode(&record).unwrap();
         assert_eq!(header.kind, Kind::Delta);
-        assert_eq!((header.volume_id, header.generation, header.seq), (42, 3, 17));
+        assert_eq!((header.volume_id, header.generation, header.seq, header.sealed), (42, 3, 17, true));
         assert_eq!(header.record_blocks(), 1);
         let body = &record[HEADER_BYTES..HEADER_BYTES + header.payload_bytes as usize];
         assert_eq!(crc(body), header.payload_crc);
@@ -688,7 +803,8 @@ mod tests {
 
     #[test]
     fn any_flipped_header_bit_is_rejected() {
-        let record = encode_record(Kind::Checkpoint, 1, 1, 1, b"payload");
+        let stamp = Stamp { kind: Kind::Checkpoint, generation: 1, seq: 1, sealed: false };
+        let record = encode_record(stamp, 1, b"payload");
         for bit in 0..HEADER_BYTES * 8 {
             let mut copy = record.clone();
             copy[bit / 8] ^= 1 << (bit % 8);
@@ -699,7 +815,13 @@ mod tests {
 
     #[test]
     fn checkpoints_round_trip() {
-        let checkpoint = Checkpoint {
+        let page = |index: u64| PageImage {
+            index,
+            records: (0..crate::table::PAGE_SLOTS as u32).map(|i| [i, i * 3, i << 20]).collect(),
+            owners: (0..crate::table::PAGE_SLOTS as u64).map(|i| i * 7 + index).collect(),
+            mapped: vec![(3, vec![1, 2, 3]), (339, vec![9])],
+        };
+        let begin = Begin {
             superblock: Superblock {
                 profile: Profile::Mirror,
                 streams: 3,
@@ -726,12 +848,26 @@ mod tests {
                 tag_stride: 64,
                 location_offset_bits: 16,
             },
-            free: vec![2 | 3 << 36, 7 | 1 << 36],
-            extents: vec![extent(1), ExtentRecord { crcs: Vec::new(), ..extent(4) }],
-            zone_valid: vec![vec![1, 2, 3], vec![4, 5]],
+            lane_zones: vec![64, 32],
+            pages_total: 9,
+            ops: vec![Op::Add(extent(1)), Op::Free(3)],
+            pages: vec![page(0), page(1)],
         };
-        let payload = encode_checkpoint(&checkpoint);
-        assert_eq!(decode_checkpoint(&payload).unwrap(), checkpoint);
+        let payload = encode_begin(
+            &begin.superblock,
+            &begin.lane_zones,
+            begin.pages_total,
+            &encode_ops(&begin.ops),
+            &encode_pages(&begin.pages),
+        );
+        assert_eq!(decode_begin(&payload).unwrap(), begin);
+        let delta = Delta { ops: vec![Op::Free(1)], pages: vec![page(2)] };
+        let payload = encode_delta(&encode_ops(&delta.ops), &encode_pages(&delta.pages));
+        assert_eq!(decode_delta(&payload).unwrap(), delta);
+        assert_eq!(encode_pages(&[PageImage { mapped: Vec::new(), ..page(0) }]).len(), 4 + PAGE_BYTES);
+        for len in 0..payload.len() {
+            assert!(decode_delta(&payload[..len]).is_err(), "length {len}");
+        }
     }
 
     #[test]

@@ -1,21 +1,33 @@
 //! Writing the journal: every record goes to both metadata copies, and a
 //! commit is durable only when both are flushed.
 //!
-//! A failure anywhere in an append or a rotation marks the log broken: the
-//! record may or may not have reached the media, so appending after it
+//! A checkpoint is written a few pages per commit ([`Journal::begin`],
+//! then [`Journal::append`]): the segment it begins in holds its first
+//! record, the pages follow with the deltas, and the record with the last
+//! page seals it. Until then the other segment, which holds the last
+//! sealed checkpoint and the log up to this one's beginning, is kept; it is
+//! retired by the append that seals. Open replays the log from the sealed
+//! checkpoint's beginning over its pages (see `recovery`).
+//!
+//! A failure anywhere in an append or a checkpoint marks the log broken:
+//! the record may or may not have reached the media, so appending after it
 //! could journal the same operations twice (or leave a gap). The next
-//! commit therefore rotates: it writes a checkpoint of the whole state,
-//! under a generation never used before, to the other segment. A retry
-//! never duplicates a record, and a failed rotation is retried the same
-//! way (TigerBeetle's superblock takes the same stance: a write that may
-//! have failed is superseded, never repeated in place).
+//! commit therefore writes a whole checkpoint, every page in one record,
+//! under a generation never used before: in the other segment when the
+//! current checkpoint is sealed, and otherwise (the other segment is still
+//! needed) in this one, past everything the failed write may have touched
+//! ([`Journal::restart`]). A retry never duplicates a record, and a failed
+//! checkpoint is retried the same way (TigerBeetle's superblock takes the
+//! same stance: a write that may have failed is superseded, never repeated
+//! in place).
 
 use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
-use super::{encode_label, encode_record, Kind, Label};
+use super::{encode_label, encode_record, Kind, Label, Stamp};
 use crate::device::Device;
 use crate::error::Result;
 use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::ZoneSendAction;
+use nvme_driver::spec::zns::ZoneState;
 
 /// The journal's position and its rule for retries. See the [module
 /// documentation](self).
@@ -32,8 +44,16 @@ pub(crate) struct Journal {
     pub segment: u32,
     /// Next free block in the segment, on every copy.
     pub offset: u64,
-    /// Where the segment's checkpoint ends.
-    pub checkpoint_end: u64,
+    /// Pages the current checkpoint writes, and how many it has written:
+    /// it is sealed once they are equal.
+    pub pages_total: u64,
+    pub pages_written: u64,
+    /// The other segment holds what the current checkpoint builds on:
+    /// retired once it seals.
+    pub other_needed: bool,
+    /// Blocks of the record whose write failed (what a restart must step
+    /// past on a conventional namespace).
+    pub failed_blocks: u64,
     /// The segment's generation, and the last durable sequence number.
     pub generation: u64,
     pub seq: u64,
@@ -54,7 +74,10 @@ impl Journal {
             label,
             segment: 0,
             offset: 0,
-            checkpoint_end: 0,
+            pages_total: 0,
+            pages_written: 0,
+            other_needed: false,
+            failed_blocks: 0,
             generation: 0,
             seq: 0,
             next_generation: 1,
@@ -98,60 +121,201 @@ impl Journal {
         (super::HEADER_BYTES + payload_bytes).div_ceil(BLOCK_SIZE) as u64
     }
 
-    /// Whether a delta of `blocks` must go to a new segment instead: the
-    /// segment is full, or its log passed half of it (so that the next
-    /// checkpoint, at most as large as the log it replaces, always fits).
-    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64) -> bool {
-        let capacity = self.segment_blocks(devices);
-        let log_blocks = self.offset - self.checkpoint_end;
-        self.broken || self.offset + blocks > capacity || log_blocks + blocks > capacity / 2
+    /// Whether the current checkpoint has written all its pages.
+    pub fn sealed(&self) -> bool {
+        self.pages_written >= self.pages_total
     }
 
-    /// Appends a delta to both copies and flushes them. On failure the log
+    /// Whether the next commit must begin a checkpoint in the other
+    /// segment (the current one sealed): its record of `blocks` would end
+    /// past half of the segment, so the next checkpoint, paced to seal
+    /// within the first half of its own segment, always has the room.
+    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64) -> bool {
+        self.sealed() && self.offset + blocks > self.segment_blocks(devices) / 2
+    }
+
+    /// Appends a delta carrying `pages` checkpoint pages to both copies and
+    /// flushes them; the record that writes the current checkpoint's last
+    /// page seals it, and the other segment is retired. On failure the log
     /// is broken (see the [module documentation](self)).
-    pub fn append(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<()> {
+    pub fn append(&mut self, devices: &mut [Option<Device>], payload: &[u8], pages: u64) -> Result<()> {
         assert!(!self.broken, "appending after a failed write");
-        let record = encode_record(Kind::Delta, self.volume_id, self.generation, self.seq + 1, payload);
+        let seals = !self.sealed() && self.pages_written + pages >= self.pages_total;
+        let stamp = Stamp { kind: Kind::Delta, generation: self.generation, seq: self.seq + 1, sealed: seals };
+        let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
-        assert!(self.offset + blocks <= self.segment_blocks(devices), "a delta past its segment");
+        if self.offset + blocks > self.segment_blocks(devices) {
+            return Err(crate::Error::NoSpace);
+        }
         self.broken = true;
+        self.failed_blocks = blocks;
         for copy in self.present(devices)? {
             self.write_copy(devices, copy, self.segment, self.offset, &record)?;
         }
         self.flush(devices)?;
         self.broken = false;
+        self.failed_blocks = 0;
         self.offset += blocks;
         self.seq += 1;
+        self.pages_written += pages;
+        if seals {
+            self.retire_other(devices);
+        }
         Ok(())
     }
 
-    /// Moves the log to the other segment with a checkpoint of the whole
-    /// state (`payload`), on both copies, under a new generation; then
-    /// retires the old segment. Returns the blocks the checkpoint took.
-    pub fn rotate(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<u64> {
+    /// Begins a checkpoint of `pages_total` pages in the other segment, the
+    /// current one's being sealed: labels, then the record `payload`
+    /// carrying the commit's operations and the first `pages` pages, under
+    /// a new generation, on both copies. When that is every page it is
+    /// sealed at once and the old segment retired; otherwise the old
+    /// segment is kept until it seals. Returns the blocks of the record.
+    pub fn begin(
+        &mut self,
+        devices: &mut [Option<Device>],
+        payload: &[u8],
+        pages_total: u64,
+        pages: u64,
+    ) -> Result<u64> {
+        assert!(self.sealed(), "a checkpoint begins only once the last one sealed");
         let old = self.segment;
         let target = 1 - old;
         let generation = self.next_generation;
         self.next_generation += 1;
         self.broken = true;
-        let blocks = self.write_checkpoint(devices, target, generation, self.seq + 1, payload)?;
+        let sealed = pages >= pages_total;
+        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed };
+        let blocks = self.write_checkpoint(devices, target, stamp, payload)?;
         self.broken = false;
+        self.failed_blocks = 0;
         self.segment = target;
         self.offset = LABEL_BLOCKS + blocks;
-        self.checkpoint_end = self.offset;
         self.generation = generation;
         self.seq += 1;
-        if let Err(error) = self.retire(devices, old) {
-            // The new checkpoint is durable and newer; the old one only
-            // wastes room until the next rotation resets it.
-            log::warn!("retiring metadata segment {old}: {error}");
+        self.pages_total = pages_total;
+        self.pages_written = pages;
+        self.other_needed = true;
+        if sealed {
+            self.retire_other(devices);
         }
         Ok(blocks)
     }
 
-    /// The first checkpoint of a new volume, in segment 0 of both copies.
-    /// On conventional namespaces segment 1 gets labels and its checkpoint
-    /// slot is cleared, so no older volume's checkpoint survives there.
+    /// After a failed write while the current checkpoint is not sealed
+    /// (the other segment is still needed): writes a whole checkpoint,
+    /// `payload` with all its pages, sealed, under a new generation, in the
+    /// current segment past everything the failed write may have touched:
+    /// the next empty zone on zoned namespaces (the partly written ones
+    /// finished), past the failed record on conventional ones. Then the
+    /// other segment is retired. Fails with [`crate::Error::NoSpace`] when
+    /// the segment has no room left, or when the copies' zones offer no
+    /// common place (mirror members with different zone sizes): the
+    /// volume holds its committed state, and open recovers it.
+    pub fn restart(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<u64> {
+        let at = self.clean_position(devices)?;
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed: true };
+        let record = encode_record(stamp, self.volume_id, payload);
+        let blocks = (record.len() / BLOCK_SIZE) as u64;
+        if at + blocks > self.segment_blocks(devices) {
+            return Err(crate::Error::NoSpace);
+        }
+        self.failed_blocks = (at - self.offset) + blocks;
+        for copy in self.present(devices)? {
+            self.write_copy(devices, copy, self.segment, at, &record)?;
+        }
+        self.flush(devices)?;
+        self.broken = false;
+        self.failed_blocks = 0;
+        self.offset = at + blocks;
+        self.generation = generation;
+        self.seq += 1;
+        self.pages_total = 0;
+        self.pages_written = 0;
+        self.retire_other(devices);
+        Ok(blocks)
+    }
+
+    /// Where a restart may write in the current segment, on every copy:
+    /// past the failed record, and on zoned namespaces at the write
+    /// pointer, brought to a block boundary; copies whose pointer stands
+    /// lower are padded with zero blocks (which no reader takes for a
+    /// record) up to the common place.
+    fn clean_position(&self, devices: &mut [Option<Device>]) -> Result<u64> {
+        let mut at = self.offset + self.failed_blocks;
+        let copies = self.present(devices)?;
+        let mut frontiers = Vec::new();
+        for &copy in &copies {
+            let device = devices[copy.device].as_mut().expect("present");
+            if device.is_zoned() {
+                let frontier = self.frontier(device, copy)?;
+                at = at.max(frontier);
+                frontiers.push((copy, frontier));
+            }
+        }
+        if at >= self.segment_blocks(devices) {
+            return Err(crate::Error::NoSpace);
+        }
+        for (copy, frontier) in frontiers {
+            if frontier < at {
+                let device = devices[copy.device].as_mut().expect("present");
+                let zeros = vec![0u8; (at - frontier) as usize * BLOCK_SIZE];
+                write_segment(device, copy, self.g, self.segment, frontier, &zeros)?;
+            }
+        }
+        Ok(at)
+    }
+
+    /// The first block of the current segment of zoned `copy` past its
+    /// write pointer: a pointer left inside a block (a cut mid-write) is
+    /// brought to the block's end with zeroes.
+    fn frontier(&self, device: &mut Device, copy: MetaCopy) -> Result<u64> {
+        let descriptors = device.report_zones()?;
+        let lpb = device.lbas_per_block;
+        let mut start = 0u64;
+        let first = copy.segments[self.segment as usize];
+        for zone in first..first + self.g {
+            let d = descriptors[zone as usize];
+            let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
+            match d.state {
+                ZoneState::Empty => return Ok(start),
+                state if crate::device::zone_has_write_pointer(state) => {
+                    let lbas = d.wp - d.zslba;
+                    if lbas % lpb != 0 {
+                        device.pad_lbas(d.wp, lpb - lbas % lpb)?;
+                    }
+                    let written = lbas.div_ceil(lpb);
+                    if written < capacity {
+                        return Ok(start + written);
+                    }
+                }
+                // Full, or worn out: nothing more is written there.
+                _ => {}
+            }
+            start += capacity;
+        }
+        Ok(start)
+    }
+
+    /// Retires the other segment once nothing needs it (see
+    /// [`Journal::retire`]); a failure only wastes room until the next
+    /// checkpoint resets it.
+    fn retire_other(&mut self, devices: &mut [Option<Device>]) {
+        if !self.other_needed {
+            return;
+        }
+        self.other_needed = false;
+        let other = 1 - self.segment;
+        if let Err(error) = self.retire(devices, other) {
+            log::warn!("retiring metadata segment {other}: {error}");
+        }
+    }
+
+    /// The first checkpoint of a new volume, sealed, in segment 0 of both
+    /// copies. On conventional namespaces segment 1 gets labels and its
+    /// checkpoint slot is cleared, so no older volume's checkpoint survives
+    /// there.
     pub fn format(&mut self, devices: &mut [Option<Device>], payload: &[u8]) -> Result<()> {
         for copy in self.present(devices)? {
             let device = devices[copy.device].as_mut().expect("present");
@@ -163,27 +327,27 @@ impl Journal {
         }
         let generation = self.next_generation;
         self.next_generation += 1;
-        let blocks = self.write_checkpoint(devices, 0, generation, 1, payload)?;
+        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: 1, sealed: true };
+        let blocks = self.write_checkpoint(devices, 0, stamp, payload)?;
         self.segment = 0;
         self.offset = LABEL_BLOCKS + blocks;
-        self.checkpoint_end = self.offset;
         self.generation = generation;
         self.seq = 1;
         Ok(())
     }
 
-    /// Labels and a checkpoint at the head of `segment` on both copies,
-    /// flushed. Zoned segments are reset first; the old segment's open
-    /// zone is finished, so metadata holds one active zone per copy.
+    /// Labels and a checkpoint's first record at the head of `segment` on
+    /// both copies, flushed. Zoned segments are reset first; the old
+    /// segment's open zone is finished, so metadata holds one active zone
+    /// per copy.
     fn write_checkpoint(
         &mut self,
         devices: &mut [Option<Device>],
         segment: u32,
-        generation: u64,
-        seq: u64,
+        stamp: Stamp,
         payload: &[u8],
     ) -> Result<u64> {
-        let record = encode_record(Kind::Checkpoint, self.volume_id, generation, seq, payload);
+        let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if LABEL_BLOCKS + blocks > self.segment_blocks(devices) {
             return Err(crate::Error::NoSpace);

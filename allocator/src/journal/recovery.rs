@@ -3,22 +3,34 @@
 //!
 //! Every record that verifies (its header and payload checksums, this
 //! volume's ID) on any copy is evidence that everything before it was
-//! committed. Recovery takes the newest checkpoint that verifies on some
-//! copy and follows its deltas, each read from whichever copy holds it
-//! whole. If a verified record anywhere is newer than where that chain
+//! committed. The journal is a series of *chains*: a checkpoint's first
+//! record and the deltas after it (one generation, consecutive sequence
+//! numbers and blocks), each read from whichever copy holds it whole. A
+//! checkpoint's pages follow its first record a few per delta, and the
+//! record with its last page is marked sealed (see `log`).
+//!
+//! Recovery takes the newest chain. When it is not sealed (a cut while
+//! its pages were being written), it builds on the chain before it: the
+//! newest older one holding the commit just before its first, cut there
+//! (anything of it past that point was superseded, never acknowledged);
+//! and so on back to a sealed one. The state is that chain's pages, with
+//! every operation from its first record on replayed over them: pages were
+//! written while the log went on, and replaying an operation over a page
+//! that already holds its effect, or a later one, ends in the same state
+//! (see `Volume::load`).
+//!
+//! If a verified record anywhere is newer than where the newest chain
 //! ends, a record in between is lost on every copy: a hole, not a torn
 //! tail, and open fails naming it (or, when asked to rewind, opens at the
-//! end of the chain and reports what it drops, as `zpool import -F` does).
-//! A torn tail, the last commit that was never acknowledged, has no
-//! verified successor and is dropped silently, as it must be.
+//! newest chain that stands and reports what it drops, as `zpool import
+//! -F` does). A torn tail, the last commit that was never acknowledged,
+//! has no verified successor and is dropped silently, as it must be.
 //!
 //! TigerBeetle's journal recovery makes the same distinction between torn,
 //! missing and corrupt entries (`src/vsr/journal.zig`).
 
 use super::layout::{default_software_zone_bytes, meta_zones_per_segment, SegmentImage, LABEL_BLOCKS};
-use super::{
-    decode_checkpoint, decode_label, decode_ops, Checkpoint, Header, Kind, Label, LabelRead, Op, HEADER_BYTES,
-};
+use super::{decode_begin, decode_delta, decode_label, Header, Kind, Label, LabelRead, Op, PageImage, HEADER_BYTES};
 use crate::checksum::crc;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -127,22 +139,32 @@ pub struct Dropped {
 /// The committed state, as recovery found it.
 #[derive(Debug)]
 pub(crate) struct Recovered {
+    /// Where the log goes on: the newest chain's segment, generation, next
+    /// free block and last sequence number.
     pub segment: u32,
     pub generation: u64,
-    pub checkpoint: Checkpoint,
-    pub deltas: Vec<Vec<Op>>,
-    /// The next free block of the segment, and the checkpoint's end.
     pub end: u64,
-    pub checkpoint_end: u64,
     pub seq: u64,
     /// Above every generation any header found carries.
     pub next_generation: u64,
+    /// Per lane, its zones (the newest chain's first record says).
+    pub lane_zones: Vec<u32>,
+    /// The sealed checkpoint's pages, in the order written.
+    pub pages: Vec<PageImage>,
+    /// Every commit's operations from the sealed checkpoint's first record
+    /// on, through the newest chain.
+    pub deltas: Vec<Vec<Op>>,
+    /// The newest chain's checkpoint: pages to write, and written.
+    pub pages_total: u64,
+    pub pages_written: u64,
+    /// The other segment holds part of the chain recovered from.
+    pub other_needed: bool,
     /// Some present copy lacks a record or label the other holds: the
     /// metadata must be rewritten on every copy.
     pub copies_differ: bool,
     /// Per copy (absent ones count nothing): records of the recovered
-    /// chain that do not verify on it, and label blocks of its current
-    /// segment that are not this volume's.
+    /// chains that do not verify on it, and label blocks of the segments
+    /// they lie in that are not this volume's.
     pub bad_records: Vec<u64>,
     pub bad_labels: Vec<u64>,
     /// What a rewind dropped.
@@ -157,6 +179,36 @@ struct Found {
     header: Header,
 }
 
+/// One chain: a checkpoint's first record and the deltas that follow it.
+#[derive(Clone, Debug)]
+struct Chain {
+    records: Vec<Found>,
+}
+
+impl Chain {
+    fn first(&self) -> &Found {
+        &self.records[0]
+    }
+
+    fn last(&self) -> &Found {
+        self.records.last().expect("a chain has its first record")
+    }
+
+    fn sealed(&self) -> bool {
+        self.records.iter().any(|r| r.header.sealed)
+    }
+
+    fn end(&self) -> u64 {
+        self.last().offset + self.last().header.record_blocks()
+    }
+
+    /// The chain without its records from sequence number `seq` on.
+    fn cut_before(&self, seq: u64) -> Option<Chain> {
+        let records: Vec<Found> = self.records.iter().copied().take_while(|r| r.header.seq < seq).collect();
+        (records.last()?.header.seq + 1 == seq).then_some(Chain { records })
+    }
+}
+
 /// Rebuilds the state from the images of every copy's two segments
 /// (`None` for a copy whose device is absent). Pure: the device reads are
 /// done, so this is what the fuzz target and the unit tests drive.
@@ -166,42 +218,63 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
     for record in &found {
         at.entry((record.segment, record.offset)).or_default().push(*record);
     }
+    let follow = |first: Found| {
+        let mut records = vec![first];
+        let mut end = first.offset + first.header.record_blocks();
+        while let Some(next) = at.get(&(first.segment, end)).and_then(|list| {
+            let seq = records.last().map_or(0, |r: &Found| r.header.seq);
+            list.iter().find(|r| {
+                r.header.kind == Kind::Delta
+                    && r.header.generation == first.header.generation
+                    && r.header.seq == seq + 1
+            })
+        }) {
+            records.push(*next);
+            end += next.header.record_blocks();
+        }
+        Chain { records }
+    };
+    // Every chain, newest first (one per generation: a generation begins
+    // once, at one place on every copy).
+    let mut firsts: Vec<Found> = found.iter().filter(|r| r.header.kind == Kind::Checkpoint).copied().collect();
+    firsts.sort_by_key(|r| std::cmp::Reverse(r.header.generation));
+    firsts.dedup_by_key(|r| r.header.generation);
+    let chains: Vec<Chain> = firsts.into_iter().map(follow).collect();
+    // The chains a newest one stands on, back to a sealed one.
+    let stands_on = |top: usize| -> Option<Vec<Chain>> {
+        let mut list = vec![chains[top].clone()];
+        while !list.last().expect("one").sealed() {
+            let first = *list.last().expect("one").first();
+            let before = chains
+                .iter()
+                .filter(|c| c.first().header.generation < first.header.generation)
+                .find_map(|c| c.cut_before(first.header.seq))?;
+            list.push(before);
+        }
+        list.reverse();
+        Some(list)
+    };
     let newest = found.iter().map(|r| (r.header.generation, r.header.seq)).max();
-    let checkpoint = found
-        .iter()
-        .filter(|r| r.header.kind == Kind::Checkpoint && r.offset == LABEL_BLOCKS)
-        .max_by_key(|r| r.header.generation)
-        .copied();
-    let Some(checkpoint) = checkpoint else {
+    let Some((top, list)) = (0..chains.len()).find_map(|top| stands_on(top).map(|list| (top, list))) else {
         let (generation, newest_seq) = newest.unwrap_or((0, 0));
         return Err(Error::MetadataLost {
             generation,
             seq: 0,
             newest_seq,
             what: format!(
-                "no checkpoint verifies on any copy (the newest record found is commit {newest_seq} of generation \
-                 {generation})"
+                "no checkpoint verifies whole on any copy (the newest record found is commit {newest_seq} of \
+                 generation {generation})"
             ),
         });
     };
-    let (segment, generation) = (checkpoint.segment, checkpoint.header.generation);
-    let mut chain = vec![checkpoint];
-    let mut end = LABEL_BLOCKS + checkpoint.header.record_blocks();
-    let checkpoint_end = end;
-    let mut seq = checkpoint.header.seq;
-    while let Some(next) = at.get(&(segment, end)).and_then(|list| {
-        list.iter()
-            .find(|r| r.header.kind == Kind::Delta && r.header.generation == generation && r.header.seq == seq + 1)
-    }) {
-        chain.push(*next);
-        end += next.header.record_blocks();
-        seq += 1;
-    }
+    let last = *list.last().expect("the newest chain").last();
+    let (generation, seq, segment) = (last.header.generation, last.header.seq, last.segment);
+    let end = list.last().expect("the newest chain").end();
     let newest = newest.expect("a checkpoint was found");
     let mut dropped = None;
     if newest > (generation, seq) {
-        let what = if newest.0 > generation {
-            format!("the checkpoint of generation {} (a later record of it verifies)", newest.0)
+        let what = if top > 0 {
+            format!("a record before the checkpoint of generation {} (a later record of it verifies)", newest.0)
         } else {
             format!("the delta at block {end} of segment {segment}")
         };
@@ -210,9 +283,12 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         }
         let extents = found
             .iter()
-            .filter(|r| (r.header.generation, r.header.seq) > (generation, seq) && r.header.kind == Kind::Delta)
-            .filter_map(|r| payload(images, r))
-            .filter_map(|p| decode_ops(p).ok())
+            .filter(|r| (r.header.generation, r.header.seq) > (generation, seq))
+            .filter_map(|r| payload(images, r).map(|p| (r.header.kind, p)))
+            .filter_map(|(kind, p)| match kind {
+                Kind::Delta => decode_delta(p).ok().map(|d| d.ops),
+                Kind::Checkpoint => decode_begin(p).ok().map(|b| b.ops),
+            })
             .flatten()
             .filter_map(|op| if let Op::Add(e) = op { Some(e.id) } else { None })
             .collect::<std::collections::BTreeSet<_>>()
@@ -221,11 +297,13 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         log::warn!("rewinding past {what}: commits {}..={} dropped", seq + 1, newest.1);
         dropped = Some(Dropped { first_seq: seq + 1, last_seq: newest.1, extents });
     }
+    let records: Vec<Found> = list.iter().flat_map(|c| c.records.iter().copied()).collect();
+    let segments: std::collections::BTreeSet<u32> = records.iter().map(|r| r.segment).collect();
     let mut bad_records = vec![0u64; images.len()];
     let mut bad_labels = vec![0u64; images.len()];
-    for (copy, segments) in images.iter().enumerate() {
-        let Some(segments) = segments else { continue };
-        bad_records[copy] = chain
+    for (copy, images) in images.iter().enumerate() {
+        let Some(images) = images else { continue };
+        bad_records[copy] = records
             .iter()
             .filter(|r| {
                 !at[&(r.segment, r.offset)].iter().any(|o| {
@@ -233,26 +311,59 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
                 })
             })
             .count() as u64;
-        bad_labels[copy] = (0..LABEL_BLOCKS)
-            .filter(|&block| !is_label_of(&segments[segment as usize], block, volume_id))
-            .count() as u64;
+        bad_labels[copy] = segments
+            .iter()
+            .map(|&segment| {
+                (0..LABEL_BLOCKS).filter(|&block| !is_label_of(&images[segment as usize], block, volume_id)).count()
+                    as u64
+            })
+            .sum();
     }
     let copies_differ = bad_records.iter().chain(&bad_labels).any(|&bad| bad > 0);
-    let checkpoint_payload = payload(images, &chain[0]).expect("verified");
-    let checkpoint_state = decode_checkpoint(checkpoint_payload)?;
-    let mut deltas = Vec::with_capacity(chain.len() - 1);
-    for record in &chain[1..] {
-        deltas.push(decode_ops(payload(images, record).expect("verified"))?);
+    // The operations of every record from the sealed chain's first on; the
+    // pages of the sealed chain up to its seal.
+    let mut pages = Vec::new();
+    let mut deltas = Vec::with_capacity(records.len());
+    let mut lane_zones = Vec::new();
+    let mut sealing = true;
+    let (mut pages_total, mut pages_written) = (0, 0);
+    for (index, chain) in list.iter().enumerate() {
+        for record in &chain.records {
+            let bytes = payload(images, record).expect("verified");
+            let (ops, record_pages) = match record.header.kind {
+                Kind::Checkpoint => {
+                    let begin = decode_begin(bytes)?;
+                    lane_zones = begin.lane_zones;
+                    pages_total = begin.pages_total;
+                    pages_written = 0;
+                    (begin.ops, begin.pages)
+                }
+                Kind::Delta => {
+                    let delta = decode_delta(bytes)?;
+                    (delta.ops, delta.pages)
+                }
+            };
+            pages_written += record_pages.len() as u64;
+            if index == 0 && sealing {
+                pages.extend(record_pages);
+                sealing = !record.header.sealed;
+            }
+            deltas.push(ops);
+        }
     }
+    let other_needed = list.iter().any(|c| c.first().segment != segment);
     Ok(Recovered {
         segment,
         generation,
-        checkpoint: checkpoint_state,
-        deltas,
         end,
-        checkpoint_end,
         seq,
         next_generation: max_generation + 1,
+        lane_zones,
+        pages,
+        deltas,
+        pages_total,
+        pages_written: pages_written.min(pages_total),
+        other_needed,
         copies_differ,
         bad_records,
         bad_labels,

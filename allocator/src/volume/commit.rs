@@ -5,7 +5,7 @@ use super::{CommitInfo, Volume};
 use crate::device::zone_worn_out;
 use crate::error::{Error, Result};
 use crate::journal::log::Journal;
-use crate::journal::{self, Checkpoint, ExtentRecord};
+use crate::journal::{self, encode_begin, encode_delta, encode_pages, PAGE_BYTES};
 use crate::zones::ZoneUse;
 use crate::ExtentId;
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -81,12 +81,26 @@ impl Volume {
             // A reset before the flush finished may have dropped writes it
             // was to make durable: journal nothing then.
             self.check_resets()?;
-            let payload = journal::encode_ops(&self.ops);
-            if self.journal.must_rotate(&self.devices, Journal::record_blocks(payload.len())) {
-                self.rotate()?;
+            let ops = journal::encode_ops(&self.ops);
+            let mut rotate = false;
+            if self.journal.broken {
+                self.write_whole_checkpoint(&ops)?;
                 info.checkpoint = true;
+            } else if !self.journal.sealed() {
+                // The current checkpoint's next pages go with the delta.
+                let left = self.journal.pages_total - self.journal.pages_written;
+                let count = self.pages_due(self.journal.offset, left, ops.len());
+                let payload = encode_delta(&ops, &self.page_chunk(self.journal.pages_written, count));
+                self.journal.append(&mut self.devices, &payload, count)?;
             } else {
-                self.journal.append(&mut self.devices, &payload)?;
+                // Past half of the segment, the next checkpoint begins in
+                // the other one once this commit is durable here: its first
+                // record carries no operation, so that losing it loses no
+                // commit (the segment it builds on is kept until it seals).
+                // (A delta wraps the operations in 12 bytes: their length and
+                // a count of no pages.)
+                rotate = self.journal.must_rotate(&self.devices, Journal::record_blocks(ops.len() + 12));
+                self.journal.append(&mut self.devices, &encode_delta(&ops, &encode_pages(&[])), 0)?;
             }
             // The same for the record itself.
             self.check_resets()?;
@@ -98,27 +112,96 @@ impl Volume {
             self.ops.clear();
             self.members_journaled();
             self.stats.commits += 1;
+            if rotate {
+                // The commit stands whatever happens here; a checkpoint
+                // that fails to begin leaves the log broken, and the next
+                // commit writes a whole one.
+                match self.begin_checkpoint(&journal::encode_ops(&[]), false) {
+                    Ok(()) => info.checkpoint = true,
+                    Err(error) => log::warn!("beginning a checkpoint: {error}; the next commit writes a whole one"),
+                }
+            }
         }
         info.zones_reset = self.reset_dead_zones()?;
         Ok(info)
     }
 
-    /// Commits, then writes a checkpoint of the whole state and moves the
-    /// log to the other metadata segment, as a commit does when its
-    /// segment fills: so that the next open replays no log (before a
-    /// planned restart), and so that a benchmark can time a checkpoint.
-    /// A checkpoint that fails leaves the log broken, like any failed
-    /// rotation: the next commit (or checkpoint) writes one anew.
+    /// Commits, then writes a whole checkpoint, every page at once, and
+    /// moves the log to the other metadata segment: so that the next open
+    /// replays no log (before a planned restart), and so that a benchmark
+    /// can time a whole checkpoint. (Commits write checkpoints a few pages
+    /// at a time, never pausing on one.) A checkpoint being written is
+    /// finished first. One that fails leaves the log broken, like any
+    /// failed checkpoint: the next commit (or checkpoint) writes one anew.
     pub fn checkpoint_now(&mut self) -> Result<CommitInfo> {
         let mut info = self.commit()?;
-        // A commit after a failed rotation has just written one.
-        if !info.checkpoint {
+        // A commit after a failed checkpoint has just written a whole one.
+        if !(info.checkpoint && self.journal.sealed()) {
             self.check_resets()?;
-            self.rotate()?;
+            if !self.journal.sealed() {
+                let count = self.journal.pages_total - self.journal.pages_written;
+                let payload =
+                    encode_delta(&journal::encode_ops(&[]), &self.page_chunk(self.journal.pages_written, count));
+                self.journal.append(&mut self.devices, &payload, count)?;
+            }
+            self.begin_checkpoint(&journal::encode_ops(&[]), true)?;
             info.checkpoint = true;
             info.seq = self.journal.seq;
         }
         Ok(info)
+    }
+
+    /// Pages `first..first + count` of the extent table, as a record
+    /// carries them.
+    pub(super) fn page_chunk(&self, first: u64, count: u64) -> Vec<u8> {
+        let pages: Vec<_> = (first..first + count)
+            .map(|index| self.table.page_image(index, |id| self.mapped.get(&id).map(|crcs| &crcs[..])))
+            .collect();
+        encode_pages(&pages)
+    }
+
+    /// The first record of a checkpoint of every page in use now: the
+    /// shape, the commit's operations `ops`, and the first pages `pages`.
+    pub(super) fn begin_payload(&self, ops: &[u8], pages: &[u8]) -> Vec<u8> {
+        let lane_zones: Vec<u32> = self.lanes.iter().map(|l| l.table.zone_count()).collect();
+        encode_begin(&self.superblock, &lane_zones, self.table.pages(), ops, pages)
+    }
+
+    /// How many of the current checkpoint's pages a delta of `ops_bytes`
+    /// carries: in proportion to the delta, so that the last page is
+    /// written before the log reaches half of the segment, and at least
+    /// one, so that every commit moves it on. (The rate is set by the
+    /// room left before the half, less what the pages left will take.)
+    /// `left` pages remain, and the delta goes at block `offset`.
+    fn pages_due(&self, offset: u64, left: u64, ops_bytes: usize) -> u64 {
+        if left == 0 {
+            return 0;
+        }
+        let mapped_bytes = if self.mapped.is_empty() { 0 } else { 4 * self.live_blocks / self.table.pages().max(1) };
+        let page_blocks = (PAGE_BYTES as u64 + mapped_bytes).div_ceil(crate::BLOCK_SIZE as u64);
+        let delta_blocks = Journal::record_blocks(ops_bytes);
+        let half = self.journal.segment_blocks(&self.devices) / 2;
+        let room = half.saturating_sub(offset + left * page_blocks);
+        if room <= 2 * delta_blocks {
+            return left;
+        }
+        let due = (left * delta_blocks).div_ceil(room).clamp(1, left);
+        due.min(self.options.checkpoint_pages_per_commit.max(1))
+    }
+
+    /// After a failed write: a whole checkpoint, every page in one record
+    /// (see [`Journal::restart`] for where it goes while the current one is
+    /// not sealed).
+    fn write_whole_checkpoint(&mut self, ops: &[u8]) -> Result<()> {
+        if self.journal.sealed() {
+            return self.begin_checkpoint(ops, true);
+        }
+        self.journal.label.superblock = self.superblock.clone();
+        let payload = self.begin_payload(ops, &self.page_chunk(0, self.table.pages()));
+        let blocks = self.journal.restart(&mut self.devices, &payload)?;
+        self.stats.checkpoints += 1;
+        self.stats.checkpoint_bytes = blocks * crate::BLOCK_SIZE as u64;
+        Ok(())
     }
 
     /// Resets zones whose emptiness is committed.
@@ -160,39 +243,27 @@ impl Volume {
         Ok(count)
     }
 
-    pub(super) fn checkpoint(&self) -> Checkpoint {
-        let lanes = self.lanes.len();
-        let extents = self
-            .table
-            .iter()
-            .map(|(id, entry)| ExtentRecord {
-                id,
-                owner: entry.owner,
-                blocks: entry.blocks,
-                locations: entry.locations[..lanes].to_vec(),
-                crcs: self.mapped.get(&id).map_or_else(Vec::new, |crcs| crcs.to_vec()),
-            })
-            .collect();
-        let zone_valid =
-            self.lanes.iter().map(|l| (0..l.table.zone_count()).map(|z| l.table.zone(z).valid).collect()).collect();
-        Checkpoint { superblock: self.superblock.clone(), free: self.table.used_free().collect(), extents, zone_valid }
-    }
-
-    /// Moves the log to the other segment with a checkpoint of the whole
-    /// state, on every copy (see [`Journal::rotate`]). When a zone of the
-    /// target segment has worn out, the segment moves to empty zones taken
-    /// from the data (with a warning and a count); only when none are left
-    /// does the volume turn read-only.
-    pub(super) fn rotate(&mut self) -> Result<()> {
+    /// Moves the log to the other segment with a checkpoint's first
+    /// record, on every copy (see [`Journal::begin`]), carrying the
+    /// commit's operations `ops` and every page when `whole`, else the
+    /// first few. When a zone of the target segment has worn out, the
+    /// segment moves to empty zones taken from the data (with a warning and
+    /// a count); only when none are left does the volume turn read-only.
+    pub(super) fn begin_checkpoint(&mut self, ops: &[u8], whole: bool) -> Result<()> {
         // Labels carry the volume's shape as it is now (member states, a
         // replaced device's geometry).
         self.journal.label.superblock = self.superblock.clone();
+        let total = self.table.pages();
         loop {
-            let payload = journal::encode_checkpoint(&self.checkpoint());
-            let error = match self.journal.rotate(&mut self.devices, &payload) {
+            // A checkpoint spread over commits begins with no page: its
+            // pages go with the deltas from the next commit on.
+            let count = if whole { total } else { 0 };
+            let payload = self.begin_payload(ops, &self.page_chunk(0, count));
+            let error = match self.journal.begin(&mut self.devices, &payload, total, count) {
                 Ok(blocks) => {
                     self.stats.checkpoints += 1;
-                    self.stats.checkpoint_bytes = blocks * crate::BLOCK_SIZE as u64;
+                    self.stats.checkpoint_bytes =
+                        if count == total { blocks * crate::BLOCK_SIZE as u64 } else { total * PAGE_BYTES as u64 };
                     return Ok(());
                 }
                 Err(error) => error,

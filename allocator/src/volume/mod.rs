@@ -92,6 +92,14 @@ pub struct VolumeOptions {
     pub finish_threshold_bytes: u64,
     /// How data reaches a zoned namespace (ignored on conventional ones).
     pub write_mode: WriteMode,
+    /// Most pages of a checkpoint one commit writes beside its own record
+    /// (a page is 340 extents, about 6.7 KiB). Commits write a checkpoint a
+    /// few pages at a time, in proportion to their own size, so that it is
+    /// whole before the log reaches half of its segment; this bounds what
+    /// any one commit takes on, except when the segment's room demands
+    /// more. Lower spreads a checkpoint over more commits (the previous
+    /// segment is held longer).
+    pub checkpoint_pages_per_commit: u64,
     /// Reclaim zones with at most this fraction live.
     pub reclaim_max_valid_ratio: f64,
     /// Bound on every wait.
@@ -123,6 +131,7 @@ impl Default for VolumeOptions {
             checksums: ChecksumStore::Auto,
             finish_threshold_bytes: 0,
             write_mode: WriteMode::Auto,
+            checkpoint_pages_per_commit: 64,
             reclaim_max_valid_ratio: 0.75,
             timeout: Duration::from_secs(30),
             rewind: false,
@@ -222,10 +231,12 @@ pub struct VolumeStats {
     pub write_bytes: u64,
     /// Commits that journaled something.
     pub commits: u64,
-    /// Checkpoints written (metadata segment rotations).
+    /// Checkpoints begun (metadata segment rotations, and whole ones
+    /// after a failed write or [`Volume::checkpoint_now`]).
     pub checkpoints: u64,
-    /// Bytes of the last checkpoint record written, on one copy (0 when
-    /// none was written since open).
+    /// Bytes of the last checkpoint, on one copy: the record of a whole
+    /// one, or the pages (about 6.7 KiB each, 340 extents) of
+    /// one spread over commits (0 when none began since open).
     pub checkpoint_bytes: u64,
     /// Zones finished on the device (Zone Management Send, action Finish
     /// Zone, ZNS Command Set 1.1 §3.4.3), freeing an active resource.
@@ -264,7 +275,7 @@ pub struct RecoveryReport {
     pub device_order: Vec<usize>,
 }
 
-/// One copy of an extent, as [`Volume::extents_from`] yields it.
+/// One copy of an extent, as [`Volume::extents_in_order`] yields it.
 #[derive(Clone, Copy, Debug)]
 pub struct ExtentRef<'a> {
     /// The extent.

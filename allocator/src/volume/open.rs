@@ -9,7 +9,7 @@ use crate::journal::layout::{
     segment_capacity, write_segment, SegmentImage, LABEL_BLOCKS,
 };
 use crate::journal::recovery::{probe, recover, Probe};
-use crate::journal::{self, Checkpoint, Label, MemberRecord, Op, Superblock};
+use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
 use crate::table::Entry;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
@@ -80,7 +80,7 @@ impl Volume {
                 device.run(request, "Zone Reset (all)")?;
             }
         }
-        let payload = journal::encode_checkpoint(&volume.checkpoint());
+        let payload = volume.begin_payload(&journal::encode_ops(&[]), &volume.page_chunk(0, volume.table.pages()));
         volume.journal.format(&mut volume.devices, &payload)?;
         volume.stats.checkpoints += 1;
         Ok(volume)
@@ -179,7 +179,7 @@ impl Volume {
         let absent_zones: Vec<usize> = (0..devices.len())
             .map(|device| {
                 let lane = lanes_of(superblock.profile, device).next().unwrap_or(0);
-                recovered.checkpoint.zone_valid.get(lane).map_or(0, Vec::len)
+                recovered.lane_zones.get(lane).map_or(0, |&zones| zones as usize)
             })
             .collect();
         let mut volume = Volume::assemble(devices, label, options.clone(), &absent_zones)?;
@@ -192,24 +192,23 @@ impl Volume {
         }
         volume.journal.segment = recovered.segment;
         volume.journal.offset = recovered.end;
-        volume.journal.checkpoint_end = recovered.checkpoint_end;
         volume.journal.generation = recovered.generation;
         volume.journal.seq = recovered.seq;
         volume.journal.next_generation = recovered.next_generation;
+        volume.journal.pages_total = recovered.pages_total;
+        volume.journal.pages_written = recovered.pages_written;
+        volume.journal.other_needed = recovered.other_needed;
         volume.loading = true;
-        volume.load_checkpoint(recovered.checkpoint)?;
+        for page in &recovered.pages {
+            volume.load_page(page)?;
+        }
         for ops in recovered.deltas {
             for op in ops {
                 volume.apply(op)?;
             }
         }
         volume.loading = false;
-        volume.table.rebuild_free_list();
-        for lane in 0..volume.lanes.len() {
-            if let Some(why) = volume.overlap(lane, false) {
-                return Err(Error::Corrupt(why));
-            }
-        }
+        volume.finish_load()?;
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
             match volume.verify_member(slot, given) {
@@ -283,8 +282,12 @@ impl Volume {
     /// On conventional namespaces, clears the checkpoint slot of the
     /// segment the log is not in, when it still holds an older checkpoint
     /// (a rotation cut short), so that no later damage can make open fall
-    /// back to it.
+    /// back to it. Not while the current checkpoint, not yet sealed, builds
+    /// on that segment.
     fn clear_stale_checkpoints(&mut self, images: &[Option<[SegmentImage; 2]>]) -> Result<()> {
+        if self.journal.other_needed {
+            return Ok(());
+        }
         let other = 1 - self.journal.segment;
         for (copy, segments) in self.journal.copies.into_iter().zip(images) {
             let Some(segments) = segments else { continue };
@@ -302,41 +305,52 @@ impl Volume {
         Ok(())
     }
 
-    pub(super) fn load_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<()> {
-        for id in checkpoint.free {
-            self.table.restore_free(id).map_err(|e| Error::Corrupt(format!("checkpoint's free slot: {e}")))?;
-        }
-        for record in checkpoint.extents {
-            self.apply(Op::Add(record))?;
-        }
-        // The checkpoint's zone table must agree with its extents.
-        if checkpoint.zone_valid.len() != self.lanes.len() {
-            return Err(Error::Corrupt(format!("zone table for {} lanes", checkpoint.zone_valid.len())));
-        }
-        for (lane_index, (lane, stored)) in self.lanes.iter().zip(&checkpoint.zone_valid).enumerate() {
-            if stored.len() != lane.table.zone_count() as usize {
-                return Err(Error::Corrupt(format!("lane {lane_index}: zone table of {} zones", stored.len())));
+    /// Puts a checkpoint page in the extent table (at open).
+    fn load_page(&mut self, page: &PageImage) -> Result<()> {
+        let mapped =
+            self.table.load_page(page).map_err(|e| Error::Corrupt(format!("checkpoint page {}: {e}", page.index)))?;
+        self.mapped.extend(mapped.into_iter().map(|(id, crcs)| (id, crcs.into_boxed_slice())));
+        Ok(())
+    }
+
+    /// After the pages and the log are in: the table's free list, the
+    /// checksum map without the entries of extents gone since their page
+    /// was written, the live count, and every extent checked to lie within
+    /// its zones and to overlap no other.
+    fn finish_load(&mut self) -> Result<()> {
+        self.table.finish_load();
+        let table = &self.table;
+        self.mapped.retain(|&id, _| table.get(id).is_some());
+        let lanes = self.lanes.len();
+        let mut live = 0;
+        for (id, entry) in self.table.iter() {
+            live += u64::from(entry.blocks);
+            let crcs = self.mapped.get(&id).map_or(0, |c| c.len());
+            if entry.locations[..lanes].iter().all(|l| l.is_missing())
+                || entry.locations[lanes..].iter().any(|l| !l.is_missing())
+                || (crcs == 0 && self.tags.is_none())
+            {
+                return Err(Error::Corrupt(format!("extent {id}: wrong shape")));
             }
-            let mut derived_valid = vec![0u32; stored.len()];
-            for (_, entry) in self.table.iter() {
-                let location = entry.locations[lane_index];
-                if !location.is_missing() {
-                    derived_valid[location.zone as usize] += entry.blocks;
-                }
+            for (lane, &location) in entry.locations[..lanes].iter().enumerate() {
+                self.check_location(lane, location, entry.blocks)?;
             }
-            for (zone, &valid) in stored.iter().enumerate() {
-                let derived = derived_valid[zone];
-                if derived != valid {
-                    return Err(Error::Corrupt(format!(
-                        "lane {lane_index} zone {zone}: checkpoint says {valid} valid blocks, extents say {derived}"
-                    )));
-                }
+        }
+        self.live_blocks = live;
+        for lane in 0..lanes {
+            if let Some(why) = self.overlap(lane, false) {
+                return Err(Error::Corrupt(why));
             }
         }
         Ok(())
     }
 
-    /// Applies a journaled operation to the in-memory state (at open).
+    /// Applies a journaled operation to the in-memory state (at open), over
+    /// the checkpoint's pages, which may already hold its effect or a later
+    /// one: an addition puts its extent in its slot whatever was there,
+    /// and a free or a move of an extent the slot no longer holds does
+    /// nothing. Replayed in order from the checkpoint's first record, the
+    /// operations end in the state of the last (see `journal::recovery`).
     pub(super) fn apply(&mut self, op: Op) -> Result<()> {
         match op {
             Op::Add(record) => {
@@ -351,24 +365,33 @@ impl Volume {
                     self.check_location(lane, location, record.blocks)?;
                 }
                 let entry = Entry::new(record.blocks, &record.locations, record.owner);
-                self.insert_extent(record.id, entry, record.crcs, false)
+                self.table.put(record.id, &entry).map_err(|e| Error::Corrupt(format!("extent {}: {e}", record.id)))?;
+                if record.crcs.is_empty() {
+                    self.mapped.remove(&record.id);
+                } else {
+                    self.mapped.insert(record.id, record.crcs.into_boxed_slice());
+                }
+                Ok(())
             }
-            Op::Free(id) => self.remove_extent(id, false).map(drop),
+            Op::Free(id) => {
+                if self.table.remove(id).is_some() {
+                    self.mapped.remove(&id);
+                }
+                Ok(())
+            }
             Op::Move { id, lane, to } => {
                 let lane = usize::from(lane);
-                let entry = self.table.get(id).ok_or(Error::NoSuchExtent(id))?;
                 if lane >= self.lanes.len() {
                     return Err(Error::Corrupt(format!("move of extent {id} to lane {lane}")));
                 }
-                if to.is_missing() && entry.locations.iter().enumerate().all(|(l, at)| l == lane || at.is_missing()) {
-                    return Err(Error::Corrupt(format!("extent {id} left with no copy")));
-                }
+                let Some(entry) = self.table.get(id) else { return Ok(()) };
                 self.check_location(lane, to, entry.blocks)?;
                 if !self.table.fits(to) {
                     return Err(Error::Corrupt(format!("extent {id} moved to {to:?}, outside the volume's zones")));
                 }
-                // Overlaps are checked once the whole log is replayed.
-                self.move_extent(id, lane, to, false);
+                // A copy left missing on every lane is caught once the log
+                // is replayed; overlaps too.
+                self.table.set_location(id, lane, to);
                 Ok(())
             }
             Op::Member { device, record } => self.apply_member(device, record),
@@ -406,8 +429,9 @@ impl Volume {
             actions.extend(self.plan_lane(lane_index, descriptors, false)?);
         }
         // The metadata segments: on every zoned copy, the write pointers
-        // must stand where the log ends, and the other segment is reset.
-        // A copy on a device away is left as it is.
+        // must stand where the log ends, and the other segment is reset
+        // unless the current checkpoint, not yet sealed, builds on it. A
+        // copy on a device away is left as it is.
         let g = self.journal.g;
         let current = self.journal.segment;
         let mut rotate = false;
@@ -422,7 +446,7 @@ impl Volume {
                 for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
                     let d = descriptors[copy.device][zone as usize];
                     if segment != current {
-                        if d.state != ZoneState::Empty && !unwritable(d.state) {
+                        if !self.journal.other_needed && d.state != ZoneState::Empty && !unwritable(d.state) {
                             // An older checkpoint, or a torn rotation.
                             actions.push((copy.device, zone, ZoneSendAction::Reset));
                         }

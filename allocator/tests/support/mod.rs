@@ -43,7 +43,9 @@ pub fn device_options() -> DeviceOptions {
 }
 
 pub fn volume_options() -> VolumeOptions {
-    VolumeOptions { timeout: bound(), ..VolumeOptions::default() }
+    // One checkpoint page per commit: every checkpoint the tests write
+    // spans commits, so each cut, fault and reopen meets one half written.
+    VolumeOptions { timeout: bound(), checkpoint_pages_per_commit: 1, ..VolumeOptions::default() }
 }
 
 /// Simulated controllers and the namespaces a volume uses.
