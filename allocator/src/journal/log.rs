@@ -29,6 +29,11 @@ use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::ZoneState;
 
+/// The least log (1 MiB) after which a checkpoint begins whatever the
+/// table's size: a small table would otherwise be rewritten every few
+/// commits.
+pub(crate) const MIN_LOG_BLOCKS: u64 = 256;
+
 /// The journal's position and its rule for retries. See the [module
 /// documentation](self).
 #[derive(Debug)]
@@ -48,6 +53,9 @@ pub(crate) struct Journal {
     /// it is sealed once they are equal.
     pub pages_total: u64,
     pub pages_written: u64,
+    /// Where the current checkpoint became whole: the log since then is
+    /// what open replays over its pages.
+    pub sealed_at: u64,
     /// The other segment holds what the current checkpoint builds on:
     /// retired once it seals.
     pub other_needed: bool,
@@ -76,6 +84,7 @@ impl Journal {
             offset: 0,
             pages_total: 0,
             pages_written: 0,
+            sealed_at: 0,
             other_needed: false,
             failed_blocks: 0,
             generation: 0,
@@ -129,9 +138,14 @@ impl Journal {
     /// Whether the next commit must begin a checkpoint in the other
     /// segment (the current one sealed): its record of `blocks` would end
     /// past half of the segment, so the next checkpoint, paced to seal
-    /// within the first half of its own segment, always has the room.
-    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64) -> bool {
-        self.sealed() && self.offset + blocks > self.segment_blocks(devices) / 2
+    /// within the first half of its own segment, always has the room; or
+    /// the log since the last checkpoint became whole passed the table's
+    /// size (`table_blocks`, at least [`MIN_LOG_BLOCKS`]), so that open
+    /// replays no more log than the metadata it loads.
+    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64) -> bool {
+        let log = self.offset.saturating_sub(self.sealed_at) + blocks;
+        self.sealed()
+            && (self.offset + blocks > self.segment_blocks(devices) / 2 || log > table_blocks.max(MIN_LOG_BLOCKS))
     }
 
     /// Appends a delta carrying `pages` checkpoint pages to both copies and
@@ -159,6 +173,7 @@ impl Journal {
         self.seq += 1;
         self.pages_written += pages;
         if seals {
+            self.sealed_at = self.offset;
             self.retire_other(devices);
         }
         Ok(())
@@ -196,6 +211,7 @@ impl Journal {
         self.pages_written = pages;
         self.other_needed = true;
         if sealed {
+            self.sealed_at = self.offset;
             self.retire_other(devices);
         }
         Ok(blocks)
@@ -233,6 +249,7 @@ impl Journal {
         self.seq += 1;
         self.pages_total = 0;
         self.pages_written = 0;
+        self.sealed_at = self.offset;
         self.retire_other(devices);
         Ok(blocks)
     }
@@ -331,6 +348,7 @@ impl Journal {
         let blocks = self.write_checkpoint(devices, 0, stamp, payload)?;
         self.segment = 0;
         self.offset = LABEL_BLOCKS + blocks;
+        self.sealed_at = self.offset;
         self.generation = generation;
         self.seq = 1;
         Ok(())

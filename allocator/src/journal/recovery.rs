@@ -159,6 +159,9 @@ pub(crate) struct Recovered {
     pub pages_written: u64,
     /// The other segment holds part of the chain recovered from.
     pub other_needed: bool,
+    /// Where the newest chain's checkpoint became whole (the end of the
+    /// record with its last page); 0 when it did not.
+    pub sealed_at: u64,
     /// Some present copy lacks a record or label the other holds: the
     /// metadata must be rewritten on every copy.
     pub copies_differ: bool,
@@ -352,6 +355,9 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         }
     }
     let other_needed = list.iter().any(|c| c.first().segment != segment);
+    let newest_chain = list.last().expect("the newest chain");
+    let sealed_at =
+        newest_chain.records.iter().find(|r| r.header.sealed).map_or(0, |r| r.offset + r.header.record_blocks());
     Ok(Recovered {
         segment,
         generation,
@@ -364,6 +370,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         pages_total,
         pages_written: pages_written.min(pages_total),
         other_needed,
+        sealed_at,
         copies_differ,
         bad_records,
         bad_labels,

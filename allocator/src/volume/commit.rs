@@ -99,7 +99,8 @@ impl Volume {
                 // commit (the segment it builds on is kept until it seals).
                 // (A delta wraps the operations in 12 bytes: their length and
                 // a count of no pages.)
-                rotate = self.journal.must_rotate(&self.devices, Journal::record_blocks(ops.len() + 12));
+                let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
+                rotate = self.journal.must_rotate(&self.devices, Journal::record_blocks(ops.len() + 12), table_blocks);
                 self.journal.append(&mut self.devices, &encode_delta(&ops, &encode_pages(&[])), 0)?;
             }
             // The same for the record itself.

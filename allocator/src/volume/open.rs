@@ -198,6 +198,7 @@ impl Volume {
         volume.journal.pages_total = recovered.pages_total;
         volume.journal.pages_written = recovered.pages_written;
         volume.journal.other_needed = recovered.other_needed;
+        volume.journal.sealed_at = recovered.sealed_at;
         volume.loading = true;
         for page in &recovered.pages {
             volume.load_page(page)?;

@@ -166,6 +166,15 @@ impl SeedRuns {
 /// the allocation's header), for memory accounting.
 const STORED_BLOCK_OVERHEAD_BYTES: u64 = 64;
 
+/// Blocks per group of stored blocks: a zone reset or a large zeroing
+/// detaches whole groups at once.
+const STORED_GROUP_BLOCKS: u64 = 4096;
+
+/// Stored blocks past which detached groups are freed on a thread of their
+/// own: a reset's cost on the command path is then a few map operations, as
+/// on a device, not the host's work of freeing what the zone held.
+const FREE_ELSEWHERE_BLOCKS: usize = 1024;
+
 /// Blocks per chunk of [`DenseMetadata`].
 const METADATA_CHUNK_BLOCKS: u64 = 4096;
 
@@ -247,10 +256,12 @@ pub(crate) struct SyntheticStorage {
     /// MS: metadata bytes per block (0: none).
     metadata_bytes: usize,
     seeds: SeedRuns,
-    /// Blocks that are not synthetic, each up to its last nonzero byte; a
-    /// block absent from both reads as zeroes.
-    stored: BTreeMap<u64, Box<[u8]>>,
+    /// Blocks that are not synthetic, each up to its last nonzero byte, in
+    /// groups of [`STORED_GROUP_BLOCKS`] by LBA; a block absent from both
+    /// reads as zeroes.
+    stored: BTreeMap<u64, BTreeMap<u64, Box<[u8]>>>,
     stored_bytes: u64,
+    stored_blocks: u64,
     /// Each block's metadata.
     metadata: DenseMetadata,
     memory_limit_bytes: u64,
@@ -268,6 +279,7 @@ impl SyntheticStorage {
             seeds: SeedRuns::default(),
             stored: BTreeMap::new(),
             stored_bytes: 0,
+            stored_blocks: 0,
             metadata: DenseMetadata { bytes: usize::from(metadata_bytes), chunks: HashMap::new() },
             memory_limit_bytes,
             scratch: Vec::new(),
@@ -278,7 +290,7 @@ impl SyntheticStorage {
     /// Host memory the blocks and their metadata take.
     pub(crate) fn host_bytes(&self) -> u64 {
         self.stored_bytes
-            + self.stored.len() as u64 * STORED_BLOCK_OVERHEAD_BYTES
+            + self.stored_blocks * STORED_BLOCK_OVERHEAD_BYTES
             + self.metadata.host_bytes()
             + (self.seeds.len() * RUN_BYTES) as u64
     }
@@ -295,7 +307,7 @@ impl SyntheticStorage {
     pub(crate) fn read(&self, lba: u64, blocks: u64, mut sink: impl FnMut(Run<'_>)) {
         let end = lba + blocks;
         let mut runs = self.seeds.covering(lba, blocks).into_iter().peekable();
-        let mut stored = self.stored.range(lba..end).peekable();
+        let mut stored = self.stored_range(lba, end).peekable();
         let mut block = vec![0u8; self.block_size];
         let mut zeroes = 0usize;
         for at in lba..end {
@@ -411,22 +423,52 @@ impl SyntheticStorage {
             return;
         }
         self.stored_bytes += used as u64;
+        self.stored_blocks += 1;
         self.check_memory_limit();
-        self.stored.insert(lba, bytes[..used].into());
+        self.stored.entry(lba / STORED_GROUP_BLOCKS).or_default().insert(lba, bytes[..used].into());
     }
 
-    /// Forgets the stored blocks among `blocks` from `lba`.
+    /// The stored blocks from `lba` up to `end`, in order.
+    fn stored_range(&self, lba: u64, end: u64) -> impl Iterator<Item = (&u64, &Box<[u8]>)> + '_ {
+        let groups = lba / STORED_GROUP_BLOCKS..end.div_ceil(STORED_GROUP_BLOCKS);
+        self.stored.range(groups).flat_map(move |(_, group)| group.range(lba..end))
+    }
+
+    /// Forgets the stored blocks among `blocks` from `lba`. Whole groups
+    /// are detached at once, and freed on another thread when they hold
+    /// many blocks (see [`FREE_ELSEWHERE_BLOCKS`]).
     fn unstore(&mut self, lba: u64, blocks: u64) {
-        if blocks == 1 {
-            if let Some(old) = self.stored.remove(&lba) {
-                self.stored_bytes -= old.len() as u64;
+        let end = lba + blocks;
+        let mut detached = Vec::new();
+        let mut detached_blocks = 0;
+        let groups: Vec<u64> = self
+            .stored
+            .range(lba / STORED_GROUP_BLOCKS..end.div_ceil(STORED_GROUP_BLOCKS))
+            .map(|(&group, _)| group)
+            .collect();
+        for group in groups {
+            let first = group * STORED_GROUP_BLOCKS;
+            if lba <= first && first + STORED_GROUP_BLOCKS <= end {
+                let whole = self.stored.remove(&group).expect("listed");
+                self.stored_bytes -= whole.values().map(|b| b.len() as u64).sum::<u64>();
+                self.stored_blocks -= whole.len() as u64;
+                detached_blocks += whole.len();
+                detached.push(whole);
+                continue;
             }
-            return;
+            let entries = self.stored.get_mut(&group).expect("listed");
+            let doomed: Vec<u64> = entries.range(lba..end).map(|(&at, _)| at).collect();
+            for at in doomed {
+                let old = entries.remove(&at).expect("listed");
+                self.stored_bytes -= old.len() as u64;
+                self.stored_blocks -= 1;
+            }
+            if entries.is_empty() {
+                self.stored.remove(&group);
+            }
         }
-        let doomed: Vec<u64> = self.stored.range(lba..lba + blocks).map(|(&at, _)| at).collect();
-        for at in doomed {
-            let old = self.stored.remove(&at).expect("listed");
-            self.stored_bytes -= old.len() as u64;
+        if detached_blocks >= FREE_ELSEWHERE_BLOCKS {
+            std::thread::spawn(move || drop(detached));
         }
     }
 
