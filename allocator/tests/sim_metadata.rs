@@ -553,3 +553,58 @@ fn a_metadata_zone_worn_read_only_moves_its_segment_and_commits_go_on() {
         assert!(report.bad_records.iter().all(|&n| n == 0), "{report:?}");
     }
 }
+
+/// Writes `count` one-block extents, committing every 50: a table of
+/// several checkpoint pages (340 extents each).
+fn fill_pages(volume: &mut Volume, model: &mut Model, count: u64) {
+    for i in 0..count {
+        let seed = 10_000 + i;
+        let id = volume.write(0, &pattern(seed, 1), seed).unwrap();
+        model.insert(id, (seed, 1));
+        if i % 50 == 49 {
+            volume.commit().unwrap();
+        }
+    }
+    volume.commit().unwrap();
+}
+
+/// Commits one more extent at a time until a checkpoint begins.
+fn until_a_checkpoint_begins(volume: &mut Volume, model: &mut Model) {
+    let begun = volume.stats().checkpoints;
+    for seed in 50_000.. {
+        let id = volume.write(0, &pattern(seed, 1), seed).unwrap();
+        model.insert(id, (seed, 1));
+        volume.commit().unwrap();
+        if volume.stats().checkpoints > begun {
+            return;
+        }
+        assert!(seed < 60_000, "no checkpoint began");
+    }
+}
+
+#[test]
+fn a_device_replaced_while_a_checkpoint_spreads_gets_its_labels_before_any_cut() {
+    // A replacement marks the log broken; with the spread checkpoint not
+    // sealed, the next commit writes a whole one in the current segment
+    // (the other is still needed), then in the other with every copy's
+    // labels. A cut right after must find the new device a member.
+    let mut harness = Harness::new(vec![zns(64, 1024), zns(64, 1024), zns(64, 1024)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill_pages(&mut volume, &mut model, 1700);
+    volume.fail_device(1, "test").unwrap();
+    // (Giving a member up writes a whole checkpoint; the next spreads.)
+    volume.commit().unwrap();
+    until_a_checkpoint_begins(&mut volume, &mut model);
+    let begun = volume.stats().checkpoints;
+    let spare = zoned_allocator::Device::open(&harness.controllers[2], 1, support::device_options()).unwrap();
+    volume.replace(1, spare, false).unwrap();
+    assert!(volume.stats().checkpoints >= begun + 2, "a whole checkpoint in each segment");
+    drop(volume.abandon());
+    harness.power_cut();
+    harness.layout = vec![(0, 1), (2, 1)];
+    let mut volume = harness.open(&options).expect("opens with the replacement, not degraded");
+    assert!(volume.recovery().dropped.is_none());
+    check(&mut volume, &model);
+}

@@ -29,10 +29,12 @@ use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::ZoneState;
 
-/// The least log (1 MiB) after which a checkpoint begins whatever the
-/// table's size: a small table would otherwise be rewritten every few
-/// commits.
-pub(crate) const MIN_LOG_BLOCKS: u64 = 256;
+/// The least log (16 MiB) after which a checkpoint begins whatever the
+/// table's size. Each checkpoint resets the zones of the segment it goes
+/// to, so a small table checkpointed every few MiB of log would wear the
+/// metadata zones far faster than the data's: at 256 KiB extents 16 MiB of
+/// log is about 32 GiB of data written.
+pub(crate) const MIN_LOG_BLOCKS: u64 = 4096;
 
 /// The journal's position and its rule for retries. See the [module
 /// documentation](self).
@@ -139,15 +141,15 @@ impl Journal {
     /// segment (the current one sealed): its record of `blocks` would end
     /// past half of the segment, so the next checkpoint, paced to seal
     /// within the first half of its own segment, always has the room; or
-    /// the log since the last checkpoint became whole passed a quarter of
-    /// the table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]), so
-    /// that open replays less log than the pages it loads. (A checkpoint
-    /// then writes four times what the log does: at 256 KiB extents about
-    /// 0.2% of the data written.)
+    /// the log since the last checkpoint became whole passed half of the
+    /// table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]), so that
+    /// open replays less log than the pages it loads. (A checkpoint then
+    /// writes twice what the log does: at 256 KiB extents about 0.1% of the
+    /// data written.)
     pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64) -> bool {
         let log = self.offset.saturating_sub(self.sealed_at) + blocks;
         self.sealed()
-            && (self.offset + blocks > self.segment_blocks(devices) / 2 || log > (table_blocks / 4).max(MIN_LOG_BLOCKS))
+            && (self.offset + blocks > self.segment_blocks(devices) / 2 || log > (table_blocks / 2).max(MIN_LOG_BLOCKS))
     }
 
     /// Appends a delta carrying `pages` checkpoint pages to both copies and
@@ -278,9 +280,16 @@ impl Journal {
         }
         for (copy, frontier) in frontiers {
             if frontier < at {
+                // A copy with nothing here yet (a new device) gets its
+                // labels where they belong.
+                let mut padding = vec![0u8; (at - frontier) as usize * BLOCK_SIZE];
+                if frontier < LABEL_BLOCKS {
+                    let labels = self.labels(copy, self.segment);
+                    let head = (LABEL_BLOCKS - frontier) as usize * BLOCK_SIZE;
+                    padding[..head].copy_from_slice(&labels[frontier as usize * BLOCK_SIZE..]);
+                }
                 let device = devices[copy.device].as_mut().expect("present");
-                let zeros = vec![0u8; (at - frontier) as usize * BLOCK_SIZE];
-                write_segment(device, copy, self.g, self.segment, frontier, &zeros)?;
+                write_segment(device, copy, self.g, self.segment, frontier, &padding)?;
             }
         }
         Ok(at)

@@ -92,6 +92,13 @@ impl Volume {
                 let count = self.pages_due(self.journal.offset, left, ops.len());
                 let payload = encode_delta(&ops, &self.page_chunk(self.journal.pages_written, count));
                 self.journal.append(&mut self.devices, &payload, count)?;
+            } else if self.journal.offset + Journal::record_blocks(ops.len() + 12)
+                > self.journal.segment_blocks(&self.devices)
+            {
+                // No room left here (after a restart late in the segment):
+                // the commit goes in a whole checkpoint in the other one.
+                self.begin_checkpoint(&ops, true)?;
+                info.checkpoint = true;
             } else {
                 // Past half of the segment, the next checkpoint begins in
                 // the other one once this commit is durable here: its first
@@ -202,6 +209,14 @@ impl Volume {
         let blocks = self.journal.restart(&mut self.devices, &payload)?;
         self.stats.checkpoints += 1;
         self.stats.checkpoint_bytes = blocks * crate::BLOCK_SIZE as u64;
+        // The restart freed the other segment; a whole checkpoint there
+        // writes the labels on every copy, as the callers of a broken log
+        // expect (a replaced or rejoined device, a repaired copy). The
+        // restart stands if this fails (the commit is durable in it): the
+        // log is broken again, and the next commit tries anew.
+        if let Err(error) = self.begin_checkpoint(&journal::encode_ops(&[]), true) {
+            log::warn!("writing the labels after a restarted checkpoint: {error}; the next commit tries again");
+        }
         Ok(())
     }
 
