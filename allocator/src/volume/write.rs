@@ -545,9 +545,16 @@ impl Volume {
     /// Ends a pending write whose commands all finished: the new extent
     /// (or the resilver copy) is recorded, and the outcome queued.
     pub(super) fn finish_write(&mut self, index: usize) {
-        let pending = self.writes[index].take().expect("pending write");
+        let mut pending = self.writes[index].take().expect("pending write");
         assert_eq!(pending.remaining, 0, "finishing write {} with commands in flight", pending.id);
         self.free_slots.push(index);
+        // A copy that completed on a device given up since is not durable
+        // there: missing, as `give_up` marks the copies it journals.
+        for (lane, location) in pending.locations.iter_mut().enumerate() {
+            if self.devices[self.lanes[lane].device].is_none() && location.is_some() {
+                *location = Some(Location::MISSING);
+            }
+        }
         if let Some(lane) = pending.copy_of {
             self.finish_copy(pending, lane);
             return;
