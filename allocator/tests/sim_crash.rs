@@ -92,6 +92,15 @@ fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, committed: &mut Model,
     outcome
 }
 
+/// Every extent of `model` reads back exactly.
+fn read_back(volume: &mut Volume, model: &Model, context: &str) {
+    for (&id, &(data_seed, blocks)) in model {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+        assert!(back == pattern(data_seed, blocks), "{context}: extent {id} reads back wrong");
+    }
+}
+
 /// (power cuts that happened during the work, of them inside a commit)
 static CUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static INSIDE_COMMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -124,11 +133,7 @@ fn crash_once(seed: u64) {
     volume.check_invariants();
     let context = format!("seed {seed}: after the cut");
     let expected = support::expected_state(&volume, &committed, &current, outcome.cut_inside_commit, &context);
-    for (&id, &(data_seed, blocks)) in expected {
-        let mut back = vec![0u8; blocks * 4096];
-        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));
-        assert!(back == pattern(data_seed, blocks), "seed {seed}: extent {id} reads back wrong");
-    }
+    read_back(&mut volume, expected, &context);
     // The volume works after the cut: write, commit, reopen.
     let id = volume.write(0, &pattern(seed, 2), 0).unwrap_or_else(|e| panic!("seed {seed}: write after the cut: {e}"));
     volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit after the cut: {e}"));
@@ -219,11 +224,7 @@ fn checkpoint_cut_once(seed: u64) {
     volume.check_invariants();
     let context = format!("seed {seed}: a cut while a checkpoint was written");
     let expected = support::expected_state(&volume, &committed, &current, outcome.cut_inside_commit, &context);
-    for (&id, &(data_seed, blocks)) in expected {
-        let mut back = vec![0u8; blocks * 4096];
-        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id}: {e}"));
-        assert!(back == pattern(data_seed, blocks), "seed {seed}: extent {id} reads back wrong");
-    }
+    read_back(&mut volume, expected, &context);
     // It goes on: more commits finish (or restart) the checkpoint.
     let model = expected.clone();
     for _ in 0..20 {
@@ -237,14 +238,7 @@ fn checkpoint_cut_once(seed: u64) {
     let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("seed {seed}: second reopen: {e}"));
     volume.check_invariants();
     assert_eq!(volume.stats().extents, model.len() as u64, "seed {seed}: extents after the second reopen");
-    for (&id, &(data_seed, blocks)) in &model {
-        let mut back = vec![0u8; blocks * 4096];
-        volume.read(id, &mut back).unwrap_or_else(|e| panic!("seed {seed}: extent {id} after the second reopen: {e}"));
-        assert!(
-            back == pattern(data_seed, blocks),
-            "seed {seed}: extent {id} reads back wrong after the second reopen"
-        );
-    }
+    read_back(&mut volume, &model, &format!("seed {seed}: after the second reopen"));
 }
 
 #[test]
