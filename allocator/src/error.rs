@@ -87,12 +87,22 @@ pub enum Error {
     },
     /// The metadata on disk contradicts itself or the device.
     Corrupt(String),
+    /// The extent's owner was lost: every copy of the metadata block that
+    /// held it failed when a commit rewrote its page (the extent and its
+    /// data are intact; the volume logged the failure, and counts it in
+    /// [`crate::VolumeStats::owners_lost`]).
+    OwnerLost {
+        /// The extent whose owner is lost.
+        extent: ExtentId,
+    },
     /// Every copy of these blocks failed its checksum or could not be read.
     Uncorrectable {
         /// The extent the blocks belong to.
         extent: ExtentId,
-        /// The extent's owner, as given to [`crate::Volume::submit_write`].
-        owner: u64,
+        /// The extent's owner, as given to [`crate::Volume::submit_write`];
+        /// `None` when it could not be read back either
+        /// ([`Error::OwnerLost`]).
+        owner: Option<u64>,
         /// Indexes of the bad 4 KiB blocks within the extent.
         blocks: Vec<u32>,
     },
@@ -184,8 +194,14 @@ impl fmt::Display for Error {
                  {generation}'s checkpoint) are at stake (open with rewind to drop them)"
             ),
             Error::Corrupt(why) => write!(f, "volume metadata is corrupt: {why}"),
-            Error::Uncorrectable { extent, owner, blocks } => {
+            Error::Uncorrectable { extent, owner: Some(owner), blocks } => {
                 write!(f, "extent {extent} (owner {owner}): blocks {blocks:?} have no good copy")
+            }
+            Error::Uncorrectable { extent, owner: None, blocks } => {
+                write!(f, "extent {extent} (owner unknown): blocks {blocks:?} have no good copy")
+            }
+            Error::OwnerLost { extent } => {
+                write!(f, "the owner of extent {extent} was lost with every copy of its metadata block")
             }
             Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
             Error::ReadOnly { why } => write!(f, "the volume is read-only: {why}"),

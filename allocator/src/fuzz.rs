@@ -1,14 +1,14 @@
 //! Entry points for the fuzz targets (`fuzz/fuzz_targets/metadata.rs`) and
 //! the tests that replay them: every decoder of device bytes in the
-//! allocator (labels, record headers, deltas, checkpoints) and recovery
+//! allocator (labels, record headers, deltas, checkpoints, owner blobs) and recovery
 //! over arbitrary segment images. Each must return a value or a typed
 //! error, never panic. Not part of the API.
 
 use crate::journal::layout::SegmentImage;
 use crate::journal::recovery::recover;
 use crate::journal::{
-    decode_begin, decode_delta, decode_label, decode_ops, encode_begin, encode_delta, encode_label, encode_ops,
-    encode_pages, Header, LabelRead,
+    decode_begin, decode_delta, decode_label, decode_ops, decode_owner_blob, encode_begin, encode_delta, encode_label,
+    encode_ops, encode_owner_pages, encode_pages, Header, LabelRead, PageImage,
 };
 use crate::BLOCK_SIZE;
 
@@ -25,20 +25,34 @@ pub fn decoders(data: &[u8]) {
     if let Ok(ops) = decode_ops(data) {
         assert_eq!(decode_ops(&encode_ops(&ops)).expect("re-encoded ops decode"), ops, "ops round-trip");
     }
-    if let Ok(begin) = decode_begin(data) {
+    // Blobs are checked against record 0 of volume 0; their owners stay in
+    // `data`, and a re-encoding takes them from there.
+    let owners = |index: u64, at: usize| decode_owner_blob(&data[at..], 0, 0, index).expect("a checked blob");
+    let filled = |pages: &[PageImage]| -> Vec<PageImage> {
+        pages.iter().map(|p| PageImage { owners: owners(p.index, p.owners_at), ..p.clone() }).collect()
+    };
+    if let Ok(begin) = decode_begin(data, 0, 0) {
         let encoded = encode_begin(
             &begin.superblock,
             &begin.lane_zones,
             begin.pages_total,
             &encode_ops(&begin.ops),
-            &encode_pages(&begin.pages),
+            &encode_pages(&filled(&begin.pages), 0, 0).bytes,
         );
-        assert_eq!(decode_begin(&encoded).expect("a re-encoded checkpoint decodes"), begin, "a checkpoint round-trips");
+        let again = decode_begin(&encoded, 0, 0).expect("a re-encoded checkpoint decodes");
+        assert_eq!(again, begin, "a checkpoint round-trips");
     }
-    if let Ok(delta) = decode_delta(data) {
-        let encoded = encode_delta(&encode_ops(&delta.ops), &encode_pages(&delta.pages));
-        assert_eq!(decode_delta(&encoded).expect("a re-encoded delta decodes"), delta, "a delta round-trips");
+    if let Ok(delta) = decode_delta(data, 0, 0) {
+        let blobs: Vec<(u64, Vec<u64>)> = delta.owner_pages.iter().map(|&(i, at)| (i, owners(i, at))).collect();
+        let encoded = encode_delta(
+            &encode_ops(&delta.ops),
+            &encode_pages(&filled(&delta.pages), 0, 0).bytes,
+            &encode_owner_pages(&blobs, 0, 0).bytes,
+        );
+        let again = decode_delta(&encoded, 0, 0).expect("a re-encoded delta decodes");
+        assert_eq!(again, delta, "a delta round-trips");
     }
+    let _ = decode_owner_blob(data, 0, 0, 0);
 }
 
 /// Recovery over four segment images cut from `data` (two copies of two

@@ -86,6 +86,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod journal;
+mod owners;
 pub mod table;
 pub mod tags;
 pub mod token;
@@ -96,6 +97,7 @@ pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use journal::format::{MemberRecord, ScrubRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
+pub use owners::OWNER_LOST;
 pub use token::Token;
 pub use volume::{
     BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef,

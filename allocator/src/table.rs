@@ -1,5 +1,6 @@
 //! The extent table: every extent as one fixed-size record of 12 bytes, in
-//! pages, indexed by slot, with its owner in a parallel page. Nothing is
+//! pages, indexed by slot. Owners are not here: they live on the device
+//! (see [`crate::owners`]). Nothing is
 //! allocated per extent and nothing is kept per 4 KiB block: checksums are
 //! in the blocks' tags on the device (see [`crate::tags`]), or, for an
 //! extent whose tags cannot be carried, in the volume's side map. No index
@@ -107,15 +108,13 @@ pub struct Entry {
     /// Each copy's location (lane 1 is [`Location::MISSING`] in a
     /// single-copy volume).
     pub locations: [Location; 2],
-    /// The owner the writer gave.
-    pub owner: u64,
 }
 
 impl Entry {
     /// An entry from per-lane locations (one or two).
-    pub fn new(blocks: u32, locations: &[Location], owner: u64) -> Entry {
+    pub fn new(blocks: u32, locations: &[Location]) -> Entry {
         assert!((1..=2).contains(&locations.len()), "{} copies", locations.len());
-        Entry { blocks, locations: [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)], owner }
+        Entry { blocks, locations: [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)] }
     }
 }
 
@@ -196,7 +195,6 @@ impl std::fmt::Display for TableError {
 }
 
 type Page = [Record; PAGE_SLOTS];
-type OwnerPage = [u64; PAGE_SLOTS];
 
 /// The extent table. See the [module documentation](self).
 #[derive(Debug)]
@@ -206,9 +204,6 @@ pub struct Table {
     /// records, and its slack is one page rather than a doubled vector.
     #[allow(clippy::vec_box)]
     pages: Vec<Box<Page>>,
-    /// Each slot's owner, page by page with `pages`.
-    #[allow(clippy::vec_box)]
-    owners: Vec<Box<OwnerPage>>,
     /// Slots handed out at least once: `1..end`.
     end: u64,
     /// The first free slot below `end`, if any; each free record holds the
@@ -220,7 +215,7 @@ pub struct Table {
 impl Table {
     /// An empty table for locations packed as `bits`.
     pub fn new(bits: LocationBits) -> Table {
-        Table { bits, pages: Vec::new(), owners: Vec::new(), end: 1, free: 0, live: 0 }
+        Table { bits, pages: Vec::new(), end: 1, free: 0, live: 0 }
     }
 
     /// Live extents.
@@ -235,8 +230,7 @@ impl Table {
 
     /// Host bytes the pages take.
     pub fn memory_bytes(&self) -> usize {
-        self.pages.len() * (size_of::<Page>() + size_of::<OwnerPage>())
-            + (self.pages.capacity() + self.owners.capacity()) * size_of::<usize>()
+        self.pages.len() * size_of::<Page>() + self.pages.capacity() * size_of::<usize>()
     }
 
     fn record(&self, slot: u64) -> Option<Record> {
@@ -248,13 +242,8 @@ impl Table {
         let page = (slot / PAGE_SLOTS as u64) as usize;
         while self.pages.len() <= page {
             self.pages.push(Box::new([Record::default(); PAGE_SLOTS]));
-            self.owners.push(Box::new([0; PAGE_SLOTS]));
         }
         &mut self.pages[page][(slot % PAGE_SLOTS as u64) as usize]
-    }
-
-    fn owner(&self, slot: u64) -> u64 {
-        self.owners[(slot / PAGE_SLOTS as u64) as usize][(slot % PAGE_SLOTS as u64) as usize]
     }
 
     /// Whether `entry` can be held: its blocks in range and its locations
@@ -281,8 +270,6 @@ impl Table {
         for (lane, &location) in entry.locations.iter().enumerate() {
             record.set_location(lane, bits.pack(location));
         }
-        let (page, index) = ((slot / PAGE_SLOTS as u64) as usize, (slot % PAGE_SLOTS as u64) as usize);
-        self.owners[page][index] = entry.owner;
     }
 
     /// Takes a free slot (a freed one first) for an extent whose write is
@@ -408,14 +395,13 @@ impl Table {
         if record.blocks() == 0 || record.generation() != generation {
             return None;
         }
-        Some(self.entry(slot, record))
+        Some(self.entry(record))
     }
 
-    fn entry(&self, slot: u64, record: Record) -> Entry {
+    fn entry(&self, record: Record) -> Entry {
         Entry {
             blocks: record.blocks(),
             locations: [self.bits.unpack(record.location(0)), self.bits.unpack(record.location(1))],
-            owner: self.owner(slot),
         }
     }
 
@@ -439,6 +425,13 @@ impl Table {
         true
     }
 
+    /// The slots of page `index` that hold a live extent.
+    pub fn live_slots(&self, index: u64) -> impl Iterator<Item = u64> + '_ {
+        let first = index * PAGE_SLOTS as u64;
+        (first..first + PAGE_SLOTS as u64)
+            .filter(move |&slot| slot < self.end && self.record(slot).is_some_and(|r| r.blocks() != 0))
+    }
+
     /// Pages a checkpoint writes: every one holding a slot handed out.
     pub fn pages(&self) -> u64 {
         self.end.div_ceil(PAGE_SLOTS as u64)
@@ -448,8 +441,13 @@ impl Table {
     /// keep only their generation (an extent in flight is not one yet).
     /// `mapped` gives a live extent's checksums when the map keeps them.
     pub(crate) fn page_image<'a>(&self, index: u64, mapped: impl Fn(ExtentId) -> Option<&'a [u32]>) -> PageImage {
-        let mut image =
-            PageImage { index, records: vec![[0; 3]; PAGE_SLOTS], owners: vec![0; PAGE_SLOTS], mapped: Vec::new() };
+        let mut image = PageImage {
+            index,
+            records: vec![[0; 3]; PAGE_SLOTS],
+            owners: Vec::new(),
+            mapped: Vec::new(),
+            owners_at: 0,
+        };
         for at in 0..PAGE_SLOTS {
             let slot = index * PAGE_SLOTS as u64 + at as u64;
             let Some(record) = self.record(slot).filter(|_| slot < self.end) else { continue };
@@ -458,7 +456,6 @@ impl Table {
                 continue;
             }
             image.records[at] = record.0;
-            image.owners[at] = self.owner(slot);
             if let Some(crcs) = mapped(join(slot, record.generation())) {
                 image.mapped.push((at as u16, crcs.to_vec()));
             }
@@ -472,12 +469,12 @@ impl Table {
     /// carries. Call [`Table::finish_load`] once every page and operation
     /// is in.
     pub(crate) fn load_page(&mut self, image: &PageImage) -> Result<Vec<(ExtentId, Vec<u32>)>, TableError> {
-        if image.records.len() != PAGE_SLOTS || image.owners.len() != PAGE_SLOTS {
+        if image.records.len() != PAGE_SLOTS {
             return Err(TableError::BadId(image.index * PAGE_SLOTS as u64));
         }
         let first = image.index.checked_mul(PAGE_SLOTS as u64).filter(|f| *f < 1 << SLOT_BITS);
         let first = first.ok_or(TableError::BadId(image.index))?;
-        for (at, (&words, &owner)) in image.records.iter().zip(&image.owners).enumerate() {
+        for (at, &words) in image.records.iter().enumerate() {
             let slot = first + at as u64;
             let mut record = Record(words);
             if record.blocks() == 0 {
@@ -488,7 +485,6 @@ impl Table {
             }
             let was_live = self.record(slot).is_some_and(|r| r.blocks() != 0);
             *self.record_mut(slot) = record;
-            self.owners[(slot / PAGE_SLOTS as u64) as usize][at] = owner;
             match (was_live, record.blocks() != 0) {
                 (false, true) => self.live += 1,
                 (true, false) => self.live -= 1,
@@ -542,7 +538,7 @@ impl Table {
         self.pages.iter().enumerate().flat_map(move |(page, records)| {
             records.iter().enumerate().filter_map(move |(index, &record)| {
                 let slot = (page * PAGE_SLOTS + index) as u64;
-                (record.blocks() != 0).then(|| (join(slot, record.generation()), self.entry(slot, record)))
+                (record.blocks() != 0).then(|| (join(slot, record.generation()), self.entry(record)))
             })
         })
     }
@@ -595,7 +591,7 @@ impl Table {
     fn at(&self, slot: u64, lane: usize, location: Location) -> Option<(ExtentId, Entry)> {
         let record = self.record(slot).filter(|r| r.blocks() != 0)?;
         (self.bits.unpack(record.location(lane)) == location)
-            .then(|| (join(slot, record.generation()), self.entry(slot, record)))
+            .then(|| (join(slot, record.generation()), self.entry(record)))
     }
 }
 
@@ -671,7 +667,7 @@ mod tests {
     }
 
     fn entry(blocks: u32, a: Location, b: Location) -> Entry {
-        Entry { blocks, locations: [a, b], owner: u64::from(blocks) * 10 }
+        Entry { blocks, locations: [a, b] }
     }
 
     #[test]
@@ -738,7 +734,6 @@ mod tests {
         table.fill_reserved(b, &entry(4, at(1, 0), Location::MISSING)).unwrap();
         table.release(a);
         assert_eq!(table.len(), 1);
-        assert_eq!(table.get(b).unwrap().owner, 40);
         // The released slot comes back under its next generation.
         let c = table.reserve();
         assert_eq!(split(c), (1, 1), "first reserved at generation 0, reused at 1");

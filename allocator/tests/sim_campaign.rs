@@ -322,6 +322,11 @@ fn check(setup: &Setup, state: &Work, outcome: &Outcome, context: &str) {
             Err(Error::Uncorrectable { extent, .. }) if outcome.may_lose_reads && extent == id => {}
             Err(error) => panic!("{context}: extent {id}: {error}"),
         }
+        // Owners live in the journal only: a single fault never loses one.
+        match volume.owner(id) {
+            Ok(owner) => assert_eq!(owner, data_seed, "{context}: extent {id}'s owner"),
+            Err(error) => panic!("{context}: extent {id}'s owner: {error}"),
+        }
     }
 }
 

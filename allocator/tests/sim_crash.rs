@@ -53,7 +53,7 @@ fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, committed: &mut Model,
             0..=54 => {
                 let blocks = 1 + rng.below(12) as usize;
                 let data_seed = rng.next();
-                match volume.write(0, &pattern(data_seed, blocks), 0) {
+                match volume.write(0, &pattern(data_seed, blocks), owner_of(data_seed)) {
                     Ok(id) => {
                         current.insert(id, (data_seed, blocks));
                     }
@@ -98,7 +98,15 @@ fn read_back(volume: &mut Volume, model: &Model, context: &str) {
         let mut back = vec![0u8; blocks * 4096];
         volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
         assert!(back == pattern(data_seed, blocks), "{context}: extent {id} reads back wrong");
+        let owner = volume.owner(id).unwrap_or_else(|e| panic!("{context}: extent {id}'s owner: {e}"));
+        assert_eq!(owner, owner_of(data_seed), "{context}: extent {id}'s owner");
     }
+}
+
+/// The owner a write of `data_seed`'s pattern is given (never
+/// [`zoned_allocator::OWNER_LOST`]).
+fn owner_of(data_seed: u64) -> u64 {
+    data_seed >> 1
 }
 
 /// (power cuts that happened during the work, of them inside a commit)
@@ -194,7 +202,9 @@ fn checkpoint_cut_once(seed: u64) {
     let extents = 3000 + rng.below(1000);
     for i in 0..extents {
         let data_seed = rng.next();
-        let id = volume.write(0, &pattern(data_seed, 1), i).unwrap_or_else(|e| panic!("seed {seed}: fill: {e}"));
+        let id = volume
+            .write(0, &pattern(data_seed, 1), owner_of(data_seed))
+            .unwrap_or_else(|e| panic!("seed {seed}: fill: {e}"));
         committed.insert(id, (data_seed, 1));
         if i % 40 == 39 {
             volume.commit().unwrap_or_else(|e| panic!("seed {seed}: fill commit: {e}"));
@@ -208,7 +218,9 @@ fn checkpoint_cut_once(seed: u64) {
     let mut steps = 0;
     while volume.stats().checkpoints == begun {
         let data_seed = rng.next();
-        let id = volume.write(0, &pattern(data_seed, 1), 0).unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
+        let id = volume
+            .write(0, &pattern(data_seed, 1), owner_of(data_seed))
+            .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));
         current.insert(id, (data_seed, 1));
         volume.commit().unwrap_or_else(|e| panic!("seed {seed}: commit: {e}"));
         committed = current.clone();

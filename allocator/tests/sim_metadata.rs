@@ -56,6 +56,8 @@ fn fill(volume: &mut Volume, model: &mut Model, commits: usize) {
     }
 }
 
+/// Every extent of `model` reads back, with its seed as its owner (as
+/// every writer here gives it).
 fn check(volume: &mut Volume, model: &Model) {
     volume.check_invariants();
     let found: Vec<u64> = volume.extent_ids().collect();
@@ -64,6 +66,7 @@ fn check(volume: &mut Volume, model: &Model) {
         let mut back = vec![0u8; blocks * 4096];
         volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
         assert!(back == pattern(seed, blocks), "extent {id} reads back wrong");
+        assert_eq!(volume.owner(id).unwrap_or_else(|e| panic!("extent {id}'s owner: {e}")), seed, "extent {id}");
     }
 }
 
@@ -232,7 +235,7 @@ fn a_commit_whose_flush_failed_is_retried_without_a_duplicate_record() {
         // (the record is then written but maybe not durable), then the
         // retry succeeds; some of these land inside a rotation.
         for round in 0..40u64 {
-            let id = volume.write(0, &pattern(1000 + round, 2), round).unwrap();
+            let id = volume.write(0, &pattern(1000 + round, 2), 1000 + round).unwrap();
             model.insert(id, (1000 + round, 2));
             let sim = &harness.sims[(round % harness.sims.len() as u64) as usize];
             sim.inject(Fault::FlushFails { after: (round / 2 % 3) as u32 });
@@ -607,4 +610,81 @@ fn a_device_replaced_while_a_checkpoint_spreads_gets_its_labels_before_any_cut()
     let mut volume = harness.open(&options).expect("opens with the replacement, not degraded");
     assert!(volume.recovery().dropped.is_none());
     check(&mut volume, &model);
+}
+
+/// Where the owners `a` then `b` (two slots side by side in a page's owner
+/// blob, little-endian) lie in zones `zones` of namespace 1: each
+/// occurrence's LBA and the bit of its first byte there.
+fn find_owner_pair(sim: &Simulator, zones: std::ops::Range<u64>, a: u64, b: u64) -> Vec<(u64, u64)> {
+    let first = zones.start * ZONE_LBAS;
+    let mut bytes = Vec::new();
+    for lba in first..zones.end * ZONE_LBAS {
+        bytes.extend(sim.read_block(1, lba));
+    }
+    let lba_bytes = bytes.len() as u64 / ((zones.end - zones.start) * ZONE_LBAS);
+    let pair = [a.to_le_bytes(), b.to_le_bytes()].concat();
+    (0..bytes.len().saturating_sub(15))
+        .filter(|&at| bytes[at..at + 16] == pair[..])
+        .map(|at| (first + at as u64 / lba_bytes, (at as u64 % lba_bytes) * 8))
+        .collect()
+}
+
+#[test]
+fn owners_are_read_back_from_either_copy_and_one_lost_on_both_is_a_typed_error() {
+    // Owners live in the journal only (one blob per table page). One bad
+    // copy of a blob is read from the other; a blob bad on both loses its
+    // page's owners only, loudly: a typed error for those extents, a count,
+    // and every extent and its data intact, across reopening.
+    let (mut harness, options) = single_zns();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill_pages(&mut volume, &mut model, 600);
+    volume.checkpoint_now().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    // Slots 10 and 11 (page 0) and 360 and 361 (page 1): fresh slots, so
+    // the IDs are the slots and the owners 10,000 more, less one.
+    let owner = |slot: u64| 10_000 + slot - 1;
+    let (copy0, both) = (0..2, 0..4);
+    let page0 = find_owner_pair(&harness.sims[0], copy0, owner(10), owner(11));
+    let page1 = find_owner_pair(&harness.sims[0], both.clone(), owner(360), owner(361));
+    assert!(!page0.is_empty() && page1.len() >= 2, "the blobs are on both copies");
+    assert!(!find_owner_pair(&harness.sims[0], 2..4, owner(10), owner(11)).is_empty(), "and on copy 1");
+    for (lba, bit) in page0.into_iter().chain(page1) {
+        harness.sims[0].corrupt_at_rest(1, lba, bit);
+    }
+    let read_before = volume.stats().owner_pages_read;
+    assert_eq!(volume.owner(10).unwrap(), owner(10), "read from the other copy");
+    assert!(volume.stats().owner_pages_read > read_before);
+    match volume.owner(360) {
+        Err(Error::Corrupt(why)) => assert!(why.contains("page 1"), "{why}"),
+        other => panic!("a blob bad on both copies: {other:?}"),
+    }
+    let mut back = vec![0u8; 4096];
+    volume.read(360, &mut back).unwrap();
+    assert!(back == pattern(owner(360), 1), "the data is not the owner's concern");
+    // A checkpoint rewrites page 1 without the owners it could not read.
+    let on_page1 = model.keys().filter(|&&id| (340..680).contains(&id)).count() as u64;
+    volume.checkpoint_now().expect("a lost owner does not stop commits");
+    assert_eq!(volume.stats().owners_lost, on_page1);
+    assert!(matches!(volume.owner(360), Err(Error::OwnerLost { extent: 360 })));
+    assert!(matches!(
+        volume.submit_write(0, &[0u8; 4096], zoned_allocator::OWNER_LOST),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    volume.check_invariants();
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id} reads back wrong");
+        match volume.owner(id) {
+            Ok(found) => assert!(found == seed && !(340..680).contains(&id), "extent {id}: owner {found}"),
+            Err(Error::OwnerLost { extent }) => assert!(extent == id && (340..680).contains(&id)),
+            Err(error) => panic!("extent {id}: {error}"),
+        }
+    }
 }

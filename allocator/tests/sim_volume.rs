@@ -172,7 +172,7 @@ fn media_errors_read_the_dup_copy_and_both_bad_is_uncorrectable() {
     harness.sims[0].corrupt_at_rest(1, second + 8, 0);
     match volume.read(id, &mut back) {
         Err(Error::Uncorrectable { extent, owner, blocks }) => {
-            assert_eq!((extent, owner), (id, 5));
+            assert_eq!((extent, owner), (id, Some(5)));
             assert_eq!(blocks, vec![1]);
         }
         other => panic!("expected Uncorrectable, got {other:?}"),
@@ -451,7 +451,53 @@ fn the_id_of_a_freed_extent_never_names_a_new_one_even_after_reopening() {
         assert!(volume.extent(dead).is_none(), "freed extent {dead} is back");
         assert!(!fresh.contains(&dead), "freed extent {dead}'s ID names a new extent");
     }
-    assert_eq!(volume.extent(ids[0]).map(|(_, owner)| owner), Some(0));
-    assert_eq!(volume.extent(ids[2]).map(|(_, owner)| owner), Some(2));
+    assert_eq!(volume.owner(ids[0]).ok(), Some(0));
+    assert_eq!(volume.owner(ids[2]).ok(), Some(2));
     volume.check_invariants();
+}
+
+#[test]
+fn owners_stay_bounded_in_memory_and_come_back_from_the_journal_after_reuse_and_reopening() {
+    // Owners are journaled a page at a time; memory keeps only those
+    // written since (16 here, `volume_options`). Freed slots are reused,
+    // so a page's journaled owners are overridden by newer ones until the
+    // page is journaled again.
+    let mut harness = Harness::new(vec![zns(64, 256)], vec![(0, 1)]);
+    let options = volume_options();
+    let bound = options.recent_owners as u64;
+    let mut volume = harness.format(&options);
+    let mut live = std::collections::BTreeMap::new();
+    let mut next = 1u64;
+    for round in 0..30u64 {
+        for _ in 0..25 {
+            let owner = next * 1_000_003;
+            live.insert(volume.write(0, &pattern(next, 1), owner).unwrap(), owner);
+            next += 1;
+        }
+        if round % 3 == 2 {
+            let doomed: Vec<u64> = live.keys().copied().step_by(3).collect();
+            for id in doomed {
+                volume.free(id).unwrap();
+                live.remove(&id);
+            }
+        }
+        volume.commit().unwrap();
+        let stats = volume.stats();
+        assert!(stats.extents < 64 * bound, "the bound stays the option's");
+        assert!(stats.owners_in_memory <= bound, "round {round}: {} owners in memory", stats.owners_in_memory);
+        for (&id, &owner) in &live {
+            assert_eq!(volume.owner(id).unwrap(), owner, "round {round}: extent {id}");
+        }
+        if round % 10 == 9 {
+            let stats = volume.stats();
+            assert!(stats.owner_pages_written > 0 && stats.owner_pages_read > 0, "round {round}: {stats:?}");
+            drop(volume);
+            harness.restart();
+            volume = harness.open(&options).unwrap();
+            volume.check_invariants();
+        }
+    }
+    let mut listed = volume.extent_owners().unwrap();
+    listed.sort_unstable();
+    assert_eq!(listed, live.iter().map(|(&id, &owner)| (id, owner)).collect::<Vec<_>>());
 }

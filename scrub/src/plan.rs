@@ -17,8 +17,6 @@ use zoned_allocator::{ExtentId, Location, Volume, BLOCK_SIZE};
 pub struct Piece {
     /// The extent.
     pub id: ExtentId,
-    /// Its owner, as given to [`Volume::submit_write`], for reports.
-    pub owner: u64,
     /// Where the piece starts within the read, in blocks.
     pub offset_blocks: u32,
     /// Where the piece starts within its extent (an extent longer than
@@ -56,25 +54,18 @@ impl Read {
         let tail_start = Location { zone: start.zone, offset: start.offset + blocks };
         let mut tail = Read { lane, start: tail_start, lba: tail_lba, blocks: all - blocks, pieces: Vec::new() };
         for piece in pieces {
-            let Piece { id, owner, offset_blocks, extent_block, blocks: length, expected } = piece;
+            let Piece { id, offset_blocks, extent_block, blocks: length, expected } = piece;
             if offset_blocks + length <= blocks {
-                head.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: length, expected });
+                head.pieces.push(Piece { id, offset_blocks, extent_block, blocks: length, expected });
             } else if offset_blocks >= blocks {
                 let offset_blocks = offset_blocks - blocks;
-                tail.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: length, expected });
+                tail.pieces.push(Piece { id, offset_blocks, extent_block, blocks: length, expected });
             } else {
                 let cut = blocks - offset_blocks;
                 let (first, rest) = expected.split_at(cut as usize);
-                head.pieces.push(Piece { id, owner, offset_blocks, extent_block, blocks: cut, expected: first });
+                head.pieces.push(Piece { id, offset_blocks, extent_block, blocks: cut, expected: first });
                 let extent_block = extent_block + cut;
-                tail.pieces.push(Piece {
-                    id,
-                    owner,
-                    offset_blocks: 0,
-                    extent_block,
-                    blocks: length - cut,
-                    expected: rest,
-                });
+                tail.pieces.push(Piece { id, offset_blocks: 0, extent_block, blocks: length - cut, expected: rest });
             }
         }
         (head, tail)
@@ -208,7 +199,6 @@ impl Planner {
                 let read = current.as_mut().expect("a read is open");
                 read.pieces.push(Piece {
                     id: extent.id,
-                    owner: extent.owner,
                     offset_blocks: read.blocks,
                     extent_block: block,
                     blocks,

@@ -31,7 +31,11 @@ pub(crate) fn resolve_suspects(
     }
     let mut wrote = false;
     for ((lane, id), suspect) in merged {
-        let Some((_, owner)) = volume.extent(id) else { continue };
+        if volume.extent(id).is_none() {
+            continue;
+        }
+        // Owners are kept on the device: one for a report may take a read.
+        let owner = volume.owner(id).ok();
         let bad_blocks = narrow(volume, options, suspect, report)?;
         if bad_blocks.is_empty() {
             continue;
@@ -73,7 +77,7 @@ pub(crate) fn resolve_suspects(
 fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report: &mut Report) -> Result<Vec<u32>> {
     let Suspect { lane, extent: id, mut bad_blocks, read_failed } = suspect;
     if read_failed {
-        let Some((len, _)) = volume.extent(id) else { return Ok(Vec::new()) };
+        let Some(len) = volume.extent(id) else { return Ok(Vec::new()) };
         let blocks = (len / BLOCK_SIZE) as u32;
         let mut copy = vec![0u8; len];
         // Which blocks does this extent's copy really fail on?
@@ -101,7 +105,7 @@ fn narrow(volume: &mut Volume, options: &ScrubOptions, suspect: Suspect, report:
 /// The extent's data rebuilt block by block from the verified blocks of
 /// every copy, `lane`'s own first, and the blocks no copy holds good.
 fn good_data(volume: &mut Volume, id: ExtentId, lane: usize) -> (Vec<u8>, Vec<u32>) {
-    let len = volume.extent(id).map_or(0, |(len, _)| len);
+    let len = volume.extent(id).map_or(0, |len| len);
     let blocks = (len / BLOCK_SIZE) as u32;
     let mut good = vec![0u8; len];
     let mut good_blocks = vec![false; blocks as usize];

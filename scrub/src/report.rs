@@ -12,8 +12,9 @@ use zoned_allocator::{ExtentId, MetadataScrub};
 pub struct Uncorrectable {
     /// The extent the blocks belong to.
     pub extent: ExtentId,
-    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write).
-    pub owner: u64,
+    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write);
+    /// `None` when it could not be read back.
+    pub owner: Option<u64>,
     /// The copy (lane) that was scrubbed when the blocks were found; no lane
     /// had a good copy.
     pub lane: usize,
@@ -28,8 +29,9 @@ pub struct Uncorrectable {
 pub struct RepairFailed {
     /// The extent the blocks belong to.
     pub extent: ExtentId,
-    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write).
-    pub owner: u64,
+    /// The extent's owner, as given to [`Volume::submit_write`](zoned_allocator::Volume::submit_write);
+    /// `None` when it could not be read back.
+    pub owner: Option<u64>,
     /// The copy (lane) whose repair failed.
     pub lane: usize,
     /// Block indices within the extent found bad in that copy.
@@ -330,7 +332,7 @@ impl fmt::Display for Report {
         )?;
         write!(f, "  uncorrectable: {} blocks", self.uncorrectable.iter().map(|u| u.blocks.len()).sum::<usize>())?;
         for u in &self.uncorrectable {
-            write!(f, "\n    extent {} (owner {}), copy {}: blocks {:?}", u.extent, u.owner, u.lane, u.blocks)?;
+            write!(f, "\n    extent {} (owner {}), copy {}: blocks {:?}", u.extent, owner(u.owner), u.lane, u.blocks)?;
         }
         if !self.repair_failed.is_empty() {
             let blocks: usize = self.repair_failed.iter().map(|r| r.blocks.len()).sum();
@@ -339,7 +341,11 @@ impl fmt::Display for Report {
                 write!(
                     f,
                     "\n    extent {} (owner {}), copy {}: blocks {:?}: {}",
-                    r.extent, r.owner, r.lane, r.blocks, r.error
+                    r.extent,
+                    owner(r.owner),
+                    r.lane,
+                    r.blocks,
+                    r.error
                 )?;
             }
         }
@@ -348,4 +354,9 @@ impl fmt::Display for Report {
         }
         write!(f, "\n  result: {}", self.result())
     }
+}
+
+/// An owner as a report shows it.
+fn owner(owner: Option<u64>) -> String {
+    owner.map_or_else(|| "unknown".into(), |o| o.to_string())
 }

@@ -248,7 +248,7 @@ fn planner(source: usize, from: Location, target: usize, one_extent_per_read: bo
 }
 
 fn blocks_of(volume: &Volume, id: ExtentId) -> u64 {
-    volume.extent(id).map_or(0, |(bytes, _)| (bytes / BLOCK_SIZE) as u64)
+    volume.extent(id).map_or(0, |bytes| (bytes / BLOCK_SIZE) as u64)
 }
 
 impl Resilver {
@@ -505,7 +505,7 @@ impl Resilver {
         for piece in &read.pieces {
             let start = piece.offset_blocks as usize * BLOCK_SIZE;
             let data = &self.scratch[start..start + piece.blocks as usize * BLOCK_SIZE];
-            let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == data.len());
+            let whole = volume.extent(piece.id).is_some_and(|bytes| bytes == data.len());
             assert!(whole || volume.extent(piece.id).is_none(), "extent {} split across reads", piece.id);
             if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
                 // Freed (or written) since it was planned.
@@ -538,7 +538,7 @@ impl Resilver {
         let mut again = Vec::new();
         let mut buffer = buffer;
         for (piece, bad) in read.pieces.iter().zip(&bad) {
-            let whole = volume.extent(piece.id).is_some_and(|(len, _)| len == piece.blocks as usize * BLOCK_SIZE);
+            let whole = volume.extent(piece.id).is_some_and(|len| len == piece.blocks as usize * BLOCK_SIZE);
             if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
                 continue;
             }
@@ -576,7 +576,7 @@ impl Resilver {
     ) -> Result<()> {
         assert_eq!(read.pieces.len(), 1, "one extent per read when writing reads as they are");
         let piece = &read.pieces[0];
-        let whole = volume.extent(piece.id).is_some_and(|(bytes, _)| bytes == buffer.len());
+        let whole = volume.extent(piece.id).is_some_and(|bytes| bytes == buffer.len());
         if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
             // Freed (or written) since it was planned.
             return Ok(());
@@ -600,7 +600,7 @@ impl Resilver {
     fn copy_done(&mut self, volume: &Volume, done: zoned_allocator::WriteDone) {
         self.account_depth();
         self.copies_in_flight -= 1;
-        let bytes = volume.extent(done.id).map_or(0, |(bytes, _)| bytes as u64);
+        let bytes = volume.extent(done.id).map_or(0, |bytes| bytes as u64);
         match done.result {
             Ok(()) => {
                 self.report.extents_copied += 1;
@@ -625,7 +625,7 @@ impl Resilver {
     /// Copies one extent through the volume's verified read (after a
     /// failed merged read).
     fn copy_one(&mut self, volume: &mut Volume, id: ExtentId) -> Result<()> {
-        let Some((bytes, _)) = volume.extent(id) else { return Ok(()) };
+        let Some(bytes) = volume.extent(id) else { return Ok(()) };
         if !volume.lacks_copy(id, self.report.target_lane) {
             return Ok(());
         }

@@ -164,7 +164,7 @@ fn both_copies_bad_is_uncorrectable_and_changes_nothing() {
     let lanes: BTreeSet<usize> = report.uncorrectable.iter().map(|u| u.lane).collect();
     assert_eq!(lanes, BTreeSet::from([0, 1]), "{report}");
     for u in &report.uncorrectable {
-        assert_eq!((u.extent, u.owner, u.blocks.clone()), (id, 5, vec![0]));
+        assert_eq!((u.extent, u.owner, u.blocks.clone()), (id, Some(5), vec![0]));
     }
     assert_eq!((volume.location(id, 0), volume.location(id, 1)), (Some(a), Some(b)), "nothing moved");
     assert_eq!(volume.uncommitted_ops(), 0);
@@ -271,7 +271,7 @@ fn assert_write_fault(report: &Report, id: u64, lane: usize) {
     let [failed] = report.repair_failed.as_slice() else { panic!("one failed repair expected: {report}") };
     assert_eq!(
         (failed.extent, failed.owner, failed.lane, failed.blocks.clone()),
-        (id, id - 1, lane, vec![0]),
+        (id, Some(id - 1), lane, vec![0]),
         "{report}"
     );
     let write_fault = RepairError::Status { command: "Write".into(), sct: 2, sc: 0x80, name: "Write Fault".into() };

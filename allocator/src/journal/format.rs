@@ -14,7 +14,9 @@
 //! table pages the checkpoint takes, the operations of its commit, and its
 //! first pages. The pages follow a few per delta, and the record that
 //! carries the last one is marked sealed in its header (see
-//! `allocator/METADATA.md`, step 3).
+//! `allocator/METADATA.md`, step 3). A page's owners are a blob with its
+//! own checksum, so that one page's can be read back alone; a delta may
+//! carry owner blobs without their pages (step 4, [`crate::owners`]).
 
 use crate::checksum::crc;
 use crate::error::{Error, Result};
@@ -27,8 +29,10 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// no member states, error counters or missing copies; version 3 kept every
 /// extent's checksums in the journal and in memory, whatever the devices;
 /// version 4 kept extents in a map and wrote each checkpoint whole in one
-/// record; version 5 wrote the extent table whole in one record.
-pub const FORMAT_VERSION: u8 = 6;
+/// record; version 5 wrote the extent table whole in one record; version
+/// 6 kept every owner in memory, its pages' owners under the record's
+/// checksum only.
+pub const FORMAT_VERSION: u8 = 7;
 const VERSION: u8 = FORMAT_VERSION;
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
@@ -237,15 +241,51 @@ pub(crate) struct Superblock {
 
 /// One page of the extent table as a checkpoint carries it
 /// ([`crate::table::PAGE_SLOTS`] records): each slot's record (its free
-/// slots with no link), owner, and the checksums of the extents on it
-/// that keep them in the map.
+/// slots with no link), its owners' blob, and the checksums of the extents
+/// on it that keep them in the map.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PageImage {
     pub index: u64,
     pub records: Vec<[u32; 3]>,
+    /// Each slot's owner, when encoding; empty when decoded (open keeps
+    /// owners on the device: `owners_at` says where).
     pub owners: Vec<u64>,
     /// (slot within the page, one checksum per block).
     pub mapped: Vec<(u16, Vec<u32>)>,
+    /// Decoded: where the owners' blob begins in the record's payload.
+    pub owners_at: usize,
+}
+
+/// Bytes of a page's owners as a record carries them: one `u64` per slot,
+/// then the crc32c of the volume ID, the record's sequence number, the
+/// page index and those owners. The sequence number makes a blob left
+/// from an older record at the same place fail.
+pub(crate) const OWNER_BLOB_BYTES: usize = crate::table::PAGE_SLOTS * 8 + 4;
+
+fn owner_blob_crc(volume_id: u64, seq: u64, index: u64, owners: &[u8]) -> u32 {
+    let mut covered = Vec::with_capacity(24 + owners.len());
+    covered.extend_from_slice(&volume_id.to_le_bytes());
+    covered.extend_from_slice(&seq.to_le_bytes());
+    covered.extend_from_slice(&index.to_le_bytes());
+    covered.extend_from_slice(owners);
+    crc(&covered)
+}
+
+/// The owners of page `index` from the blob `bytes` (at least
+/// [`OWNER_BLOB_BYTES`]) of record `seq`, when its checksum holds.
+pub(crate) fn decode_owner_blob(bytes: &[u8], volume_id: u64, seq: u64, index: u64) -> Option<Vec<u64>> {
+    let owners = bytes.get(..OWNER_BLOB_BYTES - 4)?;
+    let stored = u32::from_le_bytes(bytes.get(OWNER_BLOB_BYTES - 4..OWNER_BLOB_BYTES)?.try_into().ok()?);
+    (stored == owner_blob_crc(volume_id, seq, index, owners))
+        .then(|| owners.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+}
+
+/// Pages or owner blobs encoded for a record, and where each page's blob
+/// begins in those bytes.
+#[derive(Debug, Default)]
+pub(crate) struct Encoded {
+    pub bytes: Vec<u8>,
+    pub blobs: Vec<(u64, usize)>,
 }
 
 /// The record that begins a checkpoint.
@@ -261,12 +301,14 @@ pub(crate) struct Begin {
     pub pages: Vec<PageImage>,
 }
 
-/// A delta: a commit's operations, and the checkpoint pages that came with
-/// it.
+/// A delta: a commit's operations, the checkpoint pages that came with
+/// it, and owner blobs written without their pages.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Delta {
     pub ops: Vec<Op>,
     pub pages: Vec<PageImage>,
+    /// (page index, where its blob begins in the payload).
+    pub owner_pages: Vec<(u64, usize)>,
 }
 
 /// A device's label: the volume it belongs to, its place in it, and the
@@ -434,7 +476,7 @@ pub(crate) fn encode_begin(
     w.0
 }
 
-pub(crate) fn decode_begin(payload: &[u8]) -> Result<Begin> {
+pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64) -> Result<Begin> {
     let mut r = Reader::new(payload);
     let superblock = r.superblock()?;
     let lanes = r.u8()?;
@@ -445,46 +487,54 @@ pub(crate) fn decode_begin(payload: &[u8]) -> Result<Begin> {
     let pages_total = r.u64()?;
     let ops_bytes = r.u64()?;
     let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
-    let pages = r.pages()?;
+    let pages = r.pages(volume_id, seq)?;
     r.finish()?;
     Ok(Begin { superblock, lane_zones, pages_total, ops, pages })
 }
 
 /// The payload of a delta: `ops` as [`encode_ops`] made it, `pages` as
-/// [`encode_pages`] did.
-pub(crate) fn encode_delta(ops: &[u8], pages: &[u8]) -> Vec<u8> {
+/// [`encode_pages`] did, `owners` as [`encode_owner_pages`] did. The
+/// pages begin at `8 + ops.len()`, the owner blobs right after them.
+pub(crate) fn encode_delta(ops: &[u8], pages: &[u8], owners: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u64(ops.len() as u64);
     w.bytes(ops);
     w.bytes(pages);
+    w.bytes(owners);
     w.0
 }
 
-pub(crate) fn decode_delta(payload: &[u8]) -> Result<Delta> {
+/// A delta's payload, checking its blobs against record `seq`.
+pub(crate) fn decode_delta(payload: &[u8], volume_id: u64, seq: u64) -> Result<Delta> {
     let mut r = Reader::new(payload);
     let ops_bytes = r.u64()?;
     let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
-    let pages = r.pages()?;
+    let pages = r.pages(volume_id, seq)?;
+    let count = r.u32()? as usize;
+    let mut owner_pages = Vec::with_capacity(count.min(payload.len() / OWNER_BLOB_BYTES + 1));
+    for _ in 0..count {
+        let index = r.u64()?;
+        owner_pages.push((index, r.blob(volume_id, seq, index)?));
+    }
     r.finish()?;
-    Ok(Delta { ops, pages })
+    Ok(Delta { ops, pages, owner_pages })
 }
 
-/// Checkpoint pages, as a record carries them.
-pub(crate) fn encode_pages(pages: &[PageImage]) -> Vec<u8> {
+/// Checkpoint pages, as record `seq` of volume `volume_id` carries them.
+pub(crate) fn encode_pages(pages: &[PageImage], volume_id: u64, seq: u64) -> Encoded {
     let mut w = Writer::default();
+    let mut blobs = Vec::with_capacity(pages.len());
     w.u32(pages.len() as u32);
     for page in pages {
         debug_assert_eq!(page.records.len(), crate::table::PAGE_SLOTS);
-        debug_assert_eq!(page.owners.len(), crate::table::PAGE_SLOTS);
         w.u64(page.index);
         for record in &page.records {
             for &word in record {
                 w.u32(word);
             }
         }
-        for &owner in &page.owners {
-            w.u64(owner);
-        }
+        blobs.push((page.index, w.0.len()));
+        w.blob(volume_id, seq, page.index, &page.owners);
         w.u32(page.mapped.len() as u32);
         for (slot, crcs) in &page.mapped {
             w.u16(*slot);
@@ -494,11 +544,25 @@ pub(crate) fn encode_pages(pages: &[PageImage]) -> Vec<u8> {
             }
         }
     }
-    w.0
+    Encoded { bytes: w.0, blobs }
+}
+
+/// Owner blobs without their pages, as record `seq` carries them: a count,
+/// then each page's index and blob.
+pub(crate) fn encode_owner_pages(pages: &[(u64, Vec<u64>)], volume_id: u64, seq: u64) -> Encoded {
+    let mut w = Writer::default();
+    let mut blobs = Vec::with_capacity(pages.len());
+    w.u32(pages.len() as u32);
+    for (index, owners) in pages {
+        w.u64(*index);
+        blobs.push((*index, w.0.len()));
+        w.blob(volume_id, seq, *index, owners);
+    }
+    Encoded { bytes: w.0, blobs }
 }
 
 /// Bytes [`encode_pages`] takes for one page without mapped checksums.
-pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * (12 + 8) + 4;
+pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * 12 + OWNER_BLOB_BYTES + 4;
 
 /// Bytes an extent record takes with `copies` locations and `blocks`
 /// checksums: for sizing metadata.
@@ -528,6 +592,15 @@ impl Writer {
     }
     fn bytes(&mut self, v: &[u8]) {
         self.0.extend_from_slice(v);
+    }
+    fn blob(&mut self, volume_id: u64, seq: u64, index: u64, owners: &[u64]) {
+        assert_eq!(owners.len(), crate::table::PAGE_SLOTS, "a page's owners");
+        let start = self.0.len();
+        for &owner in owners {
+            self.u64(owner);
+        }
+        let blob_crc = owner_blob_crc(volume_id, seq, index, &self.0[start..]);
+        self.u32(blob_crc);
     }
     fn location(&mut self, l: Location) {
         self.u32(l.zone);
@@ -736,7 +809,16 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
-    fn pages(&mut self) -> Result<Vec<PageImage>> {
+    /// An owner blob, checked; returns where it begins.
+    fn blob(&mut self, volume_id: u64, seq: u64, index: u64) -> Result<usize> {
+        let at = self.at;
+        let bytes = self.take(OWNER_BLOB_BYTES)?;
+        if decode_owner_blob(bytes, volume_id, seq, index).is_none() {
+            return Err(corrupt(format!("page {index}: its owners do not match their checksum")));
+        }
+        Ok(at)
+    }
+    fn pages(&mut self, volume_id: u64, seq: u64) -> Result<Vec<PageImage>> {
         let count = self.u32()? as usize;
         let slots = crate::table::PAGE_SLOTS;
         let mut pages = Vec::with_capacity(count.min(self.data.len() / PAGE_BYTES + 1));
@@ -746,7 +828,7 @@ impl<'a> Reader<'a> {
             for _ in 0..slots {
                 records.push([self.u32()?, self.u32()?, self.u32()?]);
             }
-            let owners = (0..slots).map(|_| self.u64()).collect::<Result<Vec<u64>>>()?;
+            let owners_at = self.blob(volume_id, seq, index)?;
             let mapped_count = self.u32()? as usize;
             let mut mapped = Vec::with_capacity(mapped_count.min(slots));
             for _ in 0..mapped_count {
@@ -757,7 +839,7 @@ impl<'a> Reader<'a> {
                 }
                 mapped.push((slot, (0..blocks).map(|_| self.u32()).collect::<Result<Vec<u32>>>()?));
             }
-            pages.push(PageImage { index, records, owners, mapped });
+            pages.push(PageImage { index, records, owners: Vec::new(), mapped, owners_at });
         }
         Ok(pages)
     }
@@ -820,6 +902,7 @@ mod tests {
             records: (0..crate::table::PAGE_SLOTS as u32).map(|i| [i, i * 3, i << 20]).collect(),
             owners: (0..crate::table::PAGE_SLOTS as u64).map(|i| i * 7 + index).collect(),
             mapped: vec![(3, vec![1, 2, 3]), (339, vec![9])],
+            owners_at: 0,
         };
         let begin = Begin {
             superblock: Superblock {
@@ -853,20 +936,50 @@ mod tests {
             ops: vec![Op::Add(extent(1)), Op::Free(3)],
             pages: vec![page(0), page(1)],
         };
+        let (volume_id, seq) = (42, 17);
+        let encoded = encode_pages(&begin.pages, volume_id, seq);
         let payload = encode_begin(
             &begin.superblock,
             &begin.lane_zones,
             begin.pages_total,
             &encode_ops(&begin.ops),
-            &encode_pages(&begin.pages),
+            &encode_pages(&begin.pages, volume_id, seq).bytes,
         );
-        assert_eq!(decode_begin(&payload).unwrap(), begin);
-        let delta = Delta { ops: vec![Op::Free(1)], pages: vec![page(2)] };
-        let payload = encode_delta(&encode_ops(&delta.ops), &encode_pages(&delta.pages));
-        assert_eq!(decode_delta(&payload).unwrap(), delta);
-        assert_eq!(encode_pages(&[PageImage { mapped: Vec::new(), ..page(0) }]).len(), 4 + PAGE_BYTES);
+        // Decoded pages leave their owners on the device, and say where.
+        let decoded = decode_begin(&payload, volume_id, seq).unwrap();
+        let pages_at = payload.len() - encoded.bytes.len();
+        for ((page, original), (index, blob)) in decoded.pages.iter().zip(&begin.pages).zip(&encoded.blobs) {
+            assert_eq!((page.index, page.owners_at), (*index, pages_at + blob));
+            assert_eq!(
+                decode_owner_blob(&payload[page.owners_at..], volume_id, seq, page.index).unwrap(),
+                original.owners
+            );
+            assert_eq!(decode_owner_blob(&payload[page.owners_at..], volume_id, seq + 1, page.index), None, "older");
+            assert_eq!(
+                decode_owner_blob(&payload[page.owners_at..], volume_id, seq, page.index + 1),
+                None,
+                "other page"
+            );
+        }
+        let strip = |pages: &[PageImage]| -> Vec<PageImage> {
+            pages.iter().map(|p| PageImage { owners: Vec::new(), owners_at: 0, ..p.clone() }).collect()
+        };
+        assert_eq!(Begin { pages: strip(&decoded.pages), ..decoded }, Begin { pages: strip(&begin.pages), ..begin });
+        let ops = encode_ops(&[Op::Free(1)]);
+        let owners = vec![(5, (0..crate::table::PAGE_SLOTS as u64).map(|i| i ^ 0x55).collect::<Vec<u64>>())];
+        let owner_blobs = encode_owner_pages(&owners, volume_id, seq);
+        let payload = encode_delta(&ops, &encode_pages(&[page(2)], volume_id, seq).bytes, &owner_blobs.bytes);
+        let delta = decode_delta(&payload, volume_id, seq).unwrap();
+        assert_eq!(delta.ops, vec![Op::Free(1)]);
+        assert_eq!(strip(&delta.pages), strip(&[page(2)]));
+        let owners_at = payload.len() - owner_blobs.bytes.len() + owner_blobs.blobs[0].1;
+        assert_eq!(delta.owner_pages, vec![(5, owners_at)]);
+        assert_eq!(decode_owner_blob(&payload[owners_at..], volume_id, seq, 5).unwrap(), owners[0].1);
+        assert!(decode_delta(&payload, volume_id, seq + 1).is_err(), "blobs of another record");
+        let bare = encode_pages(&[PageImage { mapped: Vec::new(), ..page(0) }], volume_id, seq);
+        assert_eq!(bare.bytes.len(), 4 + PAGE_BYTES);
         for len in 0..payload.len() {
-            assert!(decode_delta(&payload[..len]).is_err(), "length {len}");
+            assert!(decode_delta(&payload[..len], volume_id, seq).is_err(), "length {len}");
         }
     }
 

@@ -137,6 +137,32 @@ pub(crate) fn write_segment(
     Ok(())
 }
 
+/// Reads whole blocks at `offset` of a segment into `buf`, split at zone
+/// ends.
+pub(crate) fn read_segment(
+    device: &mut Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let block = offset + (done / BLOCK_SIZE) as u64;
+        let (zone, in_zone) = segment_position(device, copy, g, segment, block);
+        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone) as usize;
+        if room == 0 {
+            return Err(crate::Error::Corrupt(format!("a metadata read past segment {segment}")));
+        }
+        let len = (room * BLOCK_SIZE).min(buf.len() - done);
+        let lba = device.lba(zone, in_zone as u32);
+        device.read_at(lba, &mut buf[done..done + len])?;
+        done += len;
+    }
+    Ok(())
+}
+
 /// A segment as read at open: its bytes, and which blocks could not be
 /// read (media errors), which hold nothing for recovery.
 #[derive(Debug, Default)]

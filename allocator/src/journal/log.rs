@@ -21,10 +21,13 @@
 //! same stance: a write that may have failed is superseded, never repeated
 //! in place).
 
-use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
-use super::{encode_label, encode_record, Kind, Label, Stamp};
+use super::layout::{
+    placed_copies, read_segment, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS,
+};
+use super::{decode_owner_blob, encode_label, encode_record, Kind, Label, Stamp, HEADER_BYTES, OWNER_BLOB_BYTES};
 use crate::device::Device;
 use crate::error::Result;
+use crate::owners::Home;
 use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::ZoneState;
@@ -71,6 +74,9 @@ pub(crate) struct Journal {
     pub next_generation: u64,
     /// The last append or rotation failed: the next commit rotates.
     pub broken: bool,
+    /// The segment, first block and sequence number of the last record
+    /// written.
+    pub last: (u32, u64, u64),
 }
 
 impl Journal {
@@ -93,6 +99,7 @@ impl Journal {
             seq: 0,
             next_generation: 1,
             broken: false,
+            last: (0, 0, 0),
         }
     }
 
@@ -173,6 +180,7 @@ impl Journal {
         self.flush(devices)?;
         self.broken = false;
         self.failed_blocks = 0;
+        self.last = (self.segment, self.offset, self.seq + 1);
         self.offset += blocks;
         self.seq += 1;
         self.pages_written += pages;
@@ -211,6 +219,7 @@ impl Journal {
         self.offset = LABEL_BLOCKS + blocks;
         self.generation = generation;
         self.seq += 1;
+        self.last = (target, LABEL_BLOCKS, self.seq);
         self.pages_total = pages_total;
         self.pages_written = pages;
         self.other_needed = true;
@@ -251,6 +260,7 @@ impl Journal {
         self.offset = at + blocks;
         self.generation = generation;
         self.seq += 1;
+        self.last = (self.segment, at, self.seq);
         self.pages_total = 0;
         self.pages_written = 0;
         self.sealed_at = self.offset;
@@ -362,6 +372,7 @@ impl Journal {
         self.sealed_at = self.offset;
         self.generation = generation;
         self.seq = 1;
+        self.last = (0, LABEL_BLOCKS, 1);
         Ok(())
     }
 
@@ -496,6 +507,50 @@ impl Journal {
             }
         }
         Ok(())
+    }
+
+    /// Where a blob that begins `at` bytes into the payload of the last
+    /// record written lies.
+    pub fn home_in_last(&self, at: usize) -> Home {
+        let (segment, offset, seq) = self.last;
+        Home { segment, byte: offset * BLOCK_SIZE as u64 + (HEADER_BYTES + at) as u64, seq }
+    }
+
+    /// Reads back page `page`'s owners from `home`, from the first copy
+    /// that holds the blob whole. Fails with [`crate::Error::Corrupt`],
+    /// naming each copy's failure, when every copy is bad for good (a
+    /// checksum mismatch, or the device's error status such as an
+    /// unrecovered read error); with the error of a copy that failed
+    /// otherwise (a timeout, a reset, a device gone), which a retry may
+    /// not meet.
+    pub fn read_owner_blob(&self, devices: &mut [Option<Device>], home: Home, page: u64) -> Result<Vec<u64>> {
+        let first = home.byte / BLOCK_SIZE as u64;
+        let skip = (home.byte % BLOCK_SIZE as u64) as usize;
+        let mut buf = vec![0u8; (skip + OWNER_BLOB_BYTES).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
+        let mut failures = Vec::new();
+        let mut transient = None;
+        for copy in self.present(devices)? {
+            let device = devices[copy.device].as_mut().expect("present");
+            match read_segment(device, copy, self.g, home.segment, first, &mut buf) {
+                Ok(()) => match decode_owner_blob(&buf[skip..], self.volume_id, home.seq, page) {
+                    Some(owners) => return Ok(owners),
+                    None => failures.push(format!("device {}: checksum mismatch", copy.device)),
+                },
+                Err(error @ crate::Error::Command { error: nvme_driver::IoError::Device(_), .. }) => {
+                    failures.push(format!("device {}: {error}", copy.device));
+                }
+                Err(error) => transient = Some(error),
+            }
+        }
+        if let Some(error) = transient {
+            return Err(error);
+        }
+        Err(crate::Error::Corrupt(format!(
+            "the owners of extent table page {page} (segment {}, byte {}): {}",
+            home.segment,
+            home.byte,
+            failures.join("; ")
+        )))
     }
 
     /// Flushes every namespace in use holding a copy.

@@ -34,6 +34,7 @@ use super::{decode_begin, decode_delta, decode_label, Header, Kind, Label, Label
 use crate::checksum::crc;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::owners::Home;
 use crate::{ExtentId, BLOCK_SIZE};
 use std::collections::HashMap;
 
@@ -152,8 +153,9 @@ pub(crate) struct Recovered {
     /// The sealed checkpoint's pages, in the order written.
     pub pages: Vec<PageImage>,
     /// Every commit's operations from the sealed checkpoint's first record
-    /// on, through the newest chain.
-    pub deltas: Vec<Vec<Op>>,
+    /// on, through the newest chain, each with the owner blobs its record
+    /// carries.
+    pub deltas: Vec<Replay>,
     /// The newest chain's checkpoint: pages to write, and written.
     pub pages_total: u64,
     pub pages_written: u64,
@@ -172,6 +174,14 @@ pub(crate) struct Recovered {
     pub bad_labels: Vec<u64>,
     /// What a rewind dropped.
     pub dropped: Option<Dropped>,
+}
+
+/// One record to replay: its operations, then where the owner blobs it
+/// carries lie (per page index; see [`crate::owners`]).
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    pub ops: Vec<Op>,
+    pub homes: Vec<(u64, Home)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -287,10 +297,10 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         let extents = found
             .iter()
             .filter(|r| (r.header.generation, r.header.seq) > (generation, seq))
-            .filter_map(|r| payload(images, r).map(|p| (r.header.kind, p)))
-            .filter_map(|(kind, p)| match kind {
-                Kind::Delta => decode_delta(p).ok().map(|d| d.ops),
-                Kind::Checkpoint => decode_begin(p).ok().map(|b| b.ops),
+            .filter_map(|r| payload(images, r).map(|p| (r, p)))
+            .filter_map(|(r, p)| match r.header.kind {
+                Kind::Delta => decode_delta(p, volume_id, r.header.seq).ok().map(|d| d.ops),
+                Kind::Checkpoint => decode_begin(p, volume_id, r.header.seq).ok().map(|b| b.ops),
             })
             .flatten()
             .filter_map(|op| if let Op::Add(e) = op { Some(e.id) } else { None })
@@ -333,25 +343,36 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
     for (index, chain) in list.iter().enumerate() {
         for record in &chain.records {
             let bytes = payload(images, record).expect("verified");
-            let (ops, record_pages) = match record.header.kind {
+            let seq = record.header.seq;
+            let (ops, record_pages, owner_pages) = match record.header.kind {
                 Kind::Checkpoint => {
-                    let begin = decode_begin(bytes)?;
+                    let begin = decode_begin(bytes, volume_id, seq)?;
                     lane_zones = begin.lane_zones;
                     pages_total = begin.pages_total;
                     pages_written = 0;
-                    (begin.ops, begin.pages)
+                    (begin.ops, begin.pages, Vec::new())
                 }
                 Kind::Delta => {
-                    let delta = decode_delta(bytes)?;
-                    (delta.ops, delta.pages)
+                    let delta = decode_delta(bytes, volume_id, seq)?;
+                    (delta.ops, delta.pages, delta.owner_pages)
                 }
             };
             pages_written += record_pages.len() as u64;
+            let home = |at: usize| Home {
+                segment: record.segment,
+                byte: record.offset * BLOCK_SIZE as u64 + (HEADER_BYTES + at) as u64,
+                seq,
+            };
+            let homes = record_pages
+                .iter()
+                .map(|page| (page.index, home(page.owners_at)))
+                .chain(owner_pages.iter().map(|&(index, at)| (index, home(at))))
+                .collect();
             if index == 0 && sealing {
                 pages.extend(record_pages);
                 sealing = !record.header.sealed;
             }
-            deltas.push(ops);
+            deltas.push(Replay { ops, homes });
         }
     }
     let other_needed = list.iter().any(|c| c.first().segment != segment);

@@ -5,7 +5,7 @@ use super::{CommitInfo, Volume};
 use crate::device::zone_worn_out;
 use crate::error::{Error, Result};
 use crate::journal::log::Journal;
-use crate::journal::{self, encode_begin, encode_delta, encode_pages, PAGE_BYTES};
+use crate::journal::{self, encode_begin, encode_delta, encode_owner_pages, encode_pages, Encoded, PAGE_BYTES};
 use crate::zones::ZoneUse;
 use crate::ExtentId;
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -90,25 +90,29 @@ impl Volume {
                 // The current checkpoint's next pages go with the delta.
                 let left = self.journal.pages_total - self.journal.pages_written;
                 let count = self.pages_due(self.journal.offset, left, ops.len());
-                let payload = encode_delta(&ops, &self.page_chunk(self.journal.pages_written, count));
-                self.journal.append(&mut self.devices, &payload, count)?;
-            } else if self.journal.offset + Journal::record_blocks(ops.len() + 12)
-                > self.journal.segment_blocks(&self.devices)
-            {
-                // No room left here (after a restart late in the segment):
-                // the commit goes in a whole checkpoint in the other one.
-                self.begin_checkpoint(&ops, true)?;
-                info.checkpoint = true;
+                let pages = self.page_chunk(self.journal.pages_written, count)?;
+                let owners = self.owner_chunk()?;
+                self.append_delta(&ops, &pages, &owners, count)?;
             } else {
-                // Past half of the segment, the next checkpoint begins in
-                // the other one once this commit is durable here: its first
-                // record carries no operation, so that losing it loses no
-                // commit (the segment it builds on is kept until it seals).
-                // (A delta wraps the operations in 12 bytes: their length and
-                // a count of no pages.)
-                let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
-                rotate = self.journal.must_rotate(&self.devices, Journal::record_blocks(ops.len() + 12), table_blocks);
-                self.journal.append(&mut self.devices, &encode_delta(&ops, &encode_pages(&[])), 0)?;
+                let owners = self.owner_chunk()?;
+                let none = encode_pages(&[], self.volume_id, self.journal.seq + 1);
+                let blocks = Journal::record_blocks(8 + ops.len() + none.bytes.len() + owners.bytes.len());
+                if self.journal.offset + blocks > self.journal.segment_blocks(&self.devices) {
+                    // No room left here (after a restart late in the
+                    // segment): the commit goes in a whole checkpoint in the
+                    // other one.
+                    self.begin_checkpoint(&ops, true)?;
+                    info.checkpoint = true;
+                } else {
+                    // Past half of the segment, the next checkpoint begins
+                    // in the other one once this commit is durable here:
+                    // its first record carries no operation, so that losing
+                    // it loses no commit (the segment it builds on is kept
+                    // until it seals).
+                    let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
+                    rotate = self.journal.must_rotate(&self.devices, blocks, table_blocks);
+                    self.append_delta(&ops, &none, &owners, 0)?;
+                }
             }
             // The same for the record itself.
             self.check_resets()?;
@@ -148,9 +152,9 @@ impl Volume {
             self.check_resets()?;
             if !self.journal.sealed() {
                 let count = self.journal.pages_total - self.journal.pages_written;
-                let payload =
-                    encode_delta(&journal::encode_ops(&[]), &self.page_chunk(self.journal.pages_written, count));
-                self.journal.append(&mut self.devices, &payload, count)?;
+                let pages = self.page_chunk(self.journal.pages_written, count)?;
+                let owners = encode_owner_pages(&[], self.volume_id, self.journal.seq + 1);
+                self.append_delta(&journal::encode_ops(&[]), &pages, &owners, count)?;
             }
             self.begin_checkpoint(&journal::encode_ops(&[]), true)?;
             info.checkpoint = true;
@@ -159,13 +163,60 @@ impl Volume {
         Ok(info)
     }
 
-    /// Pages `first..first + count` of the extent table, as a record
-    /// carries them.
-    pub(super) fn page_chunk(&self, first: u64, count: u64) -> Vec<u8> {
-        let pages: Vec<_> = (first..first + count)
-            .map(|index| self.table.page_image(index, |id| self.mapped.get(&id).map(|crcs| &crcs[..])))
-            .collect();
-        encode_pages(&pages)
+    /// Pages `first..first + count` of the extent table with their
+    /// owners, as the next record carries them.
+    pub(super) fn page_chunk(&mut self, first: u64, count: u64) -> Result<Encoded> {
+        let mut pages = Vec::with_capacity(count as usize);
+        for index in first..first + count {
+            let mut image = self.table.page_image(index, |id| self.mapped.get(&id).map(|crcs| &crcs[..]));
+            image.owners = self.page_owners(index)?;
+            pages.push(image);
+        }
+        Ok(encode_pages(&pages, self.volume_id, self.journal.seq + 1))
+    }
+
+    /// The owner blobs the next delta carries: none while the recent
+    /// owners are within their bound ([`VolumeOptions::recent_owners`], or
+    /// one per 64 live extents); past it, those of the pages holding them,
+    /// round robin, until an eighth below it, as many pages at most as
+    /// the larger of the commit's operations and
+    /// [`VolumeOptions::checkpoint_pages_per_commit`] (so that they drain
+    /// at least as fast as writes add them).
+    ///
+    /// [`VolumeOptions::recent_owners`]: super::VolumeOptions::recent_owners
+    /// [`VolumeOptions::checkpoint_pages_per_commit`]: super::VolumeOptions::checkpoint_pages_per_commit
+    fn owner_chunk(&mut self) -> Result<Encoded> {
+        let limit = self.options.recent_owners.max((self.table.len() / 64) as usize);
+        let mut pages = Vec::new();
+        if self.owners.recent_count() > limit {
+            let most = (self.options.checkpoint_pages_per_commit.max(1) as usize).max(self.ops.len());
+            for page in self.owners.pages_to_write(limit - limit / 8, most) {
+                pages.push((page, self.page_owners(page)?));
+            }
+            self.stats.owner_pages_written += pages.len() as u64;
+        }
+        Ok(encode_owner_pages(&pages, self.volume_id, self.journal.seq + 1))
+    }
+
+    /// Appends a delta of `ops`, `pages` of the current checkpoint (`count`
+    /// of them) and `owners`' blobs; once durable, their pages' owners are
+    /// found there.
+    fn append_delta(&mut self, ops: &[u8], pages: &Encoded, owners: &Encoded, count: u64) -> Result<()> {
+        let payload = encode_delta(ops, &pages.bytes, &owners.bytes);
+        self.journal.append(&mut self.devices, &payload, count)?;
+        let pages_at = 8 + ops.len();
+        self.owners_written(pages, pages_at);
+        self.owners_written(owners, pages_at + pages.bytes.len());
+        Ok(())
+    }
+
+    /// The blobs of `encoded`, which begins `at` bytes into the payload of
+    /// the record just written, are their pages' owners now.
+    pub(super) fn owners_written(&mut self, encoded: &Encoded, at: usize) {
+        for &(page, offset) in &encoded.blobs {
+            let home = self.journal.home_in_last(at + offset);
+            self.owners.written(page, home);
+        }
     }
 
     /// The first record of a checkpoint of every page in use now: the
@@ -205,8 +256,10 @@ impl Volume {
             return self.begin_checkpoint(ops, true);
         }
         self.journal.label.superblock = self.superblock.clone();
-        let payload = self.begin_payload(ops, &self.page_chunk(0, self.table.pages()));
+        let pages = self.page_chunk(0, self.table.pages())?;
+        let payload = self.begin_payload(ops, &pages.bytes);
         let blocks = self.journal.restart(&mut self.devices, &payload)?;
+        self.owners_written(&pages, payload.len() - pages.bytes.len());
         self.stats.checkpoints += 1;
         self.stats.checkpoint_bytes = blocks * crate::BLOCK_SIZE as u64;
         // The restart freed the other segment; a whole checkpoint there
@@ -274,9 +327,11 @@ impl Volume {
             // A checkpoint spread over commits begins with no page: its
             // pages go with the deltas from the next commit on.
             let count = if whole { total } else { 0 };
-            let payload = self.begin_payload(ops, &self.page_chunk(0, count));
+            let pages = self.page_chunk(0, count)?;
+            let payload = self.begin_payload(ops, &pages.bytes);
             let error = match self.journal.begin(&mut self.devices, &payload, total, count) {
                 Ok(blocks) => {
+                    self.owners_written(&pages, payload.len() - pages.bytes.len());
                     self.stats.checkpoints += 1;
                     self.stats.checkpoint_bytes =
                         if count == total { blocks * crate::BLOCK_SIZE as u64 } else { total * PAGE_BYTES as u64 };

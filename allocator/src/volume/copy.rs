@@ -106,7 +106,8 @@ impl Volume {
         }
         // The volume keeps no stream per extent: missing copies go to the
         // first stream's zones.
-        let (blocks, stream, owner) = (extent.blocks, 0, extent.owner);
+        // A copy keeps its extent's slot, and so its owner: none is needed.
+        let (blocks, stream, owner) = (extent.blocks, 0, 0);
         let slot = Slot::Stream(stream);
         let table = &self.lanes[lane].table;
         if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {

@@ -31,7 +31,8 @@ use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
 use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
-use crate::table::{Entry, LaneOrder, LocationBits, Table};
+use crate::owners::{Owners, OWNER_LOST};
+use crate::table::{split, Entry, LaneOrder, LocationBits, Table, PAGE_SLOTS};
 use crate::tags::TagLayout;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
@@ -102,6 +103,12 @@ pub struct VolumeOptions {
     pub checkpoint_pages_per_commit: u64,
     /// Reclaim zones with at most this fraction live.
     pub reclaim_max_valid_ratio: f64,
+    /// The most owners of extents written since their table page's owners
+    /// were last journaled that stay in memory (or one per 64 live extents,
+    /// when more): past it, commits journal those pages' owners (see
+    /// `allocator/METADATA.md`, step 4). Lower keeps less in memory and
+    /// journals more.
+    pub recent_owners: usize,
     /// Bound on every wait.
     pub timeout: Duration,
     /// Open only: when committed metadata is lost on every copy
@@ -132,6 +139,7 @@ impl Default for VolumeOptions {
             finish_threshold_bytes: 0,
             write_mode: WriteMode::Auto,
             checkpoint_pages_per_commit: 64,
+            recent_owners: 65_536,
             reclaim_max_valid_ratio: 0.75,
             timeout: Duration::from_secs(30),
             rewind: false,
@@ -258,6 +266,18 @@ pub struct VolumeStats {
     /// Time spent computing crc32c on the write path, in nanoseconds (zero
     /// when callers pass their own checksums).
     pub checksum_ns: u64,
+    /// Owners of extents written since their table page's owners were
+    /// last journaled, kept in memory until a commit journals them
+    /// (bounded by [`VolumeOptions::recent_owners`]).
+    pub owners_in_memory: u64,
+    /// Pages of owners journaled without their page, to keep
+    /// `owners_in_memory` bounded (since open).
+    pub owner_pages_written: u64,
+    /// Pages of owners read back from the metadata (since open).
+    pub owner_pages_read: u64,
+    /// Extents whose owner was lost since open: every copy of their page's
+    /// owners failed when a commit rewrote it ([`Error::OwnerLost`]).
+    pub owners_lost: u64,
 }
 
 /// What open found and did about the metadata.
@@ -278,10 +298,8 @@ pub struct RecoveryReport {
 /// One copy of an extent, as [`Volume::extents_in_order`] yields it.
 #[derive(Clone, Copy, Debug)]
 pub struct ExtentRef<'a> {
-    /// The extent.
+    /// The extent ([`Volume::owner`] gives its owner).
     pub id: ExtentId,
-    /// Its owner, as given to [`Volume::submit_write`].
-    pub owner: u64,
     /// Where this copy lives on its lane.
     pub location: Location,
     /// First LBA on the lane's namespace.
@@ -433,8 +451,10 @@ pub struct Volume {
     tags: Option<TagLayout>,
     volume_id: u64,
     options: VolumeOptions,
-    /// Every extent: its blocks, its copies' locations and its owner.
+    /// Every extent: its blocks and its copies' locations.
     table: Table,
+    /// Where every extent's owner is (see [`crate::owners`]).
+    owners: Owners,
     /// The checksums of extents that keep them in memory (a volume without
     /// block tags, or an extent whose tags its controller cannot carry);
     /// an extent of a volume with tags is tagged exactly when it has no
@@ -617,6 +637,7 @@ impl Volume {
             volume_id,
             options,
             table: Table::new(bits),
+            owners: Owners::default(),
             mapped: HashMap::new(),
             live_blocks: 0,
             ops: Vec::new(),
@@ -639,10 +660,17 @@ impl Volume {
         })
     }
 
-    /// Makes extent `id` live as `entry`, its checksums in the map unless
-    /// empty (tagged): a write's reserved ID when `journal` (and the add is
-    /// journaled), else a replayed one at open.
-    pub(super) fn insert_extent(&mut self, id: ExtentId, entry: Entry, crcs: Vec<u32>, journal: bool) -> Result<()> {
+    /// Makes extent `id` live as `entry`, owned by `owner`, its checksums in
+    /// the map unless empty (tagged): a write's reserved ID when `journal`
+    /// (and the add is journaled), else a replayed one at open.
+    pub(super) fn insert_extent(
+        &mut self,
+        id: ExtentId,
+        entry: Entry,
+        owner: u64,
+        crcs: Vec<u32>,
+        journal: bool,
+    ) -> Result<()> {
         let lanes = self.lanes.len();
         if entry.locations[..lanes].iter().all(|l| l.is_missing())
             || entry.locations[lanes..].iter().any(|l| !l.is_missing())
@@ -659,7 +687,7 @@ impl Volume {
         if journal {
             self.ops.push(Op::Add(ExtentRecord {
                 id,
-                owner: entry.owner,
+                owner,
                 blocks: entry.blocks,
                 locations: entry.locations[..lanes].to_vec(),
                 crcs: crcs.clone(),
@@ -668,6 +696,7 @@ impl Volume {
         if !crcs.is_empty() {
             self.mapped.insert(id, crcs.into_boxed_slice());
         }
+        self.owners.set(split(id).0, owner);
         self.live_blocks += u64::from(entry.blocks);
         Ok(())
     }
@@ -675,6 +704,7 @@ impl Volume {
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Entry> {
         let entry = self.table.remove(id).ok_or(Error::NoSuchExtent(id))?;
         self.mapped.remove(&id);
+        self.owners.clear(split(id).0);
         self.live_blocks -= u64::from(entry.blocks);
         for (lane, &location) in entry.locations[..self.lanes.len()].iter().enumerate() {
             if !location.is_missing() && !self.loading {
@@ -776,9 +806,115 @@ impl Volume {
         self.table.iter().map(|(id, _)| id)
     }
 
-    /// The extent's length in bytes and its owner.
-    pub fn extent(&self, id: ExtentId) -> Option<(usize, u64)> {
-        self.table.get(id).map(|e| (e.blocks as usize * BLOCK_SIZE, e.owner))
+    /// The extent's length in bytes, when it is live.
+    pub fn extent(&self, id: ExtentId) -> Option<usize> {
+        self.table.get(id).map(|e| e.blocks as usize * BLOCK_SIZE)
+    }
+
+    /// The extent's owner, as given to [`Volume::submit_write`]. Owners are
+    /// kept on the device (see `allocator/METADATA.md`, step 4): one may
+    /// take a metadata read. Fails with [`Error::NoSuchExtent`], with
+    /// [`Error::OwnerLost`] when a commit found every copy of its owners
+    /// bad, or with the read's error when neither copy can be read now.
+    pub fn owner(&mut self, id: ExtentId) -> Result<u64> {
+        self.live(id)?;
+        let slot = split(id).0;
+        let owner = match self.owners.recent(slot) {
+            Some(owner) => owner,
+            None => {
+                let page = slot / PAGE_SLOTS as u64;
+                self.home_owners(page)?[(slot % PAGE_SLOTS as u64) as usize]
+            }
+        };
+        if owner == OWNER_LOST {
+            return Err(Error::OwnerLost { extent: id });
+        }
+        Ok(owner)
+    }
+
+    /// Every live extent's owner is somewhere: recent, or in its page's
+    /// blob.
+    pub(super) fn check_owner_homes(&self) -> Result<()> {
+        for page in 0..self.table.pages() {
+            if self.owners.home(page).is_none() {
+                if let Some(slot) = self.table.live_slots(page).find(|&slot| self.owners.recent(slot).is_none()) {
+                    return Err(Error::Corrupt(format!("extent slot {slot}: its owner was never journaled")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live extent with its owner, in slot order: a metadata read per
+    /// page of 340 extents at most. An owner lost with every copy of its
+    /// metadata reads as [`crate::OWNER_LOST`]; a page that cannot be read
+    /// now fails the listing with the read's error.
+    pub fn extent_owners(&mut self) -> Result<Vec<(ExtentId, u64)>> {
+        let ids: Vec<ExtentId> = self.table.iter().map(|(id, _)| id).collect();
+        let mut out = Vec::with_capacity(ids.len());
+        let mut page_owners: Option<(u64, Box<[u64]>)> = None;
+        for id in ids {
+            let slot = split(id).0;
+            if let Some(owner) = self.owners.recent(slot) {
+                out.push((id, owner));
+                continue;
+            }
+            let page = slot / PAGE_SLOTS as u64;
+            if page_owners.as_ref().is_none_or(|(p, _)| *p != page) {
+                page_owners = Some((page, self.home_owners(page)?));
+            }
+            let (_, owners) = page_owners.as_ref().expect("just read");
+            out.push((id, owners[(slot % PAGE_SLOTS as u64) as usize]));
+        }
+        Ok(out)
+    }
+
+    /// Page `page`'s owners as its newest blob holds them: kept as read, or
+    /// read from the metadata.
+    fn home_owners(&mut self, page: u64) -> Result<Box<[u64]>> {
+        if let Some(owners) = self.owners.cached(page) {
+            return Ok(owners.into());
+        }
+        let Some(home) = self.owners.home(page) else {
+            return Err(Error::Corrupt(format!("the owners of extent table page {page} were never journaled")));
+        };
+        let owners: Box<[u64]> = self.journal.read_owner_blob(&mut self.devices, home, page)?.into();
+        self.stats.owner_pages_read += 1;
+        self.owners.keep(page, owners.clone());
+        Ok(owners)
+    }
+
+    /// Every owner of page `page` now, for a record to carry: its blob's,
+    /// with the recent ones over them (no read when those cover every live
+    /// slot). A blob bad on every copy for good loses the owners only it
+    /// held: they become [`OWNER_LOST`], loudly, and the commit goes on
+    /// (failing it would stop the volume for a word per extent). A read
+    /// that failed otherwise (a timeout, a reset) fails the commit, which
+    /// is retried.
+    pub(super) fn page_owners(&mut self, page: u64) -> Result<Vec<u64>> {
+        let live: Vec<u64> = self.table.live_slots(page).collect();
+        let first = page * PAGE_SLOTS as u64;
+        let mut owners = vec![0u64; PAGE_SLOTS];
+        if live.iter().any(|&slot| self.owners.recent(slot).is_none()) {
+            match self.home_owners(page) {
+                Ok(blob) => {
+                    for &slot in &live {
+                        owners[(slot - first) as usize] = blob[(slot - first) as usize];
+                    }
+                }
+                Err(error @ Error::Corrupt(_)) => {
+                    let lost = live.iter().filter(|&&slot| self.owners.recent(slot).is_none()).count();
+                    log::error!("{error}: the owners of {lost} extents on that page are lost");
+                    self.stats.owners_lost += lost as u64;
+                    for &slot in &live {
+                        owners[(slot - first) as usize] = OWNER_LOST;
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        self.owners.overlay(page, &mut owners);
+        Ok(owners)
     }
 
     /// The extent's block checksums, from the extent map; `None` when there
@@ -941,6 +1077,7 @@ impl Volume {
         stats.valid_bytes = self.valid_blocks() * BLOCK_SIZE as u64;
         stats.extents = self.table.len();
         stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
+        stats.owners_in_memory = self.owners.recent_count() as u64;
         stats
     }
 
@@ -979,6 +1116,9 @@ impl Volume {
         }
         if self.tags.is_none() {
             assert_eq!(self.mapped.len() as u64, self.table.len(), "every extent's checksums in the map");
+        }
+        if let Err(error) = self.check_owner_homes() {
+            panic!("{error}");
         }
         for (lane_index, lane) in self.lanes.iter().enumerate() {
             let mut valid = vec![0u32; lane.table.zone_count() as usize];

@@ -10,7 +10,7 @@ use crate::journal::layout::{
 };
 use crate::journal::recovery::{probe, recover, Probe};
 use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
-use crate::table::Entry;
+use crate::table::{split, Entry};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -80,8 +80,10 @@ impl Volume {
                 device.run(request, "Zone Reset (all)")?;
             }
         }
-        let payload = volume.begin_payload(&journal::encode_ops(&[]), &volume.page_chunk(0, volume.table.pages()));
+        let pages = volume.page_chunk(0, volume.table.pages())?;
+        let payload = volume.begin_payload(&journal::encode_ops(&[]), &pages.bytes);
         volume.journal.format(&mut volume.devices, &payload)?;
+        volume.owners_written(&pages, payload.len() - pages.bytes.len());
         volume.stats.checkpoints += 1;
         Ok(volume)
     }
@@ -203,9 +205,12 @@ impl Volume {
         for page in &recovered.pages {
             volume.load_page(page)?;
         }
-        for ops in recovered.deltas {
-            for op in ops {
+        for replay in recovered.deltas {
+            for op in replay.ops {
                 volume.apply(op)?;
+            }
+            for (page, home) in replay.homes {
+                volume.owners.written(page, home);
             }
         }
         volume.loading = false;
@@ -338,6 +343,7 @@ impl Volume {
             }
         }
         self.live_blocks = live;
+        self.check_owner_homes()?;
         for lane in 0..lanes {
             if let Some(why) = self.overlap(lane, false) {
                 return Err(Error::Corrupt(why));
@@ -368,8 +374,9 @@ impl Volume {
                 if let Some(&location) = record.locations.iter().find(|l| !self.table.fits(**l)) {
                     return Err(Error::Corrupt(format!("extent {} at {location:?}, outside the volume", record.id)));
                 }
-                let entry = Entry::new(record.blocks, &record.locations, record.owner);
+                let entry = Entry::new(record.blocks, &record.locations);
                 self.table.put(record.id, &entry).map_err(|e| Error::Corrupt(format!("extent {}: {e}", record.id)))?;
+                self.owners.set(split(record.id).0, record.owner);
                 if record.crcs.is_empty() {
                     self.mapped.remove(&record.id);
                 } else {
@@ -380,6 +387,7 @@ impl Volume {
             Op::Free(id) => {
                 if self.table.remove(id).is_some() {
                     self.mapped.remove(&id);
+                    self.owners.clear(split(id).0);
                 }
                 Ok(())
             }

@@ -26,7 +26,8 @@ impl Volume {
         let lanes: Vec<usize> =
             (0..self.lanes.len()).filter(|&l| self.lane_online(l) && !extent.locations[l].is_missing()).collect();
         let Some(&first) = lanes.first() else {
-            return Err(Error::Uncorrectable { extent: id, owner: extent.owner, blocks: (0..blocks).collect() });
+            let owner = self.owner(id).ok();
+            return Err(Error::Uncorrectable { extent: id, owner, blocks: (0..blocks).collect() });
         };
         let (mut bad, unreadable) = match self.read_checked(id, first, out)? {
             Some(bad) => (bad, false),
@@ -62,7 +63,7 @@ impl Volume {
         if bad.is_empty() {
             Ok(ReadOutcome { repaired })
         } else {
-            Err(Error::Uncorrectable { extent: id, owner: extent.owner, blocks: bad })
+            Err(Error::Uncorrectable { extent: id, owner: self.owner(id).ok(), blocks: bad })
         }
     }
 

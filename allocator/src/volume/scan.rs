@@ -27,7 +27,6 @@ impl Volume {
             let crcs = self.mapped.get(&id).map_or(&[][..], |crcs| &crcs[..]);
             ExtentRef {
                 id,
-                owner: entry.owner,
                 location,
                 lba: device.map_or(0, |d| d.lba(location.zone, location.offset)),
                 blocks: entry.blocks,

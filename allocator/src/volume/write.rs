@@ -70,6 +70,9 @@ impl Volume {
                 self.superblock.streams
             )));
         }
+        if owner == crate::OWNER_LOST {
+            return Err(Error::InvalidArgument(format!("owner {owner} is reserved (a lost owner)")));
+        }
         if data.is_empty() || !data.len().is_multiple_of(BLOCK_SIZE) || data.len() > self.max_extent_bytes() {
             return Err(Error::InvalidArgument(format!(
                 "a write of {} bytes: expected a nonzero multiple of 4096 up to {}",
@@ -568,11 +571,11 @@ impl Volume {
             None => {
                 let locations: Vec<Location> =
                     pending.locations.iter().map(|l| l.expect("every copy placed")).collect();
-                let entry = Entry::new(pending.blocks, &locations, pending.owner);
+                let entry = Entry::new(pending.blocks, &locations);
                 // A tagged extent's checksums live on the devices, with the
                 // data.
                 let crcs = if pending.tagged { Vec::new() } else { pending.crcs };
-                self.insert_extent(pending.id, entry, crcs, true)
+                self.insert_extent(pending.id, entry, pending.owner, crcs, true)
             }
         };
         if result.is_err() && self.table.get(pending.id).is_none() {

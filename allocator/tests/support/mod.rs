@@ -45,7 +45,9 @@ pub fn device_options() -> DeviceOptions {
 pub fn volume_options() -> VolumeOptions {
     // One checkpoint page per commit: every checkpoint the tests write
     // spans commits, so each cut, fault and reopen meets one half written.
-    VolumeOptions { timeout: bound(), checkpoint_pages_per_commit: 1, ..VolumeOptions::default() }
+    // Few owners in memory: commits journal owner pages (and read their
+    // blobs back) in every suite, not only at scale.
+    VolumeOptions { timeout: bound(), checkpoint_pages_per_commit: 1, recent_owners: 16, ..VolumeOptions::default() }
 }
 
 /// Simulated controllers and the namespaces a volume uses.

@@ -702,7 +702,8 @@ fn verify(volume: &mut Volume, bs: usize) -> Result<(), Error> {
     let ids: Vec<u64> = volume.extent_ids().collect();
     let mut buffer = vec![0u8; bs];
     for id in ids {
-        let (len, owner) = volume.extent(id).expect("listed");
+        let len = volume.extent(id).expect("listed");
+        let owner = volume.owner(id)?;
         buffer.resize(len, 0);
         volume.read(id, &mut buffer)?;
         let mut expected = vec![0u8; len];

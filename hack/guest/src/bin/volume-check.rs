@@ -651,8 +651,7 @@ fn write_all(
 /// extents. Returns the bytes read.
 fn verify(volume: &mut Volume, seed: u64, model: &Model, copies: bool) -> Result<u64, String> {
     let mut present: BTreeMap<u64, ExtentId> = BTreeMap::new();
-    for id in volume.extent_ids() {
-        let (_, owner) = volume.extent(id).ok_or_else(|| format!("extent {id} listed but unknown"))?;
+    for (id, owner) in volume.extent_owners().map_err(|e| format!("listing owners: {e}"))? {
         if let Some(other) = present.insert(owner, id) {
             return Err(format!("owner {owner} has two extents, {other} and {id}"));
         }
@@ -670,7 +669,7 @@ fn verify(volume: &mut Volume, seed: u64, model: &Model, copies: bool) -> Result
     let mut bytes = 0u64;
     for (&owner, &(id, blocks, _)) in model {
         let want = extent_data(seed, owner, blocks);
-        let (len, _) = volume.extent(id).ok_or_else(|| format!("extent {id} (owner {owner}) is gone"))?;
+        let len = volume.extent(id).ok_or_else(|| format!("extent {id} (owner {owner}) is gone"))?;
         if len != want.len() {
             return Err(format!("extent {id} (owner {owner}) is {len} bytes, {} written", want.len()));
         }
@@ -1149,8 +1148,12 @@ fn reopen_verify(check: &Check, controllers: &[Controller]) -> Result<(), String
     let plan = ReopenPlan::new(seed, (volume.max_extent_bytes() / BLOCK_SIZE) as u32);
     // The model: what the write phase committed, from the same plan. The
     // extent IDs come from the volume (checked against owners by verify).
-    let owners: BTreeMap<u64, ExtentId> =
-        volume.extent_ids().filter_map(|id| volume.extent(id).map(|(_, owner)| (owner, id))).collect();
+    let owners: BTreeMap<u64, ExtentId> = volume
+        .extent_owners()
+        .map_err(|e| format!("listing owners: {e}"))?
+        .into_iter()
+        .map(|(id, owner)| (owner, id))
+        .collect();
     let mut model = Model::new();
     for write in plan.first.iter().chain(&plan.second) {
         if plan.committed_free(seed, write.owner) {
@@ -1378,9 +1381,13 @@ impl MetadataPlan {
     /// The committed extents, with the IDs `volume` gives them. Every
     /// owner the plan keeps must be there; `verify` then requires that no
     /// other is.
-    fn model(&self, seed: u64, volume: &Volume) -> Result<Model, String> {
-        let owners: BTreeMap<u64, ExtentId> =
-            volume.extent_ids().filter_map(|id| volume.extent(id).map(|(_, owner)| (owner, id))).collect();
+    fn model(&self, seed: u64, volume: &mut Volume) -> Result<Model, String> {
+        let owners: BTreeMap<u64, ExtentId> = volume
+            .extent_owners()
+            .map_err(|e| format!("listing owners: {e}"))?
+            .into_iter()
+            .map(|(id, owner)| (owner, id))
+            .collect();
         let mut model = Model::new();
         for write in self.first.iter().chain(&self.second).filter(|w| !MetadataPlan::freed(seed, w.owner)) {
             let id = *owners.get(&write.owner).ok_or_else(|| format!("committed owner {} is missing", write.owner))?;
@@ -1501,7 +1508,7 @@ fn check_opened(
     if let Some(dropped) = &recovery.dropped {
         return Err(format!("{name}: commits dropped without a rewind: {dropped:?}"));
     }
-    let model = MetadataPlan::new(seed).model(seed, &volume)?;
+    let model = MetadataPlan::new(seed).model(seed, &mut volume)?;
     let bytes = verify(&mut volume, seed, &model, true)?;
     check.ok(
         name,

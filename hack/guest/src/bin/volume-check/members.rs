@@ -181,10 +181,10 @@ fn describe_counts(counts: &Counts) -> String {
 /// owner's, of its planned size, and each batch is present as a prefix of
 /// its plan (an acknowledged write is never lost, and nothing is written
 /// out of order). Returns the model and the count per batch.
-fn model_of(batches: &Batches, volume: &Volume) -> Result<(Model, Counts), String> {
+fn model_of(batches: &Batches, volume: &mut Volume) -> Result<(Model, Counts), String> {
     let mut model = Model::new();
-    for id in volume.extent_ids() {
-        let (len, owner) = volume.extent(id).ok_or_else(|| format!("extent {id} listed but unknown"))?;
+    for (id, owner) in volume.extent_owners().map_err(|e| format!("listing owners: {e}"))? {
+        let len = volume.extent(id).ok_or_else(|| format!("extent {id} listed but unknown"))?;
         let planned = batches.planned(owner).ok_or_else(|| format!("extent {id} has owner {owner}, never planned"))?;
         if len != planned.blocks as usize * BLOCK_SIZE {
             return Err(format!("extent {id} (owner {owner}) is {len} bytes, {} planned", planned.blocks));
@@ -436,7 +436,7 @@ fn unplug(check: &Check, pci: &[String], controllers: &[Controller]) -> Result<V
             status.redundancy
         ));
     }
-    let (_, counts) = model_of(&batches, &volume)?;
+    let (_, counts) = model_of(&batches, &mut volume)?;
     check.ok("extents", describe_counts(&counts));
     invariants(check, &volume)?;
     // The process ends, letting device 0 go: the guest kernel finishes
@@ -481,7 +481,7 @@ fn degraded(check: &Check, pci: &[String], controllers: &[Controller], gone: &st
     let status = print_status(check, "open", &volume)?;
     require_states("open", &status, VolumeState::Degraded, &[MemberState::Failed, MemberState::Online])?;
     let batches = Batches::new(seed);
-    let (model, counts) = model_of(&batches, &volume)?;
+    let (model, counts) = model_of(&batches, &mut volume)?;
     let unplugged = |owner: u64| batches.batch_of(owner) == Some("unplug");
     let (bytes, copies) = verify_copies(&mut volume, seed, &model, |lane, owner| lane == 0 && unplugged(owner))?;
     check.ok("verify", format!("{} extents, {} read back, {copies} copies on device 1", model.len(), mib(bytes)));
@@ -506,7 +506,7 @@ fn replace(check: &Check, pci: &[String], controllers: &[Controller]) -> Result<
     }
     let mut volume = Volume::open(devices, &options(true)).map_err(|e| format!("open degraded: {e}"))?;
     let batches = Batches::new(seed);
-    let (model, counts) = model_of(&batches, &volume)?;
+    let (model, counts) = model_of(&batches, &mut volume)?;
     let total_blocks = blocks_of(&model, |_| true);
 
     let started = Instant::now();
@@ -569,7 +569,7 @@ fn rejoin(check: &Check, pci: &[String], controllers: &[Controller]) -> Result<(
         return Err(format!("copy 1 is on device {}", volume.lane_device(1)));
     }
     let batches = Batches::new(seed);
-    let (mut model, _) = model_of(&batches, &volume)?;
+    let (mut model, _) = model_of(&batches, &mut volume)?;
     write_all(&mut volume, seed, &batches.uncommitted, &mut model, false)?;
 
     // The reset: a volatile write cache may be lost with it, so the
@@ -651,7 +651,7 @@ fn rejoin(check: &Check, pci: &[String], controllers: &[Controller]) -> Result<(
     require_states("resilvered", &status, VolumeState::Online, &[MemberState::Online, MemberState::Online])?;
     let (bytes, copies) = verify_copies(&mut volume, seed, &model, |_, _| false)?;
     check.ok("verify", format!("{} extents, {} read back, {copies} copies", model.len(), mib(bytes)));
-    let (_, counts) = model_of(&batches, &volume)?;
+    let (_, counts) = model_of(&batches, &mut volume)?;
     check.ok("extents", describe_counts(&counts));
     invariants(check, &volume)?;
     volume.close().map_err(|e| format!("close: {e}"))?;
@@ -666,7 +666,7 @@ fn last(check: &Check, pci: &[String], controllers: &[Controller]) -> Result<(),
     let mut volume = Volume::open(devices, &options(false)).map_err(|e| format!("open: {e}"))?;
     let status = print_status(check, "open", &volume)?;
     require_states("open", &status, VolumeState::Online, &[MemberState::Online, MemberState::Online])?;
-    let (model, counts) = model_of(&Batches::new(seed), &volume)?;
+    let (model, counts) = model_of(&Batches::new(seed), &mut volume)?;
     let (bytes, copies) = verify_copies(&mut volume, seed, &model, |_, _| false)?;
     check.ok("verify", format!("{} extents, {} read back, {copies} copies", model.len(), mib(bytes)));
     check.ok("extents", describe_counts(&counts));
