@@ -139,7 +139,7 @@ impl Default for VolumeOptions {
             finish_threshold_bytes: 0,
             write_mode: WriteMode::Auto,
             checkpoint_pages_per_commit: 64,
-            recent_owners: 65_536,
+            recent_owners: 4096,
             reclaim_max_valid_ratio: 0.75,
             timeout: Duration::from_secs(30),
             rewind: false,
