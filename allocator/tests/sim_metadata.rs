@@ -688,3 +688,39 @@ fn owners_are_read_back_from_either_copy_and_one_lost_on_both_is_a_typed_error()
         }
     }
 }
+
+#[test]
+fn open_reads_a_finished_segment_up_to_its_log_not_to_the_zone_end() {
+    // A rotation finishes the zone the log leaves (metadata keeps one
+    // active zone per copy), so its write pointer no longer says where
+    // the log ends; while the next checkpoint spreads, open needs that
+    // segment. It reads up to the log's end (and a run of zero blocks past
+    // it), not the whole 4 MiB zone.
+    let mut harness = Harness::single(zns(64, 4096));
+    let options = volume_options();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill_pages(&mut volume, &mut model, 700);
+    until_a_checkpoint_begins(&mut volume, &mut model);
+    drop(volume);
+    harness.restart();
+    let zone_lbas = 4096 * 1024 / 512;
+    let lbas_read = |harness: &Harness| harness.sims[0].stats().lbas_read;
+    let before = lbas_read(&harness);
+    let mut volume = harness.open(&options).expect("opens");
+    let read = lbas_read(&harness) - before;
+    assert!(!volume.recovery().copies_repaired);
+    // Both copies' finished zones read whole would take this much alone.
+    assert!(read < 2 * zone_lbas, "{read} LBAs read at open");
+    check(&mut volume, &model);
+    // Commits finish the checkpoint from there, and it all holds.
+    for seed in 70_000..70_010 {
+        let id = volume.write(0, &pattern(seed, 1), seed).unwrap();
+        model.insert(id, (seed, 1));
+        volume.commit().unwrap();
+    }
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("opens again");
+    check(&mut volume, &model);
+}

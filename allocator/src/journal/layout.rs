@@ -187,20 +187,35 @@ impl SegmentImage {
     }
 }
 
+/// Zero blocks in a row past which a segment whose end is unknown is
+/// taken to end: no journal record holds 256 KiB of zeros (a record's
+/// header is never zero, and no payload has that much), and a finished
+/// zone's unwritten blocks read as zeros on a drive that returns zeros for
+/// unwritten blocks (one that does not, or that fails such reads, is read
+/// to the end of the segment, as before).
+pub(crate) const ZERO_RUN_BLOCKS: u64 = 64;
+
 /// Reads the first `blocks` of a segment, in large reads; a read that
 /// fails is retried block by block so that one bad block costs only
-/// itself.
+/// itself. With `stop_at_zeros` (a segment ending in a finished zone,
+/// whose write pointer no longer says where the log ends), the image ends
+/// before the first [`ZERO_RUN_BLOCKS`] zero blocks in a row. Stopping
+/// early can only hide a record past such a run on this copy: recovery
+/// sees it on the other copy unless both have the same run (a double
+/// fault), and a later record that stands proves a hole (see `recovery`).
 pub(crate) fn read_segment_image(
     device: &mut Device,
     copy: MetaCopy,
     g: u32,
     segment: u32,
     blocks: u64,
+    stop_at_zeros: bool,
 ) -> SegmentImage {
     let mut image =
         SegmentImage { data: vec![0u8; blocks as usize * BLOCK_SIZE], unreadable: vec![false; blocks as usize] };
     let step = (device.max_transfer_bytes / BLOCK_SIZE) as u64;
     let mut offset = 0u64;
+    let mut zeros = 0u64;
     while offset < blocks {
         let (zone, in_zone) = segment_position(device, copy, g, segment, offset);
         let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone);
@@ -215,6 +230,19 @@ pub(crate) fn read_segment_image(
                 if device.read_at(lba, &mut image.data[range.clone()]).is_err() {
                     image.data[range].fill(0);
                     image.unreadable[block as usize] = true;
+                }
+            }
+        }
+        if stop_at_zeros {
+            // Zero blocks in a row up to here, counted over the new ones.
+            for block in offset..offset + n {
+                let bytes = &image.data[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE];
+                zeros = if !image.unreadable[block as usize] && bytes.iter().all(|&b| b == 0) { zeros + 1 } else { 0 };
+                if zeros == ZERO_RUN_BLOCKS {
+                    let end = (block + 1 - ZERO_RUN_BLOCKS) as usize;
+                    image.data.truncate(end * BLOCK_SIZE);
+                    image.unreadable.truncate(end);
+                    return image;
                 }
             }
         }

@@ -871,6 +871,9 @@ pub(super) fn read_images(
             let device = devices[copy.device].as_mut()?;
             let read = |device: &mut Device, segment: u32| {
                 let mut blocks = segment_capacity(device, copy, g, segment);
+                // A segment whose last written zone is full may end anywhere
+                // in it: a rotation finishes the zone the log leaves.
+                let mut ends_full = false;
                 if device.is_zoned() {
                     blocks = 0;
                     for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
@@ -882,12 +885,13 @@ pub(super) fn read_images(
                             _ => 0,
                         };
                         blocks += written;
+                        ends_full = written == capacity && d.state == ZoneState::Full;
                         if written < capacity {
                             break;
                         }
                     }
                 }
-                read_segment_image(device, copy, g, segment, blocks)
+                read_segment_image(device, copy, g, segment, blocks, ends_full)
             };
             Some([read(device, 0), read(device, 1)])
         })

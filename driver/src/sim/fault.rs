@@ -224,6 +224,8 @@ pub struct SimStats {
     /// Logical blocks written (Write, Zone Append, Write Zeroes, Copy
     /// destinations), for benchmarks of write amplification.
     pub lbas_written: u64,
+    /// Logical blocks read (Read commands that succeeded).
+    pub lbas_read: u64,
     /// Completion queue entries written.
     pub completions_posted: u64,
     /// Completions executed but never posted (a dropped-completion fault).
@@ -250,6 +252,7 @@ impl Default for SimStats {
             admin_commands: [0; 256],
             io_commands: [0; 256],
             lbas_written: 0,
+            lbas_read: 0,
             completions_posted: 0,
             completions_dropped: 0,
             errors: 0,

@@ -325,6 +325,7 @@ impl State {
             self.flip_on_read(nsid, slba, blocks, block_size, &transfer);
             self.smart.host_reads += 1;
             self.smart.read_bytes += u128::from(blocks * block_size);
+            self.stats.lbas_read += blocks;
             (0, 0)
         });
         self.segments = segments;
