@@ -114,6 +114,33 @@ pub(crate) fn segment_capacity(device: &Device, copy: MetaCopy, g: u32, segment:
     device.zones[first..first + g as usize].iter().map(|z| u64::from(z.capacity_blocks)).sum()
 }
 
+/// The pieces of `bytes` bytes from block `offset` of a segment, split at
+/// zone ends: each one's first LBA and its byte range. `None` when they
+/// run past the segment.
+fn pieces(
+    device: &Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    offset: u64,
+    bytes: usize,
+) -> Option<Vec<(u64, std::ops::Range<usize>)>> {
+    let mut pieces = Vec::new();
+    let mut done = 0usize;
+    while done < bytes {
+        let block = offset + (done / BLOCK_SIZE) as u64;
+        let (zone, in_zone) = segment_position(device, copy, g, segment, block);
+        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone) as usize;
+        if room == 0 {
+            return None;
+        }
+        let len = (room * BLOCK_SIZE).min(bytes - done);
+        pieces.push((device.lba(zone, in_zone as u32), done..done + len));
+        done += len;
+    }
+    Some(pieces)
+}
+
 /// Writes whole blocks at `offset` of a segment, split at zone ends.
 pub(crate) fn write_segment(
     device: &mut Device,
@@ -123,16 +150,9 @@ pub(crate) fn write_segment(
     offset: u64,
     data: &[u8],
 ) -> Result<()> {
-    let mut done = 0usize;
-    while done < data.len() {
-        let block = offset + (done / BLOCK_SIZE) as u64;
-        let (zone, in_zone) = segment_position(device, copy, g, segment, block);
-        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone) as usize;
-        assert!(room > 0, "a metadata write past its segment");
-        let len = (room * BLOCK_SIZE).min(data.len() - done);
-        let lba = device.lba(zone, in_zone as u32);
-        device.write_at(lba, &data[done..done + len])?;
-        done += len;
+    let pieces = pieces(device, copy, g, segment, offset, data.len()).expect("a metadata write within its segment");
+    for (lba, range) in pieces {
+        device.write_at(lba, &data[range])?;
     }
     Ok(())
 }
@@ -147,18 +167,11 @@ pub(crate) fn read_segment(
     offset: u64,
     buf: &mut [u8],
 ) -> Result<()> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let block = offset + (done / BLOCK_SIZE) as u64;
-        let (zone, in_zone) = segment_position(device, copy, g, segment, block);
-        let room = u64::from(device.zones[zone as usize].capacity_blocks).saturating_sub(in_zone) as usize;
-        if room == 0 {
-            return Err(crate::Error::Corrupt(format!("a metadata read past segment {segment}")));
-        }
-        let len = (room * BLOCK_SIZE).min(buf.len() - done);
-        let lba = device.lba(zone, in_zone as u32);
-        device.read_at(lba, &mut buf[done..done + len])?;
-        done += len;
+    let Some(pieces) = pieces(device, copy, g, segment, offset, buf.len()) else {
+        return Err(crate::Error::Corrupt(format!("a metadata read past segment {segment}")));
+    };
+    for (lba, range) in pieces {
+        device.read_at(lba, &mut buf[range])?;
     }
     Ok(())
 }

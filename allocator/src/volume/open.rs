@@ -870,13 +870,13 @@ pub(super) fn read_images(
         .map(|copy| {
             let device = devices[copy.device].as_mut()?;
             let read = |device: &mut Device, segment: u32| {
-                let mut blocks = segment_capacity(device, copy, g, segment);
-                // A segment whose last written zone is full may end anywhere
-                // in it: a rotation finishes the zone the log leaves.
-                let mut ends_full = false;
-                if device.is_zoned() {
-                    blocks = 0;
-                    for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
+                if !device.is_zoned() {
+                    let blocks = segment_capacity(device, copy, g, segment);
+                    return read_segment_image(device, copy, g, segment, blocks, false);
+                }
+                let zones = copy.segments[segment as usize]..copy.segments[segment as usize] + g;
+                let written: Vec<(u64, u64, bool)> = zones
+                    .map(|zone| {
                         let d = &descriptors[copy.device][zone as usize];
                         let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
                         let written = match d.state {
@@ -884,18 +884,36 @@ pub(super) fn read_images(
                             state if zone_has_write_pointer(state) => (d.wp - d.zslba) / device.lbas_per_block,
                             _ => 0,
                         };
-                        blocks += written;
-                        ends_full = written == capacity && d.state == ZoneState::Full;
-                        if written < capacity {
-                            break;
-                        }
-                    }
-                }
+                        (written, capacity, d.state == ZoneState::Full)
+                    })
+                    .collect();
+                let (blocks, ends_full) = written_extent(&written);
                 read_segment_image(device, copy, g, segment, blocks, ends_full)
             };
             Some([read(device, 0), read(device, 1)])
         })
         .collect()
+}
+
+/// How far a zoned segment is written, from each of its zones' (blocks
+/// written, capacity, full): the log runs through full zones and ends in
+/// the first that is not. Also whether it ends in a full zone, whose
+/// write pointer no longer says where the log ends (a rotation finishes
+/// the zone the log leaves): `read_segment_image` then stops at a run of
+/// zero blocks.
+fn written_extent(zones: &[(u64, u64, bool)]) -> (u64, bool) {
+    let (mut blocks, mut ends_full) = (0, false);
+    for &(written, capacity, full) in zones {
+        if written == 0 {
+            break;
+        }
+        blocks += written;
+        ends_full = full;
+        if written < capacity {
+            break;
+        }
+    }
+    (blocks, ends_full)
 }
 
 /// What a device holds, for tools deciding whether it may be formatted.
@@ -935,5 +953,21 @@ impl Volume {
             Probe::Unrecognized => DeviceState::Unrecognized,
             Probe::OtherVersion(version) => DeviceState::OtherVersion(version),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::written_extent;
+
+    #[test]
+    fn a_segment_is_written_through_its_full_zones_to_the_first_that_is_not() {
+        let full = (64, 64, true);
+        assert_eq!(written_extent(&[(0, 64, false), (0, 64, false)]), (0, false), "empty");
+        assert_eq!(written_extent(&[(10, 64, false), (0, 64, false)]), (10, false), "open or closed");
+        assert_eq!(written_extent(&[full, (0, 64, false), (0, 64, false)]), (64, true), "finished, then empty");
+        assert_eq!(written_extent(&[full, full, (0, 64, false)]), (128, true));
+        assert_eq!(written_extent(&[full, (5, 64, false), full]), (69, false), "ends in a closed zone");
+        assert_eq!(written_extent(&[full, full]), (128, true), "every zone full");
     }
 }

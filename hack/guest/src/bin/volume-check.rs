@@ -646,6 +646,12 @@ fn write_all(
     Ok(report)
 }
 
+/// The volume's extents by owner (each owner writes one extent here).
+fn extents_by_owner(volume: &mut Volume) -> Result<BTreeMap<u64, ExtentId>, String> {
+    let owners = volume.extent_owners().map_err(|e| format!("listing owners: {e}"))?;
+    Ok(owners.into_iter().map(|(id, owner)| (owner, id)).collect())
+}
+
 /// Reads every extent of `model` and compares it with its data, each copy
 /// too when `copies`; requires the volume to hold exactly the model's
 /// extents. Returns the bytes read.
@@ -1148,12 +1154,7 @@ fn reopen_verify(check: &Check, controllers: &[Controller]) -> Result<(), String
     let plan = ReopenPlan::new(seed, (volume.max_extent_bytes() / BLOCK_SIZE) as u32);
     // The model: what the write phase committed, from the same plan. The
     // extent IDs come from the volume (checked against owners by verify).
-    let owners: BTreeMap<u64, ExtentId> = volume
-        .extent_owners()
-        .map_err(|e| format!("listing owners: {e}"))?
-        .into_iter()
-        .map(|(id, owner)| (owner, id))
-        .collect();
+    let owners = extents_by_owner(&mut volume)?;
     let mut model = Model::new();
     for write in plan.first.iter().chain(&plan.second) {
         if plan.committed_free(seed, write.owner) {
@@ -1382,12 +1383,7 @@ impl MetadataPlan {
     /// owner the plan keeps must be there; `verify` then requires that no
     /// other is.
     fn model(&self, seed: u64, volume: &mut Volume) -> Result<Model, String> {
-        let owners: BTreeMap<u64, ExtentId> = volume
-            .extent_owners()
-            .map_err(|e| format!("listing owners: {e}"))?
-            .into_iter()
-            .map(|(id, owner)| (owner, id))
-            .collect();
+        let owners = extents_by_owner(volume)?;
         let mut model = Model::new();
         for write in self.first.iter().chain(&self.second).filter(|w| !MetadataPlan::freed(seed, w.owner)) {
             let id = *owners.get(&write.owner).ok_or_else(|| format!("committed owner {} is missing", write.owner))?;
