@@ -178,8 +178,10 @@ impl Volume {
     /// The owner blobs the next delta carries: none while the recent
     /// owners are within their bound ([`VolumeOptions::recent_owners`], or
     /// one per 64 live extents); past it, those of the pages holding them,
-    /// round robin, until an eighth below it, as many pages at most as
-    /// the larger of the commit's operations and
+    /// round robin, until back within it (a few pages per commit, not a
+    /// batch that grows with the bound, so that no commit's bytes grow
+    /// with the volume), as many pages at most as the larger of the
+    /// commit's operations and
     /// [`VolumeOptions::checkpoint_pages_per_commit`] (so that they drain
     /// at least as fast as writes add them).
     ///
@@ -190,7 +192,7 @@ impl Volume {
         let mut pages = Vec::new();
         if self.owners.recent_count() > limit {
             let most = (self.options.checkpoint_pages_per_commit.max(1) as usize).max(self.ops.len());
-            for page in self.owners.pages_to_write(limit - limit / 8, most) {
+            for page in self.owners.pages_to_write(limit, most) {
                 pages.push((page, self.page_owners(page)?));
             }
             self.stats.owner_pages_written += pages.len() as u64;
