@@ -156,8 +156,8 @@ impl Run {
         self.committed = self.current.clone();
     }
 
-    /// Every extent of `model` reads back exactly; with `copies`, from each
-    /// copy on its own.
+    /// Every extent of `model` reads back exactly, with its owner; with
+    /// `copies`, from each copy on its own.
     fn verify(&self, volume: &mut Volume, copies: bool, what: &str) {
         volume.check_invariants();
         let found: BTreeSet<u64> = volume.extent_ids().collect();
@@ -169,6 +169,9 @@ impl Run {
             back.resize(data.len(), 0);
             volume.read(id, &mut back).unwrap_or_else(|e| panic!("{}", self.context(&format!("{what}: {id}: {e}"))));
             assert!(back == data, "{}", self.context(&format!("{what}: extent {id} reads back wrong")));
+            // Every writer here gives the pattern's seed as the owner.
+            let owner = volume.owner(id).unwrap_or_else(|e| panic!("{}", self.context(&format!("{what}: {id}: {e}"))));
+            assert_eq!(owner, seed, "{}", self.context(&format!("{what}: extent {id}'s owner")));
             if copies {
                 for lane in 0..2 {
                     volume.read_copy(id, lane, &mut back).unwrap_or_else(|e| {
