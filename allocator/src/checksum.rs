@@ -70,8 +70,13 @@ const fn tables() -> [[u32; 256]; 8] {
 static TABLES: [[u32; 256]; 8] = tables();
 
 fn table_crc(data: &[u8]) -> u32 {
+    table_crc_append(0, data)
+}
+
+/// The crc32c of what `crc` covered followed by `data`.
+fn table_crc_append(crc: u32, data: &[u8]) -> u32 {
     let t = &TABLES;
-    let mut crc = !0u32;
+    let mut crc = !crc;
     let mut chunks = data.chunks_exact(8);
     for chunk in &mut chunks {
         let lo = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) ^ crc;
@@ -137,6 +142,15 @@ pub fn crc(data: &[u8]) -> u32 {
     }
 }
 
+/// The crc32c of the bytes `crc` covered followed by `data`, so that
+/// `crc_append(crc(a), b) == crc(a ++ b)`.
+pub fn crc_append(crc: u32, data: &[u8]) -> u32 {
+    match implementation() {
+        Implementation::Hardware => crc32c::crc32c_append(crc, data),
+        Implementation::Table => table_crc_append(crc, data),
+    }
+}
+
 /// The checksum of one 4 KiB block.
 pub fn block_crc(block: &[u8]) -> u32 {
     debug_assert_eq!(block.len(), BLOCK_SIZE);
@@ -182,6 +196,17 @@ mod tests {
         for len in (0..64).chain([4095, 4096, 4097, 9000]) {
             assert_eq!(table_crc(&data[..len]), crc32c::crc32c(&data[..len]), "length {len}");
         }
+    }
+
+    #[test]
+    fn appending_equals_checksumming_the_whole_in_both_implementations() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i.wrapping_mul(40_503) >> 7) as u8).collect();
+        for split in [0, 1, 7, 24, 1000, 3000] {
+            let (a, b) = data.split_at(split);
+            assert_eq!(table_crc_append(table_crc(a), b), crc32c::crc32c(&data), "split {split}");
+            assert_eq!(crc32c::crc32c_append(crc32c::crc32c(a), b), table_crc(&data), "split {split}");
+        }
+        assert_eq!(crc_append(crc(&data[..24]), &data[24..]), crc(&data));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub fn decoders(data: &[u8]) {
     let filled = |pages: &[PageImage]| -> Vec<PageImage> {
         pages.iter().map(|p| PageImage { owners: owners(p.index, p.owners_at), ..p.clone() }).collect()
     };
-    if let Ok(begin) = decode_begin(data, 0, 0) {
+    if let Ok(begin) = decode_begin(data, 0, 0, true) {
         let encoded = encode_begin(
             &begin.superblock,
             &begin.lane_zones,
@@ -39,17 +39,17 @@ pub fn decoders(data: &[u8]) {
             &encode_ops(&begin.ops),
             &encode_pages(&filled(&begin.pages), 0, 0).bytes,
         );
-        let again = decode_begin(&encoded, 0, 0).expect("a re-encoded checkpoint decodes");
+        let again = decode_begin(&encoded, 0, 0, true).expect("a re-encoded checkpoint decodes");
         assert_eq!(again, begin, "a checkpoint round-trips");
     }
-    if let Ok(delta) = decode_delta(data, 0, 0) {
+    if let Ok(delta) = decode_delta(data, 0, 0, true) {
         let blobs: Vec<(u64, Vec<u64>)> = delta.owner_pages.iter().map(|&(i, at)| (i, owners(i, at))).collect();
         let encoded = encode_delta(
             &encode_ops(&delta.ops),
             &encode_pages(&filled(&delta.pages), 0, 0).bytes,
             &encode_owner_pages(&blobs, 0, 0).bytes,
         );
-        let again = decode_delta(&encoded, 0, 0).expect("a re-encoded delta decodes");
+        let again = decode_delta(&encoded, 0, 0, true).expect("a re-encoded delta decodes");
         assert_eq!(again, delta, "a delta round-trips");
     }
     let _ = decode_owner_blob(data, 0, 0, 0);

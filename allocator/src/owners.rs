@@ -129,7 +129,7 @@ impl Owners {
 
     /// Page `page`'s blob, when it is kept as read.
     pub fn cached(&self, page: u64) -> Option<&[u64]> {
-        self.cache.iter().find(|(p, _)| *p == page).map(|(_, owners)| &owners[..])
+        self.cache.iter().rev().find(|(p, _)| *p == page).map(|(_, owners)| &owners[..])
     }
 
     /// Keeps page `page`'s blob as read from its home.

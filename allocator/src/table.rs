@@ -593,6 +593,68 @@ impl Table {
         (self.bits.unpack(record.location(lane)) == location)
             .then(|| (join(slot, record.generation()), self.entry(record)))
     }
+
+    /// The first two live copies in lane `lane` that overlap, or (given
+    /// `allocated`, each zone's allocated blocks) one that lies past its
+    /// zone's allocation. The copies are sorted by zone (counting), then
+    /// by offset within each, as 8 bytes each (offset and length: no
+    /// lookup per copy); the extents are named by a search once one is
+    /// found. Copies in zones past `zones` are not looked at.
+    pub fn misplaced(&self, lane: usize, zones: u32, allocated: Option<&dyn Fn(u32) -> u32>) -> Option<Misplaced> {
+        let zones = zones as usize;
+        let copies = || {
+            self.iter().filter_map(move |(_, entry)| {
+                let location = entry.locations[lane];
+                (!location.is_missing() && (location.zone as usize) < zones).then_some((location, entry.blocks))
+            })
+        };
+        let mut starts = vec![0usize; zones + 1];
+        for (location, _) in copies() {
+            starts[location.zone as usize + 1] += 1;
+        }
+        for zone in 0..zones {
+            starts[zone + 1] += starts[zone];
+        }
+        let mut next = starts.clone();
+        let mut keys = vec![0u64; starts[zones]];
+        for (location, blocks) in copies() {
+            let at = &mut next[location.zone as usize];
+            keys[*at] = (u64::from(location.offset) << 32) | u64::from(blocks);
+            *at += 1;
+        }
+        let offset = |key: u64| (key >> 32) as u32;
+        let end = |key: u64| (key >> 32) + (key & u64::from(u32::MAX));
+        // The extent with a copy at `location`, other than `not`.
+        let id_at = |location: Location, not: ExtentId| {
+            let mut found = self.iter().filter(|(id, entry)| entry.locations[lane] == location && *id != not);
+            found.next().map_or(0, |(id, _)| id)
+        };
+        for zone in 0..zones {
+            let keys = &mut keys[starts[zone]..starts[zone + 1]];
+            keys.sort_unstable();
+            let at = |key: u64| Location { zone: zone as u32, offset: offset(key) };
+            if let Some(pair) = keys.windows(2).find(|pair| end(pair[0]) > u64::from(offset(pair[1]))) {
+                let first = id_at(at(pair[0]), 0);
+                return Some(Misplaced::Overlap(first, id_at(at(pair[1]), first), at(pair[1])));
+            }
+            if let Some(allocated) = allocated {
+                let limit = u64::from(allocated(zone as u32));
+                if let Some(&key) = keys.iter().find(|&&key| end(key) > limit) {
+                    return Some(Misplaced::PastAllocation(id_at(at(key), 0)));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// What [`Table::misplaced`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Misplaced {
+    /// Two extents' copies overlap; the second begins at this location.
+    Overlap(ExtentId, ExtentId, Location),
+    /// An extent's copy lies past what its zone allocated.
+    PastAllocation(ExtentId),
 }
 
 /// One lane's copies in physical order, as [`Table::lane_order`] found
@@ -704,6 +766,32 @@ mod tests {
         assert_eq!(live, vec![c, b]);
         assert_eq!(table.insert(&entry(0, at(0, 0), at(0, 0))), Err(TableError::Blocks(0)));
         assert_eq!(table.insert(&entry(1, at(0, 1024), at(0, 0))), Err(TableError::Location(at(0, 1024))));
+    }
+
+    #[test]
+    fn misplaced_copies_are_found_and_named_in_each_lane() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        // Lane 0: zone 1 holds [0, 3) and [3, 8), zone 2 [10, 12); lane 1
+        // one copy in zone 4 of an extent whose lane 0 copy is in zone 2.
+        let a = table.insert(&entry(3, at(1, 0), Location::MISSING)).unwrap();
+        let b = table.insert(&entry(5, at(1, 3), Location::MISSING)).unwrap();
+        let c = table.insert(&entry(2, at(2, 10), at(4, 0))).unwrap();
+        assert_eq!(table.misplaced(0, 8, None), None, "touching is not overlapping");
+        assert_eq!(table.misplaced(1, 8, None), None);
+        let allocated = |zone: u32| [0, 8, 12, 0, 2][zone as usize];
+        assert_eq!(table.misplaced(0, 5, Some(&allocated)), None, "each copy within its zone's allocation");
+        let short = |zone: u32| [0, 7, 12, 0, 2][zone as usize];
+        assert_eq!(table.misplaced(0, 5, Some(&short)), Some(Misplaced::PastAllocation(b)));
+        // An extent written over the end of another, and one at the same
+        // place as another, in slot order after them.
+        let d = table.insert(&entry(1, at(1, 2), Location::MISSING)).unwrap();
+        assert_eq!(table.misplaced(0, 8, None), Some(Misplaced::Overlap(a, d, at(1, 2))));
+        table.remove(d);
+        let e = table.insert(&entry(4, at(4, 1), at(4, 0))).unwrap();
+        assert_eq!(table.misplaced(0, 8, None), None);
+        assert_eq!(table.misplaced(1, 8, None), Some(Misplaced::Overlap(c, e, at(4, 0))), "same offset, lane 1");
+        // Zones past the count given are not looked at.
+        assert_eq!(table.misplaced(1, 4, None), None);
     }
 
     #[test]

@@ -724,3 +724,60 @@ fn open_reads_a_finished_segment_up_to_its_log_not_to_the_zone_end() {
     let mut volume = harness.open(&options).expect("opens again");
     check(&mut volume, &model);
 }
+
+#[test]
+fn a_spreading_checkpoint_keeps_pace_with_the_commits_so_open_replays_a_fraction_of_the_table() {
+    // Each commit carries its operations' bytes four times over in pages,
+    // not one page whatever its size: at 80 one-block extents a commit,
+    // at least two pages. Open after the seal replays the operations of
+    // the spread only, a fraction of the table (one page a commit would
+    // replay one commit's worth per page).
+    let mut harness = Harness::single(zns(64, 1024));
+    let options = VolumeOptions { checkpoint_pages_per_commit: 64, ..volume_options() };
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill_pages(&mut volume, &mut model, 6800);
+    let mut seed = 100_000;
+    let mut commit_80 = |volume: &mut Volume, model: &mut Model| {
+        for _ in 0..80 {
+            seed += 1;
+            let id = volume.write(0, &pattern(seed, 1), seed).unwrap();
+            model.insert(id, (seed, 1));
+        }
+        volume.commit().unwrap();
+    };
+    // Any checkpoint the fill began ends; then the next begins.
+    let mut commits = 0;
+    while volume.stats().checkpoint_pages_pending > 0 {
+        commit_80(&mut volume, &mut model);
+        commits += 1;
+    }
+    while volume.stats().checkpoint_pages_pending == 0 {
+        commit_80(&mut volume, &mut model);
+        commits += 1;
+        assert!(commits < 500, "no checkpoint began");
+    }
+    let pages = volume.stats().checkpoint_pages_pending;
+    assert!(pages >= 19, "a checkpoint of {pages} pages left to write: the table has 20 and more");
+    let mut spread = 0;
+    loop {
+        let before = volume.stats().checkpoint_pages_pending;
+        if before == 0 {
+            break;
+        }
+        commit_80(&mut volume, &mut model);
+        spread += 1;
+        let after = volume.stats().checkpoint_pages_pending;
+        assert!(after == 0 || after + 2 <= before, "a commit of 80 operations wrote {} pages", before - after);
+    }
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    let report = volume.recovery().clone();
+    assert_eq!(report.records_replayed, spread + 1, "the checkpoint's first record and the spread's deltas");
+    assert_eq!(report.ops_replayed, 80 * spread);
+    assert!(spread <= pages.div_ceil(2), "{spread} commits to write {pages} pages");
+    assert!(report.pages_loaded >= pages, "{} pages loaded", report.pages_loaded);
+    assert!(report.metadata_blocks_read > 0);
+    check(&mut volume, &model);
+}

@@ -55,6 +55,13 @@ pub struct Row {
     pub checkpoint_seconds: f64,
     /// Open after the fill: labels, the last checkpoint and the whole log.
     pub open_seconds: f64,
+    /// What that open read and replayed (`Volume::recovery`): metadata
+    /// blocks over every copy, checkpoint pages loaded, journal records
+    /// and operations replayed.
+    pub open_metadata_blocks: u64,
+    pub open_pages_loaded: u64,
+    pub open_records_replayed: u64,
+    pub open_ops_replayed: u64,
     /// Open right after a checkpoint.
     pub open_after_checkpoint_seconds: f64,
     /// Heap the open volume holds (live bytes across `Volume::open`).
@@ -189,6 +196,20 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let at = Instant::now();
     let mut volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
     row.open_seconds = at.elapsed().as_secs_f64();
+    let report = volume.recovery();
+    row.open_metadata_blocks = report.metadata_blocks_read;
+    row.open_pages_loaded = report.pages_loaded;
+    row.open_records_replayed = report.records_replayed;
+    row.open_ops_replayed = report.ops_replayed;
+    eprintln!(
+        "scale: {label}: opened in {:.2} s: read {} of metadata (every copy), loaded {} pages, replayed {} records \
+         ({} operations)",
+        row.open_seconds,
+        size(report.metadata_blocks_read * zoned_allocator::BLOCK_SIZE as u64),
+        report.pages_loaded,
+        report.records_replayed,
+        report.ops_replayed
+    );
     row.memory_bytes = heap::live_bytes().saturating_sub(heap_before);
     row.memory_bytes_per_tib = row.memory_bytes as f64 / (row.data_bytes as f64 / (1u64 << 40) as f64);
     row.sim_bytes = sim.storage_bytes(1);

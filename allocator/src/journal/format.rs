@@ -141,10 +141,32 @@ pub(crate) struct ExtentRecord {
     pub id: ExtentId,
     pub owner: u64,
     pub blocks: u32,
-    /// One per copy (lane).
-    pub locations: Vec<Location>,
+    /// One per copy (lane): the first `copies` (kept inline, so that
+    /// decoding the log allocates nothing per extent).
+    locations: [Location; 2],
+    copies: u8,
     /// One per block; empty on a volume whose devices carry block tags.
     pub crcs: Vec<u32>,
+}
+
+impl ExtentRecord {
+    /// An extent with a copy at each of `locations` (one or two).
+    pub fn new(id: ExtentId, owner: u64, blocks: u32, locations: &[Location], crcs: Vec<u32>) -> ExtentRecord {
+        assert!((1..=2).contains(&locations.len()), "an extent has one or two copies");
+        let copies = locations.len() as u8;
+        let locations = [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)];
+        ExtentRecord { id, owner, blocks, locations, copies, crcs }
+    }
+
+    /// Where each copy lies, one per lane.
+    pub fn locations(&self) -> &[Location] {
+        &self.locations[..usize::from(self.copies)]
+    }
+
+    /// Where each copy lies, to change.
+    pub fn locations_mut(&mut self) -> &mut [Location] {
+        &mut self.locations[..usize::from(self.copies)]
+    }
 }
 
 /// A change to the volume, journaled at commit.
@@ -263,12 +285,11 @@ pub(crate) struct PageImage {
 pub(crate) const OWNER_BLOB_BYTES: usize = crate::table::PAGE_SLOTS * 8 + 4;
 
 fn owner_blob_crc(volume_id: u64, seq: u64, index: u64, owners: &[u8]) -> u32 {
-    let mut covered = Vec::with_capacity(24 + owners.len());
-    covered.extend_from_slice(&volume_id.to_le_bytes());
-    covered.extend_from_slice(&seq.to_le_bytes());
-    covered.extend_from_slice(&index.to_le_bytes());
-    covered.extend_from_slice(owners);
-    crc(&covered)
+    let mut prefix = [0u8; 24];
+    prefix[..8].copy_from_slice(&volume_id.to_le_bytes());
+    prefix[8..16].copy_from_slice(&seq.to_le_bytes());
+    prefix[16..].copy_from_slice(&index.to_le_bytes());
+    crate::checksum::crc_append(crc(&prefix), owners)
 }
 
 /// The owners of page `index` from the blob `bytes` (at least
@@ -476,7 +497,7 @@ pub(crate) fn encode_begin(
     w.0
 }
 
-pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64) -> Result<Begin> {
+pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64, keep_pages: bool) -> Result<Begin> {
     let mut r = Reader::new(payload);
     let superblock = r.superblock()?;
     let lanes = r.u8()?;
@@ -487,7 +508,7 @@ pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64) -> Result<B
     let pages_total = r.u64()?;
     let ops_bytes = r.u64()?;
     let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
-    let pages = r.pages(volume_id, seq)?;
+    let pages = r.pages(volume_id, seq, keep_pages)?;
     r.finish()?;
     Ok(Begin { superblock, lane_zones, pages_total, ops, pages })
 }
@@ -505,11 +526,11 @@ pub(crate) fn encode_delta(ops: &[u8], pages: &[u8], owners: &[u8]) -> Vec<u8> {
 }
 
 /// A delta's payload, checking its blobs against record `seq`.
-pub(crate) fn decode_delta(payload: &[u8], volume_id: u64, seq: u64) -> Result<Delta> {
+pub(crate) fn decode_delta(payload: &[u8], volume_id: u64, seq: u64, keep_pages: bool) -> Result<Delta> {
     let mut r = Reader::new(payload);
     let ops_bytes = r.u64()?;
     let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
-    let pages = r.pages(volume_id, seq)?;
+    let pages = r.pages(volume_id, seq, keep_pages)?;
     let count = r.u32()? as usize;
     let mut owner_pages = Vec::with_capacity(count.min(payload.len() / OWNER_BLOB_BYTES + 1));
     for _ in 0..count {
@@ -658,8 +679,8 @@ impl Writer {
         self.u64(e.id);
         self.u64(e.owner);
         self.u32(e.blocks);
-        self.u8(e.locations.len() as u8);
-        for &l in &e.locations {
+        self.u8(e.copies);
+        for &l in e.locations() {
             self.location(l);
         }
         debug_assert!(e.crcs.is_empty() || e.crcs.len() == e.blocks as usize);
@@ -792,9 +813,9 @@ impl<'a> Reader<'a> {
         if copies == 0 || copies > 2 || blocks == 0 {
             return Err(corrupt(format!("extent {id}: {copies} copies of {blocks} blocks")));
         }
-        let mut locations = Vec::with_capacity(usize::from(copies));
-        for _ in 0..copies {
-            locations.push(self.location()?);
+        let mut locations = [Location::MISSING; 2];
+        for location in &mut locations[..usize::from(copies)] {
+            *location = self.location()?;
         }
         let crcs = match self.u8()? {
             0 => Vec::new(),
@@ -804,7 +825,7 @@ impl<'a> Reader<'a> {
             }
             other => return Err(corrupt(format!("extent {id}: checksum flag {other}"))),
         };
-        Ok(ExtentRecord { id, owner, blocks, locations, crcs })
+        Ok(ExtentRecord { id, owner, blocks, locations, copies, crcs })
     }
     fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
@@ -818,26 +839,38 @@ impl<'a> Reader<'a> {
         }
         Ok(at)
     }
-    fn pages(&mut self, volume_id: u64, seq: u64) -> Result<Vec<PageImage>> {
+    /// Checkpoint pages; with `keep` false, only where each page's owner
+    /// blob lies (its records and checksums are checked for length and
+    /// skipped: open loads the pages of one checkpoint only).
+    fn pages(&mut self, volume_id: u64, seq: u64, keep: bool) -> Result<Vec<PageImage>> {
+        fn words(raw: &[u8]) -> impl Iterator<Item = u32> + '_ {
+            raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        }
         let count = self.u32()? as usize;
         let slots = crate::table::PAGE_SLOTS;
         let mut pages = Vec::with_capacity(count.min(self.data.len() / PAGE_BYTES + 1));
         for _ in 0..count {
             let index = self.u64()?;
-            let mut records = Vec::with_capacity(slots);
-            for _ in 0..slots {
-                records.push([self.u32()?, self.u32()?, self.u32()?]);
-            }
+            let raw = self.take(slots * 12)?;
+            let records = if keep {
+                let word = |r: &[u8], i: usize| u32::from_le_bytes(r[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+                raw.chunks_exact(12).map(|r| [word(r, 0), word(r, 1), word(r, 2)]).collect()
+            } else {
+                Vec::new()
+            };
             let owners_at = self.blob(volume_id, seq, index)?;
             let mapped_count = self.u32()? as usize;
-            let mut mapped = Vec::with_capacity(mapped_count.min(slots));
+            let mut mapped = Vec::with_capacity(if keep { mapped_count.min(slots) } else { 0 });
             for _ in 0..mapped_count {
                 let slot = self.u16()?;
                 let blocks = self.u32()? as usize;
                 if usize::from(slot) >= slots || blocks > crate::table::MAX_BLOCKS as usize {
                     return Err(corrupt(format!("page {index}: checksums of slot {slot}, {blocks} blocks")));
                 }
-                mapped.push((slot, (0..blocks).map(|_| self.u32()).collect::<Result<Vec<u32>>>()?));
+                let raw = self.take(blocks * 4)?;
+                if keep {
+                    mapped.push((slot, words(raw).collect()));
+                }
             }
             pages.push(PageImage { index, records, owners: Vec::new(), mapped, owners_at });
         }
@@ -857,13 +890,7 @@ mod tests {
     use super::*;
 
     fn extent(id: u64) -> ExtentRecord {
-        ExtentRecord {
-            id,
-            owner: 99,
-            blocks: 2,
-            locations: vec![Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }],
-            crcs: vec![7, 8],
-        }
+        ExtentRecord::new(id, 99, 2, &[Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }], vec![7, 8])
     }
 
     #[test]
@@ -946,7 +973,7 @@ mod tests {
             &encode_pages(&begin.pages, volume_id, seq).bytes,
         );
         // Decoded pages leave their owners on the device, and say where.
-        let decoded = decode_begin(&payload, volume_id, seq).unwrap();
+        let decoded = decode_begin(&payload, volume_id, seq, true).unwrap();
         let pages_at = payload.len() - encoded.bytes.len();
         for ((page, original), (index, blob)) in decoded.pages.iter().zip(&begin.pages).zip(&encoded.blobs) {
             assert_eq!((page.index, page.owners_at), (*index, pages_at + blob));
@@ -964,29 +991,36 @@ mod tests {
         let strip = |pages: &[PageImage]| -> Vec<PageImage> {
             pages.iter().map(|p| PageImage { owners: Vec::new(), owners_at: 0, ..p.clone() }).collect()
         };
+        // Decoded without keeping the pages: where each blob lies, no more.
+        let light = decode_begin(&payload, volume_id, seq, false).unwrap();
+        assert_eq!(light.ops, decoded.ops);
+        for (light, page) in light.pages.iter().zip(&decoded.pages) {
+            assert_eq!((light.index, light.owners_at), (page.index, page.owners_at));
+            assert!(light.records.is_empty() && light.mapped.is_empty());
+        }
         assert_eq!(Begin { pages: strip(&decoded.pages), ..decoded }, Begin { pages: strip(&begin.pages), ..begin });
         let ops = encode_ops(&[Op::Free(1)]);
         let owners = vec![(5, (0..crate::table::PAGE_SLOTS as u64).map(|i| i ^ 0x55).collect::<Vec<u64>>())];
         let owner_blobs = encode_owner_pages(&owners, volume_id, seq);
         let payload = encode_delta(&ops, &encode_pages(&[page(2)], volume_id, seq).bytes, &owner_blobs.bytes);
-        let delta = decode_delta(&payload, volume_id, seq).unwrap();
+        let delta = decode_delta(&payload, volume_id, seq, true).unwrap();
         assert_eq!(delta.ops, vec![Op::Free(1)]);
         assert_eq!(strip(&delta.pages), strip(&[page(2)]));
         let owners_at = payload.len() - owner_blobs.bytes.len() + owner_blobs.blobs[0].1;
         assert_eq!(delta.owner_pages, vec![(5, owners_at)]);
         assert_eq!(decode_owner_blob(&payload[owners_at..], volume_id, seq, 5).unwrap(), owners[0].1);
-        assert!(decode_delta(&payload, volume_id, seq + 1).is_err(), "blobs of another record");
+        assert!(decode_delta(&payload, volume_id, seq + 1, true).is_err(), "blobs of another record");
         let bare = encode_pages(&[PageImage { mapped: Vec::new(), ..page(0) }], volume_id, seq);
         assert_eq!(bare.bytes.len(), 4 + PAGE_BYTES);
         for len in 0..payload.len() {
-            assert!(decode_delta(&payload[..len], volume_id, seq).is_err(), "length {len}");
+            assert!(decode_delta(&payload[..len], volume_id, seq, true).is_err(), "length {len}");
         }
     }
 
     #[test]
     fn member_and_scrub_ops_and_missing_copies_round_trip() {
         let mut missing = extent(7);
-        missing.locations[1] = Location::MISSING;
+        missing.locations_mut()[1] = Location::MISSING;
         let ops = vec![
             Op::Member {
                 device: 1,

@@ -21,13 +21,10 @@
 //! same stance: a write that may have failed is superseded, never repeated
 //! in place).
 
-use super::layout::{
-    placed_copies, read_segment, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS,
-};
-use super::{decode_owner_blob, encode_label, encode_record, Kind, Label, Stamp, HEADER_BYTES, OWNER_BLOB_BYTES};
+use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
+use super::{encode_label, encode_record, Kind, Label, Stamp};
 use crate::device::Device;
 use crate::error::Result;
-use crate::owners::Home;
 use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::ZoneState;
@@ -38,6 +35,16 @@ use nvme_driver::spec::zns::ZoneState;
 /// metadata zones far faster than the data's: at 256 KiB extents 16 MiB of
 /// log is about 32 GiB of data written.
 pub(crate) const MIN_LOG_BLOCKS: u64 = 4096;
+
+/// A checkpoint begins once the log since the last one became whole
+/// passes the table's size over this (or [`MIN_LOG_BLOCKS`]). An operation
+/// costs open about four times what its share of a table page does
+/// (decoding and applying it against loading 12-byte records), so open
+/// replays at most about as much work as the pages it loads: this, the
+/// operations while the last checkpoint spread and those while the next
+/// one spreads so far, each a quarter of the table (see
+/// `Volume::pages_due`'s `SPREAD_RATIO`).
+pub(crate) const ROTATE_AT_TABLE_FRACTION: u64 = 4;
 
 /// The journal's position and its rule for retries. See the [module
 /// documentation](self).
@@ -126,7 +133,7 @@ impl Journal {
     /// The copies whose device is in use: the journal writes those only.
     /// A copy on a device given up is left as it was, and outranked by the
     /// next checkpoint's generation.
-    fn present(&self, devices: &[Option<Device>]) -> Result<Vec<MetaCopy>> {
+    pub(super) fn present(&self, devices: &[Option<Device>]) -> Result<Vec<MetaCopy>> {
         let copies: Vec<MetaCopy> = self.copies.into_iter().filter(|c| devices[c.device].is_some()).collect();
         if copies.is_empty() {
             return Err(crate::Error::NoDevices);
@@ -148,15 +155,17 @@ impl Journal {
     /// segment (the current one sealed): its record of `blocks` would end
     /// past half of the segment, so the next checkpoint, paced to seal
     /// within the first half of its own segment, always has the room; or
-    /// the log since the last checkpoint became whole passed half of the
-    /// table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]), so that
-    /// open replays less log than the pages it loads. (A checkpoint then
-    /// writes twice what the log does: at 256 KiB extents about 0.1% of the
-    /// data written.)
+    /// the log since the last checkpoint became whole passed a quarter of
+    /// the table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]; see
+    /// [`ROTATE_AT_TABLE_FRACTION`]), so that open replays little log
+    /// beside the pages it loads. (A checkpoint then writes about four
+    /// times what the log does: at 256 KiB extents about 0.2% of the data
+    /// written.)
     pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64) -> bool {
         let log = self.offset.saturating_sub(self.sealed_at) + blocks;
         self.sealed()
-            && (self.offset + blocks > self.segment_blocks(devices) / 2 || log > (table_blocks / 2).max(MIN_LOG_BLOCKS))
+            && (self.offset + blocks > self.segment_blocks(devices) / 2
+                || log > (table_blocks / ROTATE_AT_TABLE_FRACTION).max(MIN_LOG_BLOCKS))
     }
 
     /// Appends a delta carrying `pages` checkpoint pages to both copies and
@@ -507,50 +516,6 @@ impl Journal {
             }
         }
         Ok(())
-    }
-
-    /// Where a blob that begins `at` bytes into the payload of the last
-    /// record written lies.
-    pub fn home_in_last(&self, at: usize) -> Home {
-        let (segment, offset, seq) = self.last;
-        Home { segment, byte: offset * BLOCK_SIZE as u64 + (HEADER_BYTES + at) as u64, seq }
-    }
-
-    /// Reads back page `page`'s owners from `home`, from the first copy
-    /// that holds the blob whole. Fails with [`crate::Error::Corrupt`],
-    /// naming each copy's failure, when every copy is bad for good (a
-    /// checksum mismatch, or the device's error status such as an
-    /// unrecovered read error); with the error of a copy that failed
-    /// otherwise (a timeout, a reset, a device gone), which a retry may
-    /// not meet.
-    pub fn read_owner_blob(&self, devices: &mut [Option<Device>], home: Home, page: u64) -> Result<Vec<u64>> {
-        let first = home.byte / BLOCK_SIZE as u64;
-        let skip = (home.byte % BLOCK_SIZE as u64) as usize;
-        let mut buf = vec![0u8; (skip + OWNER_BLOB_BYTES).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
-        let mut failures = Vec::new();
-        let mut transient = None;
-        for copy in self.present(devices)? {
-            let device = devices[copy.device].as_mut().expect("present");
-            match read_segment(device, copy, self.g, home.segment, first, &mut buf) {
-                Ok(()) => match decode_owner_blob(&buf[skip..], self.volume_id, home.seq, page) {
-                    Some(owners) => return Ok(owners),
-                    None => failures.push(format!("device {}: checksum mismatch", copy.device)),
-                },
-                Err(error @ crate::Error::Command { error: nvme_driver::IoError::Device(_), .. }) => {
-                    failures.push(format!("device {}: {error}", copy.device));
-                }
-                Err(error) => transient = Some(error),
-            }
-        }
-        if let Some(error) = transient {
-            return Err(error);
-        }
-        Err(crate::Error::Corrupt(format!(
-            "the owners of extent table page {page} (segment {}, byte {}): {}",
-            home.segment,
-            home.byte,
-            failures.join("; ")
-        )))
     }
 
     /// Flushes every namespace in use holding a copy.

@@ -299,8 +299,8 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             .filter(|r| (r.header.generation, r.header.seq) > (generation, seq))
             .filter_map(|r| payload(images, r).map(|p| (r, p)))
             .filter_map(|(r, p)| match r.header.kind {
-                Kind::Delta => decode_delta(p, volume_id, r.header.seq).ok().map(|d| d.ops),
-                Kind::Checkpoint => decode_begin(p, volume_id, r.header.seq).ok().map(|b| b.ops),
+                Kind::Delta => decode_delta(p, volume_id, r.header.seq, false).ok().map(|d| d.ops),
+                Kind::Checkpoint => decode_begin(p, volume_id, r.header.seq, false).ok().map(|b| b.ops),
             })
             .flatten()
             .filter_map(|op| if let Op::Add(e) = op { Some(e.id) } else { None })
@@ -344,16 +344,18 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         for record in &chain.records {
             let bytes = payload(images, record).expect("verified");
             let seq = record.header.seq;
+            // Only the sealed chain's pages up to its seal are loaded.
+            let keep = index == 0 && sealing;
             let (ops, record_pages, owner_pages) = match record.header.kind {
                 Kind::Checkpoint => {
-                    let begin = decode_begin(bytes, volume_id, seq)?;
+                    let begin = decode_begin(bytes, volume_id, seq, keep)?;
                     lane_zones = begin.lane_zones;
                     pages_total = begin.pages_total;
                     pages_written = 0;
                     (begin.ops, begin.pages, Vec::new())
                 }
                 Kind::Delta => {
-                    let delta = decode_delta(bytes, volume_id, seq)?;
+                    let delta = decode_delta(bytes, volume_id, seq, keep)?;
                     (delta.ops, delta.pages, delta.owner_pages)
                 }
             };
@@ -368,7 +370,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
                 .map(|page| (page.index, home(page.owners_at)))
                 .chain(owner_pages.iter().map(|&(index, at)| (index, home(at))))
                 .collect();
-            if index == 0 && sealing {
+            if keep {
                 pages.extend(record_pages);
                 sealing = !record.header.sealed;
             }
@@ -426,16 +428,23 @@ fn verified_records(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> (Ve
 /// The payload of the record whose header is at `offset`, when it is
 /// whole and matches its checksum.
 fn record_payload<'a>(image: &'a SegmentImage, header: &Header, offset: u64) -> Option<&'a [u8]> {
+    payload_bytes(image, header, offset).filter(|payload| crc(payload) == header.payload_crc)
+}
+
+/// The payload of the record whose header is at `offset`, when it is
+/// whole, unchecked.
+fn payload_bytes<'a>(image: &'a SegmentImage, header: &Header, offset: u64) -> Option<&'a [u8]> {
     let total = (HEADER_BYTES as u64).checked_add(header.payload_bytes)?;
     let blocks = total.div_ceil(BLOCK_SIZE as u64);
     let bytes = image.range(offset, blocks)?;
-    let payload = &bytes[HEADER_BYTES..total as usize];
-    (crc(payload) == header.payload_crc).then_some(payload)
+    Some(&bytes[HEADER_BYTES..total as usize])
 }
 
+/// The payload of `record`, which `verified_records` found matching its
+/// checksum (not checked again: the images do not change).
 fn payload<'a>(images: &'a [Option<[SegmentImage; 2]>], record: &Found) -> Option<&'a [u8]> {
     let image = &images[record.copy].as_ref()?[record.segment as usize];
-    record_payload(image, &record.header, record.offset)
+    payload_bytes(image, &record.header, record.offset)
 }
 
 /// Whether block `block` of `image` is a label of this volume.

@@ -184,8 +184,8 @@ impl Volume {
             match op {
                 Op::Add(record) => {
                     for &lane in &lanes {
-                        if !record.locations[lane].is_missing() {
-                            record.locations[lane] = Location::MISSING;
+                        if !record.locations()[lane].is_missing() {
+                            record.locations_mut()[lane] = Location::MISSING;
                             not_durable.push((record.id, lane));
                         }
                     }

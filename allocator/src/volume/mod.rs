@@ -32,7 +32,7 @@ use crate::journal::log::Journal;
 use crate::journal::recovery::Dropped;
 use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
 use crate::owners::{Owners, OWNER_LOST};
-use crate::table::{split, Entry, LaneOrder, LocationBits, Table, PAGE_SLOTS};
+use crate::table::{split, Entry, LaneOrder, LocationBits, Misplaced, Table, PAGE_SLOTS};
 use crate::tags::TagLayout;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
@@ -278,6 +278,9 @@ pub struct VolumeStats {
     /// Extents whose owner was lost since open: every copy of their page's
     /// owners failed when a commit rewrote it ([`Error::OwnerLost`]).
     pub owners_lost: u64,
+    /// Pages of the checkpoint being written over commits still to write
+    /// (0 once it is whole).
+    pub checkpoint_pages_pending: u64,
 }
 
 /// What open found and did about the metadata.
@@ -293,6 +296,16 @@ pub struct RecoveryReport {
     /// them. `device_order[i]` is the index in the list given to open of
     /// the volume's device `i`.
     pub device_order: Vec<usize>,
+    /// Metadata blocks read, over every copy and segment: what open's
+    /// reading cost. Bounded by the table's size and the log kept since
+    /// its last checkpoint began (`allocator/METADATA.md`).
+    pub metadata_blocks_read: u64,
+    /// Extent table pages loaded from the checkpoint.
+    pub pages_loaded: u64,
+    /// Journal records replayed over them.
+    pub records_replayed: u64,
+    /// Operations in those records.
+    pub ops_replayed: u64,
 }
 
 /// One copy of an extent, as [`Volume::extents_in_order`] yields it.
@@ -685,13 +698,7 @@ impl Volume {
             }
         }
         if journal {
-            self.ops.push(Op::Add(ExtentRecord {
-                id,
-                owner,
-                blocks: entry.blocks,
-                locations: entry.locations[..lanes].to_vec(),
-                crcs: crcs.clone(),
-            }));
+            self.ops.push(Op::Add(ExtentRecord::new(id, owner, entry.blocks, &entry.locations[..lanes], crcs.clone())));
         }
         if !crcs.is_empty() {
             self.mapped.insert(id, crcs.into_boxed_slice());
@@ -761,20 +768,13 @@ impl Volume {
     /// The first two copies in lane `lane` that overlap (or one past its
     /// zone's allocation, when `allocation` is checked), if any.
     pub(super) fn overlap(&self, lane: usize, allocation: bool) -> Option<String> {
-        let order = self.lane_order(lane);
-        let mut last: Option<(ExtentId, Location, u32)> = None;
-        for (location, id, entry) in order.walk(&self.table, Location { zone: 0, offset: 0 }) {
-            if let Some((other, at, blocks)) = last {
-                if at.zone == location.zone && at.offset + blocks > location.offset {
-                    return Some(format!("extents {other} and {id} overlap at {location:?} in lane {lane}"));
-                }
-            }
-            if allocation && location.offset + entry.blocks > self.lanes[lane].table.zone(location.zone).allocated {
-                return Some(format!("extent {id} lies beyond its zone's allocation in lane {lane}"));
-            }
-            last = Some((id, location, entry.blocks));
-        }
-        None
+        let table = &self.lanes[lane].table;
+        let allocated = |zone: u32| table.zone(zone).allocated;
+        let allocated: Option<&dyn Fn(u32) -> u32> = if allocation { Some(&allocated) } else { None };
+        Some(match self.table.misplaced(lane, table.zone_count(), allocated)? {
+            Misplaced::Overlap(a, b, at) => format!("extents {a} and {b} overlap at {at:?} in lane {lane}"),
+            Misplaced::PastAllocation(id) => format!("extent {id} lies beyond its zone's allocation in lane {lane}"),
+        })
     }
 
     /// Refuses work once a controller was reset since the last commit: its
@@ -852,36 +852,29 @@ impl Volume {
     pub fn extent_owners(&mut self) -> Result<Vec<(ExtentId, u64)>> {
         let ids: Vec<ExtentId> = self.table.iter().map(|(id, _)| id).collect();
         let mut out = Vec::with_capacity(ids.len());
-        let mut page_owners: Option<(u64, Box<[u64]>)> = None;
         for id in ids {
             let slot = split(id).0;
-            if let Some(owner) = self.owners.recent(slot) {
-                out.push((id, owner));
-                continue;
-            }
-            let page = slot / PAGE_SLOTS as u64;
-            if page_owners.as_ref().is_none_or(|(p, _)| *p != page) {
-                page_owners = Some((page, self.home_owners(page)?));
-            }
-            let (_, owners) = page_owners.as_ref().expect("just read");
-            out.push((id, owners[(slot % PAGE_SLOTS as u64) as usize]));
+            let owner = match self.owners.recent(slot) {
+                Some(owner) => owner,
+                None => self.home_owners(slot / PAGE_SLOTS as u64)?[(slot % PAGE_SLOTS as u64) as usize],
+            };
+            out.push((id, owner));
         }
         Ok(out)
     }
 
     /// Page `page`'s owners as its newest blob holds them: kept as read, or
     /// read from the metadata.
-    fn home_owners(&mut self, page: u64) -> Result<Box<[u64]>> {
-        if let Some(owners) = self.owners.cached(page) {
-            return Ok(owners.into());
+    fn home_owners(&mut self, page: u64) -> Result<&[u64]> {
+        if self.owners.cached(page).is_none() {
+            let Some(home) = self.owners.home(page) else {
+                return Err(Error::Corrupt(format!("the owners of extent table page {page} were never journaled")));
+            };
+            let owners = self.journal.read_owner_blob(&mut self.devices, home, page)?;
+            self.stats.owner_pages_read += 1;
+            self.owners.keep(page, owners.into_boxed_slice());
         }
-        let Some(home) = self.owners.home(page) else {
-            return Err(Error::Corrupt(format!("the owners of extent table page {page} were never journaled")));
-        };
-        let owners: Box<[u64]> = self.journal.read_owner_blob(&mut self.devices, home, page)?.into();
-        self.stats.owner_pages_read += 1;
-        self.owners.keep(page, owners.clone());
-        Ok(owners)
+        Ok(self.owners.cached(page).expect("kept just now"))
     }
 
     /// Every owner of page `page` now, for a record to carry: its blob's,
@@ -1078,6 +1071,7 @@ impl Volume {
         stats.extents = self.table.len();
         stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
         stats.owners_in_memory = self.owners.recent_count() as u64;
+        stats.checkpoint_pages_pending = self.journal.pages_total.saturating_sub(self.journal.pages_written);
         stats
     }
 

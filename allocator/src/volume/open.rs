@@ -146,6 +146,7 @@ impl Volume {
             dropped,
             copies_repaired: repair,
             device_order: order.iter().map(|g| g.unwrap_or(usize::MAX)).collect(),
+            ..std::mem::take(&mut volume.recovery)
         };
         Ok(volume)
     }
@@ -201,6 +202,13 @@ impl Volume {
         volume.journal.pages_written = recovered.pages_written;
         volume.journal.other_needed = recovered.other_needed;
         volume.journal.sealed_at = recovered.sealed_at;
+        volume.recovery = RecoveryReport {
+            metadata_blocks_read: images.iter().flatten().flatten().map(SegmentImage::blocks).sum(),
+            pages_loaded: recovered.pages.len() as u64,
+            records_replayed: recovered.deltas.len() as u64,
+            ops_replayed: recovered.deltas.iter().map(|d| d.ops.len() as u64).sum(),
+            ..RecoveryReport::default()
+        };
         volume.loading = true;
         for page in &recovered.pages {
             volume.load_page(page)?;
@@ -365,20 +373,22 @@ impl Volume {
                 // the map (tags its controller could not carry).
                 let crcs_fit =
                     record.crcs.len() == record.blocks as usize || (record.crcs.is_empty() && self.tags.is_some());
-                if record.locations.len() != self.lanes.len() || !crcs_fit {
+                if record.locations().len() != self.lanes.len() || !crcs_fit {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 // Where it lies is checked once the log is replayed, for
                 // what is live then: a zone this extent used may since have
                 // gone to a moved metadata segment.
-                if let Some(&location) = record.locations.iter().find(|l| !self.table.fits(**l)) {
+                if let Some(&location) = record.locations().iter().find(|l| !self.table.fits(**l)) {
                     return Err(Error::Corrupt(format!("extent {} at {location:?}, outside the volume", record.id)));
                 }
-                let entry = Entry::new(record.blocks, &record.locations);
+                let entry = Entry::new(record.blocks, record.locations());
                 self.table.put(record.id, &entry).map_err(|e| Error::Corrupt(format!("extent {}: {e}", record.id)))?;
                 self.owners.set(split(record.id).0, record.owner);
                 if record.crcs.is_empty() {
-                    self.mapped.remove(&record.id);
+                    if !self.mapped.is_empty() {
+                        self.mapped.remove(&record.id);
+                    }
                 } else {
                     self.mapped.insert(record.id, record.crcs.into_boxed_slice());
                 }
