@@ -136,7 +136,7 @@ fn parse() -> Result<Args, String> {
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 enum Point {
-    Measured(Row),
+    Measured(Box<Row>),
     Skipped {
         capacity_bytes: u64,
         extent_bytes: u64,
@@ -237,7 +237,7 @@ fn main() {
             match run::run(capacity, extent as usize, &args.settings) {
                 Ok(row) => {
                     previous = Some(row.clone());
-                    let point = Point::Measured(row);
+                    let point = Point::Measured(Box::new(row));
                     print_point(&point);
                     points.push(point);
                     // Rewritten after every point: a long run that stops
