@@ -57,7 +57,7 @@ pub fn decoders(data: &[u8]) {
 
 /// Recovery over four segment images cut from `data` (two copies of two
 /// segments), after a control byte (rewind, unreadable blocks, a copy
-/// absent) and the volume ID (8 bytes, little-endian): a recovered state
+/// absent, blocks of the second copy skipped) and the volume ID (8 bytes, little-endian): a recovered state
 /// or a typed error, never a panic, and a recovered log never ends past
 /// its segment.
 pub fn recovery(data: &[u8]) {
@@ -74,8 +74,13 @@ pub fn recovery(data: &[u8]) {
         let segment = |index: usize| {
             let bytes = &rest[index * quarter..(index + 1) * quarter];
             let blocks = bytes.len().div_ceil(BLOCK_SIZE);
-            let mut image = SegmentImage { data: bytes.to_vec(), unreadable: vec![false; blocks] };
+            let mut image = SegmentImage { data: bytes.to_vec(), unreadable: vec![false; blocks], skipped: 0..0 };
             image.data.resize(blocks * BLOCK_SIZE, 0);
+            // The second copy read beside the first, as open does.
+            if control & 16 != 0 && copy == 1 {
+                let skip = u64::from(control >> 5);
+                image.skipped = 3..3 + skip * 3;
+            }
             for (block, bad) in image.unreadable.iter_mut().enumerate() {
                 *bad = control & 2 != 0 && block % 7 == usize::from(control >> 2) % 7;
             }

@@ -781,3 +781,60 @@ fn a_spreading_checkpoint_keeps_pace_with_the_commits_so_open_replays_a_fraction
     assert!(report.metadata_blocks_read > 0);
     check(&mut volume, &model);
 }
+
+#[test]
+fn open_reads_one_copy_whole_and_the_other_where_it_may_hold_more() {
+    for (mut harness, options) in [single_zns(), single_conventional()] {
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut model, 12);
+        let every_copy = volume.scrub_metadata(false).expect("a clean scrub").bytes_read / 4096;
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("opens");
+        let read = volume.recovery().metadata_blocks_read;
+        assert!(!volume.recovery().copies_repaired);
+        // Copy 1 is read at its segments' heads and past copy 0's log.
+        assert!(read * 4 < every_copy * 3, "open read {read} blocks, both copies whole are {every_copy}");
+        check(&mut volume, &model);
+        drop(volume);
+        harness.restart();
+
+        // A delta rotted on copy 1 where copy 0 holds it whole: open does
+        // not read it there (the metadata scrub does, and repairs it).
+        let delta = records(&harness.sims[0], 2..4).into_iter().find(|r| !r.checkpoint && r.seq == 6).unwrap();
+        harness.sims[0].corrupt_at_rest(1, delta.lba, 100);
+        let mut volume = harness.open(&options).expect("opens");
+        assert!(!volume.recovery().copies_repaired, "the rotted block was not read");
+        check(&mut volume, &model);
+        let scrub = volume.scrub_metadata(true).expect("scrub");
+        assert_eq!((scrub.bad_records[1], scrub.repaired), (1, true), "{scrub:?}");
+        drop(volume);
+        harness.restart();
+
+        // The newest record rotted on copy 0: open reads copy 1 from where
+        // copy 0's log ends, finds it there, and loses no commit.
+        let copy0 = records(&harness.sims[0], 0..2);
+        let newest = copy0.iter().max_by_key(|r| (r.generation, r.seq)).unwrap();
+        harness.sims[0].corrupt_at_rest(1, newest.lba, 100);
+        let mut volume = harness.open(&options).expect("opens from copy 1's tail");
+        assert!(volume.recovery().copies_repaired, "copy 0 lacked its newest record");
+        check(&mut volume, &model);
+        fill(&mut volume, &mut model, 3);
+        let every_copy = volume.scrub_metadata(false).expect("a clean scrub").bytes_read / 4096;
+        drop(volume);
+        harness.restart();
+
+        // A delta's payload rotted on copy 0, its header whole: copy 0's
+        // chain reads on past it, so the first recovery sees a hole, and
+        // open reads every copy whole and finds the delta on copy 1.
+        let copy0 = records(&harness.sims[0], 0..2);
+        let generation = copy0.iter().map(|r| r.generation).max().unwrap();
+        let delta = copy0.iter().filter(|r| !r.checkpoint && r.generation == generation).min_by_key(|r| r.seq).unwrap();
+        harness.sims[0].corrupt_at_rest(1, delta.lba, 8 * 100);
+        let mut volume = harness.open(&options).expect("opens from both copies");
+        assert!(volume.recovery().copies_repaired, "copy 0 lacked a record");
+        assert!(volume.recovery().metadata_blocks_read >= every_copy, "every copy was read whole");
+        check(&mut volume, &model);
+    }
+}

@@ -202,7 +202,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     row.open_records_replayed = report.records_replayed;
     row.open_ops_replayed = report.ops_replayed;
     eprintln!(
-        "scale: {label}: opened in {:.2} s: read {} of metadata (every copy), loaded {} pages, replayed {} records \
+        "scale: {label}: opened in {:.2} s: read {} of metadata, loaded {} pages, replayed {} records \
          ({} operations)",
         row.open_seconds,
         size(report.metadata_blocks_read * zoned_allocator::BLOCK_SIZE as u64),

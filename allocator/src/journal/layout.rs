@@ -12,6 +12,7 @@ use super::HEADER_BYTES;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::{Profile, BLOCK_SIZE};
+use std::ops::Range;
 
 /// Label blocks at the head of every segment (two, so that one bad block
 /// does not take a segment's label).
@@ -176,24 +177,51 @@ pub(crate) fn read_segment(
     Ok(())
 }
 
-/// A segment as read at open: its bytes, and which blocks could not be
-/// read (media errors), which hold nothing for recovery.
+/// A segment as read at open: its bytes, which blocks could not be read
+/// (media errors), which hold nothing for recovery, and which were not
+/// read at all (`skipped`: a second copy's blocks that the first holds
+/// whole; see `Volume::load`).
 #[derive(Debug, Default)]
 pub(crate) struct SegmentImage {
     pub data: Vec<u8>,
     pub unreadable: Vec<bool>,
+    pub skipped: Range<u64>,
 }
 
 impl SegmentImage {
+    /// An image of `blocks` blocks, none read yet. The zeroed buffer is
+    /// not touched until read into, so blocks skipped cost no memory.
+    fn new(blocks: u64) -> SegmentImage {
+        SegmentImage {
+            data: vec![0u8; blocks as usize * BLOCK_SIZE],
+            unreadable: vec![false; blocks as usize],
+            skipped: 0..0,
+        }
+    }
+
     /// Blocks in the image.
     pub fn blocks(&self) -> u64 {
         self.unreadable.len() as u64
     }
 
+    /// Blocks read from the device (or tried).
+    pub fn blocks_read(&self) -> u64 {
+        self.blocks() - (self.skipped.end.min(self.blocks()) - self.skipped.start.min(self.blocks()))
+    }
+
+    /// Whether any of `[offset, offset + blocks)` was skipped: what the
+    /// image says of it proves nothing about this copy.
+    pub fn skips(&self, offset: u64, blocks: u64) -> bool {
+        !self.skipped.is_empty() && offset < self.skipped.end && offset.saturating_add(blocks) > self.skipped.start
+    }
+
     /// Blocks `[offset, offset + blocks)`, when all were read.
     pub fn range(&self, offset: u64, blocks: u64) -> Option<&[u8]> {
         let end = offset.checked_add(blocks)?;
-        if end > self.blocks() || self.unreadable[offset as usize..end as usize].iter().any(|&bad| bad) {
+        if end > self.blocks()
+            || self.skips(offset, blocks)
+            || self.unreadable[offset as usize..end as usize].iter().any(|&bad| bad)
+        {
             return None;
         }
         Some(&self.data[offset as usize * BLOCK_SIZE..end as usize * BLOCK_SIZE])
@@ -216,6 +244,23 @@ pub(crate) const ZERO_RUN_BLOCKS: u64 = 64;
 /// early can only hide a record past such a run on this copy: recovery
 /// sees it on the other copy unless both have the same run (a double
 /// fault), and a later record that stands proves a hole (see `recovery`).
+///
+/// With `beside`, the image of the same segment on a first copy and where
+/// that copy's chain of records there ends (see `recovery::chain_end`),
+/// this is a second copy and is read only where it may hold what the first
+/// lacks: its labels and the block of its first record, then, when that
+/// block is the first copy's, the blocks from the chain's end on, up to a
+/// run of zero blocks; or nothing more when the first copy's head holds
+/// no record (a retired segment). The blocks between are `skipped`. When
+/// the heads differ, it is read whole.
+///
+/// Both copies take the same records at the same offsets, a segment's
+/// chain beginning at its head: a second copy differs where a write to
+/// the first failed or rotted, which ends the first's chain there, or
+/// where the first's device was away, which shows as another head or a
+/// longer chain. A record the first copy lacks in the skipped blocks
+/// leaves a later one of its chain standing, which recovery takes for a
+/// hole: open then reads every copy whole (see `Volume::load`).
 pub(crate) fn read_segment_image(
     device: &mut Device,
     copy: MetaCopy,
@@ -223,11 +268,44 @@ pub(crate) fn read_segment_image(
     segment: u32,
     blocks: u64,
     stop_at_zeros: bool,
+    beside: Option<(&SegmentImage, Option<u64>)>,
 ) -> SegmentImage {
-    let mut image =
-        SegmentImage { data: vec![0u8; blocks as usize * BLOCK_SIZE], unreadable: vec![false; blocks as usize] };
+    let mut image = SegmentImage::new(blocks);
+    let Some((first, first_end)) = beside else {
+        read_into(device, copy, g, segment, &mut image, 0..blocks, stop_at_zeros);
+        return image;
+    };
+    let head = (LABEL_BLOCKS + 1).min(blocks);
+    read_into(device, copy, g, segment, &mut image, 0..head, false);
+    let record = image.range(LABEL_BLOCKS, 1);
+    let same_head = record.is_some() && record == first.range(LABEL_BLOCKS, 1);
+    match first_end {
+        _ if !same_head => read_into(device, copy, g, segment, &mut image, head..blocks, stop_at_zeros),
+        None => image.skipped = head..blocks,
+        Some(end) => {
+            let from = end.clamp(head, blocks);
+            image.skipped = head..from;
+            // Past the first copy's chain only a continuation of it
+            // matters, which no run of zero blocks interrupts.
+            read_into(device, copy, g, segment, &mut image, from..blocks, true);
+        }
+    }
+    image
+}
+
+/// Reads blocks `span` of the segment into `image`; see
+/// [`read_segment_image`].
+fn read_into(
+    device: &mut Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    image: &mut SegmentImage,
+    span: Range<u64>,
+    stop_at_zeros: bool,
+) {
+    let (mut offset, blocks) = (span.start, span.end.min(image.blocks()));
     let step = (device.max_transfer_bytes / BLOCK_SIZE) as u64;
-    let mut offset = 0u64;
     let mut zeros = 0u64;
     while offset < blocks {
         let (zone, in_zone) = segment_position(device, copy, g, segment, offset);
@@ -255,11 +333,10 @@ pub(crate) fn read_segment_image(
                     let end = (block + 1 - ZERO_RUN_BLOCKS) as usize;
                     image.data.truncate(end * BLOCK_SIZE);
                     image.unreadable.truncate(end);
-                    return image;
+                    return;
                 }
             }
         }
         offset += n;
     }
-    image
 }

@@ -224,7 +224,9 @@ impl Chain {
 
 /// Rebuilds the state from the images of every copy's two segments
 /// (`None` for a copy whose device is absent). Pure: the device reads are
-/// done, so this is what the fuzz target and the unit tests drive.
+/// done, so this is what the fuzz target and the unit tests drive. A
+/// record in blocks an image skipped is neither found there nor counted
+/// bad there.
 pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewind: bool) -> Result<Recovered> {
     let (found, max_generation) = verified_records(images, volume_id);
     let mut at: HashMap<(u32, u64), Vec<Found>> = HashMap::new();
@@ -318,6 +320,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         let Some(images) = images else { continue };
         bad_records[copy] = records
             .iter()
+            .filter(|r| !images[r.segment as usize].skips(r.offset, r.header.record_blocks()))
             .filter(|r| {
                 !at[&(r.segment, r.offset)].iter().any(|o| {
                     o.copy == copy && o.header.generation == r.header.generation && o.header.seq == r.header.seq
@@ -423,6 +426,28 @@ fn verified_records(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> (Ve
         }
     }
     (found, max_generation)
+}
+
+/// Where the chain of records at the head of a segment's image ends on
+/// this copy: past the last of the records that follow the first one
+/// block after block, in its generation with consecutive sequence numbers,
+/// as their headers say. Only the last one's payload is checked (when it
+/// fails, the chain ends before it): a bad payload before it leaves a
+/// later record of the chain standing, which recovery takes for a hole
+/// unless another copy fills it. `None` when the head holds no header of
+/// this volume. How open knows which blocks of a second copy it need not
+/// read (see `Volume::load`).
+pub(crate) fn chain_end(image: &SegmentImage, volume_id: u64) -> Option<u64> {
+    let header_at = |offset| image.range(offset, 1).and_then(Header::decode).filter(|h| h.volume_id == volume_id);
+    let first = header_at(LABEL_BLOCKS)?;
+    let (mut at, mut last) = (LABEL_BLOCKS, first);
+    while let Some(next) = header_at(at + last.record_blocks())
+        .filter(|h| h.kind == Kind::Delta && h.generation == first.generation && h.seq == last.seq + 1)
+    {
+        at += last.record_blocks();
+        last = next;
+    }
+    Some(if record_payload(image, &last, at).is_some() { at + last.record_blocks() } else { at })
 }
 
 /// The payload of the record whose header is at `offset`, when it is

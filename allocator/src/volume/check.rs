@@ -68,7 +68,7 @@ impl Volume {
     /// nothing. A problem open would refuse is an error, as from open.
     /// Hands the devices back.
     pub fn check(devices: Vec<Device>, options: &super::VolumeOptions) -> Result<(CheckReport, Vec<Device>)> {
-        let loaded = Volume::load(devices, options)?;
+        let loaded = Volume::load(devices, options, true)?;
         let volume = &loaded.volume;
         let places = (0..volume.devices.len())
             .map(|place| CheckedPlace {

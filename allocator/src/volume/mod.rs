@@ -297,8 +297,10 @@ pub struct RecoveryReport {
     /// the volume's device `i`.
     pub device_order: Vec<usize>,
     /// Metadata blocks read, over every copy and segment: what open's
-    /// reading cost. Bounded by the table's size and the log kept since
-    /// its last checkpoint began (`allocator/METADATA.md`).
+    /// reading cost. One copy is read whole and the other where it may
+    /// hold more; both whole when they differ there (`Volume::load`).
+    /// Bounded by the table's size and the log kept since its last
+    /// checkpoint began (`allocator/METADATA.md`).
     pub metadata_blocks_read: u64,
     /// Extent table pages loaded from the checkpoint.
     pub pages_loaded: u64,

@@ -6,9 +6,9 @@ use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
     default_software_zone_bytes, meta_copies, meta_zones_per_segment, placed_copies, read_segment_image,
-    segment_capacity, write_segment, SegmentImage, LABEL_BLOCKS,
+    segment_capacity, write_segment, MetaCopy, SegmentImage, COPIES, LABEL_BLOCKS,
 };
-use crate::journal::recovery::{probe, recover, Probe};
+use crate::journal::recovery::{chain_end, probe, recover, Probe};
 use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
 use crate::table::{split, Entry};
 use crate::zones::{ZoneTable, ZoneUse};
@@ -105,7 +105,7 @@ impl Volume {
     pub fn open(devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
         let Loaded {
             mut volume, dropped, copies_differ, order, unlabelled, absent, images, actions, log_mismatch, ..
-        } = Volume::load(devices, options)?;
+        } = Volume::load(devices, options, false)?;
         let mut rejoined = Vec::new();
         // The state is known whole: only now does open write.
         volume.take_zone_actions(actions)?;
@@ -152,8 +152,13 @@ impl Volume {
     }
 
     /// Everything open does before it writes: places the devices,
-    /// recovers the committed state and plans the zones. Reads only.
-    pub(super) fn load(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Loaded> {
+    /// recovers the committed state and plans the zones. Reads only. Reads
+    /// one metadata copy whole and the others only where they may hold
+    /// what it lacks, unless `every_copy` (a check): a copy's damage where
+    /// the first is whole is the metadata scrub's to find
+    /// ([`Volume::scrub_metadata`]), as btrfs and ZFS read one good copy
+    /// of their metadata and leave the others to scrub.
+    pub(super) fn load(mut devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument("no devices".into()));
         }
@@ -177,8 +182,24 @@ impl Volume {
         // first device; a replacement may have other zones): each copy
         // present must hold the segment size the volume uses, checked once
         // assembled.
-        let images = read_images(&mut devices, &descriptors, &superblock);
-        let recovered = recover(&images, label.volume_id, options.rewind)?;
+        //
+        // One copy is read whole and the others where they may differ,
+        // unless that shows a difference or does not stand on its own:
+        // then every copy whole (see `read_segment_image`).
+        let id = label.volume_id;
+        let mut images = read_images(&mut devices, &descriptors, &superblock, id, every_copy);
+        let mut blocks_read = blocks_read(&images);
+        let partial = images.iter().flatten().flatten().any(|image| !image.skipped.is_empty());
+        let recovered = match partial.then(|| recover(&images, id, false)) {
+            Some(Ok(recovered)) if !recovered.copies_differ => recovered,
+            _ => {
+                if partial {
+                    images = read_images(&mut devices, &descriptors, &superblock, id, true);
+                    blocks_read += self::blocks_read(&images);
+                }
+                recover(&images, id, options.rewind)?
+            }
+        };
         let absent_zones: Vec<usize> = (0..devices.len())
             .map(|device| {
                 let lane = lanes_of(superblock.profile, device).next().unwrap_or(0);
@@ -203,7 +224,7 @@ impl Volume {
         volume.journal.other_needed = recovered.other_needed;
         volume.journal.sealed_at = recovered.sealed_at;
         volume.recovery = RecoveryReport {
-            metadata_blocks_read: images.iter().flatten().flatten().map(SegmentImage::blocks).sum(),
+            metadata_blocks_read: blocks_read,
             pages_loaded: recovered.pages.len() as u64,
             records_replayed: recovered.deltas.len() as u64,
             ops_replayed: recovered.deltas.iter().map(|d| d.ops.len() as u64).sum(),
@@ -868,41 +889,72 @@ fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> Result<Iden
 
 /// Reads both segments of every metadata copy: what was written of each
 /// (up to the write pointers on zoned namespaces, the whole segment on
-/// conventional ones).
+/// conventional ones). With `every_copy` false, the first copy present is
+/// read whole and each other one only where it may hold what the first
+/// lacks: its labels, the head of each segment, and, when that head is the
+/// first copy's, the blocks past the end of the first copy's chain there
+/// (see `read_segment_image`). What an image skipped is its `skipped`.
 pub(super) fn read_images(
     devices: &mut [Option<Device>],
     descriptors: &[Vec<ZoneDescriptor>],
     superblock: &Superblock,
+    volume_id: u64,
+    every_copy: bool,
 ) -> Vec<Option<[SegmentImage; 2]>> {
     let g = superblock.meta_zones_per_segment;
-    placed_copies(superblock)
-        .into_iter()
-        .map(|copy| {
-            let device = devices[copy.device].as_mut()?;
-            let read = |device: &mut Device, segment: u32| {
-                if !device.is_zoned() {
-                    let blocks = segment_capacity(device, copy, g, segment);
-                    return read_segment_image(device, copy, g, segment, blocks, false);
-                }
-                let zones = copy.segments[segment as usize]..copy.segments[segment as usize] + g;
-                let written: Vec<(u64, u64, bool)> = zones
-                    .map(|zone| {
-                        let d = &descriptors[copy.device][zone as usize];
-                        let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
-                        let written = match d.state {
-                            ZoneState::Full => capacity,
-                            state if zone_has_write_pointer(state) => (d.wp - d.zslba) / device.lbas_per_block,
-                            _ => 0,
-                        };
-                        (written, capacity, d.state == ZoneState::Full)
-                    })
-                    .collect();
-                let (blocks, ends_full) = written_extent(&written);
-                read_segment_image(device, copy, g, segment, blocks, ends_full)
+    let mut images: Vec<Option<[SegmentImage; 2]>> = Vec::with_capacity(COPIES);
+    for copy in placed_copies(superblock) {
+        let Some(device) = devices[copy.device].as_mut() else {
+            images.push(None);
+            continue;
+        };
+        let first = images.iter().flatten().next().filter(|_| !every_copy);
+        let mut read = |segment: u32| {
+            let (blocks, ends_full) = written_blocks(device, &descriptors[copy.device], copy, g, segment);
+            let beside = first.map(|first| {
+                let first = &first[segment as usize];
+                (first, chain_end(first, volume_id))
+            });
+            read_segment_image(device, copy, g, segment, blocks, ends_full, beside)
+        };
+        let pair = [read(0), read(1)];
+        images.push(Some(pair));
+    }
+    images
+}
+
+/// Blocks the images read (or tried to).
+fn blocks_read(images: &[Option<[SegmentImage; 2]>]) -> u64 {
+    images.iter().flatten().flatten().map(SegmentImage::blocks_read).sum()
+}
+
+/// How many blocks of a segment open reads, and whether they end in a
+/// full zone (see [`written_extent`]): the whole segment on a conventional
+/// namespace.
+fn written_blocks(
+    device: &Device,
+    descriptors: &[ZoneDescriptor],
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+) -> (u64, bool) {
+    if !device.is_zoned() {
+        return (segment_capacity(device, copy, g, segment), false);
+    }
+    let zones = copy.segments[segment as usize]..copy.segments[segment as usize] + g;
+    let written: Vec<(u64, u64, bool)> = zones
+        .map(|zone| {
+            let d = &descriptors[zone as usize];
+            let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
+            let written = match d.state {
+                ZoneState::Full => capacity,
+                state if zone_has_write_pointer(state) => (d.wp - d.zslba) / device.lbas_per_block,
+                _ => 0,
             };
-            Some([read(device, 0), read(device, 1)])
+            (written, capacity, d.state == ZoneState::Full)
         })
-        .collect()
+        .collect();
+    written_extent(&written)
 }
 
 /// How far a zoned segment is written, from each of its zones' (blocks

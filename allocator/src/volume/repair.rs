@@ -44,7 +44,7 @@ impl Volume {
                 _ => Vec::new(),
             });
         }
-        let images = read_images(&mut self.devices, &descriptors, &self.superblock);
+        let images = read_images(&mut self.devices, &descriptors, &self.superblock, self.volume_id, true);
         let bytes_read =
             images.iter().flatten().flat_map(|segments| segments.iter()).map(|i| i.blocks() * BLOCK_SIZE as u64).sum();
         let recovered = recover(&images, self.volume_id, false)?;
