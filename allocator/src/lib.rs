@@ -101,8 +101,8 @@ pub use owners::OWNER_LOST;
 pub use token::Token;
 pub use volume::{
     BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef,
-    LaneReads, MemberState, MetadataScrub, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus,
-    Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
+    LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy,
+    ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

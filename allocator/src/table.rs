@@ -558,32 +558,58 @@ impl Table {
     /// then a sort by offset within each zone. Takes 8 bytes per copy
     /// until dropped. `zones` bounds the lane's zone numbers.
     pub fn lane_order(&self, lane: usize, zones: u32) -> LaneOrder {
-        let mut starts = vec![0usize; zones as usize + 1];
-        let copies = || {
-            self.iter().filter_map(move |(id, entry)| {
-                let location = entry.locations[lane];
-                (!location.is_missing() && location.zone < zones).then_some((id, location))
-            })
-        };
-        for (_, location) in copies() {
-            starts[location.zone as usize + 1] += 1;
+        let census = self.census(lane, zones);
+        let (starts, keys) = self.by_zone(lane, &census.copies, |slot, location, _| {
+            assert!(slot <= u64::from(u32::MAX), "slot {slot} past a lane order's 32 bits");
+            (u64::from(location.offset) << 32) | slot
+        });
+        LaneOrder { lane, starts, keys }
+    }
+
+    /// The census of lane `lane`'s copies in zones below `zones`.
+    pub fn census(&self, lane: usize, zones: u32) -> ZoneCensus {
+        let mut census = ZoneCensus::new(zones);
+        for (_, entry) in self.iter() {
+            let location = entry.locations[lane];
+            if !location.is_missing() && location.zone < zones {
+                census.add(location, entry.blocks);
+            }
         }
-        for zone in 0..zones as usize {
-            starts[zone + 1] += starts[zone];
+        census
+    }
+
+    /// Lane `lane`'s copies in zones below `copies.len()` (each zone's
+    /// count, from a census of this table as it is), sorted by zone, then
+    /// by `key(slot, location, blocks)` within each: a counting sort over
+    /// the table. Returns where each zone's keys begin (and one more at
+    /// the end), and the keys.
+    fn by_zone(
+        &self,
+        lane: usize,
+        copies: &[usize],
+        key: impl Fn(u64, Location, u32) -> u64,
+    ) -> (Vec<usize>, Vec<u64>) {
+        let zones = copies.len();
+        let mut starts = vec![0usize; zones + 1];
+        for zone in 0..zones {
+            starts[zone + 1] = starts[zone] + copies[zone];
         }
         let mut next = starts.clone();
-        let mut keys = vec![0u64; starts[zones as usize]];
-        for (id, location) in copies() {
-            let slot = split(id).0;
-            assert!(slot <= u64::from(u32::MAX), "slot {slot} past a lane order's 32 bits");
-            let at = &mut next[location.zone as usize];
-            keys[*at] = (u64::from(location.offset) << 32) | slot;
-            *at += 1;
+        let mut keys = vec![0u64; starts[zones]];
+        for (id, entry) in self.iter() {
+            let location = entry.locations[lane];
+            let zone = location.zone as usize;
+            if location.is_missing() || zone >= zones {
+                continue;
+            }
+            assert!(next[zone] < starts[zone + 1], "zone {zone} of lane {lane} holds more copies than its census");
+            keys[next[zone]] = key(split(id).0, location, entry.blocks);
+            next[zone] += 1;
         }
-        for zone in 0..zones as usize {
+        for zone in 0..zones {
             keys[starts[zone]..starts[zone + 1]].sort_unstable();
         }
-        LaneOrder { lane, starts, keys }
+        (starts, keys)
     }
 
     /// The live extent at `location` of lane `lane` in slot `slot`, if it
@@ -601,27 +627,20 @@ impl Table {
     /// lookup per copy); the extents are named by a search once one is
     /// found. Copies in zones past `zones` are not looked at.
     pub fn misplaced(&self, lane: usize, zones: u32, allocated: Option<&dyn Fn(u32) -> u32>) -> Option<Misplaced> {
-        let zones = zones as usize;
-        let copies = || {
-            self.iter().filter_map(move |(_, entry)| {
-                let location = entry.locations[lane];
-                (!location.is_missing() && (location.zone as usize) < zones).then_some((location, entry.blocks))
-            })
-        };
-        let mut starts = vec![0usize; zones + 1];
-        for (location, _) in copies() {
-            starts[location.zone as usize + 1] += 1;
-        }
-        for zone in 0..zones {
-            starts[zone + 1] += starts[zone];
-        }
-        let mut next = starts.clone();
-        let mut keys = vec![0u64; starts[zones]];
-        for (location, blocks) in copies() {
-            let at = &mut next[location.zone as usize];
-            keys[*at] = (u64::from(location.offset) << 32) | u64::from(blocks);
-            *at += 1;
-        }
+        self.misplaced_counted(lane, &self.census(lane, zones), allocated)
+    }
+
+    /// [`Table::misplaced`] given the lane's census of this table as it
+    /// is (which open counts along with its other checks).
+    pub fn misplaced_counted(
+        &self,
+        lane: usize,
+        census: &ZoneCensus,
+        allocated: Option<&dyn Fn(u32) -> u32>,
+    ) -> Option<Misplaced> {
+        let (starts, keys) = self.by_zone(lane, &census.copies, |_, location, blocks| {
+            (u64::from(location.offset) << 32) | u64::from(blocks)
+        });
         let offset = |key: u64| (key >> 32) as u32;
         let end = |key: u64| (key >> 32) + (key & u64::from(u32::MAX));
         // The extent with a copy at `location`, other than `not`.
@@ -629,9 +648,8 @@ impl Table {
             let mut found = self.iter().filter(|(id, entry)| entry.locations[lane] == location && *id != not);
             found.next().map_or(0, |(id, _)| id)
         };
-        for zone in 0..zones {
-            let keys = &mut keys[starts[zone]..starts[zone + 1]];
-            keys.sort_unstable();
+        for zone in 0..census.copies.len() {
+            let keys = &keys[starts[zone]..starts[zone + 1]];
             let at = |key: u64| Location { zone: zone as u32, offset: offset(key) };
             if let Some(pair) = keys.windows(2).find(|pair| end(pair[0]) > u64::from(offset(pair[1]))) {
                 let first = id_at(at(pair[0]), 0);
@@ -645,6 +663,36 @@ impl Table {
             }
         }
         None
+    }
+}
+
+/// Per zone of one lane: its live copies, the end of the furthest one and
+/// the blocks they hold. Open counts it once, with its other checks of
+/// every extent, and plans the zones and checks for overlaps from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZoneCensus {
+    /// Live copies per zone.
+    pub copies: Vec<usize>,
+    /// Per zone, the end of its furthest live copy, in blocks.
+    pub live_end: Vec<u32>,
+    /// Per zone, the blocks its live copies hold.
+    pub valid: Vec<u32>,
+}
+
+impl ZoneCensus {
+    /// An empty census of `zones` zones.
+    pub fn new(zones: u32) -> ZoneCensus {
+        let zones = zones as usize;
+        ZoneCensus { copies: vec![0; zones], live_end: vec![0; zones], valid: vec![0; zones] }
+    }
+
+    /// Counts a copy of `blocks` blocks at `location` (a zone the census
+    /// has).
+    pub fn add(&mut self, location: Location, blocks: u32) {
+        let zone = location.zone as usize;
+        self.copies[zone] += 1;
+        self.live_end[zone] = self.live_end[zone].max(location.offset + blocks);
+        self.valid[zone] += blocks;
     }
 }
 

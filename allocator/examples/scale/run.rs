@@ -62,6 +62,9 @@ pub struct Row {
     pub open_pages_loaded: u64,
     pub open_records_replayed: u64,
     pub open_ops_replayed: u64,
+    /// Where that open's time went (`RecoveryReport::phases`): reading,
+    /// recovering (verifying and decoding), replaying, checking; seconds.
+    pub open_phases_seconds: [f64; 4],
     /// Open right after a checkpoint.
     pub open_after_checkpoint_seconds: f64,
     /// Heap the open volume holds (live bytes across `Volume::open`).
@@ -201,9 +204,14 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     row.open_pages_loaded = report.pages_loaded;
     row.open_records_replayed = report.records_replayed;
     row.open_ops_replayed = report.ops_replayed;
+    let phases = report.phases;
+    row.open_phases_seconds =
+        [phases.reading_us, phases.recovering_us, phases.replaying_us, phases.checking_us].map(|us| us as f64 / 1e6);
+    let [reading, recovering, replaying, checking] = row.open_phases_seconds;
     eprintln!(
         "scale: {label}: opened in {:.2} s: read {} of metadata, loaded {} pages, replayed {} records \
-         ({} operations)",
+         ({} operations); reading {reading:.2} s, recovering {recovering:.2}, replaying {replaying:.2}, \
+         checking {checking:.2}",
         row.open_seconds,
         size(report.metadata_blocks_read * zoned_allocator::BLOCK_SIZE as u64),
         report.pages_loaded,

@@ -308,6 +308,23 @@ pub struct RecoveryReport {
     pub records_replayed: u64,
     /// Operations in those records.
     pub ops_replayed: u64,
+    /// Where open's time went (before it wrote anything).
+    pub phases: OpenPhases,
+}
+
+/// Where open's time went, in microseconds of wall time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OpenPhases {
+    /// Reading the metadata copies (both reads when the first showed the
+    /// copies differ).
+    pub reading_us: u64,
+    /// Verifying and decoding the records, and choosing the state.
+    pub recovering_us: u64,
+    /// Loading the checkpoint's pages and replaying the log over them.
+    pub replaying_us: u64,
+    /// Checking every extent against its zones and the others, and
+    /// planning the zones.
+    pub checking_us: u64,
 }
 
 /// One copy of an extent, as [`Volume::extents_in_order`] yields it.
@@ -773,10 +790,7 @@ impl Volume {
         let table = &self.lanes[lane].table;
         let allocated = |zone: u32| table.zone(zone).allocated;
         let allocated: Option<&dyn Fn(u32) -> u32> = if allocation { Some(&allocated) } else { None };
-        Some(match self.table.misplaced(lane, table.zone_count(), allocated)? {
-            Misplaced::Overlap(a, b, at) => format!("extents {a} and {b} overlap at {at:?} in lane {lane}"),
-            Misplaced::PastAllocation(id) => format!("extent {id} lies beyond its zone's allocation in lane {lane}"),
-        })
+        Some(describe_misplaced(self.table.misplaced(lane, table.zone_count(), allocated)?, lane))
     }
 
     /// Refuses work once a controller was reset since the last commit: its
@@ -1169,4 +1183,13 @@ pub(super) fn meta_copies_on(profile: Profile, device: usize) -> u32 {
 /// metadata segments, split even/odd between the two lanes of a dup.
 pub(super) fn lane_owns(profile: Profile, lane: usize, meta_zones: u32, zone: u32) -> bool {
     zone >= meta_zones && (profile != Profile::Dup || (zone - meta_zones) % 2 == lane as u32)
+}
+
+/// What [`Table::misplaced`](crate::table::Table::misplaced) found in
+/// lane `lane`, in words.
+pub(super) fn describe_misplaced(found: Misplaced, lane: usize) -> String {
+    match found {
+        Misplaced::Overlap(a, b, at) => format!("extents {a} and {b} overlap at {at:?} in lane {lane}"),
+        Misplaced::PastAllocation(id) => format!("extent {id} lies beyond its zone's allocation in lane {lane}"),
+    }
 }

@@ -1,7 +1,7 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
-use super::{ChecksumStore, RecoveryReport, Volume, VolumeOptions, WriteMode};
+use super::{describe_misplaced, ChecksumStore, OpenPhases, RecoveryReport, Volume, VolumeOptions, WriteMode};
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
 use crate::journal::layout::{
@@ -10,12 +10,13 @@ use crate::journal::layout::{
 };
 use crate::journal::recovery::{chain_end, probe, recover, Probe};
 use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
-use crate::table::{split, Entry};
+use crate::table::{split, Entry, ZoneCensus};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::zns::{ZoneDescriptor, ZoneState};
 use serde::Serialize;
+use std::time::Instant;
 
 impl Volume {
     /// Creates a new volume on `devices` (one, or two for a mirror),
@@ -187,17 +188,25 @@ impl Volume {
         // unless that shows a difference or does not stand on its own:
         // then every copy whole (see `read_segment_image`).
         let id = label.volume_id;
+        let mut phases = OpenPhases::default();
+        let mut since = Instant::now();
         let mut images = read_images(&mut devices, &descriptors, &superblock, id, every_copy);
+        phases.reading_us += lap(&mut since);
         let mut blocks_read = blocks_read(&images);
         let partial = images.iter().flatten().flatten().any(|image| !image.skipped.is_empty());
-        let recovered = match partial.then(|| recover(&images, id, false)) {
+        let first = partial.then(|| recover(&images, id, false));
+        phases.recovering_us += lap(&mut since);
+        let recovered = match first {
             Some(Ok(recovered)) if !recovered.copies_differ => recovered,
             _ => {
                 if partial {
                     images = read_images(&mut devices, &descriptors, &superblock, id, true);
                     blocks_read += self::blocks_read(&images);
+                    phases.reading_us += lap(&mut since);
                 }
-                recover(&images, id, options.rewind)?
+                let recovered = recover(&images, id, options.rewind)?;
+                phases.recovering_us += lap(&mut since);
+                recovered
             }
         };
         let absent_zones: Vec<usize> = (0..devices.len())
@@ -230,6 +239,7 @@ impl Volume {
             ops_replayed: recovered.deltas.iter().map(|d| d.ops.len() as u64).sum(),
             ..RecoveryReport::default()
         };
+        lap(&mut since);
         volume.loading = true;
         for page in &recovered.pages {
             volume.load_page(page)?;
@@ -243,7 +253,8 @@ impl Volume {
             }
         }
         volume.loading = false;
-        volume.finish_load()?;
+        phases.replaying_us += lap(&mut since);
+        let census = volume.finish_load()?;
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
             match volume.verify_member(slot, given) {
@@ -256,7 +267,9 @@ impl Volume {
                 Err(error) => return Err(error),
             }
         }
-        let (actions, log_mismatch) = volume.plan_zones(&descriptors)?;
+        let (actions, log_mismatch) = volume.plan_zones(&descriptors, &census)?;
+        phases.checking_us += lap(&mut since);
+        volume.recovery.phases = phases;
         Ok(Loaded {
             volume,
             dropped: recovered.dropped,
@@ -351,34 +364,39 @@ impl Volume {
     /// After the pages and the log are in: the table's free list, the
     /// checksum map without the entries of extents gone since their page
     /// was written, the live count, and every extent checked to lie within
-    /// its zones and to overlap no other.
-    fn finish_load(&mut self) -> Result<()> {
+    /// its zones and to overlap no other. Returns each lane's census, which
+    /// the zones are planned from, counted in the same pass over the table.
+    fn finish_load(&mut self) -> Result<Vec<ZoneCensus>> {
         self.table.finish_load();
         let table = &self.table;
         self.mapped.retain(|&id, _| table.get(id).is_some());
         let lanes = self.lanes.len();
+        let mut census: Vec<ZoneCensus> = self.lanes.iter().map(|l| ZoneCensus::new(l.table.zone_count())).collect();
         let mut live = 0;
         for (id, entry) in self.table.iter() {
             live += u64::from(entry.blocks);
-            let crcs = self.mapped.get(&id).map_or(0, |c| c.len());
+            let no_crcs = self.tags.is_none() && self.mapped.get(&id).is_none_or(|c| c.is_empty());
             if entry.locations[..lanes].iter().all(|l| l.is_missing())
                 || entry.locations[lanes..].iter().any(|l| !l.is_missing())
-                || (crcs == 0 && self.tags.is_none())
+                || no_crcs
             {
                 return Err(Error::Corrupt(format!("extent {id}: wrong shape")));
             }
             for (lane, &location) in entry.locations[..lanes].iter().enumerate() {
                 self.check_location(lane, location, entry.blocks)?;
+                if !location.is_missing() {
+                    census[lane].add(location, entry.blocks);
+                }
             }
         }
         self.live_blocks = live;
         self.check_owner_homes()?;
-        for lane in 0..lanes {
-            if let Some(why) = self.overlap(lane, false) {
-                return Err(Error::Corrupt(why));
+        for (lane, census) in census.iter().enumerate() {
+            if let Some(found) = self.table.misplaced_counted(lane, census, None) {
+                return Err(Error::Corrupt(describe_misplaced(found, lane)));
             }
         }
-        Ok(())
+        Ok(census)
     }
 
     /// Applies a journaled operation to the in-memory state (at open), over
@@ -467,10 +485,14 @@ impl Volume {
     /// every committed extent lies within what its zone holds. Writes
     /// nothing: returns the zone actions to take once every check passed,
     /// and whether the metadata log must move to a fresh segment.
-    pub(super) fn plan_zones(&mut self, descriptors: &[Vec<ZoneDescriptor>]) -> Result<(Vec<ZoneAction>, bool)> {
+    pub(super) fn plan_zones(
+        &mut self,
+        descriptors: &[Vec<ZoneDescriptor>],
+        census: &[ZoneCensus],
+    ) -> Result<(Vec<ZoneAction>, bool)> {
         let mut actions = Vec::new();
         for lane_index in 0..self.lanes.len() {
-            actions.extend(self.plan_lane(lane_index, descriptors, false)?);
+            actions.extend(self.plan_lane(lane_index, descriptors, false, census.get(lane_index))?);
         }
         // The metadata segments: on every zoned copy, the write pointers
         // must stand where the log ends, and the other segment is reset
@@ -529,6 +551,7 @@ impl Volume {
         lane_index: usize,
         descriptors: &[Vec<ZoneDescriptor>],
         returning: bool,
+        census: Option<&ZoneCensus>,
     ) -> Result<Vec<ZoneAction>> {
         let device_index = self.lanes[lane_index].device;
         let returning = returning || self.members[device_index].record.failed;
@@ -563,6 +586,7 @@ impl Volume {
         };
         // A copy on a returning device beyond what its zone holds (or
         // outside its zones) never reached it: missing.
+        let mut moved = false;
         if present && returning {
             let stale: Vec<(Location, ExtentId, Entry)> = self
                 .table
@@ -580,6 +604,7 @@ impl Volume {
                     gone.then_some((location, id, entry))
                 })
                 .collect();
+            moved = !stale.is_empty();
             for (location, id, entry) in stale {
                 log::warn!("lane {lane_index}: extent {id}'s copy at {location:?} is not on the device: missing");
                 if entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
@@ -588,18 +613,17 @@ impl Volume {
                 self.move_extent(id, lane_index, Location::MISSING, true);
             }
         }
-        // Per zone: the end of its furthest live extent, and live blocks.
-        let mut live_end = vec![0u32; zone_count];
-        let mut valid = vec![0u32; zone_count];
-        for (_, entry) in self.table.iter() {
-            let (location, blocks) = (entry.locations[lane_index], entry.blocks);
-            if location.is_missing() {
-                continue;
+        // Per zone: the end of its furthest live extent, and live blocks
+        // (counted again when copies were just marked missing).
+        let counted;
+        let census = match census {
+            Some(census) if !moved => census,
+            _ => {
+                counted = self.table.census(lane_index, zone_count as u32);
+                &counted
             }
-            let zone = location.zone as usize;
-            live_end[zone] = live_end[zone].max(location.offset + blocks);
-            valid[zone] += blocks;
-        }
+        };
+        let (live_end, valid) = (&census.live_end, &census.valid);
         // Start over from empty tables; `apply` filled valid counts.
         let old = &self.lanes[lane_index].table;
         let owned: Vec<bool> = (0..old.zone_count()).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
@@ -921,6 +945,14 @@ pub(super) fn read_images(
         images.push(Some(pair));
     }
     images
+}
+
+/// Microseconds since `since`, which moves to now.
+fn lap(since: &mut Instant) -> u64 {
+    let now = Instant::now();
+    let us = now.duration_since(*since).as_micros() as u64;
+    *since = now;
+    us
 }
 
 /// Blocks the images read (or tried to).

@@ -52,7 +52,7 @@ impl Volume {
         let mut actions = Vec::new();
         for lane in 0..self.lanes.len() {
             if self.lanes[lane].device == place {
-                match self.plan_lane(lane, &all, true) {
+                match self.plan_lane(lane, &all, true, None) {
                     Ok(lane_actions) => actions.extend(lane_actions),
                     Err(error) => {
                         self.devices[place] = None;
