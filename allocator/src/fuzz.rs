@@ -7,8 +7,8 @@
 use crate::journal::layout::SegmentImage;
 use crate::journal::recovery::recover;
 use crate::journal::{
-    decode_begin, decode_delta, decode_label, decode_ops, decode_owner_blob, encode_begin, encode_delta, encode_label,
-    encode_ops, encode_owner_pages, encode_pages, Header, LabelRead, PageImage,
+    decode_begin, decode_delta, decode_label, decode_ops, decode_owner_blob, decode_record_ops, encode_begin,
+    encode_delta, encode_label, encode_ops, encode_owner_pages, encode_pages, Header, Kind, LabelRead, PageImage,
 };
 use crate::BLOCK_SIZE;
 
@@ -31,7 +31,7 @@ pub fn decoders(data: &[u8]) {
     let filled = |pages: &[PageImage]| -> Vec<PageImage> {
         pages.iter().map(|p| PageImage { owners: owners(p.index, p.owners_at), ..p.clone() }).collect()
     };
-    if let Ok(begin) = decode_begin(data, 0, 0, true) {
+    if let Ok(begin) = decode_begin(data, 0, 0, true, true) {
         let encoded = encode_begin(
             &begin.superblock,
             &begin.lane_zones,
@@ -39,19 +39,26 @@ pub fn decoders(data: &[u8]) {
             &encode_ops(&begin.ops),
             &encode_pages(&filled(&begin.pages), 0, 0).bytes,
         );
-        let again = decode_begin(&encoded, 0, 0, true).expect("a re-encoded checkpoint decodes");
+        let again = decode_begin(&encoded, 0, 0, true, true).expect("a re-encoded checkpoint decodes");
         assert_eq!(again, begin, "a checkpoint round-trips");
+        // What open replays is what recovery checked.
+        let ops = decode_record_ops(Kind::Checkpoint, data).expect("a checkpoint's operations decode alone");
+        assert_eq!(ops, begin.ops, "a checkpoint's operations");
     }
-    if let Ok(delta) = decode_delta(data, 0, 0, true) {
+    if let Ok(delta) = decode_delta(data, 0, 0, true, true) {
         let blobs: Vec<(u64, Vec<u64>)> = delta.owner_pages.iter().map(|&(i, at)| (i, owners(i, at))).collect();
         let encoded = encode_delta(
             &encode_ops(&delta.ops),
             &encode_pages(&filled(&delta.pages), 0, 0).bytes,
             &encode_owner_pages(&blobs, 0, 0).bytes,
         );
-        let again = decode_delta(&encoded, 0, 0, true).expect("a re-encoded delta decodes");
+        let again = decode_delta(&encoded, 0, 0, true, true).expect("a re-encoded delta decodes");
         assert_eq!(again, delta, "a delta round-trips");
+        let ops = decode_record_ops(Kind::Delta, data).expect("a delta's operations decode alone");
+        assert_eq!(ops, delta.ops, "a delta's operations");
     }
+    let _ = decode_record_ops(Kind::Checkpoint, data);
+    let _ = decode_record_ops(Kind::Delta, data);
     let _ = decode_owner_blob(data, 0, 0, 0);
 }
 

@@ -497,7 +497,16 @@ pub(crate) fn encode_begin(
     w.0
 }
 
-pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64, keep_pages: bool) -> Result<Begin> {
+/// A checkpoint's first record's payload, checking its blobs against
+/// record `seq`; its pages' records only with `keep_pages`, its operations
+/// only with `keep_ops` (see [`decode_record_ops`]).
+pub(crate) fn decode_begin(
+    payload: &[u8],
+    volume_id: u64,
+    seq: u64,
+    keep_pages: bool,
+    keep_ops: bool,
+) -> Result<Begin> {
     let mut r = Reader::new(payload);
     let superblock = r.superblock()?;
     let lanes = r.u8()?;
@@ -506,8 +515,7 @@ pub(crate) fn decode_begin(payload: &[u8], volume_id: u64, seq: u64, keep_pages:
     }
     let lane_zones = (0..lanes).map(|_| r.u32()).collect::<Result<Vec<u32>>>()?;
     let pages_total = r.u64()?;
-    let ops_bytes = r.u64()?;
-    let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
+    let ops = r.ops(keep_ops)?;
     let pages = r.pages(volume_id, seq, keep_pages)?;
     r.finish()?;
     Ok(Begin { superblock, lane_zones, pages_total, ops, pages })
@@ -525,11 +533,18 @@ pub(crate) fn encode_delta(ops: &[u8], pages: &[u8], owners: &[u8]) -> Vec<u8> {
     w.0
 }
 
-/// A delta's payload, checking its blobs against record `seq`.
-pub(crate) fn decode_delta(payload: &[u8], volume_id: u64, seq: u64, keep_pages: bool) -> Result<Delta> {
+/// A delta's payload, checking its blobs against record `seq`; its
+/// pages' records only with `keep_pages`, its operations only with
+/// `keep_ops`.
+pub(crate) fn decode_delta(
+    payload: &[u8],
+    volume_id: u64,
+    seq: u64,
+    keep_pages: bool,
+    keep_ops: bool,
+) -> Result<Delta> {
     let mut r = Reader::new(payload);
-    let ops_bytes = r.u64()?;
-    let ops = decode_ops(r.take(usize::try_from(ops_bytes).map_err(|_| corrupt("operations' length".into()))?)?)?;
+    let ops = r.ops(keep_ops)?;
     let pages = r.pages(volume_id, seq, keep_pages)?;
     let count = r.u32()? as usize;
     let mut owner_pages = Vec::with_capacity(count.min(payload.len() / OWNER_BLOB_BYTES + 1));
@@ -539,6 +554,22 @@ pub(crate) fn decode_delta(payload: &[u8], volume_id: u64, seq: u64, keep_pages:
     }
     r.finish()?;
     Ok(Delta { ops, pages, owner_pages })
+}
+
+/// The operations of a record of `kind` whose payload its checksum
+/// verified, and nothing else of it: what open replays, a record at a
+/// time, once recovery has chosen the records (its pages and blobs were
+/// checked then).
+pub(crate) fn decode_record_ops(kind: Kind, payload: &[u8]) -> Result<Vec<Op>> {
+    let mut r = Reader::new(payload);
+    if kind == Kind::Checkpoint {
+        r.superblock()?;
+        for _ in 0..r.u8()? {
+            r.u32()?;
+        }
+        r.u64()?;
+    }
+    r.ops(true)
 }
 
 /// Checkpoint pages, as record `seq` of volume `volume_id` carries them.
@@ -839,6 +870,16 @@ impl<'a> Reader<'a> {
         }
         Ok(at)
     }
+    /// A record's operations, length first; skipped unless `keep`.
+    fn ops(&mut self, keep: bool) -> Result<Vec<Op>> {
+        let bytes = self.u64()?;
+        let ops = self.take(usize::try_from(bytes).map_err(|_| corrupt("operations' length".into()))?)?;
+        if keep {
+            decode_ops(ops)
+        } else {
+            Ok(Vec::new())
+        }
+    }
     /// Checkpoint pages; with `keep` false, only where each page's owner
     /// blob lies (its records and checksums are checked for length and
     /// skipped: open loads the pages of one checkpoint only).
@@ -973,7 +1014,7 @@ mod tests {
             &encode_pages(&begin.pages, volume_id, seq).bytes,
         );
         // Decoded pages leave their owners on the device, and say where.
-        let decoded = decode_begin(&payload, volume_id, seq, true).unwrap();
+        let decoded = decode_begin(&payload, volume_id, seq, true, true).unwrap();
         let pages_at = payload.len() - encoded.bytes.len();
         for ((page, original), (index, blob)) in decoded.pages.iter().zip(&begin.pages).zip(&encoded.blobs) {
             assert_eq!((page.index, page.owners_at), (*index, pages_at + blob));
@@ -992,7 +1033,7 @@ mod tests {
             pages.iter().map(|p| PageImage { owners: Vec::new(), owners_at: 0, ..p.clone() }).collect()
         };
         // Decoded without keeping the pages: where each blob lies, no more.
-        let light = decode_begin(&payload, volume_id, seq, false).unwrap();
+        let light = decode_begin(&payload, volume_id, seq, false, true).unwrap();
         assert_eq!(light.ops, decoded.ops);
         for (light, page) in light.pages.iter().zip(&decoded.pages) {
             assert_eq!((light.index, light.owners_at), (page.index, page.owners_at));
@@ -1003,17 +1044,17 @@ mod tests {
         let owners = vec![(5, (0..crate::table::PAGE_SLOTS as u64).map(|i| i ^ 0x55).collect::<Vec<u64>>())];
         let owner_blobs = encode_owner_pages(&owners, volume_id, seq);
         let payload = encode_delta(&ops, &encode_pages(&[page(2)], volume_id, seq).bytes, &owner_blobs.bytes);
-        let delta = decode_delta(&payload, volume_id, seq, true).unwrap();
+        let delta = decode_delta(&payload, volume_id, seq, true, true).unwrap();
         assert_eq!(delta.ops, vec![Op::Free(1)]);
         assert_eq!(strip(&delta.pages), strip(&[page(2)]));
         let owners_at = payload.len() - owner_blobs.bytes.len() + owner_blobs.blobs[0].1;
         assert_eq!(delta.owner_pages, vec![(5, owners_at)]);
         assert_eq!(decode_owner_blob(&payload[owners_at..], volume_id, seq, 5).unwrap(), owners[0].1);
-        assert!(decode_delta(&payload, volume_id, seq + 1, true).is_err(), "blobs of another record");
+        assert!(decode_delta(&payload, volume_id, seq + 1, true, true).is_err(), "blobs of another record");
         let bare = encode_pages(&[PageImage { mapped: Vec::new(), ..page(0) }], volume_id, seq);
         assert_eq!(bare.bytes.len(), 4 + PAGE_BYTES);
         for len in 0..payload.len() {
-            assert!(decode_delta(&payload[..len], volume_id, seq, true).is_err(), "length {len}");
+            assert!(decode_delta(&payload[..len], volume_id, seq, true, true).is_err(), "length {len}");
         }
     }
 

@@ -30,7 +30,10 @@
 //! missing and corrupt entries (`src/vsr/journal.zig`).
 
 use super::layout::{default_software_zone_bytes, meta_zones_per_segment, SegmentImage, LABEL_BLOCKS};
-use super::{decode_begin, decode_delta, decode_label, Header, Kind, Label, LabelRead, Op, PageImage, HEADER_BYTES};
+use super::{
+    decode_begin, decode_delta, decode_label, decode_record_ops, Header, Kind, Label, LabelRead, Op, PageImage,
+    HEADER_BYTES,
+};
 use crate::checksum::crc;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -150,12 +153,13 @@ pub(crate) struct Recovered {
     pub next_generation: u64,
     /// Per lane, its zones (the newest chain's first record says).
     pub lane_zones: Vec<u32>,
-    /// The sealed checkpoint's pages, in the order written.
-    pub pages: Vec<PageImage>,
-    /// Every commit's operations from the sealed checkpoint's first record
-    /// on, through the newest chain, each with the owner blobs its record
-    /// carries.
-    pub deltas: Vec<Replay>,
+    /// Every record from the sealed checkpoint's first on, through the
+    /// newest chain, in order: open loads the pages of those that carry
+    /// the sealed checkpoint's (up to its seal), then replays every one's
+    /// operations, decoding each from the images as it goes (see
+    /// [`Replay::pages`], [`Replay::ops`]), so that no more than one
+    /// record's operations are in memory at once.
+    pub replay: Vec<Replay>,
     /// The newest chain's checkpoint: pages to write, and written.
     pub pages_total: u64,
     pub pages_written: u64,
@@ -176,12 +180,35 @@ pub(crate) struct Recovered {
     pub dropped: Option<Dropped>,
 }
 
-/// One record to replay: its operations, then where the owner blobs it
-/// carries lie (per page index; see [`crate::owners`]).
-#[derive(Debug, Default)]
+/// One record to replay: where it lies, whether it carries pages of the
+/// checkpoint open loads, and where the owner blobs it carries lie (per
+/// page index; see [`crate::owners`]).
+#[derive(Debug)]
 pub(crate) struct Replay {
-    pub ops: Vec<Op>,
+    record: Found,
+    pub load_pages: bool,
     pub homes: Vec<(u64, Home)>,
+}
+
+impl Replay {
+    /// The pages of the checkpoint this record carries (none unless
+    /// `load_pages`), decoded from `images` (those `recover` was given).
+    pub fn pages(&self, images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> Result<Vec<PageImage>> {
+        if !self.load_pages {
+            return Ok(Vec::new());
+        }
+        let bytes = payload(images, &self.record).expect("verified");
+        let seq = self.record.header.seq;
+        Ok(match self.record.header.kind {
+            Kind::Checkpoint => decode_begin(bytes, volume_id, seq, true, false)?.pages,
+            Kind::Delta => decode_delta(bytes, volume_id, seq, true, false)?.pages,
+        })
+    }
+
+    /// The record's operations, decoded from `images`.
+    pub fn ops(&self, images: &[Option<[SegmentImage; 2]>]) -> Result<Vec<Op>> {
+        decode_record_ops(self.record.header.kind, payload(images, &self.record).expect("verified"))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -300,10 +327,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             .iter()
             .filter(|r| (r.header.generation, r.header.seq) > (generation, seq))
             .filter_map(|r| payload(images, r).map(|p| (r, p)))
-            .filter_map(|(r, p)| match r.header.kind {
-                Kind::Delta => decode_delta(p, volume_id, r.header.seq, false).ok().map(|d| d.ops),
-                Kind::Checkpoint => decode_begin(p, volume_id, r.header.seq, false).ok().map(|b| b.ops),
-            })
+            .filter_map(|(r, p)| decode_record_ops(r.header.kind, p).ok())
             .flatten()
             .filter_map(|op| if let Op::Add(e) = op { Some(e.id) } else { None })
             .collect::<std::collections::BTreeSet<_>>()
@@ -336,10 +360,10 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             .sum();
     }
     let copies_differ = bad_records.iter().chain(&bad_labels).any(|&bad| bad > 0);
-    // The operations of every record from the sealed chain's first on; the
-    // pages of the sealed chain up to its seal.
-    let mut pages = Vec::new();
-    let mut deltas = Vec::with_capacity(records.len());
+    // Every record from the sealed chain's first on, checked whole (its
+    // operations are decoded as open replays them); the pages of the
+    // sealed chain up to its seal are loaded.
+    let mut replay = Vec::with_capacity(records.len());
     let mut lane_zones = Vec::new();
     let mut sealing = true;
     let (mut pages_total, mut pages_written) = (0, 0);
@@ -347,19 +371,17 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         for record in &chain.records {
             let bytes = payload(images, record).expect("verified");
             let seq = record.header.seq;
-            // Only the sealed chain's pages up to its seal are loaded.
-            let keep = index == 0 && sealing;
-            let (ops, record_pages, owner_pages) = match record.header.kind {
+            let (record_pages, owner_pages) = match record.header.kind {
                 Kind::Checkpoint => {
-                    let begin = decode_begin(bytes, volume_id, seq, keep)?;
+                    let begin = decode_begin(bytes, volume_id, seq, false, false)?;
                     lane_zones = begin.lane_zones;
                     pages_total = begin.pages_total;
                     pages_written = 0;
-                    (begin.ops, begin.pages, Vec::new())
+                    (begin.pages, Vec::new())
                 }
                 Kind::Delta => {
-                    let delta = decode_delta(bytes, volume_id, seq, keep)?;
-                    (delta.ops, delta.pages, delta.owner_pages)
+                    let delta = decode_delta(bytes, volume_id, seq, false, false)?;
+                    (delta.pages, delta.owner_pages)
                 }
             };
             pages_written += record_pages.len() as u64;
@@ -373,11 +395,12 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
                 .map(|page| (page.index, home(page.owners_at)))
                 .chain(owner_pages.iter().map(|&(index, at)| (index, home(at))))
                 .collect();
-            if keep {
-                pages.extend(record_pages);
+            // Only the sealed chain's pages up to its seal are loaded.
+            let load_pages = index == 0 && sealing;
+            if load_pages {
                 sealing = !record.header.sealed;
             }
-            deltas.push(Replay { ops, homes });
+            replay.push(Replay { record: *record, load_pages, homes });
         }
     }
     let other_needed = list.iter().any(|c| c.first().segment != segment);
@@ -391,8 +414,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         seq,
         next_generation: max_generation + 1,
         lane_zones,
-        pages,
-        deltas,
+        replay,
         pages_total,
         pages_written: pages_written.min(pages_total),
         other_needed,

@@ -232,26 +232,28 @@ impl Volume {
         volume.journal.pages_written = recovered.pages_written;
         volume.journal.other_needed = recovered.other_needed;
         volume.journal.sealed_at = recovered.sealed_at;
-        volume.recovery = RecoveryReport {
-            metadata_blocks_read: blocks_read,
-            pages_loaded: recovered.pages.len() as u64,
-            records_replayed: recovered.deltas.len() as u64,
-            ops_replayed: recovered.deltas.iter().map(|d| d.ops.len() as u64).sum(),
-            ..RecoveryReport::default()
-        };
         lap(&mut since);
+        // The sealed checkpoint's pages, then every record's operations
+        // over them, each decoded from the images as it comes.
+        let mut report = RecoveryReport { metadata_blocks_read: blocks_read, ..RecoveryReport::default() };
         volume.loading = true;
-        for page in &recovered.pages {
-            volume.load_page(page)?;
-        }
-        for replay in recovered.deltas {
-            for op in replay.ops {
-                volume.apply(op)?;
+        for replay in &recovered.replay {
+            for page in replay.pages(&images, id)? {
+                volume.load_page(&page)?;
+                report.pages_loaded += 1;
             }
-            for (page, home) in replay.homes {
+        }
+        for replay in &recovered.replay {
+            for op in replay.ops(&images)? {
+                volume.apply(op)?;
+                report.ops_replayed += 1;
+            }
+            for &(page, home) in &replay.homes {
                 volume.owners.written(page, home);
             }
         }
+        report.records_replayed = recovered.replay.len() as u64;
+        volume.recovery = report;
         volume.loading = false;
         phases.replaying_us += lap(&mut since);
         let census = volume.finish_load()?;
