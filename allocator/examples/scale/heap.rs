@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counting;
 
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `bytes` more live, and the peak.
+fn grew(bytes: u64) {
+    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to `System` with the same arguments; the
 // counter only observes sizes.
@@ -17,7 +24,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller upholds `alloc`'s contract, passed on as is.
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
-            LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            grew(layout.size() as u64);
         }
         pointer
     }
@@ -26,7 +33,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as `alloc`.
         let pointer = unsafe { System.alloc_zeroed(layout) };
         if !pointer.is_null() {
-            LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            grew(layout.size() as u64);
         }
         pointer
     }
@@ -41,7 +48,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller upholds `realloc`'s contract, passed on as is.
         let moved = unsafe { System.realloc(pointer, layout, new_size) };
         if !moved.is_null() {
-            LIVE_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+            grew(new_size as u64);
             LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         }
         moved
@@ -51,6 +58,16 @@ unsafe impl GlobalAlloc for Counting {
 /// Heap bytes allocated and not yet freed, process-wide.
 pub fn live_bytes() -> u64 {
     LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// The most heap bytes live at once since [`reset_heap_peak`].
+pub fn peak_bytes() -> u64 {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Restarts [`peak_bytes`] from what is live now.
+pub fn reset_heap_peak() {
+    PEAK_BYTES.store(live_bytes(), Ordering::Relaxed);
 }
 
 /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), 0 when

@@ -36,14 +36,15 @@ struct Args {
 }
 
 const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,1M)] [--commit-every N (64)]
-      [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--metadata BYTES (8)]
+      [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--metadata BYTES (8)] [--opens N (1)]
       [--memory-budget SIZE (80% of available)] [--json FILE]
 
 For each extent size, fills a simulated ZNS volume of each capacity and reports the heap the
 open volume holds, commit latency and bytes, the checkpoint, and open times. --metadata is the
 namespace's per-block metadata (0, 8, 16 or 64 bytes; 4096+8 is the common enterprise format):
 with it the volume keeps each block's checksum there (block tags), with 0 in its extent map. Sizes take K, M,
-G, T (powers of 1024). The table goes to stdout, progress to stderr; --json FILE also writes
+G, T (powers of 1024). --opens N opens the filled volume N times with its log and reports the
+median too (the heap is measured on the first). The table goes to stdout, progress to stderr; --json FILE also writes
 the settings and one row per point as JSON.";
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -69,6 +70,7 @@ fn parse() -> Result<Args, String> {
             zone_bytes: 256 << 20,
             sim_memory_bytes: 64 << 30,
             metadata_bytes: 8,
+            opens: 1,
         },
         memory_budget_bytes: heap::available_bytes() / 10 * 8,
         json: None,
@@ -99,6 +101,11 @@ fn parse() -> Result<Args, String> {
                     .ok()
                     .filter(|b| [0, 8, 16, 64].contains(b))
                     .ok_or(format!("--metadata {text}: expected 0, 8, 16 or 64"))?;
+            }
+            "--opens" => {
+                let text = value("--opens")?;
+                args.settings.opens =
+                    text.parse().ok().filter(|&n| n > 0).ok_or(format!("--opens {text}: expected N > 0"))?;
             }
             "--memory-budget" => args.memory_budget_bytes = parse_size(&value("--memory-budget")?)?,
             "--json" => args.json = Some(value("--json")?),

@@ -25,6 +25,8 @@ pub struct Settings {
     /// volume keeps its checksums there (block tags) when it has room, in
     /// the extent map otherwise.
     pub metadata_bytes: u16,
+    /// Times to open the filled volume with its log (at least 1).
+    pub opens: usize,
 }
 
 /// What one (capacity, extent size) run measured: a row of the JSON.
@@ -65,6 +67,13 @@ pub struct Row {
     /// Where that open's time went (`RecoveryReport::phases`): reading,
     /// recovering (verifying and decoding), replaying, checking; seconds.
     pub open_phases_seconds: [f64; 4],
+    /// Heap open took at its peak beyond what was live before it (the
+    /// images, the records being decoded, the table).
+    pub open_heap_peak_bytes: u64,
+    /// Every open of that state (`--opens`), the first being
+    /// `open_seconds`; and their median.
+    pub open_seconds_all: Vec<f64>,
+    pub open_median_seconds: f64,
     /// Open right after a checkpoint.
     pub open_after_checkpoint_seconds: f64,
     /// Heap the open volume holds (live bytes across `Volume::open`).
@@ -196,9 +205,11 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let devices = volume.close().map_err(|e| format!("close: {e}"))?;
     heap::reset_peak();
     let heap_before = heap::live_bytes();
+    heap::reset_heap_peak();
     let at = Instant::now();
     let mut volume = Volume::open(devices, &options).map_err(|e| format!("open: {e}"))?;
     row.open_seconds = at.elapsed().as_secs_f64();
+    row.open_heap_peak_bytes = heap::peak_bytes().saturating_sub(heap_before);
     let report = volume.recovery();
     row.open_metadata_blocks = report.metadata_blocks_read;
     row.open_pages_loaded = report.pages_loaded;
@@ -219,6 +230,24 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         report.ops_replayed
     );
     row.memory_bytes = heap::live_bytes().saturating_sub(heap_before);
+    // The same state opened again, as many times as asked: the median of
+    // all (the first included) is steadier than one open on a noisy host.
+    row.open_seconds_all.push(row.open_seconds);
+    for _ in 1..settings.opens {
+        let devices = volume.close().map_err(|e| format!("close: {e}"))?;
+        let at = Instant::now();
+        volume = Volume::open(devices, &options).map_err(|e| format!("open again: {e}"))?;
+        row.open_seconds_all.push(at.elapsed().as_secs_f64());
+    }
+    let mut sorted = row.open_seconds_all.clone();
+    sorted.sort_by(f64::total_cmp);
+    row.open_median_seconds = sorted[sorted.len() / 2];
+    eprintln!(
+        "scale: {label}: open's heap at its peak {} above what was live before it; {} open(s), median {:.2} s",
+        size(row.open_heap_peak_bytes),
+        sorted.len(),
+        row.open_median_seconds
+    );
     row.memory_bytes_per_tib = row.memory_bytes as f64 / (row.data_bytes as f64 / (1u64 << 40) as f64);
     row.sim_bytes = sim.storage_bytes(1);
     row.rss_above_sim_bytes = heap::status_bytes("VmRSS").saturating_sub(row.sim_bytes);
