@@ -9,12 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counting;
 
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
-static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `bytes` more live, and the peak.
+/// Counts `bytes` more live.
 fn grew(bytes: u64) {
-    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+    LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
 // SAFETY: every call is forwarded to `System` with the same arguments; the
@@ -58,16 +56,6 @@ unsafe impl GlobalAlloc for Counting {
 /// Heap bytes allocated and not yet freed, process-wide.
 pub fn live_bytes() -> u64 {
     LIVE_BYTES.load(Ordering::Relaxed)
-}
-
-/// The most heap bytes live at once since [`reset_heap_peak`].
-pub fn peak_bytes() -> u64 {
-    PEAK_BYTES.load(Ordering::Relaxed)
-}
-
-/// Restarts [`peak_bytes`] from what is live now.
-pub fn reset_heap_peak() {
-    PEAK_BYTES.store(live_bytes(), Ordering::Relaxed);
 }
 
 /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), 0 when

@@ -44,7 +44,7 @@ open volume holds, commit latency and bytes, the checkpoint, and open times. --m
 namespace's per-block metadata (0, 8, 16 or 64 bytes; 4096+8 is the common enterprise format):
 with it the volume keeps each block's checksum there (block tags), with 0 in its extent map. Sizes take K, M,
 G, T (powers of 1024). --opens N opens the filled volume N times with its log and reports the
-median too (the heap is measured on the first). The table goes to stdout, progress to stderr; --json FILE also writes
+median too (memory is measured on the first). The table goes to stdout, progress to stderr; --json FILE also writes
 the settings and one row per point as JSON.";
 
 fn parse_size(text: &str) -> Result<u64, String> {
