@@ -583,19 +583,19 @@ impl Table {
     /// by `key(slot, location, blocks)` within each: a counting sort over
     /// the table. Returns where each zone's keys begin (and one more at
     /// the end), and the keys.
-    fn by_zone(
+    fn by_zone<K: Copy + Ord + Default>(
         &self,
         lane: usize,
         copies: &[usize],
-        key: impl Fn(u64, Location, u32) -> u64,
-    ) -> (Vec<usize>, Vec<u64>) {
+        key: impl Fn(u64, Location, u32) -> K,
+    ) -> (Vec<usize>, Vec<K>) {
         let zones = copies.len();
         let mut starts = vec![0usize; zones + 1];
         for zone in 0..zones {
             starts[zone + 1] = starts[zone] + copies[zone];
         }
         let mut next = starts.clone();
-        let mut keys = vec![0u64; starts[zones]];
+        let mut keys = vec![K::default(); starts[zones]];
         for (id, entry) in self.iter() {
             let location = entry.locations[lane];
             let zone = location.zone as usize;
@@ -638,11 +638,34 @@ impl Table {
         census: &ZoneCensus,
         allocated: Option<&dyn Fn(u32) -> u32>,
     ) -> Option<Misplaced> {
-        let (starts, keys) = self.by_zone(lane, &census.copies, |_, location, blocks| {
-            (u64::from(location.offset) << 32) | u64::from(blocks)
-        });
-        let offset = |key: u64| (key >> 32) as u32;
-        let end = |key: u64| (key >> 32) + (key & u64::from(u32::MAX));
+        if self.bits.offset_bits + BLOCKS_BITS <= 32 {
+            // 4 bytes per copy where offsets take at most 20 bits (zones
+            // of up to 4 GiB): half the memory to fill and sort.
+            let key = |_, location: Location, blocks| (location.offset << BLOCKS_BITS) | blocks;
+            self.misplaced_by(lane, census, allocated, key, |key: u32| (key >> BLOCKS_BITS, key & MAX_BLOCKS))
+        } else {
+            let key = |_, location: Location, blocks| (u64::from(location.offset) << 32) | u64::from(blocks);
+            self.misplaced_by(lane, census, allocated, key, |key: u64| ((key >> 32) as u32, key as u32))
+        }
+    }
+
+    /// [`Table::misplaced_counted`] with keys of type `K` made by `key`
+    /// from a copy's slot, location and blocks, which `parts` splits back
+    /// into offset and blocks; keys sort by offset.
+    fn misplaced_by<K: Copy + Ord + Default>(
+        &self,
+        lane: usize,
+        census: &ZoneCensus,
+        allocated: Option<&dyn Fn(u32) -> u32>,
+        key: impl Fn(u64, Location, u32) -> K,
+        parts: impl Fn(K) -> (u32, u32),
+    ) -> Option<Misplaced> {
+        let (starts, keys) = self.by_zone(lane, &census.copies, key);
+        let offset = |key: K| parts(key).0;
+        let end = |key: K| {
+            let (offset, blocks) = parts(key);
+            u64::from(offset) + u64::from(blocks)
+        };
         // The extent with a copy at `location`, other than `not`.
         let id_at = |location: Location, not: ExtentId| {
             let mut found = self.iter().filter(|(id, entry)| entry.locations[lane] == location && *id != not);
@@ -650,7 +673,7 @@ impl Table {
         };
         for zone in 0..census.copies.len() {
             let keys = &keys[starts[zone]..starts[zone + 1]];
-            let at = |key: u64| Location { zone: zone as u32, offset: offset(key) };
+            let at = |key: K| Location { zone: zone as u32, offset: offset(key) };
             if let Some(pair) = keys.windows(2).find(|pair| end(pair[0]) > u64::from(offset(pair[1]))) {
                 let first = id_at(at(pair[0]), 0);
                 return Some(Misplaced::Overlap(first, id_at(at(pair[1]), first), at(pair[1])));
@@ -818,28 +841,34 @@ mod tests {
 
     #[test]
     fn misplaced_copies_are_found_and_named_in_each_lane() {
-        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
-        // Lane 0: zone 1 holds [0, 3) and [3, 8), zone 2 [10, 12); lane 1
-        // one copy in zone 4 of an extent whose lane 0 copy is in zone 2.
-        let a = table.insert(&entry(3, at(1, 0), Location::MISSING)).unwrap();
-        let b = table.insert(&entry(5, at(1, 3), Location::MISSING)).unwrap();
-        let c = table.insert(&entry(2, at(2, 10), at(4, 0))).unwrap();
-        assert_eq!(table.misplaced(0, 8, None), None, "touching is not overlapping");
-        assert_eq!(table.misplaced(1, 8, None), None);
-        let allocated = |zone: u32| [0, 8, 12, 0, 2][zone as usize];
-        assert_eq!(table.misplaced(0, 5, Some(&allocated)), None, "each copy within its zone's allocation");
-        let short = |zone: u32| [0, 7, 12, 0, 2][zone as usize];
-        assert_eq!(table.misplaced(0, 5, Some(&short)), Some(Misplaced::PastAllocation(b)));
-        // An extent written over the end of another, and one at the same
-        // place as another, in slot order after them.
-        let d = table.insert(&entry(1, at(1, 2), Location::MISSING)).unwrap();
-        assert_eq!(table.misplaced(0, 8, None), Some(Misplaced::Overlap(a, d, at(1, 2))));
-        table.remove(d);
-        let e = table.insert(&entry(4, at(4, 1), at(4, 0))).unwrap();
-        assert_eq!(table.misplaced(0, 8, None), None);
-        assert_eq!(table.misplaced(1, 8, None), Some(Misplaced::Overlap(c, e, at(4, 0))), "same offset, lane 1");
-        // Zones past the count given are not looked at.
-        assert_eq!(table.misplaced(1, 4, None), None);
+        // Zones of 1,024 blocks sort 4-byte keys; zones of 2^24 blocks
+        // 8-byte keys, here with offsets past what 4 bytes hold.
+        for (zone_blocks, base) in [(1024, 0), (1 << 24, 1 << 22)] {
+            let mut table = Table::new(LocationBits::new(zone_blocks, 64).unwrap());
+            let at = |zone, offset| at(zone, base + offset);
+            // Lane 0: zone 1 holds [0, 3) and [3, 8), zone 2 [10, 12);
+            // lane 1 one copy in zone 4 of an extent whose lane 0 copy is
+            // in zone 2.
+            let a = table.insert(&entry(3, at(1, 0), Location::MISSING)).unwrap();
+            let b = table.insert(&entry(5, at(1, 3), Location::MISSING)).unwrap();
+            let c = table.insert(&entry(2, at(2, 10), at(4, 0))).unwrap();
+            assert_eq!(table.misplaced(0, 8, None), None, "touching is not overlapping");
+            assert_eq!(table.misplaced(1, 8, None), None);
+            let allocated = |zone: u32| base + [0, 8, 12, 0, 2][zone as usize];
+            assert_eq!(table.misplaced(0, 5, Some(&allocated)), None, "each copy within its zone's allocation");
+            let short = |zone: u32| base + [0, 7, 12, 0, 2][zone as usize];
+            assert_eq!(table.misplaced(0, 5, Some(&short)), Some(Misplaced::PastAllocation(b)));
+            // An extent written over the end of another, and one at the
+            // same place as another, in slot order after them.
+            let d = table.insert(&entry(1, at(1, 2), Location::MISSING)).unwrap();
+            assert_eq!(table.misplaced(0, 8, None), Some(Misplaced::Overlap(a, d, at(1, 2))));
+            table.remove(d);
+            let e = table.insert(&entry(4, at(4, 1), at(4, 0))).unwrap();
+            assert_eq!(table.misplaced(0, 8, None), None);
+            assert_eq!(table.misplaced(1, 8, None), Some(Misplaced::Overlap(c, e, at(4, 0))), "same offset, lane 1");
+            // Zones past the count given are not looked at.
+            assert_eq!(table.misplaced(1, 4, None), None);
+        }
     }
 
     #[test]
