@@ -163,13 +163,24 @@ impl Owners {
             self.homes.resize(index + 1, None);
         }
         self.homes[index] = Some(home);
-        self.cache.retain(|(p, _)| *p != page);
-        if self.recent_on(page) > 0 {
-            let first = page * PAGE_SLOTS as u64;
-            for slot in first..first + PAGE_SLOTS as u64 {
-                self.recent.remove(&slot);
+        if !self.cache.is_empty() {
+            self.cache.retain(|(p, _)| *p != page);
+        }
+        // Open replays a blob per page after its additions: stop at the
+        // last of the page's recent owners rather than look up every slot.
+        let mut left = self.recent_on(page);
+        let first = page * PAGE_SLOTS as u64;
+        for slot in first..first + PAGE_SLOTS as u64 {
+            if left == 0 {
+                break;
             }
-            self.per_page[index] = 0;
+            if self.recent.remove(&slot).is_some() {
+                left -= 1;
+            }
+        }
+        debug_assert_eq!(left, 0, "page {page}'s recent owners all lie in it");
+        if let Some(count) = self.per_page.get_mut(index) {
+            *count = 0;
         }
     }
 
