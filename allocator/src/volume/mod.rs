@@ -318,7 +318,8 @@ pub struct OpenPhases {
     /// Reading the metadata copies (both reads when the first showed the
     /// copies differ).
     pub reading_us: u64,
-    /// Verifying and decoding the records, and choosing the state.
+    /// Verifying and decoding the records, choosing the state, and
+    /// assembling the volume around it.
     pub recovering_us: u64,
     /// Loading the checkpoint's pages and replaying the log over them.
     pub replaying_us: u64,
