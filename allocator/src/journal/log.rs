@@ -48,8 +48,9 @@ pub(crate) const MIN_LOG_BLOCKS: u64 = 1024;
 /// million operations and opened in 1.04 to 1.09 s per TiB of data, 0.45
 /// after a checkpoint; each operation costs open several times its share
 /// of a loaded page (reading and checking its record, decoding it,
-/// applying it, its owner). An eighth doubles the checkpoints written,
-/// from about 0.05% of the data written to about 0.1% at 256 KiB extents.
+/// applying it, its owner). An eighth takes open's worst case at 1 TiB
+/// to 0.83 s per TiB and writes more checkpoints: 0.10% of the data
+/// written at 256 KiB extents and 2 TiB, against 0.07% at a quarter.
 pub(crate) const ROTATE_AT_TABLE_FRACTION: u64 = 8;
 
 /// The journal's position and its rule for retries. See the [module
@@ -165,8 +166,9 @@ impl Journal {
     /// the table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]; see
     /// [`ROTATE_AT_TABLE_FRACTION`]), so that open replays little log
     /// beside the pages it loads. (The metadata written, checkpoints and
-    /// log, one copy, is then 0.04 to 0.06% of the data written at 256 KiB
-    /// extents, from 64 GiB to 2 TiB, measured by the scale bench.)
+    /// log, one copy, is then 0.04 to 0.10% of the data written at 256 KiB
+    /// extents, from 64 GiB to 2 TiB, measured by the scale bench; 0.04 to
+    /// 0.07% at a quarter.)
     pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64) -> bool {
         let log = self.offset.saturating_sub(self.sealed_at) + blocks;
         self.sealed()
