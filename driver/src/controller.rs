@@ -16,6 +16,7 @@ use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
+use crate::queue::sgl::SglMode;
 use crate::queue::{
     AbortOutcome, Condition, DoorbellConfig, Epoch, IoCompletion, QueueHost, QueuePair, ShadowPages, ShadowPolicy,
 };
@@ -55,6 +56,10 @@ pub struct ControllerOptions {
     /// Quirks to add or remove for matching devices, applied after the
     /// built-in table (like Linux's `quirks=VID:DID:flags`).
     pub quirk_overrides: Vec<QuirkOverride>,
+    /// When I/O commands describe their data with an SGL instead of PRPs,
+    /// on a controller that supports SGLs (Identify Controller SGLS); see
+    /// [`SglMode`].
+    pub sgl: SglMode,
 }
 
 impl Default for ControllerOptions {
@@ -67,6 +72,7 @@ impl Default for ControllerOptions {
             shutdown_timeout: Duration::from_secs(10),
             shadow_doorbells: true,
             quirk_overrides: Vec::new(),
+            sgl: SglMode::Auto,
         }
     }
 }
@@ -862,6 +868,7 @@ impl Controller {
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
         pair.attach(host, Arc::clone(&shared.epoch), generation);
         pair.set_timeout(shared.options.io_timeout);
+        pair.set_sgl_threshold(self.sgl_threshold());
         Ok(pair)
     }
 
@@ -971,6 +978,20 @@ impl Controller {
     /// MDTS in bytes, `None` if unlimited.
     pub fn max_transfer_bytes(&self) -> Option<u64> {
         self.identify.max_transfer_bytes(self.shared.cap.min_page_size())
+    }
+
+    /// The transfer length above which I/O commands use an SGL, `None`
+    /// for PRPs throughout: [`ControllerOptions::sgl`] where the controller
+    /// supports SGLs.
+    pub fn sgl_threshold(&self) -> Option<usize> {
+        self.shared.options.sgl.threshold(self.identify.sgl_supported())
+    }
+
+    /// The largest transfer an I/O command's data pointer describes here:
+    /// one PRP list page's worth, or one SGL descriptor's where SGLs are
+    /// used (MDTS bounds it too; see [`Namespace::max_transfer_bytes`]).
+    pub fn data_pointer_max_bytes(&self) -> usize {
+        SglMode::max_transfer_bytes(self.sgl_threshold())
     }
 }
 

@@ -13,7 +13,7 @@ use crate::dma::{DmaMemory, PAGE_SIZE};
 use crate::error::Error;
 use crate::error::RequestError;
 use crate::queue::QueuePair;
-use crate::queue::{prp, IoBuffer, Request};
+use crate::queue::{IoBuffer, Request};
 use crate::quirks::Quirks;
 use crate::spec::identify::Oncs;
 use crate::zeroout::{ZeroState, ZeroStats, ZeroStrategy};
@@ -129,10 +129,11 @@ const DPS_PROTECTION_TYPE_MASK: u8 = 0b111;
 
 impl Namespace {
     pub(crate) fn new(controller: &Controller, info: &NamespaceInfo) -> Self {
-        // One PRP list page per command bounds a transfer too; keep a page
-        // of slack so an unaligned buffer start still fits.
-        let prp_limit = (prp::MAX_TRANSFER_BYTES - PAGE_SIZE) as u64;
-        let max_transfer_bytes = controller.max_transfer_bytes().unwrap_or(u64::MAX).min(prp_limit);
+        // The data pointer bounds a transfer too (one PRP list page, or one
+        // SGL descriptor); keep a page of slack so that an unaligned buffer
+        // start still fits a PRP list.
+        let pointer_limit = (controller.data_pointer_max_bytes() - PAGE_SIZE) as u64;
+        let max_transfer_bytes = controller.max_transfer_bytes().unwrap_or(u64::MAX).min(pointer_limit);
         let zones = info.zoned.as_ref().map(|zoned| {
             let min_page = controller.cap().min_page_size();
             let zasl = controller

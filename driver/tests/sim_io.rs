@@ -198,8 +198,22 @@ fn the_device_checks_what_the_driver_would_have_refused() {
     assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::InvalidNamespaceOrFormat));
     let request = raw(nvm::read(2, 0, 1), Some(rig.buffer(512)));
     assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), "inactive NSID");
+    // SGLs: metadata SGLs are not offered (SGLS bit 19); a PRP-shaped data
+    // pointer read as an SGL is a Data Block of no length.
+    let request = raw(Command { flags: 0x80, ..nvm::read(1, 0, 1) }, Some(rig.buffer(512)));
+    assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), "metadata SGL");
     let request = raw(Command { flags: 0x40, ..nvm::read(1, 0, 1) }, Some(rig.buffer(512)));
-    assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), "SGLs");
+    assert_eq!(
+        code(rig.status(request)),
+        StatusCode::Generic(GenericStatus::DataSglLengthInvalid),
+        "no data described"
+    );
+    // A controller without SGL support refuses them.
+    let mut config = SimConfig::nvm(1 << 16, 512);
+    config.sgls = 0;
+    let mut rig = Rig::new(config);
+    let request = raw(Command { flags: 0x40, ..nvm::read(1, 0, 1) }, Some(rig.buffer(512)));
+    assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), "SGLS 0");
 }
 
 #[test]

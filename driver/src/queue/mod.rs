@@ -5,7 +5,8 @@
 //! a fixed table of command trackers (one per slot, so the I/O path never
 //! allocates) and its doorbells (the `doorbell` module handles shadow
 //! doorbells and EventIdx, NVMe Base 2.0 §5.8). [`prp`] describes each
-//! buffer with PRP entries, using one preallocated list page per slot.
+//! buffer with PRP entries, using one preallocated list page per slot, and
+//! [`sgl`] with one SGL descriptor where the controller supports SGLs.
 //! Submissions are published with one doorbell write per batch and
 //! completions reaped by polling the phase tag; deadlines, aborts and
 //! controller resets are handled on the same polled path (see
@@ -15,6 +16,7 @@
 mod doorbell;
 mod pair;
 pub mod prp;
+pub mod sgl;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
 pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};

@@ -8,10 +8,10 @@
 //! ready completion and updates the CQ head doorbell once.
 
 use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
-use super::prp;
+use super::{prp, sgl};
 use crate::dma::{DmaBuffer, DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, IoError, Result};
-use crate::spec::command::Command;
+use crate::spec::command::{Command, FLAGS_FUSE_MASK, FLAGS_PSDT_SHIFT, PSDT_SGL_MPTR_CONTIGUOUS};
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
 use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell, Csts, CSTS};
 use crate::spec::status::{GenericStatus, Status, StatusCode};
@@ -142,7 +142,8 @@ impl IoCompletion {
 pub enum SubmitError {
     /// Every slot is in flight: poll, then submit again.
     QueueFull,
-    /// PRPs cannot describe the buffer (misaligned or too large).
+    /// PRPs or an SGL cannot describe the buffer (misaligned or too
+    /// large).
     Buffer(prp::PrpError),
     /// The device is gone; nothing more can be submitted.
     DeviceGone,
@@ -162,8 +163,8 @@ impl std::fmt::Display for SubmitError {
             SubmitError::Buffer(prp::PrpError::Misaligned { iova }) => {
                 write!(f, "buffer at {iova:#x} is not 4-byte aligned")
             }
-            SubmitError::Buffer(prp::PrpError::TooLarge { len }) => {
-                write!(f, "{len} bytes exceed one PRP list page")
+            SubmitError::Buffer(prp::PrpError::TooLarge { len, max }) => {
+                write!(f, "{len} bytes exceed the {max} one command's data pointer describes")
             }
             SubmitError::DeviceGone => write!(f, "device gone"),
             SubmitError::ControllerFailed => write!(f, "controller failed and could not be reset"),
@@ -181,11 +182,8 @@ impl From<SubmitError> for Error {
             SubmitError::Buffer(prp::PrpError::Misaligned { iova }) => {
                 Error::InvalidRequest(crate::error::RequestError::Misaligned { iova })
             }
-            SubmitError::Buffer(prp::PrpError::TooLarge { len }) => {
-                Error::InvalidRequest(crate::error::RequestError::TooLarge {
-                    bytes: len as u64,
-                    max_bytes: prp::MAX_TRANSFER_BYTES as u64,
-                })
+            SubmitError::Buffer(prp::PrpError::TooLarge { len, max }) => {
+                Error::InvalidRequest(crate::error::RequestError::TooLarge { bytes: len as u64, max_bytes: max as u64 })
             }
             SubmitError::DeviceGone => Error::DeviceGone,
             SubmitError::ControllerFailed => Error::ControllerFailed,
@@ -415,6 +413,9 @@ pub struct QueuePair {
     sq: ManuallyDrop<DmaRegion>,
     cq: ManuallyDrop<DmaRegion>,
     prp_lists: ManuallyDrop<DmaRegion>,
+    /// Transfers longer than this are described by an SGL descriptor
+    /// instead of PRPs (see [`sgl::SglMode`]); `None`: PRPs throughout.
+    sgl_above: Option<usize>,
     sq_tail: u16,
     sq_published: u16,
     cq_head: u16,
@@ -503,6 +504,7 @@ impl QueuePair {
             sq: ManuallyDrop::new(sq),
             cq: ManuallyDrop::new(cq),
             prp_lists: ManuallyDrop::new(prp_lists),
+            sgl_above: None,
             sq_tail: 0,
             sq_published: 0,
             cq_head: 0,
@@ -612,6 +614,26 @@ impl QueuePair {
     /// has not started yet.
     pub fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
+    }
+
+    /// Describes transfers longer than `threshold` bytes with one SGL Data
+    /// Block descriptor instead of PRPs (`None`: PRPs throughout). Only
+    /// for I/O queues of a controller that supports SGLs; the controller
+    /// sets it from [`sgl::SglMode`] when it creates the pair.
+    pub fn set_sgl_threshold(&mut self, threshold: Option<usize>) {
+        debug_assert!(self.qid != 0 || threshold.is_none(), "admin commands use PRPs");
+        self.sgl_above = threshold;
+    }
+
+    /// The length above which transfers use an SGL, if any (see
+    /// [`QueuePair::set_sgl_threshold`]).
+    pub fn sgl_threshold(&self) -> Option<usize> {
+        self.sgl_above
+    }
+
+    /// The largest transfer this pair's data pointers describe.
+    pub fn max_transfer_bytes(&self) -> usize {
+        sgl::SglMode::max_transfer_bytes(self.sgl_above)
     }
 
     /// The deadline of commands, if any (see [`QueuePair::set_timeout`]).
@@ -725,6 +747,13 @@ impl QueuePair {
         len: usize,
     ) -> std::result::Result<(), SubmitError> {
         if len == 0 {
+            return Ok(());
+        }
+        if self.sgl_above.is_some_and(|threshold| len > threshold) {
+            let (dptr1, dptr2) = sgl::data_block(iova, len).map_err(SubmitError::Buffer)?;
+            command.flags = (command.flags & FLAGS_FUSE_MASK) | (PSDT_SGL_MPTR_CONTIGUOUS << FLAGS_PSDT_SHIFT);
+            command.prp1 = dptr1;
+            command.prp2 = dptr2;
             return Ok(());
         }
         let list_offset = usize::from(slot) * PAGE_SIZE;

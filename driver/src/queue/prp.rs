@@ -23,10 +23,13 @@ pub enum PrpError {
         /// The I/O virtual address of the buffer.
         iova: u64,
     },
-    /// More pages than one list page holds.
+    /// More than the data pointer describes: more pages than one PRP
+    /// list page holds, or more than one SGL descriptor's 32-bit length.
     TooLarge {
         /// The buffer's length, in bytes.
         len: usize,
+        /// The most the data pointer describes, in bytes.
+        max: usize,
     },
 }
 
@@ -52,7 +55,7 @@ pub fn build(
         return Ok((iova, next_page));
     }
     if pages > MAX_LIST_ENTRIES {
-        return Err(PrpError::TooLarge { len });
+        return Err(PrpError::TooLarge { len, max: MAX_TRANSFER_BYTES });
     }
     for index in 0..pages {
         write_entry(index, next_page + (index as u64) * page);
@@ -100,7 +103,10 @@ mod tests {
     #[test]
     fn limits() {
         assert_eq!(prps(0x10000, MAX_TRANSFER_BYTES).unwrap().2.len(), MAX_LIST_ENTRIES);
-        assert_eq!(prps(0x10000, MAX_TRANSFER_BYTES + 1), Err(PrpError::TooLarge { len: MAX_TRANSFER_BYTES + 1 }));
+        assert_eq!(
+            prps(0x10000, MAX_TRANSFER_BYTES + 1),
+            Err(PrpError::TooLarge { len: MAX_TRANSFER_BYTES + 1, max: MAX_TRANSFER_BYTES })
+        );
         assert_eq!(prps(0x10002, 512), Err(PrpError::Misaligned { iova: 0x10002 }));
     }
 }

@@ -218,6 +218,7 @@ impl State {
         page[ctrl::RAB] = 6;
         put(page, ctrl::IEEE, &[0x00, 0x54, 0x52]);
         page[ctrl::MDTS] = config.mdts;
+        put(page, ctrl::SGLS, &config.sgls.to_le_bytes());
         put(page, ctrl::VER, &config.version.0.to_le_bytes());
         page[ctrl::CNTRLTYPE] = 1; // I/O controller
                                    // OACS 0: no Doorbell Buffer Config, Format, Namespace Management.
@@ -305,7 +306,7 @@ impl State {
         let numd = u64::from(command.cdw10 >> 16) | u64::from(command.cdw11 & 0xFFFF) << 16;
         let len = (numd + 1) * 4;
         let offset = u64::from(command.cdw12) | u64::from(command.cdw13) << 32;
-        let limit = self.config.max_transfer_bytes().unwrap_or(TRANSFER_BYTES_MAX).min(TRANSFER_BYTES_MAX);
+        let limit = self.config.max_transfer_bytes().unwrap_or(TRANSFER_BYTES_MAX);
         if len > limit || offset % 4 != 0 {
             return Err(invalid_field());
         }

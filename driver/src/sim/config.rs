@@ -263,6 +263,12 @@ pub struct SimConfig {
     pub timeout_500ms: u8,
     /// MDTS: `4096 << mdts` bytes per command; 0 is no limit.
     pub mdts: u8,
+    /// SGLS of Identify Controller: bits 1:0 say whether I/O commands may
+    /// describe their data with SGLs (01b: yes, with no alignment rule, as
+    /// QEMU 7.2 says; 00b: PRPs only). The simulator reads Data Block,
+    /// Segment and Last Segment descriptors; QEMU also offers Bit Bucket
+    /// descriptors (bit 16), which no driver here uses.
+    pub sgls: u32,
     /// ONCS.
     pub oncs: Oncs,
     /// VWC bit 0: a volatile write cache, enabled at start.
@@ -327,6 +333,7 @@ impl Default for SimConfig {
             mqes: 0x7FF,
             timeout_500ms: 15,
             mdts: 7,
+            sgls: 0b01,
             // QEMU 7.2's 0x15D (Compare, DSM, Write Zeroes, Save/Select,
             // Timestamp, Copy) plus Verify, which the simulator implements.
             oncs: Oncs::from_bits_retain(0x15D) | Oncs::VERIFY,
@@ -419,6 +426,7 @@ impl SimConfig {
             self.mdts <= 16 && self.zasl <= 16 && self.vsl <= 16 && self.wzsl <= 16,
             "size limits up to 2^16 pages"
         );
+        assert!(self.sgls & !0b11 == 0 && self.sgls != 0b11, "SGLS {:#x}: 00b, 01b or 10b in bits 1:0", self.sgls);
         let (min, max) = self.completion_delay_ticks;
         assert!(min <= max && max <= COMPLETION_DELAY_TICKS_MAX, "completion delay {min}..={max} ticks");
         let faults = &self.faults;

@@ -1,6 +1,7 @@
 //! The simulated device's side of DMA: the IOVA table that
 //! [`crate::Transport::map_dma`] fills, translation of PRPs (NVMe Base 2.0
-//! §4.1.1) into host memory, and the copies in and out of it.
+//! §4.1.1) and SGLs (§4.1.2) into host memory, and the copies in and out
+//! of it.
 //!
 //! This is the only module of the simulator that touches host memory, and
 //! it does so only through raw pointers: `ptr::copy_nonoverlapping` and
@@ -13,6 +14,7 @@
 //! address: a driver that hands the device a host pointer instead of an
 //! IOVA gets a Data Transfer Error rather than a lucky hit.
 
+use crate::queue::sgl::{self, DATA_BLOCK, DESCRIPTOR_BYTES, LAST_SEGMENT, SEGMENT};
 use crate::spec::status::{GenericStatus, Status};
 use std::ptr::NonNull;
 
@@ -285,6 +287,80 @@ pub(crate) fn resolve_prps(
     Err(data_transfer_error())
 }
 
+/// The most SGL descriptors one command's list may hold: a bound on the
+/// walk, so that a list that chains into itself ends.
+const SGL_DESCRIPTORS_MAX: usize = 1 << 16;
+
+/// Resolves an SGL data pointer (SGL1, the command's two data pointer
+/// quadwords `sgl1`) of a `len`-byte transfer into host memory segments,
+/// as [`resolve_prps`] does for PRPs. Reads Data Block descriptors (a
+/// zero-length one moves nothing) and Segment and Last Segment descriptors,
+/// whose lists hold Data Blocks and, last in a Segment's list only, the
+/// next Segment or Last Segment. As QEMU 7.2 (`nvme_map_sgl`), a list that
+/// describes more than the transfer is used up to its length, and one
+/// that describes less fails with Data SGL Length Invalid.
+pub(crate) fn resolve_sgl(
+    table: &mut DmaTable,
+    sgl1: (u64, u64),
+    len: usize,
+    out: &mut Vec<HostRange>,
+) -> Result<(), Status> {
+    out.clear();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut remaining = len;
+    let mut descriptor = sgl1;
+    // The descriptors of the segment being walked, and where in it.
+    let mut segment: Option<(HostRange, usize, bool)> = None;
+    for _ in 0..SGL_DESCRIPTORS_MAX {
+        let (address, length, kind) = sgl::decode(descriptor);
+        let length = length as usize;
+        match kind {
+            DATA_BLOCK => {
+                let count = remaining.min(length);
+                if count > 0 {
+                    push(out, table.translate(address, count).ok_or_else(data_transfer_error)?.0);
+                }
+                remaining -= count;
+                if remaining == 0 {
+                    return Ok(());
+                }
+            }
+            SEGMENT | LAST_SEGMENT => {
+                if length == 0 || !length.is_multiple_of(DESCRIPTOR_BYTES) {
+                    return Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+                }
+                let (list, _) = table.translate(address, length).ok_or_else(data_transfer_error)?;
+                segment = Some((list, 0, kind == LAST_SEGMENT));
+            }
+            _ => return Err(Status::from(GenericStatus::SglDescriptorTypeInvalid).with_dnr()),
+        }
+        // The next descriptor: the next in the current segment's list.
+        let Some((list, at, last)) = segment.as_mut() else {
+            // SGL1 was the only one and described too little.
+            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+        };
+        if *at == list.len() {
+            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+        }
+        let bytes: [u8; 16] = list.read_volatile(*at);
+        *at += DESCRIPTOR_BYTES;
+        let words = (
+            u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes")),
+        );
+        let kind = sgl::decode(words).2;
+        let chains = kind == SEGMENT || kind == LAST_SEGMENT;
+        if chains && (*last || *at != list.len()) {
+            // Only a Segment's last descriptor may chain on.
+            return Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+        }
+        descriptor = words;
+    }
+    Err(Status::from(GenericStatus::InvalidNumberOfSglDescriptors).with_dnr())
+}
+
 fn push(out: &mut Vec<HostRange>, range: HostRange) {
     if let Some(last) = out.last_mut() {
         if last.ptr.as_ptr().wrapping_add(last.len) == range.ptr.as_ptr() {
@@ -468,5 +544,75 @@ pub(crate) mod tests {
         transfer = Transfer::new(&out);
         transfer.flip_bit(PAGE_SIZE + 1, 3);
         assert_eq!(memory.byte(PAGE_SIZE + 1), 7 ^ 8);
+    }
+
+    /// One SGL descriptor's two quadwords.
+    fn descriptor(address: u64, len: usize, kind: u8) -> (u64, u64) {
+        (address, len as u64 | u64::from(kind) << 56)
+    }
+
+    fn put_descriptor(host: &HostRange, offset: usize, words: (u64, u64)) {
+        host.put(offset, &words.0.to_le_bytes());
+        host.put(offset + 8, &words.1.to_le_bytes());
+    }
+
+    #[test]
+    fn an_sgl_data_block_describes_a_buffer_whole() {
+        let memory = TestMemory::new(4);
+        let mut table = DmaTable::new();
+        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE).unwrap();
+        let mut out = Vec::new();
+        resolve_sgl(&mut table, descriptor(iova + 4, 4 * PAGE_SIZE - 4, DATA_BLOCK), 3 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!((out.len(), out[0].len()), (1, 3 * PAGE_SIZE), "used up to the transfer's length");
+        let short = resolve_sgl(&mut table, descriptor(iova, PAGE_SIZE, DATA_BLOCK), PAGE_SIZE + 512, &mut out);
+        assert_eq!(short, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
+        let outside = resolve_sgl(&mut table, descriptor(iova, 5 * PAGE_SIZE, DATA_BLOCK), 5 * PAGE_SIZE, &mut out);
+        assert_eq!(outside, Err(data_transfer_error()));
+        let keyed = resolve_sgl(&mut table, descriptor(iova, PAGE_SIZE, 0x40), PAGE_SIZE, &mut out);
+        assert_eq!(keyed, Err(Status::from(GenericStatus::SglDescriptorTypeInvalid).with_dnr()));
+        resolve_sgl(&mut table, descriptor(0, 0, 0x70), 0, &mut out).expect("no data, nothing read");
+    }
+
+    #[test]
+    fn sgl_segments_chain_to_a_last_segment() {
+        let memory = TestMemory::new(8);
+        let mut table = DmaTable::new();
+        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE).unwrap();
+        let host = memory.all();
+        // SGL1: a Segment at page 6 holding page 2's Data Block and a Last
+        // Segment at page 7, which holds pages 0 and 1 (a zero-length
+        // block between them).
+        put_descriptor(&host, 6 * PAGE_SIZE, descriptor(iova + 2 * PAGE, PAGE_SIZE, DATA_BLOCK));
+        put_descriptor(&host, 6 * PAGE_SIZE + 16, descriptor(iova + 7 * PAGE, 48, LAST_SEGMENT));
+        put_descriptor(&host, 7 * PAGE_SIZE, descriptor(iova, PAGE_SIZE, DATA_BLOCK));
+        put_descriptor(&host, 7 * PAGE_SIZE + 16, descriptor(iova, 0, DATA_BLOCK));
+        put_descriptor(&host, 7 * PAGE_SIZE + 32, descriptor(iova + PAGE, PAGE_SIZE, DATA_BLOCK));
+        let sgl1 = descriptor(iova + 6 * PAGE, 32, SEGMENT);
+        let mut out = Vec::new();
+        resolve_sgl(&mut table, sgl1, 3 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!(out.len(), 2, "page 2, then pages 0 and 1 merged");
+        let mut transfer = Transfer::new(&out);
+        let mut data = vec![1u8; PAGE_SIZE];
+        data.extend(vec![2u8; 2 * PAGE_SIZE]);
+        transfer.put(&data);
+        assert_eq!((memory.byte(2 * PAGE_SIZE), memory.byte(0), memory.byte(PAGE_SIZE + 5)), (1, 2, 2));
+        // A chain from inside a Last Segment, or from before a Segment's
+        // last descriptor, is refused; so is a list that runs out.
+        let invalid = Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+        put_descriptor(&host, 7 * PAGE_SIZE + 32, descriptor(iova + 6 * PAGE, 32, SEGMENT));
+        assert_eq!(resolve_sgl(&mut table, sgl1, 3 * PAGE_SIZE, &mut out), invalid);
+        put_descriptor(&host, 7 * PAGE_SIZE + 32, descriptor(iova + PAGE, PAGE_SIZE, DATA_BLOCK));
+        assert_eq!(resolve_sgl(&mut table, descriptor(iova + 6 * PAGE, 48, SEGMENT), 3 * PAGE_SIZE, &mut out), invalid);
+        let runs_out = resolve_sgl(&mut table, sgl1, 4 * PAGE_SIZE, &mut out);
+        assert_eq!(runs_out, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
+        assert_eq!(
+            resolve_sgl(&mut table, descriptor(iova, 24, SEGMENT), PAGE_SIZE, &mut out),
+            invalid,
+            "not whole descriptors"
+        );
+        // A Segment whose last descriptor chains back to itself ends.
+        put_descriptor(&host, 5 * PAGE_SIZE, descriptor(iova + 5 * PAGE, 16, SEGMENT));
+        let looped = resolve_sgl(&mut table, descriptor(iova + 5 * PAGE, 16, SEGMENT), PAGE_SIZE, &mut out);
+        assert_eq!(looped, Err(Status::from(GenericStatus::InvalidNumberOfSglDescriptors).with_dnr()));
     }
 }

@@ -239,6 +239,8 @@ pub struct SimStats {
     pub power_cuts: u64,
     /// Accesses through an IOVA no mapping covers.
     pub dma_errors: u64,
+    /// I/O commands whose data an SGL described (PSDT 01b), resolved.
+    pub sgl_transfers: u64,
     /// Doorbell writes naming a queue that does not exist or a value out of
     /// range (ignored, as the spec lets a controller do).
     pub doorbell_errors: u64,
@@ -259,6 +261,7 @@ impl Default for SimStats {
             faults: FaultStats::default(),
             power_cuts: 0,
             dma_errors: 0,
+            sgl_transfers: 0,
             doorbell_errors: 0,
             ticks: 0,
         }

@@ -37,13 +37,13 @@
 
 use super::admin::{invalid_field, invalid_namespace, invalid_opcode, TRANSFER_BYTES_MAX};
 use super::controller::{Outcome, State};
-use super::dma::{resolve_prps, HostRange, Transfer, PAGE_SIZE};
+use super::dma::{resolve_prps, resolve_sgl, HostRange, Transfer, PAGE_SIZE};
 use super::fault::RangeKind;
 use super::storage::{MetadataSource, Run, Storage};
 use super::zones::{Action, Effect};
 use crate::cmd::nvm::{CopySourceRange, DsmRange, COPY_SOURCE_RANGE_SIZE, DSM_RANGE_SIZE};
 use crate::spec::command::opcode::nvm as op;
-use crate::spec::command::Command;
+use crate::spec::command::{Command, PSDT_PRP, PSDT_SGL_MPTR_CONTIGUOUS};
 use crate::spec::identify::{Oncs, NSID_BROADCAST};
 use crate::spec::registers::CC_CSS_ALL_IO;
 use crate::spec::status::{CommandSpecificStatus, GenericStatus, MediaStatus, Status};
@@ -130,7 +130,11 @@ impl State {
     }
 
     fn io_command(&mut self, c: &Command) -> Result<(u32, u32), Status> {
-        if c.psdt() != 0 || c.fuse() != 0 {
+        // SGLs with MPTR as one contiguous buffer where SGLS offers them;
+        // no metadata SGLs (SGLS bit 19 clear), no fused operations
+        // (FUSES = 0).
+        let psdt_ok = c.psdt() == PSDT_PRP || (c.psdt() == PSDT_SGL_MPTR_CONTIGUOUS && self.config.sgls & 0b11 != 0);
+        if !psdt_ok || c.fuse() != 0 {
             return Err(invalid_field());
         }
         if self.rejected_opcodes[usize::from(c.opcode)] {
@@ -195,7 +199,14 @@ impl State {
     /// `self.segments = segments`.
     fn resolve(&mut self, command: &Command, len: usize) -> Result<Vec<HostRange>, Status> {
         let mut segments = std::mem::take(&mut self.segments);
-        match resolve_prps(&mut self.dma, command.prp1, command.prp2, len, &mut segments) {
+        let resolved = if command.psdt() == PSDT_PRP {
+            resolve_prps(&mut self.dma, command.prp1, command.prp2, len, &mut segments)
+        } else {
+            let resolved = resolve_sgl(&mut self.dma, (command.prp1, command.prp2), len, &mut segments);
+            self.stats.sgl_transfers += u64::from(resolved.is_ok());
+            resolved
+        };
+        match resolved {
             Ok(()) => Ok(segments),
             Err(status) => {
                 self.segments = segments;
@@ -730,7 +741,7 @@ impl State {
             return Err(invalid_field());
         }
         let len = (u64::from(c.cdw12) + 1) * 4;
-        let limit = self.config.max_transfer_bytes().unwrap_or(TRANSFER_BYTES_MAX).min(TRANSFER_BYTES_MAX);
+        let limit = self.config.max_transfer_bytes().unwrap_or(TRANSFER_BYTES_MAX);
         if len > limit {
             return Err(invalid_field());
         }
