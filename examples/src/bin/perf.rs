@@ -70,6 +70,11 @@ struct Args {
     /// Use MMIO doorbells only, even when shadow doorbells are offered.
     #[arg(long)]
     no_shadow_doorbells: bool,
+    /// When I/O commands describe their data with an SGL instead of PRPs,
+    /// on a controller that offers SGLs: never, auto (where PRPs would
+    /// need a list, more than 8 KiB) or always.
+    #[arg(long, default_value = "auto", value_parser = parse_sgl)]
+    sgl: nvme_driver::SglMode,
     /// Seed for the random offsets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -123,7 +128,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let options = ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, ..ControllerOptions::default() };
+    let options =
+        ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, sgl: args.sgl, ..ControllerOptions::default() };
     let controller = if args.sim {
         let config = SimConfig::nvm(args.sim_capacity / u64::from(args.sim_lba), args.sim_lba).with_seed(args.seed);
         let transport: Arc<dyn Transport> = Simulator::new(config);
@@ -347,6 +353,8 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, total: &WorkerRe
             "pci": controller.transport().name(),
             "nsid": ns.nsid(),
             "shadow_doorbells": controller.shadow_doorbells(),
+            "sgl_mode": args.sgl,
+            "sgl_above_bytes": controller.sgl_threshold(),
             "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
             "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
         });
@@ -354,14 +362,19 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, total: &WorkerRe
         return;
     }
     println!(
-        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s (shadow doorbells {})",
+        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s (shadow doorbells {}, {})",
         args.bs,
         args.qd,
         args.qpairs,
         controller.transport().name(),
         ns.nsid(),
         seconds,
-        if controller.shadow_doorbells() { "on" } else { "off" }
+        if controller.shadow_doorbells() { "on" } else { "off" },
+        match controller.sgl_threshold() {
+            None => "PRPs".to_string(),
+            Some(0) => "SGLs".to_string(),
+            Some(above) => format!("SGLs above {above} bytes"),
+        }
     );
     println!(
         "  {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -383,4 +396,8 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, total: &WorkerRe
         per_io(total.stats.cq_doorbell_mmio_writes),
         total.errors
     );
+}
+
+fn parse_sgl(text: &str) -> Result<nvme_driver::SglMode, String> {
+    text.parse()
 }
