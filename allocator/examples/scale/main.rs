@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! cargo run --release -p zoned-allocator --example scale -- [--capacities 64G,256G,1T,2T]
-//!     [--extents 16K,256K,1M] [--commit-every N] [--fill PERCENT] [--zone-size SIZE]
+//!     [--extents 16K,256K,4M] [--commit-every N] [--fill PERCENT] [--zone-size SIZE]
 //!     [--metadata BYTES] [--memory-budget SIZE] [--json FILE]
 //! ```
 //! `hack/bench --only scale` runs it.
@@ -35,7 +35,7 @@ struct Args {
     json: Option<String>,
 }
 
-const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,1M)] [--commit-every N (64)]
+const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,4M)] [--commit-every N (64)]
       [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--metadata BYTES (8)] [--opens N (1)]
       [--memory-budget SIZE (80% of available)] [--json FILE]
 
@@ -63,7 +63,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
 fn parse() -> Result<Args, String> {
     let mut args = Args {
         capacities: vec![64 << 30, 256 << 30, 1 << 40, 2 << 40],
-        extents: vec![16 << 10, 256 << 10, 1 << 20],
+        extents: vec![16 << 10, 256 << 10, 4 << 20],
         settings: Settings {
             commit_every: 64,
             fill_percent: 90,
@@ -116,11 +116,11 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
     }
-    // The driver describes at most 2 MiB per command (one PRP list page),
-    // so larger extents cannot be written (nor 2 MiB with a header).
+    // An extent is written by one command, of at most 4 MiB here (see
+    // `run::MAX_TRANSFER_BYTES`).
     for &extent in &args.extents {
-        if !extent.is_multiple_of(4096) || extent > 1 << 20 {
-            return Err(format!("extent size {extent}: a multiple of 4 KiB up to 1 MiB"));
+        if !extent.is_multiple_of(4096) || extent == 0 || extent > 4 << 20 {
+            return Err(format!("extent size {extent}: a multiple of 4 KiB up to 4 MiB"));
         }
     }
     if !args.settings.zone_bytes.is_multiple_of(4096) || args.settings.zone_bytes < 1 << 20 {

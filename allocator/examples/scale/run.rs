@@ -91,9 +91,9 @@ pub struct Row {
     pub metadata_written_bytes: u64,
 }
 
-/// The largest command: the driver's one PRP list page describes up to
-/// 2 MiB, so a 1 MiB extent (and, from format 4, its header) fits.
-const MAX_TRANSFER_BYTES: usize = 2 << 20;
+/// The largest command, and so the largest extent: 4 MiB, one SGL
+/// descriptor's worth here (the simulator offers SGLs, as QEMU does).
+const MAX_TRANSFER_BYTES: usize = 4 << 20;
 
 fn device(sim: &Arc<Simulator>) -> Result<Device, String> {
     let controller =
@@ -118,8 +118,8 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut config = SimConfig::zoned(blocks, BLOCK_SIZE as u32, zone_blocks, zone_blocks);
     config.namespaces[0] = config.namespaces[0].clone().synthetic_data().metadata_bytes(settings.metadata_bytes);
     config.volatile_write_cache = false;
-    // 2 MiB per command (MDTS 9), for the largest extents.
-    config.mdts = 9;
+    // 4 MiB per command (MDTS 10), for the largest extents.
+    config.mdts = 10;
     config.memory_limit_bytes = settings.sim_memory_bytes;
     let sim = Simulator::new(config);
     let options = VolumeOptions { max_extent_bytes: extent_bytes, ..VolumeOptions::default() };

@@ -137,8 +137,8 @@ Options:
   --scale-capacities LIST  scale: volume sizes (64G,256G,1T,2T); a point whose
                       memory, projected from the one before, would not fit
                       is skipped and says so
-  --scale-extents LIST  scale: extent sizes (16K,256K,1M; the driver carries
-                      at most 2 MiB per command)
+  --scale-extents LIST  scale: extent sizes (16K,256K,4M; up to 4 MiB, one
+                      command per extent)
   --scale-metadata BYTES  scale: the namespace's per-block metadata (8: block
                       tags; 0: no metadata, checksums in the extent map)
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
