@@ -60,8 +60,10 @@ each side in turn:
 
   randread-4k-qd1    4 KiB random read, QD1: ours, io_uring, io_uring --hipri
   randread-4k-qd32   4 KiB random read, QD32: ours, io_uring, io_uring --hipri
-  write-256k-qd1     256 KiB sequential write, QD1: ours, libaio
-  read-512k-qd32     512 KiB sequential read, QD32: ours, io_uring
+  write-256k-qd1     256 KiB sequential write, QD1: ours, libaio, and ours
+                     with PRPs only (perf --sgl never)
+  read-512k-qd32     512 KiB sequential read, QD32: ours, io_uring, and ours
+                     with PRPs only
 
 The allocator and the scrub (three ZNS controllers of --zoned-size with
 --zone zones; ours, btrfs zoned, raw):
@@ -182,6 +184,9 @@ enum Side {
     KernelIrq,
     /// The kernel's polled path: io_uring with `--hipri` on a poll queue.
     KernelPolled,
+    /// Our driver with PRPs only (`perf --sgl never`): the baseline for
+    /// SGL data pointers, where the job's transfers would need PRP lists.
+    OursPrp,
 }
 
 impl Side {
@@ -190,6 +195,7 @@ impl Side {
             Side::Ours => "ours",
             Side::KernelIrq => "kernel_irq",
             Side::KernelPolled => "kernel_polled",
+            Side::OursPrp => "ours_prp",
         }
     }
 }
@@ -215,6 +221,9 @@ struct Job {
     irq_engine: &'static str,
     /// Whether the kernel also runs io_uring `--hipri` (polled).
     polled: bool,
+    /// Whether ours also runs with PRPs only (transfers past two pages,
+    /// which SGLs describe in one descriptor where PRPs need a list).
+    prp_baseline: bool,
 }
 
 impl Job {
@@ -222,6 +231,9 @@ impl Job {
         let mut sides = vec![Side::Ours, Side::KernelIrq];
         if self.polled {
             sides.push(Side::KernelPolled);
+        }
+        if self.prp_baseline {
+            sides.push(Side::OursPrp);
         }
         sides
     }
@@ -239,6 +251,7 @@ impl Job {
             Side::Ours => "ours (vfio-pci, polled)".into(),
             Side::KernelIrq => format!("kernel {}, irq", self.irq_engine),
             Side::KernelPolled => "kernel io_uring --hipri, polled".into(),
+            Side::OursPrp => "ours, PRPs only (--sgl never)".into(),
         }
     }
 }
@@ -253,6 +266,7 @@ const JOBS: [Job; 4] = [
         metric: Metric::Iops,
         irq_engine: "io_uring",
         polled: true,
+        prp_baseline: false,
     },
     Job {
         name: "randread-4k-qd32",
@@ -263,6 +277,7 @@ const JOBS: [Job; 4] = [
         metric: Metric::Iops,
         irq_engine: "io_uring",
         polled: true,
+        prp_baseline: false,
     },
     Job {
         name: "write-256k-qd1",
@@ -273,6 +288,7 @@ const JOBS: [Job; 4] = [
         metric: Metric::MibS,
         irq_engine: "libaio",
         polled: false,
+        prp_baseline: true,
     },
     Job {
         name: "read-512k-qd32",
@@ -283,6 +299,7 @@ const JOBS: [Job; 4] = [
         metric: Metric::MibS,
         irq_engine: "io_uring",
         polled: false,
+        prp_baseline: true,
     },
 ];
 
@@ -577,7 +594,7 @@ fn driver_rows(results: &[JobResult]) -> Vec<Row> {
             Metric::MibS => Unit::MibS,
         };
         let median = |side| result.summary(side).map(|s| s.median.metric(job.metric));
-        for side in job.sides().into_iter().filter(|s| *s != Side::Ours) {
+        for side in job.sides().into_iter().filter(|s| !matches!(s, Side::Ours | Side::OursPrp)) {
             let row = Row::new(
                 job.title.to_owned(),
                 format!("perf --rw {} --bs {} --qd {}", job.rw, job.bs, job.qd),
@@ -591,6 +608,19 @@ fn driver_rows(results: &[JobResult]) -> Vec<Row> {
                 ("write-256k-qd1" | "read-512k-qd32", Side::KernelIrq) => row.target(2.0),
                 _ => row,
             });
+        }
+        if job.prp_baseline && result.summary(Side::OursPrp).is_some() {
+            rows.push(
+                Row::new(
+                    format!("{}, SGLs against PRPs", job.title),
+                    format!("perf --rw {} --bs {} --qd {}", job.rw, job.bs, job.qd),
+                    median(Side::Ours),
+                    "the same with --sgl never".into(),
+                    median(Side::OursPrp),
+                    unit,
+                )
+                .baseline_is_ours(),
+            );
         }
     }
     rows
@@ -795,6 +825,11 @@ fn plan(options: &Options) -> Vec<Run> {
             for side in sides {
                 let command = match side {
                     Side::Ours => perf_command(job.rw, job.bs, job.qd, options.time_s),
+                    Side::OursPrp => {
+                        let mut command = perf_command(job.rw, job.bs, job.qd, options.time_s);
+                        command.extend(["--sgl".into(), "never".into()]);
+                        command
+                    }
                     _ => fio_command(job, side, options.time_s),
                 };
                 runs.push(Run { round, job: Some(index), side, command, time_s: options.time_s });
@@ -971,7 +1006,7 @@ fn parse_result(run: &Run, json_text: &str) -> Result<Sample, String> {
     let value: Value = serde_json::from_str(&json_text[start..])
         .map_err(|e| format!("unreadable JSON from {}: {e}", run.command[0]))?;
     match (run.side, run.job) {
-        (Side::Ours, _) => parse_perf(&value),
+        (Side::Ours | Side::OursPrp, _) => parse_perf(&value),
         (_, Some(job)) => parse_fio(&value, JOBS[job].is_read()),
         (_, None) => parse_fio(&value, false),
     }
@@ -1417,9 +1452,10 @@ fn render_tables(results: &[JobResult], options: &Options) -> String {
         };
         let _ = writeln!(
             out,
-            "  ours/kernel irq: {}   ours/kernel polled: {}   ({metric}, medians)",
+            "  ours/kernel irq: {}   ours/kernel polled: {}   ours/PRPs only: {}   ({metric}, medians)",
             ratio_text(result.ratio(Side::KernelIrq)),
-            ratio_text(result.ratio(Side::KernelPolled))
+            ratio_text(result.ratio(Side::KernelPolled)),
+            ratio_text(result.ratio(Side::OursPrp))
         );
     }
     let _ = writeln!(
@@ -1466,6 +1502,7 @@ fn render_json(results: &[JobResult], runs: &[Run], options: &Options) -> Value 
                 "sides": sides,
                 "ratio_ours_kernel_irq": result.ratio(Side::KernelIrq),
                 "ratio_ours_kernel_polled": result.ratio(Side::KernelPolled),
+                "ratio_ours_prp_only": result.ratio(Side::OursPrp),
             })
         })
         .collect();
@@ -2034,6 +2071,14 @@ mod tests {
         let table = render_rows(&rows);
         assert!(table.contains("Ours against the kernel") && !table.contains("our own baselines"), "{table}");
         assert!(table.contains("60000 IOPS     15000 IOPS  4.000x  >= 3x met"), "{table}");
+        // With PRPs only measured too: a row against that baseline.
+        let mut with_prps = results;
+        with_prps[1].sides.push((Side::OursPrp, vec![sample(6400.0)]));
+        let prp_rows = driver_rows(&with_prps);
+        let prp = prp_rows.last().unwrap();
+        assert_eq!((prp.job.as_str(), prp.baseline_ours), ("512 KiB sequential read, QD32, SGLs against PRPs", true));
+        assert_eq!((prp.ratio(), prp.kernel_label.as_str()), (Some(1.25), "the same with --sgl never"));
+        assert!(render_rows(&prp_rows).contains("our own baselines"));
         let svg = render_svg(&rows, vec![("t".into(), vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])])]);
         assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
         assert!(svg.contains("<polyline"));
@@ -2042,8 +2087,9 @@ mod tests {
     #[test]
     fn plan_interleaves_and_rotates_sides() {
         let runs = plan(&options(3));
-        // 2 preconditioning runs, then 3 + 3 + 2 + 2 runs per round.
-        assert_eq!(runs.len(), 2 + 3 * 10);
+        // 2 preconditioning runs, then 3 + 3 + 3 + 3 runs per round (the
+        // large transfers' third side is ours with PRPs only).
+        assert_eq!(runs.len(), 2 + 3 * 12);
         assert!(runs[..2].iter().all(|r| r.job.is_none()));
         let first_sides = |round: u32, job: usize| -> Side {
             runs.iter().find(|r| r.round == round && r.job == Some(job)).unwrap().side
@@ -2052,7 +2098,7 @@ mod tests {
         assert_eq!(first_sides(2, 0), Side::KernelIrq);
         assert_eq!(first_sides(3, 0), Side::KernelPolled);
         assert_eq!(first_sides(2, 2), Side::KernelIrq);
-        assert_eq!(first_sides(3, 2), Side::Ours);
+        assert_eq!(first_sides(3, 2), Side::OursPrp);
         for (index, job) in JOBS.iter().enumerate() {
             for side in job.sides() {
                 let n = runs.iter().filter(|r| r.job == Some(index) && r.side == side).count();
