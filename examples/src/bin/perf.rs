@@ -128,8 +128,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let options =
-        ControllerOptions { shadow_doorbells: !args.no_shadow_doorbells, sgl: args.sgl, ..ControllerOptions::default() };
+    let options = ControllerOptions {
+        shadow_doorbells: !args.no_shadow_doorbells,
+        sgl: args.sgl,
+        ..ControllerOptions::default()
+    };
     let controller = if args.sim {
         let config = SimConfig::nvm(args.sim_capacity / u64::from(args.sim_lba), args.sim_lba).with_seed(args.seed);
         let transport: Arc<dyn Transport> = Simulator::new(config);
