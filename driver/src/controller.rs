@@ -980,9 +980,10 @@ impl Controller {
         self.identify.max_transfer_bytes(self.shared.cap.min_page_size())
     }
 
-    /// The transfer length above which I/O commands use an SGL, `None`
-    /// for PRPs throughout: [`ControllerOptions::sgl`] where the controller
-    /// supports SGLs.
+    /// The span of a transfer's pages (bytes from the start of its first
+    /// page) above which I/O commands use an SGL, `None` for PRPs
+    /// throughout: [`ControllerOptions::sgl`] where the controller supports
+    /// SGLs.
     pub fn sgl_threshold(&self) -> Option<usize> {
         self.shared.options.sgl.threshold(self.identify.sgl_supported())
     }

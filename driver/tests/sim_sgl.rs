@@ -62,6 +62,29 @@ fn the_controller_and_the_mode_choose_sgls_by_length() {
 }
 
 #[test]
+fn auto_goes_by_the_pages_a_buffer_spans() {
+    // 8 KiB from 512 bytes into a page spans three pages: PRPs would need
+    // a list, so an SGL describes it.
+    let sim = Simulator::new(SimConfig::nvm(1 << 16, 512));
+    let controller = controller(&sim, SglMode::Auto);
+    let ns = controller.namespace(1).unwrap();
+    let mut pair = controller.create_queue_pair(8).unwrap();
+    let pool = DmaPool::new(controller.transport(), 16 * 1024, 2).unwrap();
+    let data = pattern(8, 8192);
+    let buffer = IoBuffer::range(pool.get().unwrap(), 512, 8192);
+    buffer.buffer().copy_in(512, &data);
+    pair.execute(ns.write(0, buffer, false, 1).unwrap(), BOUND).unwrap().status.unwrap();
+    assert_eq!(sim.stats().sgl_transfers, 1);
+    let aligned = IoBuffer::range(pool.get().unwrap(), 0, 8192);
+    let done = pair.execute(ns.read(0, aligned, 2).unwrap(), BOUND).unwrap();
+    done.status.unwrap();
+    let mut out = vec![0u8; 8192];
+    done.buffer.unwrap().buffer().copy_out(0, &mut out);
+    assert_eq!(out, data);
+    assert_eq!(sim.stats().sgl_transfers, 1, "an aligned 8 KiB buffer is PRP1 and PRP2");
+}
+
+#[test]
 fn one_sgl_descriptor_carries_what_no_prp_list_page_can() {
     // MDTS 4 MiB: past the 2 MiB one PRP list page describes.
     let mut config = SimConfig::nvm(1 << 16, 4096);

@@ -413,7 +413,8 @@ pub struct QueuePair {
     sq: ManuallyDrop<DmaRegion>,
     cq: ManuallyDrop<DmaRegion>,
     prp_lists: ManuallyDrop<DmaRegion>,
-    /// Transfers longer than this are described by an SGL descriptor
+    /// Transfers whose pages, counted from the start of the first, span
+    /// more than this many bytes are described by an SGL descriptor
     /// instead of PRPs (see [`sgl::SglMode`]); `None`: PRPs throughout.
     sgl_above: Option<usize>,
     sq_tail: u16,
@@ -616,12 +617,14 @@ impl QueuePair {
         self.timeout = timeout;
     }
 
-    /// Describes transfers longer than `threshold` bytes with one SGL Data
-    /// Block descriptor instead of PRPs (`None`: PRPs throughout). Only
-    /// for I/O queues of a controller that supports SGLs; the controller
-    /// sets it from [`sgl::SglMode`] when it creates the pair.
-    pub fn set_sgl_threshold(&mut self, threshold: Option<usize>) {
-        debug_assert!(self.qid != 0 || threshold.is_none(), "admin commands use PRPs");
+    /// Describes transfers whose pages span more than `threshold` bytes
+    /// (from the start of the first page) with one SGL Data Block
+    /// descriptor instead of PRPs (`None`: PRPs throughout). Only for I/O
+    /// queues of a controller that supports SGLs: the controller sets it
+    /// from [`sgl::SglMode`] when it creates the pair, and namespaces size
+    /// their transfers from the same mode.
+    pub(crate) fn set_sgl_threshold(&mut self, threshold: Option<usize>) {
+        assert!(self.qid != 0 || threshold.is_none(), "admin commands use PRPs");
         self.sgl_above = threshold;
     }
 
@@ -749,7 +752,12 @@ impl QueuePair {
         if len == 0 {
             return Ok(());
         }
-        if self.sgl_above.is_some_and(|threshold| len > threshold) {
+        // The bytes from the start of the buffer's first page to its end:
+        // past two pages, PRPs need a list. An odd length goes by PRPs,
+        // which a controller that wants dword granularity for SGLs (SGLS
+        // 10b) would refuse in an SGL.
+        let span = (iova % PAGE_SIZE as u64) as usize + len;
+        if self.sgl_above.is_some_and(|threshold| span > threshold) && len.is_multiple_of(4) {
             let (dptr1, dptr2) = sgl::data_block(iova, len).map_err(SubmitError::Buffer)?;
             command.flags = (command.flags & FLAGS_FUSE_MASK) | (PSDT_SGL_MPTR_CONTIGUOUS << FLAGS_PSDT_SHIFT);
             command.prp1 = dptr1;

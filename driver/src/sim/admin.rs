@@ -101,7 +101,8 @@ impl State {
     pub(crate) fn admin(&mut self, command: &Command) -> Outcome {
         self.stats.admin_commands[usize::from(command.opcode)] += 1;
         if command.psdt() != 0 || command.fuse() != 0 {
-            // No SGLs (SGLS = 0), no fused operations (FUSES = 0).
+            // Admin commands describe data with PRPs (over PCIe they must);
+            // no fused operations (FUSES = 0).
             return Outcome::from_result(Err(invalid_field()));
         }
         let result = match command.opcode {

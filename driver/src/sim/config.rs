@@ -264,10 +264,10 @@ pub struct SimConfig {
     /// MDTS: `4096 << mdts` bytes per command; 0 is no limit.
     pub mdts: u8,
     /// SGLS of Identify Controller: bits 1:0 say whether I/O commands may
-    /// describe their data with SGLs (01b: yes, with no alignment rule, as
-    /// QEMU 7.2 says; 00b: PRPs only). The simulator reads Data Block,
-    /// Segment and Last Segment descriptors; QEMU also offers Bit Bucket
-    /// descriptors (bit 16), which no driver here uses.
+    /// describe their data with SGLs (01b: yes, with no alignment rule;
+    /// 00b: PRPs only). The simulator reads Data Block, Segment and Last
+    /// Segment descriptors. QEMU 7.2 says 01b too, and also offers Bit
+    /// Bucket descriptors (bit 16), which no driver here uses.
     pub sgls: u32,
     /// ONCS.
     pub oncs: Oncs,

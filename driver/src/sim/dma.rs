@@ -296,9 +296,10 @@ const SGL_DESCRIPTORS_MAX: usize = 1 << 16;
 /// as [`resolve_prps`] does for PRPs. Reads Data Block descriptors (a
 /// zero-length one moves nothing) and Segment and Last Segment descriptors,
 /// whose lists hold Data Blocks and, last in a Segment's list only, the
-/// next Segment or Last Segment. As QEMU 7.2 (`nvme_map_sgl`), a list that
-/// describes more than the transfer is used up to its length, and one
-/// that describes less fails with Data SGL Length Invalid.
+/// next Segment or Last Segment. The SGL must describe the transfer
+/// exactly: more or less is Data SGL Length Invalid (SGLS bit 18 is clear,
+/// as in QEMU 7.2's `nvme_map_sgl`; zero-length descriptors after the last
+/// byte are allowed).
 pub(crate) fn resolve_sgl(
     table: &mut DmaTable,
     sgl1: (u64, u64),
@@ -318,13 +319,15 @@ pub(crate) fn resolve_sgl(
         let length = length as usize;
         match kind {
             DATA_BLOCK => {
-                let count = remaining.min(length);
-                if count > 0 {
-                    push(out, table.translate(address, count).ok_or_else(data_transfer_error)?.0);
+                if length > remaining {
+                    return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
                 }
-                remaining -= count;
+                if length > 0 {
+                    push(out, table.translate(address, length).ok_or_else(data_transfer_error)?.0);
+                }
+                remaining -= length;
                 if remaining == 0 {
-                    return Ok(());
+                    return sgl_rest_is_empty(segment);
                 }
             }
             SEGMENT | LAST_SEGMENT => {
@@ -359,6 +362,20 @@ pub(crate) fn resolve_sgl(
         descriptor = words;
     }
     Err(Status::from(GenericStatus::InvalidNumberOfSglDescriptors).with_dnr())
+}
+
+/// After an SGL's last byte: what is left of the segment being walked
+/// holds only zero-length Data Blocks.
+fn sgl_rest_is_empty(segment: Option<(HostRange, usize, bool)>) -> Result<(), Status> {
+    let Some((list, at, _)) = segment else { return Ok(()) };
+    for offset in (at..list.len()).step_by(DESCRIPTOR_BYTES) {
+        let bytes: [u8; 16] = list.read_volatile(offset);
+        let kind_and_length = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        if kind_and_length as u32 != 0 || (kind_and_length >> 56) as u8 != DATA_BLOCK {
+            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+        }
+    }
+    Ok(())
 }
 
 fn push(out: &mut Vec<HostRange>, range: HostRange) {
@@ -562,8 +579,10 @@ pub(crate) mod tests {
         let mut table = DmaTable::new();
         let iova = table.map(memory.ptr(), 4 * PAGE_SIZE).unwrap();
         let mut out = Vec::new();
-        resolve_sgl(&mut table, descriptor(iova + 4, 4 * PAGE_SIZE - 4, DATA_BLOCK), 3 * PAGE_SIZE, &mut out).unwrap();
-        assert_eq!((out.len(), out[0].len()), (1, 3 * PAGE_SIZE), "used up to the transfer's length");
+        resolve_sgl(&mut table, descriptor(iova + 4, 3 * PAGE_SIZE, DATA_BLOCK), 3 * PAGE_SIZE, &mut out).unwrap();
+        assert_eq!((out.len(), out[0].len()), (1, 3 * PAGE_SIZE));
+        let long = resolve_sgl(&mut table, descriptor(iova, 2 * PAGE_SIZE, DATA_BLOCK), PAGE_SIZE, &mut out);
+        assert_eq!(long, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()), "more than the transfer");
         let short = resolve_sgl(&mut table, descriptor(iova, PAGE_SIZE, DATA_BLOCK), PAGE_SIZE + 512, &mut out);
         assert_eq!(short, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
         let outside = resolve_sgl(&mut table, descriptor(iova, 5 * PAGE_SIZE, DATA_BLOCK), 5 * PAGE_SIZE, &mut out);
@@ -596,6 +615,10 @@ pub(crate) mod tests {
         data.extend(vec![2u8; 2 * PAGE_SIZE]);
         transfer.put(&data);
         assert_eq!((memory.byte(2 * PAGE_SIZE), memory.byte(0), memory.byte(PAGE_SIZE + 5)), (1, 2, 2));
+        // Two pages of it: the rest of the list (a zero-length block, then
+        // page 1) describes more than the transfer.
+        let long = resolve_sgl(&mut table, sgl1, 2 * PAGE_SIZE, &mut out);
+        assert_eq!(long, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
         // A chain from inside a Last Segment, or from before a Segment's
         // last descriptor, is refused; so is a list that runs out.
         let invalid = Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
