@@ -21,6 +21,23 @@ pub const PAGE_SIZE: usize = 4096;
 /// pages.
 pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 
+/// Advises the kernel to back `buf`'s whole, aligned 2 MiB pages with
+/// transparent huge pages when first touched (THP mode `madvise` or
+/// `always`): one fault and one page-table entry per 2 MiB of fresh
+/// memory instead of 512. Buffers with no whole huge page inside are left
+/// alone; a kernel without THP ignores the advice.
+pub fn advise_huge_pages(buf: &[u8]) {
+    let start = buf.as_ptr().align_offset(HUGE_PAGE_SIZE);
+    if start >= buf.len() || buf.len() - start < HUGE_PAGE_SIZE {
+        return;
+    }
+    let len = (buf.len() - start) / HUGE_PAGE_SIZE * HUGE_PAGE_SIZE;
+    // SAFETY: madvise only advises the kernel about pages of this live
+    // allocation, within its bounds; it neither reads nor writes memory,
+    // and a failure (no THP support) is harmless.
+    unsafe { libc::madvise(buf[start..].as_ptr().cast_mut().cast(), len, libc::MADV_HUGEPAGE) };
+}
+
 /// Plain data that any bit pattern makes valid, so it can be read from
 /// device-written memory.
 pub trait Pod: Copy + sealed::Sealed {}

@@ -37,7 +37,7 @@ pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 /// Chunks per slab (32 MiB of data).
 const SLAB_CHUNKS: usize = 512;
 /// The huge page size slabs are aligned to.
-const HUGE_PAGE_BYTES: usize = 2 << 20;
+const HUGE_PAGE_BYTES: usize = crate::dma::HUGE_PAGE_SIZE;
 
 /// A chunk of the arena.
 type ChunkId = u32;
@@ -73,11 +73,7 @@ impl Arena {
         let slab = vec![0u8; slab_bytes + HUGE_PAGE_BYTES];
         let start = slab.as_ptr().align_offset(HUGE_PAGE_BYTES);
         assert!(start < HUGE_PAGE_BYTES, "a byte buffer aligns anywhere");
-        let window = slab[start..start + slab_bytes].as_ptr();
-        // SAFETY: madvise only advises the kernel about the pages of this
-        // live allocation (our own Vec, not yet touched); it neither reads
-        // nor writes memory, and a failure (no THP support) is harmless.
-        unsafe { libc::madvise(window.cast_mut().cast(), slab_bytes, libc::MADV_HUGEPAGE) };
+        crate::dma::advise_huge_pages(&slab[start..start + slab_bytes]);
         self.slabs.push(slab);
         self.starts.push(start);
         self.next = 0;
