@@ -628,17 +628,6 @@ impl QueuePair {
         self.sgl_above = threshold;
     }
 
-    /// The length above which transfers use an SGL, if any (see
-    /// [`QueuePair::set_sgl_threshold`]).
-    pub fn sgl_threshold(&self) -> Option<usize> {
-        self.sgl_above
-    }
-
-    /// The largest transfer this pair's data pointers describe.
-    pub fn max_transfer_bytes(&self) -> usize {
-        sgl::SglMode::max_transfer_bytes(self.sgl_above)
-    }
-
     /// The deadline of commands, if any (see [`QueuePair::set_timeout`]).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout

@@ -291,6 +291,18 @@ pub(crate) fn resolve_prps(
 /// walk, so that a list that chains into itself ends.
 const SGL_DESCRIPTORS_MAX: usize = 1 << 16;
 
+/// An SGL error: `code`, do not retry.
+fn sgl_error(code: GenericStatus) -> Status {
+    Status::from(code).with_dnr()
+}
+
+/// The descriptor at byte `offset` of an SGL segment, as its two quadwords.
+fn read_descriptor(list: &HostRange, offset: usize) -> (u64, u64) {
+    let bytes: [u8; DESCRIPTOR_BYTES] = list.read_volatile(offset);
+    let (low, high) = bytes.split_at(8);
+    (u64::from_le_bytes(low.try_into().expect("8 bytes")), u64::from_le_bytes(high.try_into().expect("8 bytes")))
+}
+
 /// Resolves an SGL data pointer (SGL1, the command's two data pointer
 /// quadwords `sgl1`) of a `len`-byte transfer into host memory segments,
 /// as [`resolve_prps`] does for PRPs. Reads Data Block descriptors (a
@@ -320,7 +332,7 @@ pub(crate) fn resolve_sgl(
         match kind {
             DATA_BLOCK => {
                 if length > remaining {
-                    return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+                    return Err(sgl_error(GenericStatus::DataSglLengthInvalid));
                 }
                 if length > 0 {
                     push(out, table.translate(address, length).ok_or_else(data_transfer_error)?.0);
@@ -332,36 +344,32 @@ pub(crate) fn resolve_sgl(
             }
             SEGMENT | LAST_SEGMENT => {
                 if length == 0 || !length.is_multiple_of(DESCRIPTOR_BYTES) {
-                    return Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+                    return Err(sgl_error(GenericStatus::InvalidSglSegmentDescriptor));
                 }
                 let (list, _) = table.translate(address, length).ok_or_else(data_transfer_error)?;
                 segment = Some((list, 0, kind == LAST_SEGMENT));
             }
-            _ => return Err(Status::from(GenericStatus::SglDescriptorTypeInvalid).with_dnr()),
+            _ => return Err(sgl_error(GenericStatus::SglDescriptorTypeInvalid)),
         }
         // The next descriptor: the next in the current segment's list.
         let Some((list, at, last)) = segment.as_mut() else {
             // SGL1 was the only one and described too little.
-            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+            return Err(sgl_error(GenericStatus::DataSglLengthInvalid));
         };
         if *at == list.len() {
-            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+            return Err(sgl_error(GenericStatus::DataSglLengthInvalid));
         }
-        let bytes: [u8; 16] = list.read_volatile(*at);
+        let words = read_descriptor(list, *at);
         *at += DESCRIPTOR_BYTES;
-        let words = (
-            u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-            u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes")),
-        );
         let kind = sgl::decode(words).2;
         let chains = kind == SEGMENT || kind == LAST_SEGMENT;
         if chains && (*last || *at != list.len()) {
             // Only a Segment's last descriptor may chain on.
-            return Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+            return Err(sgl_error(GenericStatus::InvalidSglSegmentDescriptor));
         }
         descriptor = words;
     }
-    Err(Status::from(GenericStatus::InvalidNumberOfSglDescriptors).with_dnr())
+    Err(sgl_error(GenericStatus::InvalidNumberOfSglDescriptors))
 }
 
 /// After an SGL's last byte: what is left of the segment being walked
@@ -369,10 +377,9 @@ pub(crate) fn resolve_sgl(
 fn sgl_rest_is_empty(segment: Option<(HostRange, usize, bool)>) -> Result<(), Status> {
     let Some((list, at, _)) = segment else { return Ok(()) };
     for offset in (at..list.len()).step_by(DESCRIPTOR_BYTES) {
-        let bytes: [u8; 16] = list.read_volatile(offset);
-        let kind_and_length = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
-        if kind_and_length as u32 != 0 || (kind_and_length >> 56) as u8 != DATA_BLOCK {
-            return Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr());
+        let (_, length, kind) = sgl::decode(read_descriptor(&list, offset));
+        if length != 0 || kind != DATA_BLOCK {
+            return Err(sgl_error(GenericStatus::DataSglLengthInvalid));
         }
     }
     Ok(())
@@ -582,13 +589,13 @@ pub(crate) mod tests {
         resolve_sgl(&mut table, descriptor(iova + 4, 3 * PAGE_SIZE, DATA_BLOCK), 3 * PAGE_SIZE, &mut out).unwrap();
         assert_eq!((out.len(), out[0].len()), (1, 3 * PAGE_SIZE));
         let long = resolve_sgl(&mut table, descriptor(iova, 2 * PAGE_SIZE, DATA_BLOCK), PAGE_SIZE, &mut out);
-        assert_eq!(long, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()), "more than the transfer");
+        assert_eq!(long, Err(sgl_error(GenericStatus::DataSglLengthInvalid)), "more than the transfer");
         let short = resolve_sgl(&mut table, descriptor(iova, PAGE_SIZE, DATA_BLOCK), PAGE_SIZE + 512, &mut out);
-        assert_eq!(short, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
+        assert_eq!(short, Err(sgl_error(GenericStatus::DataSglLengthInvalid)));
         let outside = resolve_sgl(&mut table, descriptor(iova, 5 * PAGE_SIZE, DATA_BLOCK), 5 * PAGE_SIZE, &mut out);
         assert_eq!(outside, Err(data_transfer_error()));
         let keyed = resolve_sgl(&mut table, descriptor(iova, PAGE_SIZE, 0x40), PAGE_SIZE, &mut out);
-        assert_eq!(keyed, Err(Status::from(GenericStatus::SglDescriptorTypeInvalid).with_dnr()));
+        assert_eq!(keyed, Err(sgl_error(GenericStatus::SglDescriptorTypeInvalid)));
         resolve_sgl(&mut table, descriptor(0, 0, 0x70), 0, &mut out).expect("no data, nothing read");
     }
 
@@ -618,16 +625,16 @@ pub(crate) mod tests {
         // Two pages of it: the rest of the list (a zero-length block, then
         // page 1) describes more than the transfer.
         let long = resolve_sgl(&mut table, sgl1, 2 * PAGE_SIZE, &mut out);
-        assert_eq!(long, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
+        assert_eq!(long, Err(sgl_error(GenericStatus::DataSglLengthInvalid)));
         // A chain from inside a Last Segment, or from before a Segment's
         // last descriptor, is refused; so is a list that runs out.
-        let invalid = Err(Status::from(GenericStatus::InvalidSglSegmentDescriptor).with_dnr());
+        let invalid = Err(sgl_error(GenericStatus::InvalidSglSegmentDescriptor));
         put_descriptor(&host, 7 * PAGE_SIZE + 32, descriptor(iova + 6 * PAGE, 32, SEGMENT));
         assert_eq!(resolve_sgl(&mut table, sgl1, 3 * PAGE_SIZE, &mut out), invalid);
         put_descriptor(&host, 7 * PAGE_SIZE + 32, descriptor(iova + PAGE, PAGE_SIZE, DATA_BLOCK));
         assert_eq!(resolve_sgl(&mut table, descriptor(iova + 6 * PAGE, 48, SEGMENT), 3 * PAGE_SIZE, &mut out), invalid);
         let runs_out = resolve_sgl(&mut table, sgl1, 4 * PAGE_SIZE, &mut out);
-        assert_eq!(runs_out, Err(Status::from(GenericStatus::DataSglLengthInvalid).with_dnr()));
+        assert_eq!(runs_out, Err(sgl_error(GenericStatus::DataSglLengthInvalid)));
         assert_eq!(
             resolve_sgl(&mut table, descriptor(iova, 24, SEGMENT), PAGE_SIZE, &mut out),
             invalid,
@@ -636,6 +643,6 @@ pub(crate) mod tests {
         // A Segment whose last descriptor chains back to itself ends.
         put_descriptor(&host, 5 * PAGE_SIZE, descriptor(iova + 5 * PAGE, 16, SEGMENT));
         let looped = resolve_sgl(&mut table, descriptor(iova + 5 * PAGE, 16, SEGMENT), PAGE_SIZE, &mut out);
-        assert_eq!(looped, Err(Status::from(GenericStatus::InvalidNumberOfSglDescriptors).with_dnr()));
+        assert_eq!(looped, Err(sgl_error(GenericStatus::InvalidNumberOfSglDescriptors)));
     }
 }
