@@ -5,7 +5,7 @@
 
 use super::config::{FaultConfig, SimConfig};
 use super::dma::{DmaTable, HostRange, PAGE_SIZE};
-use super::fault::{PowerCutReport, RangeFaults, SimStats, ZoneRewind};
+use super::fault::{PowerCutReport, RangeFaults, RangeKind, SimStats, ZoneRewind};
 use super::namespace::Namespace;
 use super::prng::{mix, Prng};
 use crate::spec::command::{Command, SQE_SIZE};
@@ -576,6 +576,8 @@ impl State {
         } else if self.drop_io > 0 {
             self.drop_io -= 1;
             true
+        } else if self.hangs(command) {
+            true
         } else {
             self.rng.chance(self.fault_config.dropped_completion_probability)
         };
@@ -599,6 +601,17 @@ impl State {
         );
         self.seq += 1;
         self.pending.push(Pending { due: self.now + delay, seq: self.seq, cqid, entry });
+    }
+
+    /// Whether `command`, an I/O command, is a read that a
+    /// [`super::Fault::HangReads`] range holds.
+    fn hangs(&self, command: &Command) -> bool {
+        if self.faults.is_empty() || command.opcode != crate::spec::command::opcode::nvm::READ {
+            return false;
+        }
+        let slba = u64::from(command.cdw10) | u64::from(command.cdw11) << 32;
+        let blocks = u64::from(command.cdw12 & 0xffff) + 1;
+        self.faults.first_hit(RangeKind::HangRead, command.nsid, slba, blocks).is_some()
     }
 
     fn log_error(&mut self, sqid: u16, command: &Command, status: Status) {

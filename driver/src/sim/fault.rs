@@ -46,6 +46,20 @@ pub enum Fault {
         /// I/O commands affected.
         count: u32,
     },
+    /// Reads (Read commands) touching these blocks execute, but their
+    /// completions are never posted: they hang, as with
+    /// [`Fault::DropCompletions`], until an Abort or a reset ends them. A
+    /// drive retrying a marginal area past the host's deadline, for tests
+    /// of a read that times out where it lands rather than whichever
+    /// command comes next.
+    HangReads {
+        /// The namespace.
+        nsid: u32,
+        /// First affected logical block.
+        slba: u64,
+        /// Affected logical blocks from `slba`.
+        blocks: u64,
+    },
     /// The next `count` admin commands execute, but their completions are
     /// never posted (hung, as above).
     DropAdminCompletions {
@@ -122,6 +136,7 @@ pub(crate) enum RangeKind {
     UnrecoveredRead,
     ReadBitFlip,
     WriteFault,
+    HangRead,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -201,8 +216,8 @@ pub struct FaultStats {
     /// Writes failed with Write Fault by a range fault.
     pub write_faults: u64,
     /// Completions withheld ([`Fault::DropCompletions`],
-    /// [`Fault::DropAdminCompletions`], or the dropped-completion
-    /// probability).
+    /// [`Fault::DropAdminCompletions`], [`Fault::HangReads`], or the
+    /// dropped-completion probability).
     pub dropped_completions: u64,
     /// Times the controller entered the fatal state (CSTS.CFS = 1).
     pub controller_fatal: u64,

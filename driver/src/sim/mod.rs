@@ -197,6 +197,10 @@ impl Simulator {
                 check_range(state, nsid, slba, blocks);
                 state.faults.add(RangeKind::WriteFault, nsid, slba, blocks);
             }
+            Fault::HangReads { nsid, slba, blocks } => {
+                check_range(state, nsid, slba, blocks);
+                state.faults.add(RangeKind::HangRead, nsid, slba, blocks);
+            }
             Fault::DropCompletions { count } => state.drop_io = state.drop_io.saturating_add(count),
             Fault::DropAdminCompletions { count } => state.drop_admin = state.drop_admin.saturating_add(count),
             Fault::ControllerFatal => {

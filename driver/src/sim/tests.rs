@@ -350,6 +350,38 @@ fn abort_ends_a_hung_command_and_declines_the_rest() {
 }
 
 #[test]
+fn hung_reads_hold_only_reads_of_their_blocks_until_an_abort() {
+    let mut host = Host::enabled(SimConfig::nvm(1 << 12, 4096), 16);
+    host.admin_status(admin::create_io_cq(1, 8, host.page(2), true, false, 0)).unwrap();
+    host.admin_status(admin::create_io_sq(1, 8, host.page(3), 1, 0)).unwrap();
+    let mut sq = RawSq { qid: 1, page: 3, size: 8, tail: 0 };
+    let mut cq = RawCq { qid: 1, page: 2, size: 8, head: 0, phase: true };
+    host.sim.inject(Fault::HangReads { nsid: 1, slba: 10, blocks: 2 });
+    // A read touching block 11 hangs; one beside the range, and a write
+    // over it, complete.
+    host.push(&mut sq, Command { cid: 1, prp1: host.page(4), ..nvm::read(1, 11, 1) });
+    host.push(&mut sq, Command { cid: 2, prp1: host.page(5), ..nvm::read(1, 12, 1) });
+    host.push(&mut sq, Command { cid: 3, prp1: host.page(6), ..nvm::write(1, 10, 1, true) });
+    host.push(&mut sq, Command { cid: 4, prp1: host.page(7), ..nvm::read(1, 8, 2) });
+    host.ring(&sq);
+    let mut done: Vec<u16> = host.reap(&mut cq).iter().map(|c| c.cid).collect();
+    done.sort_unstable();
+    assert_eq!(done, [2, 3, 4]);
+    assert_eq!(host.sim.hung_commands(), 1);
+    let abort = host.admin(admin::abort(1, 1));
+    assert!(abort.is_success() && abort.dw0 & 1 == 0);
+    let done = host.reap(&mut cq);
+    assert_eq!((done.len(), done[0].cid), (1, 1));
+    assert_eq!(done[0].status().code(), generic(GenericStatus::CommandAbortRequested));
+    // Cleared, the same read completes.
+    host.sim.clear_faults();
+    host.push(&mut sq, Command { cid: 5, prp1: host.page(4), ..nvm::read(1, 11, 1) });
+    host.ring(&sq);
+    let done = host.reap(&mut cq);
+    assert!(done.len() == 1 && done[0].cid == 5 && done[0].is_success());
+}
+
+#[test]
 fn smart_warnings_wait_for_a_request_and_stay_masked_until_the_log_is_read() {
     let mut host = Host::enabled(SimConfig::default(), 4);
     // Only warnings enabled in Asynchronous Event Configuration raise one.
