@@ -690,6 +690,45 @@ fn owners_are_read_back_from_either_copy_and_one_lost_on_both_is_a_typed_error()
 }
 
 #[test]
+fn an_owner_read_that_times_out_on_every_copy_fails_the_commit_and_loses_no_owner() {
+    // An owner blob whose reads hang on both copies (a timeout, not a bad
+    // block) fails the commit that rewrites its page, by the read's error:
+    // no owner is taken for lost, since a retry may read it. Once the
+    // reads answer, the same checkpoint is written, and every extent and
+    // owner is intact, across reopening.
+    let (mut harness, options) = single_zns();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill_pages(&mut volume, &mut model, 600);
+    volume.checkpoint_now().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    let owner = |slot: u64| 10_000 + slot - 1;
+    let page1 = find_owner_pair(&harness.sims[0], 0..4, owner(360), owner(361));
+    assert!(page1.len() >= 2, "page 1's blob is on both copies");
+    for &(lba, _) in &page1 {
+        harness.sims[0].inject(Fault::HangReads { nsid: 1, slba: lba, blocks: 1 });
+    }
+    let hung_before = harness.sims[0].stats().faults.dropped_completions;
+    match volume.checkpoint_now() {
+        Err(Error::Command { error, .. }) => assert!(error.is_retryable(), "{error}"),
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("a checkpoint whose owner reads hang: {other:?}"),
+    }
+    assert!(harness.sims[0].stats().faults.dropped_completions >= hung_before + 2, "both copies were tried");
+    assert_eq!(volume.stats().owners_lost, 0, "a timeout loses no owner");
+    harness.sims[0].clear_faults();
+    volume.checkpoint_now().expect("the reads answer: the checkpoint is written");
+    assert_eq!(volume.stats().owners_lost, 0);
+    check(&mut volume, &model);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    check(&mut volume, &model);
+}
+
+#[test]
 fn open_reads_a_finished_segment_up_to_its_log_not_to_the_zone_end() {
     // A rotation finishes the zone the log leaves (metadata keeps one
     // active zone per copy), so its write pointer no longer says where
