@@ -339,3 +339,74 @@ fn read_into(
         offset += n;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DeviceOptions;
+    use nvme_driver::sim::{SimConfig, Simulator};
+    use nvme_driver::{Controller, ControllerOptions};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A device on a fresh simulator with `config`, in zones of
+    /// `zone_blocks` 4 KiB blocks (software zones on a conventional
+    /// namespace).
+    fn device(config: SimConfig, zone_blocks: u32) -> (Arc<Simulator>, Device) {
+        let sim = Simulator::new(config);
+        let bound = Duration::from_millis(200);
+        let options = ControllerOptions { admin_timeout: bound, shutdown_timeout: bound, ..Default::default() };
+        let controller = Controller::init(sim.clone(), options).expect("bring-up");
+        let mut device =
+            Device::open(&controller, 1, DeviceOptions { timeout: bound, ..Default::default() }).expect("the device");
+        device.load_zones(zone_blocks).expect("zones");
+        (sim, device)
+    }
+
+    #[test]
+    fn a_read_past_its_segment_is_refused_by_name_before_any_io() {
+        // Zones of 16 blocks; copy 0's segment 0 is zones 0 and 1.
+        let (sim, mut device) = device(SimConfig::zoned(64 * 16, 4096, 16, 16), 16);
+        let copy = MetaCopy { device: 0, segments: [0, 2] };
+        let reads = || sim.stats().io_commands[usize::from(nvme_driver::spec::command::opcode::nvm::READ)];
+        let mut buf = vec![0u8; 2 * BLOCK_SIZE];
+        let before = reads();
+        match read_segment(&mut device, copy, 2, 0, 31, &mut buf) {
+            Err(Error::Corrupt(why)) => assert!(why.contains("past segment 0"), "{why}"),
+            other => panic!("a read over the segment's end: {other:?}"),
+        }
+        assert_eq!(reads(), before, "nothing was read");
+        // Its last block alone, and a read across its two zones.
+        read_segment(&mut device, copy, 2, 0, 31, &mut buf[..BLOCK_SIZE]).unwrap();
+        read_segment(&mut device, copy, 2, 0, 15, &mut buf).unwrap();
+        assert_eq!(reads(), before + 3, "the last read in one piece per zone");
+    }
+
+    #[test]
+    fn an_image_ends_before_a_run_of_zero_blocks_and_nothing_shorter_or_non_zero_ends_it() {
+        // A conventional namespace in zones of ZERO_RUN_BLOCKS, four per
+        // segment; segment 0 is written from its start with
+        // `byte(block)` for `blocks` blocks, then imaged.
+        let zone = ZERO_RUN_BLOCKS;
+        let segment_blocks = 4 * zone;
+        let image = |blocks: u64, byte: &dyn Fn(u64) -> u8| {
+            let (_sim, mut device) = device(SimConfig::nvm(16 * zone * 8, 512), zone as u32);
+            let copy = MetaCopy { device: 0, segments: [0, 4] };
+            let data: Vec<u8> = (0..blocks).flat_map(|b| vec![byte(b); BLOCK_SIZE]).collect();
+            write_segment(&mut device, copy, 4, 0, 0, &data).unwrap();
+            read_segment_image(&mut device, copy, 4, 0, segment_blocks, true, None)
+        };
+        // Five blocks of records, then what the device returns for the
+        // rest: zeros (a drive whose unwritten blocks read as zeros).
+        assert_eq!(image(5, &|_| 0xA5).blocks(), 5, "the image ends at the run of zeros");
+        // A run one block short of the rule, then more records: read on.
+        let short = ZERO_RUN_BLOCKS - 1;
+        let shorter = image(5 + short + 3, &|b| if (5..5 + short).contains(&b) { 0 } else { 0xA5 });
+        assert_eq!(shorter.blocks(), 5 + short + 3, "a shorter run does not end it");
+        assert!(shorter.range(5 + short, 3).unwrap().iter().all(|&b| b == 0xA5));
+        // A drive whose unwritten blocks read as ones (DLFEAT 010b), here
+        // written so: no run of zeros, so the whole segment is read.
+        let ones = image(segment_blocks, &|b| if b < 5 { 0xA5 } else { 0xFF });
+        assert_eq!((ones.blocks(), ones.blocks_read()), (segment_blocks, segment_blocks), "read to the end");
+    }
+}
