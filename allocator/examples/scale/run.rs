@@ -50,6 +50,11 @@ pub struct Row {
     pub commit_median_bytes: u64,
     pub commit_p99_bytes: u64,
     pub commit_max_bytes: u64,
+    /// The slowest commit that began a checkpoint (moved the log to the
+    /// other segment, resetting it first on a zoned namespace), and the
+    /// slowest that did not; 0 when there was none of the kind.
+    pub commit_max_rotating_ms: f64,
+    pub commit_max_plain_ms: f64,
     /// Checkpoints the fill's commits wrote (segment rotations).
     pub fill_checkpoints: u64,
     pub checkpoint_bytes: u64,
@@ -146,13 +151,17 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut latencies = Vec::new();
     let mut commit_bytes = Vec::new();
     let mut since_commit = 0;
+    let (mut slowest_rotating, mut slowest_plain) = (Duration::ZERO, Duration::ZERO);
     let started = Instant::now();
     let mut progress_at = Instant::now();
-    let commit = |volume: &mut Volume, latencies: &mut Vec<Duration>, commit_bytes: &mut Vec<u64>| {
+    let mut commit = |volume: &mut Volume, latencies: &mut Vec<Duration>, commit_bytes: &mut Vec<u64>| {
         let before = written(&sim);
         let at = Instant::now();
         let info = volume.commit().map_err(|e| format!("commit: {e}"))?;
-        latencies.push(at.elapsed());
+        let took = at.elapsed();
+        latencies.push(took);
+        let slowest = if info.checkpoint { &mut slowest_rotating } else { &mut slowest_plain };
+        *slowest = (*slowest).max(took);
         commit_bytes.push(written(&sim) - before);
         Ok::<_, String>(info)
     };
@@ -200,8 +209,17 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         row.commit_p99_bytes = quantile(&commit_bytes, 0.99);
         row.commit_max_bytes = *commit_bytes.last().expect("commits");
     }
+    row.commit_max_rotating_ms = ms(slowest_rotating);
+    row.commit_max_plain_ms = ms(slowest_plain);
     drop((latencies, commit_bytes));
-    eprintln!("scale: {label}: filled {} in {:.0} s; reopening", size(row.data_bytes), row.fill_seconds);
+    eprintln!(
+        "scale: {label}: filled {} in {:.0} s; the slowest commit {:.1} ms beginning a checkpoint, {:.1} ms \
+         otherwise; reopening",
+        size(row.data_bytes),
+        row.fill_seconds,
+        row.commit_max_rotating_ms,
+        row.commit_max_plain_ms
+    );
 
     // Open with the whole log to replay; the heap the volume holds.
     let devices = volume.close().map_err(|e| format!("close: {e}"))?;
