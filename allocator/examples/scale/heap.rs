@@ -92,3 +92,46 @@ pub fn available_bytes() -> u64 {
         .and_then(|kib| kib.trim().parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
 }
+
+/// This thread's resource use so far: CPU time (user and system), and
+/// involuntary context switches and page faults (minor, major), to tell a
+/// slow step's own work from the host taking the CPU away.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub cpu: std::time::Duration,
+    pub preempted: u64,
+    /// Voluntary context switches: the thread waited (a lock, a sleep).
+    pub waited: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+}
+
+pub fn thread_usage() -> Usage {
+    // SAFETY: rusage is plain integers, for which all zeroes is valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into `usage`, which outlives the
+    // call.
+    let done = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    assert_eq!(done, 0, "getrusage(RUSAGE_THREAD)");
+    let time = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Usage {
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        preempted: usage.ru_nivcsw as u64,
+        waited: usage.ru_nvcsw as u64,
+        minor_faults: usage.ru_minflt as u64,
+        major_faults: usage.ru_majflt as u64,
+    }
+}
+
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+    fn sub(self, before: Usage) -> Usage {
+        Usage {
+            cpu: self.cpu.saturating_sub(before.cpu),
+            preempted: self.preempted - before.preempted,
+            waited: self.waited - before.waited,
+            minor_faults: self.minor_faults - before.minor_faults,
+            major_faults: self.major_faults - before.major_faults,
+        }
+    }
+}

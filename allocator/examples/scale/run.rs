@@ -55,6 +55,19 @@ pub struct Row {
     /// slowest that did not; 0 when there was none of the kind.
     pub commit_max_rotating_ms: f64,
     pub commit_max_plain_ms: f64,
+    /// What the slowest commit of all used of its thread (getrusage): CPU
+    /// time (user and system), involuntary context switches (the host
+    /// taking the CPU away), voluntary ones (waiting), minor and major page
+    /// faults. Wall time beyond its CPU time with no switch at all is time
+    /// the machine itself was not running (a virtual machine's steal).
+    pub commit_max_cpu_ms: f64,
+    pub commit_max_preempted: u64,
+    pub commit_max_waited: u64,
+    /// Commits from the last that began a checkpoint to the slowest (0:
+    /// the slowest began one).
+    pub commit_max_since_rotation: u64,
+    pub commit_max_minor_faults: u64,
+    pub commit_max_major_faults: u64,
     /// Checkpoints the fill's commits wrote (segment rotations).
     pub fill_checkpoints: u64,
     pub checkpoint_bytes: u64,
@@ -152,13 +165,21 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut commit_bytes = Vec::new();
     let mut since_commit = 0;
     let (mut slowest_rotating, mut slowest_plain) = (Duration::ZERO, Duration::ZERO);
+    let mut slowest_usage = heap::Usage::default();
+    let (mut since_rotation, mut slowest_since_rotation) = (0u64, 0u64);
     let started = Instant::now();
     let mut progress_at = Instant::now();
     let mut commit = |volume: &mut Volume, latencies: &mut Vec<Duration>, commit_bytes: &mut Vec<u64>| {
         let before = written(&sim);
+        let usage = heap::thread_usage();
         let at = Instant::now();
         let info = volume.commit().map_err(|e| format!("commit: {e}"))?;
         let took = at.elapsed();
+        since_rotation = if info.checkpoint { 0 } else { since_rotation + 1 };
+        if took > slowest_rotating.max(slowest_plain) {
+            slowest_usage = heap::thread_usage() - usage;
+            slowest_since_rotation = since_rotation;
+        }
         latencies.push(took);
         let slowest = if info.checkpoint { &mut slowest_rotating } else { &mut slowest_plain };
         *slowest = (*slowest).max(took);
@@ -211,14 +232,27 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     }
     row.commit_max_rotating_ms = ms(slowest_rotating);
     row.commit_max_plain_ms = ms(slowest_plain);
+    row.commit_max_cpu_ms = ms(slowest_usage.cpu);
+    row.commit_max_preempted = slowest_usage.preempted;
+    row.commit_max_waited = slowest_usage.waited;
+    row.commit_max_since_rotation = slowest_since_rotation;
+    row.commit_max_minor_faults = slowest_usage.minor_faults;
+    row.commit_max_major_faults = slowest_usage.major_faults;
     drop((latencies, commit_bytes));
     eprintln!(
         "scale: {label}: filled {} in {:.0} s; the slowest commit {:.1} ms beginning a checkpoint, {:.1} ms \
-         otherwise; reopening",
+         otherwise; the slowest of all used {:.1} ms of CPU, was preempted {} times, waited {} times, took {} minor and {} major \
+         page faults, {} commits after the last checkpoint began; reopening",
         size(row.data_bytes),
         row.fill_seconds,
         row.commit_max_rotating_ms,
-        row.commit_max_plain_ms
+        row.commit_max_plain_ms,
+        row.commit_max_cpu_ms,
+        row.commit_max_preempted,
+        row.commit_max_waited,
+        row.commit_max_minor_faults,
+        row.commit_max_major_faults,
+        row.commit_max_since_rotation
     );
 
     // Open with the whole log to replay; the heap the volume holds.
