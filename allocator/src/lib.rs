@@ -100,9 +100,10 @@ pub use journal::recovery::Dropped;
 pub use owners::OWNER_LOST;
 pub use token::Token;
 pub use volume::{
-    BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, DeviceErrors, DeviceState, DeviceStatus, ExtentRef,
-    LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome, ReclaimProgress, RecoveryReport, Redundancy,
-    ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus, WriteDone, WriteMode,
+    BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, CommitPhases, DeviceErrors, DeviceState,
+    DeviceStatus, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome, ReclaimProgress,
+    RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus,
+    WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

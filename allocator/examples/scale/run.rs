@@ -63,6 +63,9 @@ pub struct Row {
     pub commit_max_cpu_ms: f64,
     pub commit_max_preempted: u64,
     pub commit_max_waited: u64,
+    /// The slowest commit's phases (`CommitInfo::phases`), microseconds:
+    /// waiting, flushing, encoding, writing, rotating, resetting.
+    pub commit_max_phases_us: [u64; 6],
     /// Commits from the last that began a checkpoint to the slowest (0:
     /// the slowest began one).
     pub commit_max_since_rotation: u64,
@@ -166,6 +169,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     let mut since_commit = 0;
     let (mut slowest_rotating, mut slowest_plain) = (Duration::ZERO, Duration::ZERO);
     let mut slowest_usage = heap::Usage::default();
+    let mut slowest_phases = [0u64; 6];
     let (mut since_rotation, mut slowest_since_rotation) = (0u64, 0u64);
     let started = Instant::now();
     let mut progress_at = Instant::now();
@@ -179,6 +183,8 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         if took > slowest_rotating.max(slowest_plain) {
             slowest_usage = heap::thread_usage() - usage;
             slowest_since_rotation = since_rotation;
+            let p = info.phases;
+            slowest_phases = [p.waiting_us, p.flushing_us, p.encoding_us, p.writing_us, p.rotating_us, p.resetting_us];
         }
         latencies.push(took);
         let slowest = if info.checkpoint { &mut slowest_rotating } else { &mut slowest_plain };
@@ -236,13 +242,15 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     row.commit_max_preempted = slowest_usage.preempted;
     row.commit_max_waited = slowest_usage.waited;
     row.commit_max_since_rotation = slowest_since_rotation;
+    row.commit_max_phases_us = slowest_phases;
     row.commit_max_minor_faults = slowest_usage.minor_faults;
     row.commit_max_major_faults = slowest_usage.major_faults;
     drop((latencies, commit_bytes));
     eprintln!(
         "scale: {label}: filled {} in {:.0} s; the slowest commit {:.1} ms beginning a checkpoint, {:.1} ms \
          otherwise; the slowest of all used {:.1} ms of CPU, was preempted {} times, waited {} times, took {} minor and {} major \
-         page faults, {} commits after the last checkpoint began; reopening",
+         page faults, {} commits after the last checkpoint began; its phases (µs: waiting, flushing, \
+         encoding, writing, rotating, resetting) {:?}; reopening",
         size(row.data_bytes),
         row.fill_seconds,
         row.commit_max_rotating_ms,
@@ -252,7 +260,8 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         row.commit_max_waited,
         row.commit_max_minor_faults,
         row.commit_max_major_faults,
-        row.commit_max_since_rotation
+        row.commit_max_since_rotation,
+        row.commit_max_phases_us
     );
 
     // Open with the whole log to replay; the heap the volume holds.

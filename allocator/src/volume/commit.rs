@@ -9,6 +9,7 @@ use crate::journal::{self, encode_begin, encode_delta, encode_owner_pages, encod
 use crate::zones::ZoneUse;
 use crate::ExtentId;
 use nvme_driver::cmd::zns::ZoneSendAction;
+use std::time::Instant;
 
 /// While a checkpoint spreads, each commit carries at least this many
 /// times its operations' bytes in pages: the operations journaled during
@@ -18,6 +19,23 @@ use nvme_driver::cmd::zns::ZoneSendAction;
 /// and four times a quarter. A commit's bytes stay in proportion to its
 /// operations.
 const SPREAD_RATIO: u64 = 8;
+
+/// Microseconds between laps, for [`CommitPhases`](super::CommitPhases).
+struct PhaseClock(Instant);
+
+impl PhaseClock {
+    fn start() -> PhaseClock {
+        PhaseClock(Instant::now())
+    }
+
+    /// Microseconds since the last lap (or the start).
+    fn lap(&mut self) -> u64 {
+        let now = Instant::now();
+        let us = now.duration_since(self.0).as_micros() as u64;
+        self.0 = now;
+        us
+    }
+}
 
 impl Volume {
     /// Frees extent `id`. Its space comes back when its zone is reset,
@@ -72,10 +90,12 @@ impl Volume {
     }
 
     fn commit_once(&mut self) -> Result<CommitInfo> {
+        let mut clock = PhaseClock::start();
         self.check_resets()?;
         self.wait_idle()?;
         self.journal_members();
         let mut info = CommitInfo { seq: self.journal.seq, ..CommitInfo::default() };
+        info.phases.waiting_us = clock.lap();
         if !self.ops.is_empty() || self.journal.broken {
             self.close_reclaim_zones()?;
             for device in 0..self.devices.len() {
@@ -90,18 +110,22 @@ impl Volume {
             // A reset before the flush finished may have dropped writes it
             // was to make durable: journal nothing then.
             self.check_resets()?;
+            info.phases.flushing_us = clock.lap();
             let ops = journal::encode_ops(&self.ops);
             let mut rotate = false;
             if self.journal.broken {
                 self.write_whole_checkpoint(&ops)?;
                 info.checkpoint = true;
+                info.phases.writing_us = clock.lap();
             } else if !self.journal.sealed() {
                 // The current checkpoint's next pages go with the delta.
                 let left = self.journal.pages_total - self.journal.pages_written;
                 let count = self.pages_due(self.journal.offset, left, ops.len());
                 let pages = self.page_chunk(self.journal.pages_written, count)?;
                 let owners = self.owner_chunk()?;
+                info.phases.encoding_us = clock.lap();
                 self.append_delta(&ops, &pages, &owners, count)?;
+                info.phases.writing_us = clock.lap();
             } else {
                 let owners = self.owner_chunk()?;
                 let none = encode_pages(&[], self.volume_id, self.journal.seq + 1);
@@ -110,8 +134,10 @@ impl Volume {
                     // No room left here (after a restart late in the
                     // segment): the commit goes in a whole checkpoint in the
                     // other one.
+                    info.phases.encoding_us = clock.lap();
                     self.begin_checkpoint(&ops, true)?;
                     info.checkpoint = true;
+                    info.phases.writing_us = clock.lap();
                 } else {
                     // Past half of the segment, the next checkpoint begins
                     // in the other one once this commit is durable here:
@@ -120,7 +146,9 @@ impl Volume {
                     // until it seals).
                     let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
                     rotate = self.journal.must_rotate(&self.devices, blocks, table_blocks);
+                    info.phases.encoding_us = clock.lap();
                     self.append_delta(&ops, &none, &owners, 0)?;
+                    info.phases.writing_us = clock.lap();
                 }
             }
             // The same for the record itself.
@@ -141,9 +169,12 @@ impl Volume {
                     Ok(()) => info.checkpoint = true,
                     Err(error) => log::warn!("beginning a checkpoint: {error}; the next commit writes a whole one"),
                 }
+                info.phases.rotating_us = clock.lap();
             }
         }
+        clock.lap();
         info.zones_reset = self.reset_dead_zones()?;
+        info.phases.resetting_us = clock.lap();
         Ok(info)
     }
 

@@ -192,6 +192,31 @@ pub struct CommitInfo {
     pub checkpoint: bool,
     /// Zones reset because nothing in them is live.
     pub zones_reset: usize,
+    /// Where the commit's time went.
+    pub phases: CommitPhases,
+}
+
+/// Where a commit's time went, in microseconds (see
+/// [`Volume::commit`]): for finding what makes one commit slower than the
+/// rest. A commit retried after a device was given up counts its last
+/// attempt only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CommitPhases {
+    /// Waiting for the writes in flight, and taking in their completions.
+    pub waiting_us: u64,
+    /// Closing zones for reclaim and flushing the data.
+    pub flushing_us: u64,
+    /// Encoding the record: the operations, the checkpoint's next pages
+    /// and the owner blobs due (with any owner blob read back for them).
+    pub encoding_us: u64,
+    /// Writing the record on every copy and flushing it (a whole
+    /// checkpoint, after a failed one, counts its encoding here too).
+    pub writing_us: u64,
+    /// Beginning the next checkpoint in the other segment, when this
+    /// commit moved the log there.
+    pub rotating_us: u64,
+    /// Resetting zones with nothing live.
+    pub resetting_us: u64,
 }
 
 /// Progress of reclaim.
