@@ -133,6 +133,17 @@ struct Args {
     /// simulates a conventional namespace.
     #[arg(long, default_value = "64M", value_parser = args::size_in(SIM_LBA_BYTES, 0, SIM_BYTES_MAX), requires = "sim")]
     sim_zone: u64,
+    /// Metadata bytes per simulated LBA: 0, 8, 16 or 64 (8 or more: the
+    /// volume keeps checksums in block tags).
+    #[arg(long, default_value_t = 0, value_parser = parse_sim_metadata, requires = "sim")]
+    sim_metadata: u16,
+}
+
+fn parse_sim_metadata(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(bytes) if nvme_driver::sim::METADATA_BYTES_ALLOWED.contains(&bytes) => Ok(bytes),
+        _ => Err(format!("{text}: expected one of {:?}", nvme_driver::sim::METADATA_BYTES_ALLOWED)),
+    }
 }
 
 /// The allocator's most streams per volume (`Volume::format` checks it).
@@ -274,8 +285,8 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
             SimConfig::zoned(blocks / zone * zone, lba as u32, zone, zone)
         };
         let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
-        let mut config =
-            SimConfig { namespaces: Vec::new(), ..config.clone() }.with_namespace(config.namespaces[0].clone());
+        let namespace = config.namespaces[0].clone().metadata_bytes(args.sim_metadata);
+        let mut config = SimConfig { namespaces: Vec::new(), ..config.clone() }.with_namespace(namespace);
         if namespaces == 2 {
             config = config.clone().with_namespace(config.namespaces[0].clone());
         }
