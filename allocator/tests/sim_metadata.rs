@@ -629,6 +629,18 @@ fn find_owner_pair(sim: &Simulator, zones: std::ops::Range<u64>, a: u64, b: u64)
         .collect()
 }
 
+/// A volume of 600 one-block extents (table pages 0 and 1) with a
+/// checkpoint, reopened after a restart: no owner is in memory, so each
+/// page's owners are read back from its blob.
+fn two_pages_checkpointed_and_reopened(harness: &mut Harness, options: &VolumeOptions, model: &mut Model) -> Volume {
+    let mut volume = harness.format(options);
+    fill_pages(&mut volume, model, 600);
+    volume.checkpoint_now().unwrap();
+    drop(volume);
+    harness.restart();
+    harness.open(options).unwrap()
+}
+
 #[test]
 fn owners_are_read_back_from_either_copy_and_one_lost_on_both_is_a_typed_error() {
     // Owners live in the journal only (one blob per table page). One bad
@@ -637,12 +649,7 @@ fn owners_are_read_back_from_either_copy_and_one_lost_on_both_is_a_typed_error()
     // and every extent and its data intact, across reopening.
     let (mut harness, options) = single_zns();
     let mut model = Model::new();
-    let mut volume = harness.format(&options);
-    fill_pages(&mut volume, &mut model, 600);
-    volume.checkpoint_now().unwrap();
-    drop(volume);
-    harness.restart();
-    let mut volume = harness.open(&options).unwrap();
+    let mut volume = two_pages_checkpointed_and_reopened(&mut harness, &options, &mut model);
     // Slots 10 and 11 (page 0) and 360 and 361 (page 1): fresh slots, so
     // the IDs are the slots and the owners 10,000 more, less one.
     let owner = |slot: u64| 10_000 + slot - 1;
@@ -698,12 +705,7 @@ fn an_owner_read_that_times_out_on_every_copy_fails_the_commit_and_loses_no_owne
     // owner is intact, across reopening.
     let (mut harness, options) = single_zns();
     let mut model = Model::new();
-    let mut volume = harness.format(&options);
-    fill_pages(&mut volume, &mut model, 600);
-    volume.checkpoint_now().unwrap();
-    drop(volume);
-    harness.restart();
-    let mut volume = harness.open(&options).unwrap();
+    let mut volume = two_pages_checkpointed_and_reopened(&mut harness, &options, &mut model);
     let owner = |slot: u64| 10_000 + slot - 1;
     let page1 = find_owner_pair(&harness.sims[0], 0..4, owner(360), owner(361));
     assert!(page1.len() >= 2, "page 1's blob is on both copies");
