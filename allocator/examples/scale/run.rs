@@ -63,14 +63,14 @@ pub struct Row {
     pub commit_max_cpu_ms: f64,
     pub commit_max_preempted: u64,
     pub commit_max_waited: u64,
+    pub commit_max_minor_faults: u64,
+    pub commit_max_major_faults: u64,
     /// The slowest commit's phases (`CommitInfo::phases`), microseconds:
     /// waiting, flushing, encoding, writing, rotating, resetting.
     pub commit_max_phases_us: [u64; 6],
     /// Commits from the last that began a checkpoint to the slowest (0:
     /// the slowest began one).
     pub commit_max_since_rotation: u64,
-    pub commit_max_minor_faults: u64,
-    pub commit_max_major_faults: u64,
     /// Checkpoints the fill's commits wrote (segment rotations).
     pub fill_checkpoints: u64,
     pub checkpoint_bytes: u64,

@@ -609,8 +609,7 @@ impl State {
         if self.faults.is_empty() || command.opcode != crate::spec::command::opcode::nvm::READ {
             return false;
         }
-        let slba = u64::from(command.cdw10) | u64::from(command.cdw11) << 32;
-        let blocks = u64::from(command.cdw12 & 0xffff) + 1;
+        let (slba, blocks) = (super::io::slba(command), super::io::blocks(command));
         self.faults.first_hit(RangeKind::HangRead, command.nsid, slba, blocks).is_some()
     }
 
@@ -626,7 +625,7 @@ impl State {
             cid: command.cid,
             status,
             nsid: command.nsid,
-            lba: if sqid == 0 { 0 } else { u64::from(command.cdw10) | u64::from(command.cdw11) << 32 },
+            lba: if sqid == 0 { 0 } else { super::io::slba(command) },
             opcode: command.opcode,
             csi: namespace.map_or(0, Namespace::csi),
         });

@@ -60,12 +60,12 @@ const ZRA_PARTIAL: u32 = 1 << 16;
 /// Report Zones filters go up to 7h (Offline).
 const ZRASF_MAX: u32 = 7;
 
-fn slba(command: &Command) -> u64 {
+pub(super) fn slba(command: &Command) -> u64 {
     u64::from(command.cdw10) | u64::from(command.cdw11) << 32
 }
 
 /// NLB + 1.
-fn blocks(command: &Command) -> u64 {
+pub(super) fn blocks(command: &Command) -> u64 {
     u64::from(command.cdw12 & 0xFFFF) + 1
 }
 
