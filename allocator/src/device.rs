@@ -59,6 +59,10 @@ pub struct Device {
     /// Metadata buffers for tagged transfers, one per data buffer, each
     /// sized for the largest transfer; `None` without `tags`.
     tag_pool: Option<DmaPool>,
+    /// A buffer kept back from the pool for the volume's own reads of
+    /// checksum areas ([`crate::area`]), which an engine holding every
+    /// other buffer (a scrub at depth) must not starve.
+    reserved: Option<DmaBuffer>,
     pub(crate) lbas_per_block: u64,
     pub(crate) stash: VecDeque<IoCompletion>,
     next_token: u64,
@@ -119,6 +123,7 @@ impl Device {
             pool,
             tags,
             tag_pool,
+            reserved: None,
             stash: VecDeque::new(),
             next_token: 0,
             timeout: options.timeout,
@@ -406,6 +411,58 @@ impl Device {
         buffer.copy_in(0, &vec![0u8; bytes]);
         let request = self.ns.write(lba, IoBuffer::range(buffer, 0, bytes), false, 0)?;
         self.run(request, "Write (padding)").map(drop)
+    }
+
+    /// Appends `data` (whole 4 KiB blocks) to zone `zone` by Zone Append,
+    /// one transfer at a time (each lands after the last, nothing else
+    /// writing the zone), or by writes at `write_pointer` (a block offset)
+    /// on a namespace without Zone Append. Returns the block offset in the
+    /// zone where the first transfer landed, as the device reports it.
+    pub(crate) fn append_at(&mut self, zone: u32, write_pointer: u32, data: &[u8]) -> Result<u32> {
+        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE) && !data.is_empty());
+        if self.append_max_bytes < BLOCK_SIZE {
+            self.write_at(self.lba(zone, write_pointer), data)?;
+            return Ok(write_pointer);
+        }
+        let zslba = self.zones[zone as usize].start_lba;
+        let mut first = None;
+        for chunk in data.chunks(self.append_max_bytes.min(self.max_transfer_bytes)) {
+            let buffer = self.buffer()?;
+            buffer.copy_in(0, chunk);
+            let request = self.ns.zone_append(zslba, IoBuffer::range(buffer, 0, chunk.len()), false, 0)?;
+            let lba = self.run(request, "Zone Append")?.result_u64();
+            let lbas = lba.checked_sub(zslba).filter(|l| l % self.lbas_per_block == 0);
+            let Some(offset) = lbas.and_then(|l| u32::try_from(l / self.lbas_per_block).ok()) else {
+                return Err(Error::BadDeviceResult { what: format!("Zone Append to zone {zone} returned LBA {lba}") });
+            };
+            first.get_or_insert(offset);
+        }
+        Ok(first.expect("at least one transfer"))
+    }
+
+    /// Keeps a buffer back from the pool for [`Device::read_reserved`].
+    pub(crate) fn reserve_buffer(&mut self) {
+        if self.reserved.is_none() {
+            self.reserved = self.pool.get();
+        }
+    }
+
+    /// [`Device::read_at`] through the buffer kept back
+    /// ([`Device::reserve_buffer`]), or one from the pool while none is.
+    pub(crate) fn read_reserved(&mut self, lba: u64, out: &mut [u8]) -> Result<()> {
+        debug_assert!(out.len().is_multiple_of(BLOCK_SIZE));
+        for (index, chunk) in out.chunks_mut(self.max_transfer_bytes).enumerate() {
+            let (slba, _) = self.chunk(lba, index, chunk.len(), None);
+            let buffer = match self.reserved.take() {
+                Some(buffer) => buffer,
+                None => self.buffer()?,
+            };
+            let request = self.ns.read(slba, IoBuffer::range(buffer, 0, chunk.len()), 0)?;
+            let io = self.run(request, "Read")?.buffer.expect("reads have a buffer");
+            io.buffer().copy_out(0, chunk);
+            self.reserved = Some(io.into_buffer());
+        }
+        Ok(())
     }
 
     /// Reads `out.len()` bytes (whole 4 KiB blocks) from `lba`.

@@ -80,6 +80,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod area;
 pub mod checksum;
 pub mod device;
 mod error;

@@ -10,7 +10,7 @@ use nvme_driver::dma::DmaPool;
 use nvme_driver::sim::SimConfig;
 use nvme_driver::IoBuffer;
 use std::time::Duration;
-use support::{conventional, pattern, volume_options, zns, Harness, Model};
+use support::{conventional, pattern, zns, Harness, Model};
 use zoned_allocator::{ChecksumStore, Error, Profile, ReclaimProgress, Volume, VolumeOptions};
 
 /// The namespaces of `config` formatted with `bytes` of metadata per LBA.
@@ -24,6 +24,13 @@ fn with_metadata(mut config: SimConfig, bytes: u16) -> SimConfig {
 /// A namespace without metadata, whatever the suite's setting.
 fn plain(config: SimConfig) -> SimConfig {
     with_metadata(config, 0)
+}
+
+/// The suite's options with the format choosing where checksums go (these
+/// tests are about that choice), whatever `ZONED_TEST_CHECKSUMS` asks of
+/// the other suites.
+fn volume_options() -> VolumeOptions {
+    VolumeOptions { checksums: ChecksumStore::Auto, ..support::volume_options() }
 }
 
 fn soft(options: VolumeOptions) -> VolumeOptions {

@@ -606,7 +606,7 @@ impl Engine<'_> {
                         if self.options.verify {
                             let pieces =
                                 entry.read.pieces.iter().map(|p| (p.offset_blocks, p.expected.clone())).collect();
-                            let tags = ReadMeta::of(volume, completion.metadata);
+                            let tags = ReadMeta::of(volume, &entry.read, completion.metadata);
                             self.verifier.submit(VerifyJob { seq, buffer, tags, pieces });
                         } else {
                             entry.done = true;

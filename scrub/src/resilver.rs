@@ -476,7 +476,7 @@ impl Resilver {
         self.reads_in_flight -= 1;
         self.report.reads += 1;
         self.report.bytes_read += read.bytes() as u64;
-        let meta = ReadMeta::of(volume, completion.metadata);
+        let meta = ReadMeta::of(volume, &read, completion.metadata);
         let buffer = match completion.status {
             Ok(()) => completion.buffer.expect("reads carry their buffer"),
             Err(error) => {

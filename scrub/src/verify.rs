@@ -1,6 +1,7 @@
 //! Verification: completed reads copied out of their DMA buffers and
 //! checksummed on worker threads (or inline), so checksumming overlaps I/O.
 
+use crate::plan::Read;
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::IoBuffer;
 use std::sync::{mpsc, Arc};
@@ -30,12 +31,29 @@ pub(crate) struct ReadMeta {
 }
 
 impl ReadMeta {
-    /// The metadata of a completed read, on a volume with block tags.
-    pub(crate) fn of(volume: &Volume, metadata: Option<IoBuffer>) -> Option<ReadMeta> {
+    /// The metadata of a completed read, on a volume with block tags: as
+    /// read with it, or from its zone's checksum area (on a volume with
+    /// areas, when a piece of it expects tags). `None` when there are none,
+    /// or they could not be read: the pieces that expect tags then fail.
+    pub(crate) fn of(volume: &mut Volume, read: &Read, metadata: Option<IoBuffer>) -> Option<ReadMeta> {
         let layout = volume.block_tags()?;
-        let buffer = metadata?;
-        let mut bytes = vec![0u8; buffer.len()];
-        buffer.buffer().copy_out(buffer.offset(), &mut bytes);
+        let bytes = match metadata {
+            Some(buffer) => {
+                let mut bytes = vec![0u8; buffer.len()];
+                buffer.buffer().copy_out(buffer.offset(), &mut bytes);
+                bytes
+            }
+            None if read.pieces.iter().any(|p| p.expected.is_tags()) => {
+                match volume.area_tags_for(read.lane, read.start, read.blocks)? {
+                    Ok(bytes) => bytes,
+                    Err(error) => {
+                        log::warn!("the tags of {} blocks at {:?} could not be read: {error}", read.blocks, read.start);
+                        return None;
+                    }
+                }
+            }
+            None => return None,
+        };
         Some(ReadMeta { layout, volume_id: volume.volume_id(), bytes })
     }
 

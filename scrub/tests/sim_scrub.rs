@@ -779,7 +779,13 @@ fn merged_reads_over_tagged_and_mapped_extents_are_cut_where_the_controller_need
         config
     };
     let harness = Harness::new(vec![namespace(), namespace()], vec![(0, 1), (1, 1)]);
-    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(8 << 20), ..volume_options() };
+    // Block tags, whatever `ZONED_TEST_CHECKSUMS` asks of the suite.
+    let options = VolumeOptions {
+        profile: Profile::Mirror,
+        software_zone_bytes: Some(8 << 20),
+        checksums: zoned_allocator::ChecksumStore::Auto,
+        ..volume_options()
+    };
     let mut volume = harness.format(&options);
     let mut extents = BTreeMap::new();
     for (i, blocks) in [30, 65, 64, 3, 100, 40, 128, 1, 70].into_iter().enumerate() {

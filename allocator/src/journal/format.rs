@@ -31,8 +31,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// version 4 kept extents in a map and wrote each checkpoint whole in one
 /// record; version 5 wrote the extent table whole in one record; version
 /// 6 kept every owner in memory, its pages' owners under the record's
-/// checksum only.
-pub const FORMAT_VERSION: u8 = 7;
+/// checksum only; version 7 had no zone checksum areas.
+pub const FORMAT_VERSION: u8 = 8;
 const VERSION: u8 = FORMAT_VERSION;
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
@@ -187,6 +187,20 @@ pub(crate) enum Op {
     },
     /// A scrub pass ended with `record`.
     Scrubbed(ScrubRecord),
+    /// Zone `zone` of lane `lane` holds the checksums of its first
+    /// `blocks` blocks in its checksum area ([`crate::area`]); 0: none
+    /// (the zone was reset, or found empty).
+    Sealed {
+        lane: u8,
+        zone: u32,
+        blocks: u32,
+    },
+    /// Extent `id`'s checksums are in the map again: a copy of it went to
+    /// a zone whose checksum area is not written yet.
+    Crcs {
+        id: ExtentId,
+        crcs: Vec<u32>,
+    },
 }
 
 const OP_ADD: u8 = 1;
@@ -194,6 +208,8 @@ const OP_FREE: u8 = 2;
 const OP_MOVE: u8 = 3;
 const OP_MEMBER: u8 = 4;
 const OP_SCRUBBED: u8 = 5;
+const OP_SEALED: u8 = 6;
+const OP_CRCS: u8 = 7;
 
 /// What the metadata keeps of one member device: whether the volume gave
 /// it up (it went away or passed its error threshold), and its error
@@ -259,6 +275,10 @@ pub(crate) struct Superblock {
     /// bits, the zone above (see [`crate::table::LocationBits`]), chosen
     /// at format from the largest zone.
     pub location_offset_bits: u8,
+    /// Each data zone keeps its blocks' checksums in an area after its
+    /// data ([`crate::area`]) rather than in the extent map (then
+    /// `tag_stride` is 0).
+    pub checksum_area: bool,
 }
 
 /// One page of the extent table as a checkpoint carries it
@@ -451,9 +471,32 @@ pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.u8(OP_SCRUBBED);
                 w.scrub(record);
             }
+            Op::Sealed { lane, zone, blocks } => {
+                w.u8(OP_SEALED);
+                w.u8(*lane);
+                w.u32(*zone);
+                w.u32(*blocks);
+            }
+            Op::Crcs { id, crcs } => {
+                w.u8(OP_CRCS);
+                w.u64(*id);
+                w.u32(crcs.len() as u32);
+                crcs.iter().for_each(|&crc| w.u32(crc));
+            }
         }
     }
     w.0
+}
+
+/// Two lists of operations as [`encode_ops`] made them, as one: `first`'s
+/// then `then`'s.
+pub(crate) fn concat_ops(first: &[u8], then: &[u8]) -> Vec<u8> {
+    let count = |ops: &[u8]| u32::from_le_bytes(ops[..4].try_into().expect("a count"));
+    let mut out = Vec::with_capacity(first.len() + then.len());
+    out.extend_from_slice(&(count(first) + count(then)).to_le_bytes());
+    out.extend_from_slice(&first[4..]);
+    out.extend_from_slice(&then[4..]);
+    out
 }
 
 pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
@@ -467,6 +510,15 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
             OP_MOVE => Op::Move { id: r.u64()?, lane: r.u8()?, to: r.location()? },
             OP_MEMBER => Op::Member { device: r.u8()?, record: r.member()? },
             OP_SCRUBBED => Op::Scrubbed(r.scrub()?),
+            OP_SEALED => Op::Sealed { lane: r.u8()?, zone: r.u32()?, blocks: r.u32()? },
+            OP_CRCS => {
+                let id = r.u64()?;
+                let count = r.u32()?;
+                if count == 0 || count > crate::table::MAX_BLOCKS {
+                    return Err(corrupt(format!("{count} checksums for extent {id}")));
+                }
+                Op::Crcs { id, crcs: (0..count).map(|_| r.u32()).collect::<Result<_>>()? }
+            }
             other => return Err(corrupt(format!("unknown journal operation {other}"))),
         };
         ops.push(op);
@@ -691,6 +743,7 @@ impl Writer {
         }
         self.u32(s.tag_stride);
         self.u8(s.location_offset_bits);
+        self.u8(u8::from(s.checksum_area));
     }
     fn member(&mut self, m: &MemberRecord) {
         self.u8(u8::from(m.failed));
@@ -797,6 +850,11 @@ impl<'a> Reader<'a> {
         if crate::table::LocationBits::from_offset_bits(location_offset_bits).is_none() {
             return Err(corrupt(format!("locations with {location_offset_bits} offset bits")));
         }
+        let checksum_area = match self.u8()? {
+            0 => false,
+            1 if tag_stride == 0 => true,
+            other => return Err(corrupt(format!("checksum area {other} with {tag_stride} tag bytes"))),
+        };
         Ok(Superblock {
             profile,
             streams,
@@ -812,6 +870,7 @@ impl<'a> Reader<'a> {
             last_scrub,
             tag_stride,
             location_offset_bits,
+            checksum_area,
         })
     }
     fn member(&mut self) -> Result<MemberRecord> {
@@ -998,6 +1057,7 @@ mod tests {
                 }),
                 tag_stride: 64,
                 location_offset_bits: 16,
+                checksum_area: false,
             },
             lane_zones: vec![64, 32],
             pages_total: 9,

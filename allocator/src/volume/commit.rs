@@ -160,6 +160,7 @@ impl Volume {
             info.seq = self.journal.seq;
             self.ops.clear();
             self.members_journaled();
+            self.seals_committed();
             self.stats.commits += 1;
             if rotate {
                 // The commit stands whatever happens here; a checkpoint
@@ -265,7 +266,9 @@ impl Volume {
     /// shape, the commit's operations `ops`, and the first pages `pages`.
     pub(super) fn begin_payload(&self, ops: &[u8], pages: &[u8]) -> Vec<u8> {
         let lane_zones: Vec<u32> = self.lanes.iter().map(|l| l.table.zone_count()).collect();
-        encode_begin(&self.superblock, &lane_zones, self.table.pages(), ops, pages)
+        // Every seal restated first: open replays no log before this record.
+        let ops = journal::concat_ops(&journal::encode_ops(&self.seal_ops()), ops);
+        encode_begin(&self.superblock, &lane_zones, self.table.pages(), &ops, pages)
     }
 
     /// How many of the current checkpoint's pages a delta of `ops_bytes`
@@ -356,6 +359,7 @@ impl Volume {
                 }
                 self.lanes[lane].zone_emptied(zone);
                 self.lanes[lane].table.reset(zone);
+                self.unseal(lane, zone);
                 count += 1;
             }
         }

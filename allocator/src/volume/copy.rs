@@ -122,6 +122,9 @@ impl Volume {
             (true, None) => data.checksums(),
         };
         let copies = self.lanes.len();
+        // With checksum areas the checksums go to the map when the copy is
+        // done (until its zone is sealed), not with the data.
+        let tagged = tagged && !self.area;
         let pending = PendingWrite { tagged, ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, copies) };
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
@@ -146,6 +149,9 @@ impl Volume {
                 if to.is_missing() {
                     Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
                 } else if self.lacks_copy(pending.id, lane) {
+                    if !pending.crcs.is_empty() {
+                        self.remap(pending.id, pending.crcs);
+                    }
                     self.move_extent(pending.id, lane, to, true);
                     Ok(())
                 } else {

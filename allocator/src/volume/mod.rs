@@ -6,6 +6,7 @@
 //! (scrub's walk). This file holds the types they share, the extent map
 //! and inspection.
 
+mod area;
 mod check;
 mod commit;
 mod copy;
@@ -69,6 +70,9 @@ pub enum ChecksumStore {
     /// In every device's per-block metadata; format fails on a device
     /// without room for a tag.
     Tags,
+    /// In a checksum area after each zone's data ([`crate::area`]), on any
+    /// namespace: in memory only for the zones being filled.
+    Area,
 }
 
 /// Format and open options.
@@ -388,6 +392,9 @@ struct Lane {
     table: ZoneTable,
     /// Blocks written successfully, per zone.
     written: Vec<u32>,
+    /// Per zone: how many of its first blocks its checksum area covers
+    /// (0: none written), on a volume with checksum areas.
+    sealed: Vec<u32>,
     /// Per zone taking Zone Appends: a bit per block the device has
     /// placed an append in, so that an append placed over another is
     /// caught (the device chose the LBA). Dropped once the zone takes no
@@ -423,6 +430,12 @@ impl Lane {
     fn zone_emptied(&mut self, zone: u32) {
         self.written[zone as usize] = 0;
         self.appended.remove(&zone);
+    }
+
+    /// Whether the checksum area of `zone` covers `blocks` blocks at
+    /// `offset`.
+    fn area_covers(&self, zone: u32, offset: u32, blocks: u32) -> bool {
+        self.sealed.get(zone as usize).is_some_and(|&sealed| offset + blocks <= sealed)
     }
 }
 
@@ -504,9 +517,18 @@ pub struct Volume {
     copies_done: VecDeque<WriteDone>,
     lanes: Vec<Lane>,
     superblock: Superblock,
-    /// How the devices carry block tags; `None` when checksums live in the
-    /// extent map (see [`crate::tags`]).
+    /// How block tags come with reads; `None` when checksums live in the
+    /// extent map (see [`crate::tags`]). On a volume with checksum areas
+    /// (`area`), the volume reads them from the zones' areas.
     tags: Option<TagLayout>,
+    /// Checksums live in each zone's checksum area ([`crate::area`]) once
+    /// it is sealed, in the map until then.
+    area: bool,
+    /// Zones sealed since the last commit, whose extents leave the map
+    /// once a commit made the seal durable.
+    sealed_since_commit: Vec<(usize, u32)>,
+    /// The last checksum area read, per lane: (zone, its tags).
+    area_cache: Vec<Option<(u32, Vec<u8>)>>,
     volume_id: u64,
     options: VolumeOptions,
     /// Every extent: its blocks and its copies' locations.
@@ -530,6 +552,9 @@ pub struct Volume {
     /// Zones retired with writes possibly in flight: finish (or just
     /// deactivate) them once idle.
     retiring: Vec<(usize, u32)>,
+    /// A zone the last placement retired, held off `retiring` until the
+    /// write placed in it is in flight.
+    held_zone: Option<(usize, u32)>,
     bad_blocks: Vec<BadBlock>,
     /// Per device: (open, active) zone limits, if it has any.
     zone_limits: Vec<Option<(u32, u32)>>,
@@ -573,6 +598,9 @@ pub(super) fn check_tags(superblock: &Superblock, place: usize, device: &Device)
 /// coarsest granule of the devices present (a controller that moves some
 /// metadata transfers only in part).
 pub(super) fn volume_tags(superblock: &Superblock, devices: &[Option<Device>]) -> Option<TagLayout> {
+    if superblock.checksum_area {
+        return Some(TagLayout { stride: crate::area::TAG_BYTES, granule: None });
+    }
     let granule = devices.iter().flatten().filter_map(|d| d.tag_layout().and_then(|t| t.granule)).max();
     (superblock.tag_stride != 0).then_some(TagLayout { stride: superblock.tag_stride as usize, granule })
 }
@@ -590,6 +618,10 @@ impl Volume {
     ) -> Result<Self> {
         let superblock = label.superblock.clone();
         let tags = volume_tags(&superblock, &devices);
+        let mut devices = devices;
+        if superblock.checksum_area {
+            devices.iter_mut().flatten().for_each(Device::reserve_buffer);
+        }
         for (place, device) in devices.iter().enumerate() {
             if let Some(device) = device {
                 check_tags(&superblock, place, device)?;
@@ -615,7 +647,7 @@ impl Volume {
                 .collect();
             let owned = |zone| lane_owns(profile, lane_index, meta_zones, zone) && !moved.contains(&zone);
             let capacities: Vec<u32> = match &devices[device] {
-                Some(d) => d.zones.iter().map(|z| z.capacity_blocks).collect(),
+                Some(d) => data_capacities(d, &superblock),
                 None => vec![member::UNKNOWN_CAPACITY; absent_zones.get(device).copied().unwrap_or(0)],
             };
             let mut table = ZoneTable::new(&capacities, owned, superblock.streams, superblock.reserve_zones as usize);
@@ -631,7 +663,8 @@ impl Volume {
                 )));
             }
             let written = vec![0; capacities.len()];
-            lanes.push(Lane { device, table, written, appended: HashMap::new() });
+            let sealed = vec![0; capacities.len()];
+            lanes.push(Lane { device, table, written, sealed, appended: HashMap::new() });
         }
         // Zone budget per device. Active: every stream's zone and
         // reclaim's in each of its lanes, plus one per metadata copy on the
@@ -691,6 +724,9 @@ impl Volume {
             journal: Journal::new(label),
             recovery: RecoveryReport::default(),
             tags,
+            area: superblock.checksum_area,
+            sealed_since_commit: Vec::new(),
+            area_cache: vec![None; 2],
             superblock,
             volume_id,
             options,
@@ -703,6 +739,7 @@ impl Volume {
             free_slots: Vec::new(),
             done: VecDeque::new(),
             retiring: Vec::new(),
+            held_zone: None,
             bad_blocks: Vec::new(),
             zone_limits,
             reclaim_open: vec![false; 2],
@@ -1156,6 +1193,7 @@ impl Volume {
         if let Err(error) = self.check_owner_homes() {
             panic!("{error}");
         }
+        self.check_area_invariants();
         for (lane_index, lane) in self.lanes.iter().enumerate() {
             let mut valid = vec![0u32; lane.table.zone_count() as usize];
             for (_, entry) in self.table.iter() {
@@ -1178,6 +1216,13 @@ impl Volume {
             }
         }
     }
+}
+
+/// The blocks of each of `device`'s zones that take data: all of them, or
+/// those before the checksum area on a volume with areas.
+pub(super) fn data_capacities(device: &Device, superblock: &Superblock) -> Vec<u32> {
+    let data = |capacity| if superblock.checksum_area { crate::area::data_blocks(capacity) } else { capacity };
+    device.zones.iter().map(|z| data(z.capacity_blocks)).collect()
 }
 
 /// A device in place `place` must have zones the extent table can locate:

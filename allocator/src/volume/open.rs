@@ -63,6 +63,7 @@ impl Volume {
             last_scrub: None,
             tag_stride: tag_stride(&devices, options.checksums)?,
             location_offset_bits: location_bits(&devices)?.offset_bits(),
+            checksum_area: options.checksums == ChecksumStore::Area,
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -110,6 +111,8 @@ impl Volume {
         let mut rejoined = Vec::new();
         // The state is known whole: only now does open write.
         volume.take_zone_actions(actions)?;
+        // Zones left unsealed get their checksum areas (and are finished).
+        volume.process_retiring()?;
         // Places that go missing now (not those recorded failed already).
         let mut newly_absent = 0;
         for (slot, why) in &absent {
@@ -372,12 +375,24 @@ impl Volume {
         self.table.finish_load();
         let table = &self.table;
         self.mapped.retain(|&id, _| table.get(id).is_some());
+        // Checksums whose copies are all in sealed zones since.
+        self.drop_covered();
         let lanes = self.lanes.len();
         let mut census: Vec<ZoneCensus> = self.lanes.iter().map(|l| ZoneCensus::new(l.table.zone_count())).collect();
         let mut live = 0;
         for (id, entry) in self.table.iter() {
             live += u64::from(entry.blocks);
-            let no_crcs = self.tags.is_none() && self.mapped.get(&id).is_none_or(|c| c.is_empty());
+            let unmapped = self.mapped.get(&id).is_none_or(|c| c.is_empty());
+            // With checksum areas, an extent outside the map must lie within
+            // its zones' areas.
+            let uncovered = || {
+                entry.locations[..lanes].iter().zip(&self.lanes).any(|(at, lane)| {
+                    !at.is_missing()
+                        && at.zone < lane.table.zone_count()
+                        && !lane.area_covers(at.zone, at.offset, entry.blocks)
+                })
+            };
+            let no_crcs = unmapped && (self.tags.is_none() || (self.area && uncovered()));
             if entry.locations[..lanes].iter().all(|l| l.is_missing())
                 || entry.locations[lanes..].iter().any(|l| !l.is_missing())
                 || no_crcs
@@ -461,6 +476,30 @@ impl Volume {
             Op::Member { device, record } => self.apply_member(device, record),
             Op::Scrubbed(record) => {
                 self.superblock.last_scrub = Some(record);
+                Ok(())
+            }
+            Op::Sealed { lane, zone, blocks } => {
+                let lane = usize::from(lane);
+                let Some(table) = self.lanes.get(lane).map(|l| &l.table).filter(|t| zone < t.zone_count()) else {
+                    return Err(Error::Corrupt(format!("a checksum area in lane {lane} zone {zone}")));
+                };
+                if !self.area || blocks > table.zone(zone).capacity {
+                    return Err(Error::Corrupt(format!("lane {lane} zone {zone}: a checksum area of {blocks} blocks")));
+                }
+                self.lanes[lane].sealed[zone as usize] = blocks;
+                Ok(())
+            }
+            Op::Crcs { id, crcs } => {
+                if !self.area {
+                    return Err(Error::Corrupt(format!("extent {id}'s checksums journaled on a volume without areas")));
+                }
+                match self.table.get(id) {
+                    Some(entry) if entry.blocks as usize == crcs.len() => {
+                        self.mapped.insert(id, crcs.into_boxed_slice());
+                    }
+                    Some(_) => return Err(Error::Corrupt(format!("extent {id}: {} checksums", crcs.len()))),
+                    None => {}
+                }
                 Ok(())
             }
         }
@@ -561,7 +600,7 @@ impl Volume {
         let zoned = self.lane_is_zoned(lane_index);
         let zone_count = self.lanes[lane_index].table.zone_count() as usize;
         let capacities: Vec<u32> = match &self.devices[device_index] {
-            Some(device) => device.zones.iter().map(|z| z.capacity_blocks).collect(),
+            Some(device) => super::data_capacities(device, &self.superblock),
             None => vec![super::member::UNKNOWN_CAPACITY; zone_count],
         };
         if present && capacities.len() != zone_count {
@@ -652,10 +691,17 @@ impl Volume {
             }
             table.restore(zone, allocated, valid[z]);
             self.lanes[lane_index].written[z] = allocated;
+            if allocated == 0 || valid[z] == 0 {
+                // A seal of the zone's last use, whose reset a power cut
+                // kept from the journal (or that nothing lives in now).
+                self.unseal(lane_index, zone);
+            }
             if !present {
                 // Away: nothing is done to its zones until it is back.
                 continue;
             }
+            let unsealed =
+                self.area && self.lanes[lane_index].sealed[z] == 0 && valid[z] > 0 && (!zoned || needs_finish);
             if zoned && unwritable(descriptors[device_index][z].state) {
                 // Worn out on the device: nothing is reset, finished or
                 // written there again; reclaim moves its live data off.
@@ -671,6 +717,11 @@ impl Volume {
                 self.lanes[lane_index].zone_emptied(zone);
                 table.reset(zone);
                 self.stats.zones_reset += 1;
+            } else if unsealed {
+                // Reopened volumes do not append to old zones: its checksum
+                // area goes after its data, and it is finished, once open
+                // has written its first commit (`process_retiring`).
+                self.retiring.push((lane_index, zone));
             } else if needs_finish && allocated > 0 {
                 // Reopened volumes do not append to old zones: finish it,
                 // releasing its active resource.
@@ -723,7 +774,7 @@ fn tag_stride(devices: &[Device], store: ChecksumStore) -> Result<u32> {
         _ => None,
     };
     match (store, common) {
-        (ChecksumStore::Map, _) | (ChecksumStore::Auto, None) => Ok(0),
+        (ChecksumStore::Map | ChecksumStore::Area, _) | (ChecksumStore::Auto, None) => Ok(0),
         (ChecksumStore::Auto | ChecksumStore::Tags, Some(layout)) => Ok(layout.stride as u32),
         (ChecksumStore::Tags, None) => Err(Error::InvalidConfig(format!(
             "block tags need per-block metadata of at least {} bytes in a separate buffer, alike on every device; \
@@ -760,7 +811,11 @@ fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
         if d.is_zoned() && options.write_mode != WriteMode::Ordered && d.append_max_bytes >= BLOCK_SIZE {
             bytes = bytes.min(d.append_max_bytes);
         }
-        let smallest_zone = d.zones.iter().map(|z| z.capacity_blocks as usize * BLOCK_SIZE).min().unwrap_or(0);
+        let data = |capacity| match options.checksums {
+            ChecksumStore::Area => crate::area::data_blocks(capacity),
+            _ => capacity,
+        };
+        let smallest_zone = d.zones.iter().map(|z| data(z.capacity_blocks) as usize * BLOCK_SIZE).min().unwrap_or(0);
         bytes = bytes.min(smallest_zone);
     }
     (bytes / BLOCK_SIZE).min(crate::table::MAX_BLOCKS as usize) as u32

@@ -85,6 +85,14 @@ impl Volume {
     /// tag (read with them), with no error counted against the device and
     /// nothing repaired.
     pub fn read_copy_checked(&mut self, id: ExtentId, lane: usize, out: &mut [u8]) -> Result<Vec<u32>> {
+        if self.area && self.tagged(id) {
+            // Its tags are in its zone's checksum area.
+            self.read_copy(id, lane, out)?;
+            let entry = self.live(id)?;
+            let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, false)?;
+            let layout = self.tags.expect("a volume with checksum areas reads tags");
+            return Ok(crate::tags::mismatches(layout, self.volume_id, id, 0, out, &tags));
+        }
         match self.tags.filter(|_| self.tagged(id)) {
             None => {
                 self.read_copy(id, lane, out)?;

@@ -128,25 +128,64 @@ impl Volume {
         let from = extent.locations[lane];
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let to = Location { zone, offset };
-        if let Err(error) = self.copy_or_write(id, lane, from, to, blocks) {
-            // Nothing, or part, was written in the reserved room: the
-            // reclaim zone must not take the next relocation.
-            self.abandon_zone(lane, Slot::Reclaim, zone);
-            return Err(error);
+        let result = self.relocate_placed(id, lane, from, to);
+        self.release_held_zone();
+        result
+    }
+
+    /// [`Volume::relocate`] once placed at `to`.
+    fn relocate_placed(&mut self, id: ExtentId, lane: usize, from: Location, to: Location) -> Result<u32> {
+        let Location { zone, .. } = to;
+        let blocks = self.live(id)?.blocks;
+        // With checksum areas, what the copy claims goes with it, to the map
+        // until its new zone is sealed (a verified read replaces it below).
+        let mut claimed = if self.area { Some(self.claimed_crcs(id, lane)) } else { None };
+        match self.copy_or_write(id, lane, from, to, blocks) {
+            Ok(Some(verified)) => claimed = Some(Ok(verified)),
+            Ok(None) => {}
+            Err(error) => {
+                // Nothing, or part, was written in the reserved room: the
+                // reclaim zone must not take the next relocation.
+                self.abandon_zone(lane, Slot::Reclaim, zone);
+                return Err(error);
+            }
         }
         self.lanes[lane].written[zone as usize] += blocks;
         self.reclaim_open[lane] = true;
+        match claimed {
+            Some(Ok(crcs)) => self.remap(id, crcs),
+            // Its tags could not be read: its data was, verified (a Copy
+            // reads neither, so it is read now).
+            Some(Err(error)) => {
+                log::warn!("extent {id}: the tags of copy {lane} could not be read ({error}); checksums from a read");
+                let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
+                self.read(id, &mut data)?;
+                let mut crcs = Vec::with_capacity(blocks as usize);
+                crate::checksum::block_crcs(&data, &mut crcs);
+                self.remap(id, crcs);
+            }
+            None => {}
+        }
         self.move_extent(id, lane, to, true);
         self.stats.relocated_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
         Ok(blocks)
     }
 
     /// Puts copy `lane` of extent `id` at `to`: Copy, or a verified read
-    /// and a write.
-    fn copy_or_write(&mut self, id: ExtentId, lane: usize, from: Location, to: Location, blocks: u32) -> Result<()> {
+    /// and a write. With checksum areas, a verified read's checksums come
+    /// back, for the map.
+    fn copy_or_write(
+        &mut self,
+        id: ExtentId,
+        lane: usize,
+        from: Location,
+        to: Location,
+        blocks: u32,
+    ) -> Result<Option<Vec<u32>>> {
         let device = self.lanes[lane].device;
         let Location { zone, offset } = to;
         let mut copied = false;
+        let mut verified = None;
         if self.copy_supported[device] {
             match self.copy_blocks(device, from, to, blocks) {
                 Ok(()) => copied = true,
@@ -166,11 +205,17 @@ impl Volume {
         }
         if !copied {
             let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
-            let mut tags = self.tags.filter(|_| self.tagged(id)).map(|layout| vec![0u8; layout.bytes(blocks as usize)]);
+            let on_device = self.tags.filter(|_| !self.area && self.tagged(id));
+            let mut tags = on_device.map(|layout| vec![0u8; layout.bytes(blocks as usize)]);
             match self.read(id, &mut data) {
                 Ok(_) => {
                     if let Some(tags) = &mut tags {
                         self.fill_tags(id, &data, tags);
+                    }
+                    if self.area {
+                        let mut crcs = Vec::with_capacity(blocks as usize);
+                        crate::checksum::block_crcs(&data, &mut crcs);
+                        verified = Some(crcs);
                     }
                 }
                 // Move the bad data as it is, tags and all; scrub reports it.
@@ -186,7 +231,7 @@ impl Volume {
                 Some(tags) => self.dev_mut(device).write_tagged_at(lba, &data, tags)?,
             }
         }
-        Ok(())
+        Ok(verified)
     }
 
     /// Copies `blocks` from `from` to `to` on one namespace with Copy

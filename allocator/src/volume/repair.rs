@@ -94,7 +94,9 @@ impl Volume {
         let device = self.lanes[lane].device;
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let lba = self.dev(device).lba(zone, offset);
-        if let Err(error) = self.write_copy_at(id, device, lba, good) {
+        let written = self.write_copy_at(id, device, lba, good);
+        self.release_held_zone();
+        if let Err(error) = written {
             // The reclaim zone's write pointer no longer stands where its
             // next relocation would write.
             self.abandon_zone(lane, Slot::Reclaim, zone);
@@ -103,6 +105,12 @@ impl Volume {
         self.lanes[lane].written[zone as usize] += blocks;
         self.reclaim_open[lane] = true;
         let to = Location { zone, offset };
+        if self.area {
+            // To the map until the new zone is sealed.
+            let mut crcs = Vec::with_capacity(blocks as usize);
+            crate::checksum::block_crcs(good, &mut crcs);
+            self.remap(id, crcs);
+        }
         self.move_extent(id, lane, to, true);
         Ok(to)
     }
@@ -128,13 +136,19 @@ impl Volume {
         let device = self.lanes[lane].device;
         let lba = self.dev(device).lba(location.zone, location.offset);
         self.write_copy_at(id, device, lba, good)?;
+        if self.area {
+            // The tags in its zone's area may be what was bad.
+            let mut crcs = Vec::with_capacity(good.len() / BLOCK_SIZE);
+            crate::checksum::block_crcs(good, &mut crcs);
+            self.patch_area(id, lane, &crcs)?;
+        }
         self.dev_mut(device).flush()
     }
 
     /// Writes `data`, extent `id`'s contents, at `lba` of `device`, with
     /// its tags on a volume with block tags.
     fn write_copy_at(&mut self, id: ExtentId, device: usize, lba: u64, data: &[u8]) -> Result<()> {
-        match self.tags.filter(|_| self.tagged(id)) {
+        match self.tags.filter(|_| !self.area && self.tagged(id)) {
             None => self.dev_mut(device).write_at(lba, data),
             Some(layout) => {
                 let mut tags = vec![0u8; layout.bytes(data.len() / BLOCK_SIZE)];

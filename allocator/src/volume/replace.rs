@@ -134,6 +134,9 @@ impl Volume {
             self.lanes[lane].table = self.fresh_table(lane);
             self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];
             self.lanes[lane].appended.clear();
+            for zone in 0..self.lanes[lane].sealed.len() as u32 {
+                self.unseal(lane, zone);
+            }
         }
         // The metadata copies on the place go back where format puts them.
         let g = self.journal.g;
@@ -183,7 +186,7 @@ impl Volume {
                 device.append_max_bytes
             ));
         }
-        let smallest = device.zones.iter().map(|z| z.capacity_blocks).min().unwrap_or(0);
+        let smallest = super::data_capacities(device, &self.superblock).into_iter().min().unwrap_or(0);
         if (smallest as usize) < self.superblock.max_extent_blocks as usize {
             return too_small(format!(
                 "zones of {smallest} blocks, extents are up to {}",
@@ -236,7 +239,7 @@ impl Volume {
         let profile = self.superblock.profile;
         let g = self.journal.g;
         let meta_zones = super::meta_zones_on(profile, g, device);
-        let capacities: Vec<u32> = self.dev(device).zones.iter().map(|z| z.capacity_blocks).collect();
+        let capacities = super::data_capacities(self.dev(device), &self.superblock);
         let mut table = ZoneTable::new(
             &capacities,
             |zone| super::lane_owns(profile, lane, meta_zones, zone),

@@ -59,7 +59,9 @@ impl Volume {
         if self.device_writes[device] > 0 {
             return Err(Error::InvalidArgument("writes in flight there: quiesce the volume first".into()));
         }
-        let tags = self.tags;
+        // With checksum areas the tags are not in the device's metadata:
+        // the engine asks for them ([`Volume::area_tags_at`]).
+        let tags = self.tags.filter(|_| !self.area);
         match self.devices[device].as_mut() {
             Some(device) => Ok(LaneReads { device, tags }),
             None => Err(Error::Member { device, why: "not in use".into() }),

@@ -104,7 +104,7 @@ impl Volume {
         let id = self.table.reserve();
         let copies = self.lanes.len();
         // Tags where one command carries them whole; else the map.
-        let tagged = self.tags.is_some_and(|layout| layout.carries(blocks as usize));
+        let tagged = !self.area && self.tags.is_some_and(|layout| layout.carries(blocks as usize));
         let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, copies) };
         let index = self.pending_slot(pending);
         for lane in 0..copies {
@@ -167,9 +167,26 @@ impl Volume {
         data: Payload<'_>,
     ) -> Result<()> {
         assert_eq!(data.len(), blocks as usize * BLOCK_SIZE, "a write of {blocks} blocks");
+        let (zone, offset) = self.place(lane, slot, blocks)?;
+        let submitted = self.submit_placed(index, lane, slot, zone, offset, blocks, data);
+        self.release_held_zone();
+        submitted
+    }
+
+    /// [`Volume::submit_lane_write`] once placed at `offset` in `zone`.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_placed(
+        &mut self,
+        index: usize,
+        lane: usize,
+        slot: Slot,
+        zone: u32,
+        offset: u32,
+        blocks: u32,
+        data: Payload<'_>,
+    ) -> Result<()> {
         let device = self.lanes[lane].device;
         let mode = self.mode(device);
-        let (zone, offset) = self.place(lane, slot, blocks)?;
         // Paired with the check at completion (`appended_offset`): the
         // extent's room is reserved in its zone before the command goes.
         let entry = self.lanes[lane].table.zone(zone);
@@ -283,11 +300,27 @@ impl Volume {
             }
         };
         // Retired zones are finished once their writes, including the one
-        // about to be submitted here, complete (see `poll`).
+        // about to be submitted here, complete (see `poll`). The zone this
+        // placement retired waits until that write is in flight (see
+        // `release_held_zone`): a poll before it, say for a buffer, would
+        // otherwise finish or seal the zone under it.
         for Retired { zone, .. } in placement.retired.into_iter().flatten() {
-            self.retiring.push((lane, zone));
+            if zone == placement.zone {
+                debug_assert!(self.held_zone.is_none(), "a zone held from an earlier placement");
+                self.held_zone = Some((lane, zone));
+            } else {
+                self.retiring.push((lane, zone));
+            }
         }
         Ok((placement.zone, placement.offset))
+    }
+
+    /// The zone the last placement retired goes to the retiring list, once
+    /// its write is in flight (or written, or failed).
+    pub(super) fn release_held_zone(&mut self) {
+        if let Some(held) = self.held_zone.take() {
+            self.retiring.push(held);
+        }
     }
 
     /// Whether opening one more zone for `slot` on `device` would pass its
@@ -323,10 +356,29 @@ impl Volume {
             if self.devices[device].is_none() {
                 continue;
             }
+            // Sealing writes to the zone: open on the device, whatever the
+            // table says (a zone left open before a reopen is not active).
+            let mut open_on_device = entry.active;
+            if entry.usage == ZoneUse::Full && self.area {
+                match self.seal_zone(lane, zone) {
+                    Ok(wrote) => open_on_device |= wrote,
+                    Err(error) => {
+                        if self.absorb(device, Failed::Write, &error) {
+                            continue;
+                        }
+                        open_on_device = true;
+                        log::warn!(
+                            "lane {lane} zone {zone}: its checksum area was not written ({error}); its extents keep \
+                             their checksums in the map"
+                        );
+                    }
+                }
+            }
+            let capacity = self.dev(device).zones[zone as usize].capacity_blocks;
             if entry.usage == ZoneUse::Full
                 && self.dev(device).is_zoned()
-                && entry.active
-                && self.lanes[lane].written[zone as usize] < entry.capacity
+                && open_on_device
+                && self.lanes[lane].written[zone as usize] < capacity
             {
                 if let Err(error) = self.dev_mut(device).zone_action(zone, ZoneSendAction::Finish) {
                     if self.absorb(device, Failed::Write, &error) {

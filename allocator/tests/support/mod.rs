@@ -47,7 +47,27 @@ pub fn volume_options() -> VolumeOptions {
     // spans commits, so each cut, fault and reopen meets one half written.
     // Few owners in memory: commits journal owner pages (and read their
     // blobs back) in every suite, not only at scale.
-    VolumeOptions { timeout: bound(), checkpoint_pages_per_commit: 1, recent_owners: 16, ..VolumeOptions::default() }
+    VolumeOptions {
+        timeout: bound(),
+        checkpoint_pages_per_commit: 1,
+        recent_owners: 16,
+        checksums: suite_checksums(),
+        ..VolumeOptions::default()
+    }
+}
+
+/// `ZONED_TEST_CHECKSUMS=area` formats every volume the suites make with
+/// zone checksum areas (`zoned_allocator::area`), so that the whole
+/// allocator and scrub suites, fault campaigns included, run again on
+/// volumes that keep checksums after each zone's data (`hack/test` runs
+/// them so too); unset, the format chooses (`ChecksumStore::Auto`).
+pub fn suite_checksums() -> zoned_allocator::ChecksumStore {
+    match std::env::var("ZONED_TEST_CHECKSUMS").as_deref() {
+        Err(_) | Ok("auto") => zoned_allocator::ChecksumStore::Auto,
+        Ok("area") => zoned_allocator::ChecksumStore::Area,
+        Ok("map") => zoned_allocator::ChecksumStore::Map,
+        Ok(other) => panic!("ZONED_TEST_CHECKSUMS={other}: expected auto, area or map"),
+    }
 }
 
 /// Simulated controllers and the namespaces a volume uses.

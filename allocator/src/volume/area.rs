@@ -1,0 +1,253 @@
+//! Zone checksum areas ([`crate::area`]): sealing a zone that takes no
+//! more data, reading its tags back, and the checksums that leave the map
+//! once every copy of an extent lies in a sealed zone.
+
+use super::Volume;
+use crate::area::{area_blocks, covering, TAG_BYTES};
+use crate::error::{Error, Result};
+use crate::journal::Op;
+use crate::tags::TagLayout;
+use crate::zones::ZoneUse;
+use crate::{ExtentId, Location, BLOCK_SIZE};
+
+/// The layout of tags in an area.
+const AREA: TagLayout = TagLayout { stride: TAG_BYTES, granule: None };
+
+impl Volume {
+    /// Writes the checksum area of zone `zone` of `lane`, which takes no
+    /// more data and has no write in flight: the tags of every live copy
+    /// in it (each from its extent's checksums in the map), right after
+    /// its data, and journals the seal. A zone that holds nothing is left
+    /// as it is. On failure the zone stays unsealed and its extents keep
+    /// their checksums in the map. Returns whether it wrote.
+    pub(super) fn seal_zone(&mut self, lane: usize, zone: u32) -> Result<bool> {
+        let entry = *self.lanes[lane].table.zone(zone);
+        debug_assert_eq!(entry.inflight, 0, "sealing zone {zone} with writes in flight");
+        if !self.area || self.lanes[lane].sealed[zone as usize] != 0 || entry.allocated == 0 {
+            return Ok(false);
+        }
+        let covered = entry.allocated;
+        let mut tags = vec![0u8; area_blocks(covered) as usize * BLOCK_SIZE];
+        for (&id, crcs) in &self.mapped {
+            let Some(extent) = self.table.get(id) else { continue };
+            let at = extent.locations[lane];
+            if at.is_missing() || at.zone != zone {
+                continue;
+            }
+            let start = at.offset as usize * TAG_BYTES;
+            let out = &mut tags[start..start + crcs.len() * TAG_BYTES];
+            crate::tags::fill(AREA, self.volume_id, id, 0, crcs, out);
+        }
+        let device = self.lanes[lane].device;
+        let zoned = self.dev(device).is_zoned();
+        let sealed = if zoned {
+            let write_pointer = self.lanes[lane].written[zone as usize];
+            let at = self.dev_mut(device).append_at(zone, write_pointer, &tags)?;
+            if at > covered {
+                return Err(Error::BadDeviceResult {
+                    what: format!("zone {zone}'s checksum area landed at block {at}, past its {covered} allocated"),
+                });
+            }
+            self.lanes[lane].written[zone as usize] = at + (tags.len() / BLOCK_SIZE) as u32;
+            at
+        } else {
+            let lba = self.dev(device).lba(zone, covered);
+            self.dev_mut(device).write_at(lba, &tags)?;
+            covered
+        };
+        if sealed > 0 {
+            self.lanes[lane].sealed[zone as usize] = sealed;
+            self.ops.push(Op::Sealed { lane: lane as u8, zone, blocks: sealed });
+            self.sealed_since_commit.push((lane, zone));
+        }
+        Ok(true)
+    }
+
+    /// Zone `zone` of `lane` holds nothing any more (reset, or found so at
+    /// open): its area, if it had one, is gone, as the journal says next.
+    pub(super) fn unseal(&mut self, lane: usize, zone: u32) {
+        if std::mem::take(&mut self.lanes[lane].sealed[zone as usize]) != 0 {
+            self.ops.push(Op::Sealed { lane: lane as u8, zone, blocks: 0 });
+        }
+        if self.area_cache[lane].as_ref().is_some_and(|(z, _)| *z == zone) {
+            self.area_cache[lane] = None;
+        }
+    }
+
+    /// Every zone's seal, as operations: what a checkpoint's first record
+    /// restates, since the log before it is not replayed.
+    pub(super) fn seal_ops(&self) -> Vec<Op> {
+        let mut ops = Vec::new();
+        for (lane, l) in self.lanes.iter().enumerate() {
+            for (zone, &blocks) in l.sealed.iter().enumerate().filter(|(_, &b)| b != 0) {
+                ops.push(Op::Sealed { lane: lane as u8, zone: zone as u32, blocks });
+            }
+        }
+        ops
+    }
+
+    /// After a commit made the seals since the last one durable: the
+    /// extents whose every copy now lies in a sealed zone leave the map.
+    pub(super) fn seals_committed(&mut self) {
+        if !self.sealed_since_commit.is_empty() {
+            self.sealed_since_commit.clear();
+            self.drop_covered();
+        }
+    }
+
+    /// Drops from the map the checksums of every extent whose copies all
+    /// lie within their zones' areas (a missing copy needs none: a
+    /// resilver writes it from another's tags).
+    pub(super) fn drop_covered(&mut self) {
+        if !self.area {
+            return;
+        }
+        let (table, lanes) = (&self.table, &self.lanes);
+        self.mapped.retain(|&id, _| {
+            let Some(entry) = table.get(id) else { return true };
+            !entry.locations[..lanes.len()]
+                .iter()
+                .zip(lanes)
+                .all(|(at, lane)| at.is_missing() || lane.area_covers(at.zone, at.offset, entry.blocks))
+        });
+    }
+
+    /// Extent `id`'s checksums are back in the map (journaled), for a copy
+    /// of it going to a zone not sealed yet; nothing when they are there.
+    pub(super) fn remap(&mut self, id: ExtentId, crcs: Vec<u32>) {
+        if !self.area || self.mapped.contains_key(&id) {
+            return;
+        }
+        debug_assert_eq!(Some(crcs.len()), self.table.get(id).map(|e| e.blocks as usize));
+        self.ops.push(Op::Crcs { id, crcs: crcs.clone() });
+        self.mapped.insert(id, crcs.into_boxed_slice());
+    }
+
+    /// The checksums copy `lane` of extent `id` claims: the map's, or its
+    /// tags' in its zone's area, unverified (a bad block's tag says what it
+    /// should hold).
+    pub(super) fn claimed_crcs(&mut self, id: ExtentId, lane: usize) -> Result<Vec<u32>> {
+        if let Some(crcs) = self.mapped.get(&id) {
+            return Ok(crcs.to_vec());
+        }
+        let entry = self.live(id)?;
+        let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, false)?;
+        Ok(crate::tags::data_crcs(AREA, &tags).collect())
+    }
+
+    /// The tags of `blocks` blocks at `at` on lane `lane`, from its zone's
+    /// area: from the last area read, else read (the whole area when
+    /// `whole`, for a walk over the zone; else only the blocks holding
+    /// them).
+    pub(super) fn area_tags(&mut self, lane: usize, at: Location, blocks: u32, whole: bool) -> Result<Vec<u8>> {
+        let sealed = self.lanes[lane].sealed.get(at.zone as usize).copied().unwrap_or(0);
+        if at.is_missing() || at.offset + blocks > sealed {
+            return Err(Error::Corrupt(format!(
+                "lane {lane}: {blocks} blocks at {at:?} lie outside their zone's checksum area ({sealed} blocks)"
+            )));
+        }
+        let range = at.offset as usize * TAG_BYTES..(at.offset + blocks) as usize * TAG_BYTES;
+        if let Some((_, tags)) = self.area_cache[lane].as_ref().filter(|(zone, _)| *zone == at.zone) {
+            return Ok(tags[range].to_vec());
+        }
+        let device = self.lanes[lane].device;
+        let Some(d) = self.devices[device].as_mut() else {
+            return Err(Error::Member { device, why: "not in use".into() });
+        };
+        if whole {
+            let mut tags = vec![0u8; area_blocks(sealed) as usize * BLOCK_SIZE];
+            let lba = d.lba(at.zone, sealed);
+            d.read_reserved(lba, &mut tags)?;
+            let out = tags[range].to_vec();
+            self.area_cache[lane] = Some((at.zone, tags));
+            return Ok(out);
+        }
+        let (area_range, skip) = covering(at.offset, blocks);
+        let mut read = vec![0u8; area_range.len() * BLOCK_SIZE];
+        let lba = d.lba(at.zone, sealed + area_range.start);
+        d.read_reserved(lba, &mut read)?;
+        Ok(read[skip..skip + blocks as usize * TAG_BYTES].to_vec())
+    }
+
+    /// The tags of a read of `blocks` blocks at `start` on lane `lane`
+    /// (within one zone), from the zone's checksum area, read whole and
+    /// kept while the walk stays in the zone: for an engine (scrub,
+    /// resilver) whose read expects tags, on a volume with checksum areas.
+    /// `None` on another volume; an error when they cannot be read (the
+    /// engine then counts the blocks bad).
+    pub fn area_tags_for(&mut self, lane: usize, start: Location, blocks: u32) -> Option<Result<Vec<u8>>> {
+        if !self.area || lane >= self.lanes.len() {
+            return None;
+        }
+        Some(self.area_tags(lane, start, blocks, true))
+    }
+
+    /// Rewrites the tags of copy `lane` of extent `id` in its zone's area
+    /// from `crcs`, on a conventional namespace (a repair in place): the
+    /// area blocks holding them are read, changed and written back. Nothing
+    /// when the zone is not sealed (the map holds the checksums).
+    pub(super) fn patch_area(&mut self, id: ExtentId, lane: usize, crcs: &[u32]) -> Result<()> {
+        let at = self.live(id)?.locations[lane];
+        let sealed = self.lanes[lane].sealed.get(at.zone as usize).copied().unwrap_or(0);
+        if !self.area || at.is_missing() || sealed == 0 {
+            return Ok(());
+        }
+        let (range, skip) = covering(at.offset, crcs.len() as u32);
+        let device = self.lanes[lane].device;
+        let lba = self.dev(device).lba(at.zone, sealed + range.start);
+        let mut blocks = vec![0u8; range.len() * BLOCK_SIZE];
+        self.dev_mut(device).read_reserved(lba, &mut blocks)?;
+        crate::tags::fill(AREA, self.volume_id, id, 0, crcs, &mut blocks[skip..skip + crcs.len() * TAG_BYTES]);
+        self.dev_mut(device).write_at(lba, &blocks)?;
+        self.area_cache[lane] = None;
+        Ok(())
+    }
+
+    /// Whether the volume keeps checksums in zone checksum areas
+    /// ([`crate::area`]).
+    pub fn checksum_areas(&self) -> bool {
+        self.area
+    }
+
+    /// How many of zone `zone`'s first blocks on lane `lane` its checksum
+    /// area covers (0: not sealed).
+    pub fn sealed_blocks(&self, lane: usize, zone: u32) -> u32 {
+        self.lanes.get(lane).and_then(|l| l.sealed.get(zone as usize)).copied().unwrap_or(0)
+    }
+
+    /// Extents whose checksums are in the map now (on a volume with
+    /// checksum areas: those with a copy in a zone not sealed yet).
+    pub fn mapped_extents(&self) -> usize {
+        self.mapped.len()
+    }
+
+    /// Checks, for [`Volume::check_invariants`], that every live copy of an
+    /// extent outside the map lies within its zone's area, and that no
+    /// sealed zone takes allocations.
+    pub(super) fn check_area_invariants(&self) {
+        if !self.area {
+            return;
+        }
+        for (id, entry) in self.table.iter() {
+            if self.mapped.contains_key(&id) {
+                continue;
+            }
+            for (lane, at) in entry.locations[..self.lanes.len()].iter().enumerate() {
+                assert!(
+                    at.is_missing() || self.lanes[lane].area_covers(at.zone, at.offset, entry.blocks),
+                    "extent {id} has no checksums in the map and its copy {lane} at {at:?} lies outside its zone's area"
+                );
+            }
+        }
+        for (lane, l) in self.lanes.iter().enumerate() {
+            for (zone, &sealed) in l.sealed.iter().enumerate() {
+                let z = l.table.zone(zone as u32);
+                assert!(
+                    sealed == 0 || !matches!(z.usage, ZoneUse::Open(_) | ZoneUse::Empty),
+                    "lane {lane} zone {zone} is sealed at {sealed} but {:?}",
+                    z.usage
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Zone checksum areas on the simulator ([`zoned_allocator::area`]): a
+//! volume over namespaces without per-block metadata keeps its checksums
+//! after each zone's data, so the map holds only the zones being filled;
+//! a damaged area fails its copy, which the other repairs. (Every other
+//! allocator and scrub suite runs on areas too, `ZONED_TEST_CHECKSUMS=area`.)
+
+mod support;
+
+use nvme_driver::sim::SimConfig;
+use support::{conventional, pattern, volume_options, zns, Harness, Model};
+use zoned_allocator::{ChecksumStore, Location, Profile, Volume, VolumeOptions};
+
+/// The namespaces of `config` without per-block metadata, whatever the
+/// suite's setting.
+fn plain(mut config: SimConfig) -> SimConfig {
+    for namespace in &mut config.namespaces {
+        namespace.metadata_bytes = 0;
+    }
+    config
+}
+
+fn areas(options: VolumeOptions) -> VolumeOptions {
+    VolumeOptions { checksums: ChecksumStore::Area, ..options }
+}
+
+/// `count` extents of 8 blocks.
+fn write_some(volume: &mut Volume, model: &mut Model, count: u64, seed: u64) {
+    for i in 0..count {
+        let id = volume.write(0, &pattern(seed + i, 8), seed + i).unwrap();
+        model.insert(id, (seed + i, 8));
+    }
+}
+
+fn check(volume: &mut Volume, model: &Model) {
+    for (&id, &(seed, blocks)) in model {
+        let mut back = vec![0u8; blocks * 4096];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert_eq!(back, pattern(seed, blocks), "extent {id}");
+    }
+}
+
+/// Zones of lane `lane` whose areas are written.
+fn sealed_zones(volume: &Volume, lane: usize) -> Vec<u32> {
+    (0..volume.zone_table(lane).zone_count()).filter(|&zone| volume.sealed_blocks(lane, zone) > 0).collect()
+}
+
+#[test]
+fn checksums_leave_memory_once_their_zone_is_sealed_and_are_read_from_its_area() {
+    // Zones of 64 blocks: 63 of data, so 7 extents of 8 blocks, then the
+    // zone is retired and its area (one block) written after the 56.
+    let soft = VolumeOptions { software_zone_bytes: Some(256 << 10), ..volume_options() };
+    for (config, options) in [(zns(32, 256), volume_options()), (conventional(8), soft)] {
+        let mut harness = Harness::single(plain(config));
+        let options = areas(options);
+        let mut volume = harness.format(&options);
+        assert!(volume.checksum_areas() && volume.block_tags().is_some());
+        let mut model = Model::new();
+        write_some(&mut volume, &mut model, 40, 1);
+        volume.commit().unwrap();
+        volume.check_invariants();
+        let sealed = sealed_zones(&volume, 0);
+        assert_eq!(sealed.len(), 5, "40 extents fill five zones of 7 and begin a sixth: {sealed:?}");
+        assert!(sealed.iter().all(|&zone| volume.sealed_blocks(0, zone) == 56));
+        // Only the open zone's extents keep their checksums in memory.
+        assert_eq!(volume.mapped_extents(), 5, "the sixth zone's 5 extents");
+        check(&mut volume, &model);
+        // Across a restart: the seals come back from the journal, the
+        // open zone's checksums too, and it is sealed at once (reopened
+        // volumes do not append to old zones).
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).unwrap();
+        volume.check_invariants();
+        assert_eq!(sealed_zones(&volume, 0).len(), 6, "the zone left open is sealed at open");
+        check(&mut volume, &model);
+        volume.commit().unwrap();
+        assert_eq!(volume.mapped_extents(), 0, "every zone is sealed once a commit made it durable");
+        // And after a checkpoint, which restates every seal.
+        volume.checkpoint_now().unwrap();
+        write_some(&mut volume, &mut model, 3, 100);
+        volume.close().unwrap();
+        harness.restart();
+        let mut volume = harness.open(&options).unwrap();
+        volume.check_invariants();
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn a_damaged_area_fails_its_copy_and_the_other_copy_repairs_the_read() {
+    let options = areas(VolumeOptions { profile: Profile::Mirror, ..volume_options() });
+    let harness = Harness::new(vec![plain(zns(32, 256)), plain(zns(32, 256))], vec![(0, 1), (1, 1)]);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write_some(&mut volume, &mut model, 20, 7);
+    volume.commit().unwrap();
+    let zone = sealed_zones(&volume, 0)[0];
+    let victims: Vec<u64> =
+        volume.extent_ids().filter(|&id| volume.location(id, 0).is_some_and(|l| l.zone == zone)).collect();
+    assert_eq!(victims.len(), 7);
+    // A bit of the area's block flipped on copy 0: the data is intact, but
+    // the tags of the zone's blocks no longer vouch for it.
+    let area = volume.lba(0, Location { zone, offset: volume.sealed_blocks(0, zone) });
+    harness.sims[0].corrupt_at_rest(1, area, 3);
+    for &id in &victims {
+        let mut back = vec![0u8; 8 * 4096];
+        let outcome = volume.read(id, &mut back).unwrap();
+        assert_eq!(back, pattern(model[&id].0, 8), "extent {id}");
+        if !outcome.repaired.is_empty() {
+            assert!(volume.bad_blocks().iter().all(|b| b.lane == 0 && !b.unreadable));
+        }
+    }
+    // Bit 3 of the first byte: the data checksum of the zone's first block.
+    assert_eq!(volume.bad_blocks().len(), 1, "{:?}", volume.bad_blocks());
+    // The copy is rewritten from the good one elsewhere, its checksums in
+    // the map until that zone is sealed.
+    let bad = volume.bad_blocks()[0];
+    let good = {
+        let mut data = vec![0u8; 8 * 4096];
+        volume.read(bad.extent, &mut data).unwrap();
+        data
+    };
+    let to = volume.rewrite_copy(bad.extent, 0, &good).unwrap();
+    assert_ne!(to.zone, zone);
+    volume.commit().unwrap();
+    volume.check_invariants();
+    let mut back = vec![0u8; 8 * 4096];
+    assert!(volume.read_copy_checked(bad.extent, 0, &mut back).unwrap().is_empty(), "the rewritten copy verifies");
+    check(&mut volume, &model);
+}
+
+#[test]
+fn a_volume_with_areas_refuses_nothing_it_can_hold_and_its_format_is_recorded() {
+    // Areas on a namespace with per-block metadata too, when asked: the
+    // format says so, and open needs no option to know.
+    let mut config = zns(32, 256);
+    config.namespaces[0].metadata_bytes = 8;
+    let mut harness = Harness::single(config);
+    let options = areas(volume_options());
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write_some(&mut volume, &mut model, 10, 3);
+    volume.close().unwrap();
+    harness.restart();
+    let mut volume = harness.open(&volume_options()).unwrap();
+    assert!(volume.checksum_areas());
+    check(&mut volume, &model);
+    volume.check_invariants();
+}
