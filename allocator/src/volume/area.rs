@@ -125,13 +125,14 @@ impl Volume {
 
     /// The checksums copy `lane` of extent `id` claims: the map's, or its
     /// tags' in its zone's area, unverified (a bad block's tag says what it
-    /// should hold).
+    /// should hold). The zone's whole area is read and kept: reclaim, the
+    /// caller, moves a zone's copies one after another.
     pub(super) fn claimed_crcs(&mut self, id: ExtentId, lane: usize) -> Result<Vec<u32>> {
         if let Some(crcs) = self.mapped.get(&id) {
             return Ok(crcs.to_vec());
         }
         let entry = self.live(id)?;
-        let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, false)?;
+        let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, true)?;
         Ok(crate::tags::data_crcs(AREA, &tags).collect())
     }
 

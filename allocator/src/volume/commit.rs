@@ -288,7 +288,10 @@ impl Volume {
         if left == 0 {
             return 0;
         }
-        let mapped_bytes = if self.mapped.is_empty() { 0 } else { 4 * self.live_blocks / self.table.pages().max(1) };
+        // The map's share of a page: all of it without tags, the zones
+        // being filled with checksum areas, none with block tags.
+        let mapped_blocks = self.live_blocks * self.mapped.len() as u64 / self.table.len().max(1);
+        let mapped_bytes = 4 * mapped_blocks / self.table.pages().max(1);
         let page_bytes = PAGE_BYTES as u64 + mapped_bytes;
         let page_blocks = page_bytes.div_ceil(crate::BLOCK_SIZE as u64);
         let delta_blocks = Journal::record_blocks(ops_bytes);
