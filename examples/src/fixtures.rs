@@ -42,6 +42,7 @@ pub fn degraded() -> VolumeStatus {
         state: VolumeState::Degraded,
         profile: Profile::Mirror,
         block_tag_bytes: None,
+        checksum_areas: false,
         devices: vec![device(0, MemberState::Online, "0000:01:00.0"), gone],
         redundancy: Redundancy { copies: 2, bytes_full: 1 << 20, bytes_at_risk: 8192, extents_at_risk: 2 },
         resilver: Vec::new(),

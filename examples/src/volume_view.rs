@@ -179,6 +179,7 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
     );
     let checksums = match status.block_tag_bytes {
         Some(bytes) => format!("in block tags ({bytes} bytes of metadata per 4 KiB block)"),
+        None if status.checksum_areas => "in checksum areas after each zone's data".into(),
         None => "in the extent map".into(),
     };
     let _ = writeln!(out, "   crc: {checksums}");

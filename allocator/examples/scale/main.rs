@@ -36,13 +36,14 @@ struct Args {
 }
 
 const USAGE: &str = "scale [--capacities LIST (64G,256G,1T,2T)] [--extents LIST (16K,256K,4M)] [--commit-every N (64)]
-      [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--metadata BYTES (8)] [--opens N (1)]
-      [--memory-budget SIZE (80% of available)] [--json FILE]
+      [--fill PERCENT (90)] [--zone-size SIZE (256M)] [--metadata BYTES (8)] [--checksums KIND (auto)]
+      [--opens N (1)] [--memory-budget SIZE (80% of available)] [--json FILE]
 
 For each extent size, fills a simulated ZNS volume of each capacity and reports the heap the
 open volume holds, commit latency and bytes, the checkpoint, and open times. --metadata is the
 namespace's per-block metadata (0, 8, 16 or 64 bytes; 4096+8 is the common enterprise format):
-with it the volume keeps each block's checksum there (block tags), with 0 in its extent map. Sizes take K, M,
+with it the volume keeps each block's checksum there (block tags), with 0 in its extent map. --checksums
+area keeps them after each zone's data instead, on any namespace (auto, area, map or tags). Sizes take K, M,
 G, T (powers of 1024). --opens N opens the filled volume N times with its log and reports the
 median too (memory is measured on the first). The table goes to stdout, progress to stderr; --json FILE also writes
 the settings and one row per point as JSON.";
@@ -71,6 +72,7 @@ fn parse() -> Result<Args, String> {
             sim_memory_bytes: 64 << 30,
             metadata_bytes: 8,
             opens: 1,
+            checksums: zoned_allocator::ChecksumStore::Auto,
         },
         memory_budget_bytes: heap::available_bytes() / 10 * 8,
         json: None,
@@ -101,6 +103,16 @@ fn parse() -> Result<Args, String> {
                     .ok()
                     .filter(|b| [0, 8, 16, 64].contains(b))
                     .ok_or(format!("--metadata {text}: expected 0, 8, 16 or 64"))?;
+            }
+            "--checksums" => {
+                let text = value("--checksums")?;
+                args.settings.checksums = match text.as_str() {
+                    "auto" => zoned_allocator::ChecksumStore::Auto,
+                    "area" => zoned_allocator::ChecksumStore::Area,
+                    "map" => zoned_allocator::ChecksumStore::Map,
+                    "tags" => zoned_allocator::ChecksumStore::Tags,
+                    _ => return Err(format!("--checksums {text}: expected auto, area, map or tags")),
+                };
             }
             "--opens" => {
                 let text = value("--opens")?;

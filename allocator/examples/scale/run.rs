@@ -27,6 +27,8 @@ pub struct Settings {
     pub metadata_bytes: u16,
     /// Times to open the filled volume with its log (at least 1).
     pub opens: usize,
+    /// Where the volume keeps its checksums (format's choice by default).
+    pub checksums: zoned_allocator::ChecksumStore,
 }
 
 /// What one (capacity, extent size) run measured: a row of the JSON.
@@ -36,7 +38,7 @@ pub struct Row {
     pub extent_bytes: u64,
     /// The namespace's metadata bytes per block.
     pub metadata_bytes: u16,
-    /// Where the volume keeps its checksums: "tags" or "map".
+    /// Where the volume keeps its checksums: "tags", "area" or "map".
     pub checksums: &'static str,
     pub volume_capacity_bytes: u64,
     pub data_bytes: u64,
@@ -143,14 +145,19 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
     config.mdts = 10;
     config.memory_limit_bytes = settings.sim_memory_bytes;
     let sim = Simulator::new(config);
-    let options = VolumeOptions { max_extent_bytes: extent_bytes, ..VolumeOptions::default() };
+    let options =
+        VolumeOptions { max_extent_bytes: extent_bytes, checksums: settings.checksums, ..VolumeOptions::default() };
     let mut volume = Volume::format(vec![device(&sim)?], &options).map_err(|e| format!("format: {e}"))?;
     let written = |sim: &Simulator| sim.stats().lbas_written * BLOCK_SIZE as u64;
     let mut row = Row {
         capacity_bytes: blocks * BLOCK_SIZE as u64,
         extent_bytes: extent_bytes as u64,
         metadata_bytes: settings.metadata_bytes,
-        checksums: if volume.block_tags().is_some() { "tags" } else { "map" },
+        checksums: match (volume.checksum_areas(), volume.block_tags()) {
+            (true, _) => "area",
+            (false, Some(_)) => "tags",
+            (false, None) => "map",
+        },
         volume_capacity_bytes: volume.capacity_bytes(),
         commit_ops: settings.commit_every,
         ..Row::default()

@@ -122,8 +122,11 @@ pub struct VolumeStatus {
     pub profile: Profile,
     /// Metadata bytes per 4 KiB block that carry each block's checksum on
     /// the devices (block tags); `None` when the checksums live in the
-    /// extent map.
+    /// extent map or in checksum areas.
     pub block_tag_bytes: Option<usize>,
+    /// The checksums live in an area after each zone's data
+    /// ([`crate::area`]), and in the map for the zones being filled.
+    pub checksum_areas: bool,
     /// Every device place.
     pub devices: Vec<DeviceStatus>,
     /// How much of the data has every copy.
@@ -234,7 +237,8 @@ impl Volume {
             volume_id: self.volume_id,
             state,
             profile: self.superblock.profile,
-            block_tag_bytes: self.tags.map(|layout| layout.stride),
+            block_tag_bytes: self.tags.filter(|_| !self.area).map(|layout| layout.stride),
+            checksum_areas: self.area,
             devices,
             redundancy,
             resilver,

@@ -14,7 +14,7 @@ use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::histogram::Histogram;
 use nvme_examples::logging;
-use nvme_examples::profile::ProfileArg;
+use nvme_examples::profile::{checksums_kind, ChecksumsArg, ProfileArg};
 use nvme_examples::svg::{line_chart, Series};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -46,6 +46,11 @@ struct Args {
     /// Recreate the volume (destroys its contents; asks first, see --yes).
     #[arg(long)]
     format: bool,
+    /// With --format: where the volume keeps its blocks' checksums. auto:
+    /// block tags on namespaces with per-block metadata, the extent map
+    /// otherwise; area: after each zone's data, on any namespace; map; tags.
+    #[arg(long, value_enum, default_value = "auto")]
+    checksums: ChecksumsArg,
     /// Open a mirror with a member missing, blank or failing, on the one
     /// left (the member is recorded failed, and what is written has one
     /// copy until `volume replace` and its resilver); with --profile
@@ -315,6 +320,7 @@ fn run(args: &Args) -> Result<(), String> {
         profile,
         streams: args.streams,
         software_zone_bytes: args.software_zone,
+        checksums: args.checksums.into(),
         degraded: args.degraded,
         write_mode: if args.ordered {
             WriteMode::Ordered
@@ -545,7 +551,9 @@ fn run(args: &Args) -> Result<(), String> {
     let stats = volume.stats();
     // Where the checksums live: block tags (metadata bytes per 4 KiB
     // block) or the extent map.
-    let tag_bytes = volume.block_tags().map(|layout| layout.stride);
+    let tag_bytes = volume.block_tags().filter(|_| !volume.checksum_areas()).map(|layout| layout.stride);
+    let checksums_kind = checksums_kind(&volume);
+    let mapped_extents = volume.mapped_extents();
     let checksum_s =
         if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
 
@@ -593,6 +601,8 @@ fn run(args: &Args) -> Result<(), String> {
             "checksum_threads": args.checksum_threads,
             "crc32c": checksum::implementation().name(),
             "block_tag_bytes": tag_bytes,
+            "checksums": checksums_kind,
+            "extents_with_checksums_in_memory": mapped_extents,
             "checksum_seconds_on_writer": if checksum_s.is_nan() { None } else { Some(checksum_s) },
             "volume_fill_percent": fill_volume,
             "data_offset_bytes": data_offset_bytes,
@@ -642,9 +652,10 @@ fn run(args: &Args) -> Result<(), String> {
             "  checksums: crc32c {}, {} worker thread(s), {}",
             checksum::implementation().name(),
             args.checksum_threads,
-            match tag_bytes {
-                Some(bytes) => format!("in block tags ({bytes} bytes of metadata per block)"),
-                None => "in the extent map".into(),
+            match (checksums_kind, tag_bytes) {
+                (_, Some(bytes)) => format!("in block tags ({bytes} bytes of metadata per block)"),
+                ("area", _) => format!("in zone checksum areas ({mapped_extents} extent(s) still in memory)"),
+                _ => "in the extent map".into(),
             }
         );
         println!("  layout: data zones from byte {data_offset_bytes} of the first namespace");

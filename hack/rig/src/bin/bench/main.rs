@@ -43,11 +43,11 @@ const USAGE: &str = "\
 usage: hack/bench [--json FILE] [--svg FILE] [--quick]
                   [--only driver|zoned|resilver|scale]
                   [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
-                  [--zoned-size SIZE] [--zone SIZE] [--zoned-metadata BYTES] [--fill PERCENT]
-                  [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
+                  [--zoned-size SIZE] [--zone SIZE] [--zoned-metadata BYTES] [--zoned-checksums KIND]
+                  [--fill PERCENT] [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
                   [--resilver-size SIZE] [--resilver-fill PERCENT]
                   [--scale-capacities LIST] [--scale-extents LIST]
-                  [--scale-metadata BYTES] [--timeout SECONDS]
+                  [--scale-metadata BYTES] [--scale-checksums KIND] [--timeout SECONDS]
 
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
 identical pairs, and runs our tools and the kernel's side by side in it
@@ -130,6 +130,9 @@ Options:
   --zoned-metadata BYTES  per-LBA metadata of ours' ZNS namespace (8: the
                       volume keeps checksums in block tags; 0: none, in its
                       extent map); the kernel's namespaces have none
+  --zoned-checksums KIND  where ours keeps checksums (seqwrite --checksums):
+                      auto (default), area (after each zone's data), map
+                      or tags
   --fill PERCENT      share of the namespace seqwrite and raw-zbd write (90)
   --btrfs-fill PERCENT  share btrfs writes (70)
   --iodepth N         queue depth of the second write runs (8)
@@ -143,6 +146,9 @@ Options:
                       command per extent)
   --scale-metadata BYTES  scale: the namespace's per-block metadata (8: block
                       tags; 0: no metadata, checksums in the extent map)
+  --scale-checksums KIND  scale: where the volume keeps checksums: auto (the
+                      default: block tags with metadata, else the map), area
+                      (after each zone's data), map or tags
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -369,6 +375,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
     let mut btrfs_fill = None;
     let mut iodepth = None;
     let mut zoned_metadata = None;
+    let mut zoned_checksums = None;
     let mut no_ablations = false;
     let mut resilver_size = None;
     let mut resilver_fill = None;
@@ -405,6 +412,15 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
                 zoned_metadata =
                     Some(text.parse().map_err(|_| format!("--zoned-metadata {text}: expected 0, 8, 16 or 64"))?);
             }
+            "--zoned-checksums" => {
+                let text = value("--zoned-checksums")?;
+                zoned_checksums = Some(
+                    ["auto", "area", "map", "tags"]
+                        .into_iter()
+                        .find(|&kind| kind == text)
+                        .ok_or(format!("--zoned-checksums {text}: expected auto, area, map or tags"))?,
+                );
+            }
             "--fill" => fill = Some(percent(value("--fill")?, "--fill")?),
             "--btrfs-fill" => btrfs_fill = Some(percent(value("--btrfs-fill")?, "--btrfs-fill")?),
             "--iodepth" => iodepth = Some(number(&value("--iodepth")?, 1, 256)? as u32),
@@ -414,6 +430,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
             "--scale-capacities" => options.scale.capacities = Some(value("--scale-capacities")?),
             "--scale-extents" => options.scale.extents = Some(value("--scale-extents")?),
             "--scale-metadata" => options.scale.metadata = Some(value("--scale-metadata")?),
+            "--scale-checksums" => options.scale.checksums = Some(value("--scale-checksums")?),
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }
@@ -435,6 +452,7 @@ fn parse_options(args: Vec<String>) -> Result<Option<Options>, String> {
         iodepth: iodepth.unwrap_or(defaults.iodepth),
         ablations: defaults.ablations && !no_ablations,
         metadata: zoned_metadata.unwrap_or(defaults.metadata),
+        checksums: zoned_checksums.unwrap_or(defaults.checksums),
     };
     options.zoned.validate()?;
     let defaults = resilver::Options::defaults(quick);
@@ -1803,6 +1821,7 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
                     "iodepth": options.zoned.iodepth,
                     "ablations": options.zoned.ablations,
                     "ours_metadata_bytes_per_lba": options.zoned.metadata,
+                    "ours_checksums": options.zoned.checksums,
                     "script": zoned::guest_script(&options.zoned),
                 },
                 "details": results.details(&options.zoned),

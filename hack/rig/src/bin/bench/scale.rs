@@ -20,6 +20,8 @@ pub struct Options {
     pub extents: Option<String>,
     /// `--scale-metadata`, passed on as given.
     pub metadata: Option<String>,
+    /// `--scale-checksums`, passed on as given.
+    pub checksums: Option<String>,
     /// `--quick`: small capacities, for a look at the shape.
     pub quick: bool,
 }
@@ -40,6 +42,9 @@ fn example_args(options: &Options, json: &Path) -> Vec<String> {
     }
     if let Some(metadata) = &options.metadata {
         args.extend(["--metadata".to_owned(), metadata.clone()]);
+    }
+    if let Some(checksums) = &options.checksums {
+        args.extend(["--checksums".to_owned(), checksums.clone()]);
     }
     args
 }

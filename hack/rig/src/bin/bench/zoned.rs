@@ -66,6 +66,9 @@ pub struct Options {
     /// kernel's namespaces have none (its driver cannot use metadata
     /// without protection information).
     pub metadata: u16,
+    /// Where the volumes seqwrite formats keep their checksums
+    /// (`seqwrite --checksums`): auto, area, map or tags.
+    pub checksums: &'static str,
 }
 
 impl Options {
@@ -79,6 +82,7 @@ impl Options {
                 iodepth: 8,
                 ablations: false,
                 metadata: 8,
+                checksums: "auto",
             }
         } else {
             Options {
@@ -89,6 +93,7 @@ impl Options {
                 iodepth: 8,
                 ablations: true,
                 metadata: 8,
+                checksums: "auto",
             }
         }
     }
@@ -169,6 +174,7 @@ fn quote(word: &str) -> String {
 pub fn guest_script(options: &Options) -> String {
     let ours = options.ours_bytes();
     let btrfs = options.btrfs_bytes();
+    let checksums = options.checksums;
     let qd = options.iodepth;
     let write_limit = options.step_limit_s(ours);
     let read_limit = options.step_limit_s(btrfs);
@@ -202,8 +208,8 @@ bwlog() { sed "s/^/BWLOG $1 /" "$2"; }
     );
     let seqwrite = |key: &str, depth: u32, extra: &str| {
         format!(
-            "step {key} {write_limit} seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size {ours} \
-             --iodepth {depth} --json --no-progress --write-log /tmp/{key} {extra}\n"
+            "step {key} {write_limit} seqwrite --pci {OURS_PCI} --format --yes --checksums {checksums} --bs 256k \
+             --size {ours} --iodepth {depth} --json --no-progress --write-log /tmp/{key} {extra}\n"
         )
     };
     script += &seqwrite("ours", 1, "--checksum-threads 2");
@@ -267,8 +273,8 @@ bwlog() { sed "s/^/BWLOG $1 /" "$2"; }
     // namespace (raw-zbd wrote it).
     let _ = write!(
         script,
-        "step scrub-prep {write_limit} seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size {btrfs} --iodepth 8 \
-         --checksum-threads 2 --json --no-progress\n\
+        "step scrub-prep {write_limit} seqwrite --pci {OURS_PCI} --format --yes --checksums {checksums} --bs 256k \
+         --size {btrfs} --iodepth 8 --checksum-threads 2 --json --no-progress\n\
          offset=$(sed -n 's/.*\"data_offset_bytes\":\\([0-9]*\\).*/\\1/p' /tmp/scrub-prep.json)\n\
          step scrub {read_limit} scrub --pci {OURS_PCI} --qd 64 --json --no-progress\n\
          step scrub-no-verify {read_limit} scrub --pci {OURS_PCI} --qd 64 --no-verify --json --no-progress\n"
