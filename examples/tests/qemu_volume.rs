@@ -336,6 +336,58 @@ fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
     assert!(read.contains("block 2 repaired"), "{read}");
 }
 
+/// Zone checksum areas (`ChecksumStore::Area`) on QEMU's ZNS model, on
+/// namespaces without metadata: the workload seals zones (Zone Append of
+/// each area, then Finish) and reclaims out of sealed ones; on a mirror, a
+/// block the host flips in a sealed zone fails the tag in its area, the
+/// read is repaired from the other copy, and the copy rewritten elsewhere
+/// reads clean.
+#[test]
+fn zone_checksum_areas_on_zns_and_repair_after_host_corruption() {
+    let images = ImageDir::new("qemu-volume-area");
+    let image = images.0.join("nvme0.img");
+    let flipped: Arc<Mutex<Option<Result<String, String>>>> = Arc::default();
+    let vm = {
+        let flipped = Arc::clone(&flipped);
+        Vm::new()
+            .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096))
+            .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096))
+            .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096))
+            .images(&images.0)
+            .on_line(flip_on_request(image, flipped))
+    };
+    let mut area_checks: Vec<&str> = WORKLOAD.to_vec();
+    let after_commit = area_checks.iter().position(|&c| c == "commit").unwrap() + 1;
+    area_checks.insert(after_commit, "areas");
+    let outcome = run(
+        vm,
+        &[
+            Scenario::new("area", format!("area --pci {THIRD}"), &area_checks),
+            Scenario::new(
+                "area repair",
+                format!("area-repair --pci {FIRST} --pci {SECOND}"),
+                &[
+                    "geometry",
+                    "format",
+                    "commit",
+                    "corrupted",
+                    "read",
+                    "commit rewrite",
+                    "rewrite",
+                    "verify",
+                    "invariants",
+                ],
+            ),
+        ],
+    );
+    let flipped = flipped.lock().unwrap().clone();
+    assert!(matches!(flipped, Some(Ok(_))), "the host did not flip the bytes: {flipped:?}");
+    assert!(detail(&outcome, "area", "format").contains("checksum areas"));
+    assert!(detail(&outcome, "area repair", "format").contains("checksum areas"));
+    let read = detail(&outcome, "area repair", "read");
+    assert!(read.contains("block 2 repaired"), "{read}");
+}
+
 /// The guest's addresses, in the order the controllers are given: the
 /// rig names controller N's image `nvmeN.img`.
 const ADDRESSES: [&str; 4] = [FIRST, SECOND, THIRD, FOURTH];

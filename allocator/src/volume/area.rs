@@ -110,6 +110,11 @@ impl Volume {
                 .zip(lanes)
                 .all(|(at, lane)| at.is_missing() || lane.area_covers(at.zone, at.offset, entry.blocks))
         });
+        // Open's replay fills the map with every extent added since the
+        // checkpoint began: its table need not stay that large.
+        if self.mapped.capacity() > 4 * self.mapped.len().max(256) {
+            self.mapped.shrink_to_fit();
+        }
     }
 
     /// Extent `id`'s checksums are back in the map (journaled), for a copy

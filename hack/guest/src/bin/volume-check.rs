@@ -38,6 +38,14 @@
 //!   to fix the copy.
 //! - `tags-repair` (two, with per-block metadata): `repair` on a volume
 //!   whose checksums are block tags: the flipped block fails its tag.
+//! - `area` (ZNS): the `zns` workload on a volume with zone checksum areas
+//!   (`ChecksumStore::Area`): once written and committed, the full zones
+//!   are sealed and only the zones being filled keep checksums in memory;
+//!   reclaim moves copies out of sealed zones (their checksums read from
+//!   the areas).
+//! - `area-repair` (two): `repair` on a volume with checksum areas, the
+//!   victim in a sealed zone with no checksums in memory: the flipped block
+//!   fails the tag in its zone's area.
 //! - `metadata --phase PHASE`: format 2's metadata safety on a mirror of a
 //!   conventional namespace (device 0) and a second namespace, whose
 //!   backing images the host overwrites in part while the guest waits; one
@@ -96,11 +104,12 @@ use zoned_allocator::zones::ZoneUse;
 #[path = "volume-check/members.rs"]
 mod members;
 use zoned_allocator::{
-    BadBlock, Device, DeviceOptions, DeviceState, Error, ExtentId, Location, Profile, ReclaimProgress, Volume,
-    VolumeOptions, BLOCK_SIZE,
+    BadBlock, ChecksumStore, Device, DeviceOptions, DeviceState, Error, ExtentId, Location, Profile, ReclaimProgress,
+    Volume, VolumeOptions, BLOCK_SIZE,
 };
 
-const USAGE: &str = "usage: volume-check zns|conventional|zcap|4k|limits|reopen|mirror|repair|metadata|members \
+const USAGE: &str = "usage: volume-check zns|conventional|zcap|4k|tags|tags-repair|area|area-repair|limits|reopen|\
+                     mirror|repair|metadata|members \
                      --pci BDF... [--seed N] [--phase PHASE] [--gone BDF]\n\
                      phases: reopen write|verify; metadata format|garbage|reopen|swapped|foreign|damage; \
                      members unplug|degraded|replace|rejoin|final";
@@ -181,6 +190,10 @@ enum Scenario {
     Tags,
     /// `repair` on two namespaces with per-block metadata (block tags).
     TagsRepair,
+    /// The `zns` workload on zone checksum areas.
+    Area,
+    /// `repair` on zone checksum areas, the victim in a sealed zone.
+    AreaRepair,
     Limits,
     Reopen(Phase),
     Mirror,
@@ -198,6 +211,8 @@ impl Scenario {
             Scenario::FourK => "4k",
             Scenario::Tags => "tags",
             Scenario::TagsRepair => "tags repair",
+            Scenario::Area => "area",
+            Scenario::AreaRepair => "area repair",
             Scenario::Limits => "limits",
             Scenario::Reopen(Phase::Write) => "reopen write",
             Scenario::Reopen(Phase::Verify) => "reopen verify",
@@ -217,7 +232,11 @@ impl Scenario {
         match self {
             Scenario::Metadata(MetadataPhase::Foreign) => 3,
             Scenario::Members(phase) => phase.controllers(),
-            Scenario::Mirror | Scenario::Repair | Scenario::TagsRepair | Scenario::Metadata(_) => 2,
+            Scenario::Mirror
+            | Scenario::Repair
+            | Scenario::TagsRepair
+            | Scenario::AreaRepair
+            | Scenario::Metadata(_) => 2,
             _ => 1,
         }
     }
@@ -273,6 +292,8 @@ fn parse_args() -> Result<Args, String> {
         ("4k", None) => Scenario::FourK,
         ("tags", None) => Scenario::Tags,
         ("tags-repair", None) => Scenario::TagsRepair,
+        ("area", None) => Scenario::Area,
+        ("area-repair", None) => Scenario::AreaRepair,
         ("limits", None) => Scenario::Limits,
         ("mirror", None) => Scenario::Mirror,
         ("repair", None) => Scenario::Repair,
@@ -325,11 +346,12 @@ fn run(args: &Args) -> Result<(), String> {
         | Scenario::Zcap
         | Scenario::FourK
         | Scenario::Tags
+        | Scenario::Area
         | Scenario::Mirror => workload(&check, args.scenario, &controllers),
         Scenario::Limits => limits(&check, &controllers),
         Scenario::Reopen(Phase::Write) => reopen_write(&check, &controllers),
         Scenario::Reopen(Phase::Verify) => reopen_verify(&check, &controllers),
-        Scenario::Repair | Scenario::TagsRepair => repair(&check, args.scenario, &controllers),
+        Scenario::Repair | Scenario::TagsRepair | Scenario::AreaRepair => repair(&check, args.scenario, &controllers),
         Scenario::Metadata(MetadataPhase::Format) => metadata_format(&check, &args.pci, &controllers),
         Scenario::Metadata(phase @ (MetadataPhase::Garbage | MetadataPhase::Reopen | MetadataPhase::Swapped)) => {
             metadata_reopen(&check, phase, &controllers)
@@ -370,6 +392,16 @@ fn device_options() -> DeviceOptions {
 
 fn volume_options(profile: Profile, streams: u8) -> VolumeOptions {
     VolumeOptions { profile, streams, software_zone_bytes: Some(SOFTWARE_ZONE_BYTES), ..VolumeOptions::default() }
+}
+
+/// [`volume_options`] for `scenario`: zone checksum areas for the area
+/// scenarios, the format's choice otherwise.
+fn scenario_options(scenario: Scenario, profile: Profile, streams: u8) -> VolumeOptions {
+    let checksums = match scenario {
+        Scenario::Area | Scenario::AreaRepair => ChecksumStore::Area,
+        _ => ChecksumStore::Auto,
+    };
+    VolumeOptions { checksums, ..volume_options(profile, streams) }
 }
 
 /// Namespace 1 of each controller, in order.
@@ -443,7 +475,9 @@ fn check_geometry(check: &Check, scenario: Scenario, devices: &[Device]) -> Resu
     let first = geometry[0];
     let wrong = |what: &str| Err(format!("the scenario needs {what}; found {}", first.describe()));
     match scenario {
-        Scenario::Zns | Scenario::Zcap if !first.zoned => return wrong("a ZNS namespace"),
+        Scenario::Zns | Scenario::Zcap | Scenario::Area | Scenario::AreaRepair if !first.zoned => {
+            return wrong("a ZNS namespace")
+        }
         Scenario::Conventional if first.zoned => return wrong("a conventional namespace"),
         Scenario::FourK if first.lba_bytes != 4096 => return wrong("4096-byte LBAs"),
         Scenario::Tags | Scenario::TagsRepair if devices.iter().any(|d| d.tag_layout().is_none()) => {
@@ -867,7 +901,8 @@ fn workload(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Re
     let geometry = check_geometry(check, scenario, &devices)?;
     let profile = if scenario == Scenario::Mirror { Profile::Mirror } else { Profile::Single };
     let streams = 2;
-    let mut volume = Volume::format(devices, &volume_options(profile, streams)).map_err(|e| format!("format: {e}"))?;
+    let mut volume =
+        Volume::format(devices, &scenario_options(scenario, profile, streams)).map_err(|e| format!("format: {e}"))?;
     require_tags(scenario, &volume)?;
     let stats = volume.stats();
     check.ok(
@@ -923,6 +958,9 @@ fn workload(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Re
         check_tagged(check, &volume, &model)?;
     }
     commit(check, &mut volume, "commit")?;
+    if scenario == Scenario::Area {
+        check_areas(check, &volume, &model)?;
+    }
 
     let (count, bytes) = free_some(&mut volume, seed, &mut model)?;
     check.ok("free", format!("{count} extents, {}; {} extents live", mib(bytes), model.len()));
@@ -967,6 +1005,32 @@ fn workload(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Re
     );
     check_lbas(check, &volume, &geometry[0], &model)?;
     invariants(check, &volume)
+}
+
+/// On zone checksum areas: zones were sealed, and only extents with a
+/// copy in a zone not sealed keep their checksums in memory.
+fn check_areas(check: &Check, volume: &Volume, model: &Model) -> Result<(), String> {
+    let zones = volume.zone_table(0).zone_count();
+    let sealed = (0..zones).filter(|&zone| volume.sealed_blocks(0, zone) > 0).count();
+    let unsealed_extents = model
+        .values()
+        .filter(|&&(id, _, _)| volume.location(id, 0).is_some_and(|l| volume.sealed_blocks(0, l.zone) == 0))
+        .count();
+    if sealed == 0 || volume.mapped_extents() > unsealed_extents {
+        return Err(format!(
+            "{sealed} zones sealed; {} extents with checksums in memory, {unsealed_extents} in zones not sealed",
+            volume.mapped_extents()
+        ));
+    }
+    check.ok(
+        "areas",
+        format!(
+            "{sealed} zones sealed; {} of {} extents with checksums in memory, all in zones being filled",
+            volume.mapped_extents(),
+            model.len()
+        ),
+    );
+    Ok(())
 }
 
 /// `max-open=2,max-active=4`: too many streams refused; one stream fills
@@ -1225,6 +1289,9 @@ fn check_tagged(check: &Check, volume: &Volume, model: &Model) -> Result<(), Str
 
 /// Where the volume keeps its checksums, in words.
 fn checksums(volume: &Volume) -> String {
+    if volume.checksum_areas() {
+        return "checksums in zone checksum areas".into();
+    }
     match volume.block_tags() {
         Some(layout) => format!("checksums in block tags ({} bytes of metadata per block)", layout.stride),
         None => "checksums in the extent map".into(),
@@ -1246,17 +1313,33 @@ fn repair(check: &Check, scenario: Scenario, controllers: &[Controller]) -> Resu
     let devices = open_devices(controllers)?;
     let geometry = check_geometry(check, scenario, &devices)?;
     let mut volume =
-        Volume::format(devices, &volume_options(Profile::Mirror, 1)).map_err(|e| format!("format: {e}"))?;
+        Volume::format(devices, &scenario_options(scenario, Profile::Mirror, 1)).map_err(|e| format!("format: {e}"))?;
     require_tags(scenario, &volume)?;
     check.ok("format", checksums(&volume));
-    let planned = plan(seed, 0, 24, 1, 16);
+    // On areas, enough to fill a zone and a half, so that the victim's
+    // checksums are in its sealed zone's area only.
+    let area = scenario == Scenario::AreaRepair;
+    let count = if area {
+        let table = volume.zone_table(0);
+        let largest = (0..table.zone_count()).map(|z| table.zone(z).capacity).max().unwrap_or(0);
+        u64::from(largest) * 3 / 2 / 8 + 24
+    } else {
+        24
+    };
+    let planned = plan(seed, 0, count, 1, 16);
     let mut model = Model::new();
     write_all(&mut volume, seed, &planned, &mut model, false)?;
     commit(check, &mut volume, "commit")?;
 
-    // The victim: the first extent of at least 4 blocks; its block 2.
-    let (&owner, &(id, blocks, _)) =
-        model.iter().find(|(_, &(_, blocks, _))| blocks >= 4).ok_or("no extent of 4 blocks or more")?;
+    // The victim: the first extent of at least 4 blocks (on areas, in a
+    // sealed zone); its block 2.
+    let in_area = |id: u64| {
+        volume.location(id, 0).is_some_and(|l| volume.sealed_blocks(0, l.zone) > 0) && volume.checksums(id).is_none()
+    };
+    let (&owner, &(id, blocks, _)) = model
+        .iter()
+        .find(|(_, &(id, blocks, _))| blocks >= 4 && (!area || in_area(id)))
+        .ok_or("no extent of 4 blocks or more (in a sealed zone, on areas)")?;
     let block = 2u32;
     let data = extent_data(seed, owner, blocks);
     let location = volume.location(id, 0).ok_or("no copy 0")?;
