@@ -665,7 +665,11 @@ mod tests {
         let script = guest_script(&Options::defaults(false));
         assert!(script.contains("--iodepth 8 --json"), "{script}");
         assert!(script.contains("'--iodepth=8'"), "{script}");
-        assert!(script.contains(&format!("seqwrite --pci {OURS_PCI} --format --yes --bs 256k --size 3865313280")));
+        assert!(script.contains(&format!(
+            "seqwrite --pci {OURS_PCI} --format --yes --checksums auto --bs 256k --size 3865313280"
+        )));
+        let areas = guest_script(&Options { checksums: "area", ablations: false, ..Options::defaults(false) });
+        assert_eq!(areas.matches("--checksums area").count(), 3, "ours, ours-qd and scrub-prep");
     }
 
     const FIO_WRITE: &str = r#"{"jobs":[{"write":{"bw_bytes":138412032,"io_bytes":3007315968},
