@@ -219,3 +219,63 @@ fn copies_moved_by_reclaim_bring_their_checksums_back_to_the_map_and_the_journal
     volume.check_invariants();
     check(&mut volume, &model);
 }
+
+#[test]
+fn an_area_that_cannot_be_written_leaves_its_zone_unsealed_and_loses_nothing() {
+    let mut harness = Harness::single(plain(zns(32, 256)));
+    let options = areas(volume_options());
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write_some(&mut volume, &mut model, 1, 1);
+    let zone = volume.location(*model.keys().next().unwrap(), 0).unwrap().zone;
+    // The blocks the zone's area would take, after its 56 of data.
+    let area = volume.lba(0, Location { zone, offset: 56 });
+    harness.sims[0].inject(nvme_driver::sim::Fault::WriteFault { nsid: 1, slba: area, blocks: 64 });
+    write_some(&mut volume, &mut model, 7, 2);
+    volume.commit().unwrap();
+    volume.check_invariants();
+    assert_eq!(volume.sealed_blocks(0, zone), 0, "the area's write failed");
+    assert!(volume.mapped_extents() >= 7, "the zone's extents keep their checksums in the map");
+    check(&mut volume, &model);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).unwrap();
+    volume.check_invariants();
+    assert_eq!(volume.sealed_blocks(0, zone), 0);
+    check(&mut volume, &model);
+}
+
+#[test]
+fn an_unreadable_area_fails_its_copy_with_a_typed_error_and_the_mirror_serves_the_read() {
+    for profile in [Profile::Mirror, Profile::Single] {
+        let copies = if profile == Profile::Mirror { 2 } else { 1 };
+        let configs = (0..copies).map(|_| plain(zns(32, 256))).collect();
+        let harness = Harness::new(configs, (0..copies).map(|c| (c, 1)).collect());
+        let options = areas(VolumeOptions { profile, ..volume_options() });
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write_some(&mut volume, &mut model, 8, 5);
+        volume.commit().unwrap();
+        let id = *model.keys().next().unwrap();
+        let zone = volume.location(id, 0).unwrap().zone;
+        assert!(volume.checksums(id).is_none(), "its checksums are in the area only");
+        let area = volume.lba(0, Location { zone, offset: volume.sealed_blocks(0, zone) });
+        harness.sims[0].inject(nvme_driver::sim::Fault::UnrecoveredRead { nsid: 1, slba: area, blocks: 8 });
+        let mut back = vec![0u8; 8 * 4096];
+        match profile {
+            Profile::Mirror => {
+                volume.read(id, &mut back).unwrap();
+                assert_eq!(back, pattern(model[&id].0, 8));
+                assert!(volume.bad_blocks().iter().all(|b| b.extent == id && b.lane == 0 && b.unreadable));
+                assert_eq!(volume.bad_blocks().len(), 8, "every block of the copy whose tags could not be read");
+            }
+            _ => match volume.read(id, &mut back) {
+                Err(zoned_allocator::Error::Uncorrectable { extent, blocks, .. }) => {
+                    assert_eq!((extent, blocks.len()), (id, 8));
+                }
+                other => panic!("expected Uncorrectable naming extent {id}, got {other:?}"),
+            },
+        }
+        volume.check_invariants();
+    }
+}
