@@ -4,6 +4,7 @@
 //! views (text, Prometheus exposition, controller health).
 
 pub mod args;
+pub mod checksums;
 pub mod confirm;
 pub mod conformance;
 pub mod device;

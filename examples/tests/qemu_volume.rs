@@ -118,6 +118,10 @@ fn detail<'a>(outcome: &'a Outcome, label: &str, check: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output))
 }
 
+/// The checks of the `repair` scenarios (`tags-repair`, `area-repair`).
+const REPAIR: &[&str] =
+    &["geometry", "format", "commit", "corrupted", "read", "commit rewrite", "rewrite", "verify", "invariants"];
+
 const WORKLOAD: &[&str] = &[
     "geometry",
     "format",
@@ -310,21 +314,7 @@ fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
         vm,
         &[
             Scenario::new("tags", format!("tags --pci {THIRD}"), &tags_checks),
-            Scenario::new(
-                "tags repair",
-                format!("tags-repair --pci {FIRST} --pci {SECOND}"),
-                &[
-                    "geometry",
-                    "format",
-                    "commit",
-                    "corrupted",
-                    "read",
-                    "commit rewrite",
-                    "rewrite",
-                    "verify",
-                    "invariants",
-                ],
-            ),
+            Scenario::new("tags repair", format!("tags-repair --pci {FIRST} --pci {SECOND}"), REPAIR),
         ],
     );
     let flipped = flipped.lock().unwrap().clone();
@@ -363,21 +353,7 @@ fn zone_checksum_areas_on_zns_and_repair_after_host_corruption() {
         vm,
         &[
             Scenario::new("area", format!("area --pci {THIRD}"), &area_checks),
-            Scenario::new(
-                "area repair",
-                format!("area-repair --pci {FIRST} --pci {SECOND}"),
-                &[
-                    "geometry",
-                    "format",
-                    "commit",
-                    "corrupted",
-                    "read",
-                    "commit rewrite",
-                    "rewrite",
-                    "verify",
-                    "invariants",
-                ],
-            ),
+            Scenario::new("area repair", format!("area-repair --pci {FIRST} --pci {SECOND}"), REPAIR),
         ],
     );
     let flipped = flipped.lock().unwrap().clone();

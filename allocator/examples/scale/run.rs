@@ -153,11 +153,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         capacity_bytes: blocks * BLOCK_SIZE as u64,
         extent_bytes: extent_bytes as u64,
         metadata_bytes: settings.metadata_bytes,
-        checksums: match (volume.checksum_areas(), volume.block_tags()) {
-            (true, _) => "area",
-            (false, Some(_)) => "tags",
-            (false, None) => "map",
-        },
+        checksums: volume.checksum_store().name(),
         volume_capacity_bytes: volume.capacity_bytes(),
         commit_ops: settings.commit_every,
         ..Row::default()

@@ -2,7 +2,7 @@
 //! more data, reading its tags back, and the checksums that leave the map
 //! once every copy of an extent lies in a sealed zone.
 
-use super::Volume;
+use super::{ChecksumStore, Volume};
 use crate::area::{area_blocks, covering, TAG_BYTES};
 use crate::error::{Error, Result};
 use crate::journal::Op;
@@ -213,6 +213,17 @@ impl Volume {
     /// ([`crate::area`]).
     pub fn checksum_areas(&self) -> bool {
         self.area
+    }
+
+    /// Where the volume keeps its blocks' checksums, as format chose:
+    /// [`ChecksumStore::Tags`], [`ChecksumStore::Area`] or
+    /// [`ChecksumStore::Map`] (never `Auto`).
+    pub fn checksum_store(&self) -> ChecksumStore {
+        match (self.area, self.tags) {
+            (true, _) => ChecksumStore::Area,
+            (false, Some(_)) => ChecksumStore::Tags,
+            (false, None) => ChecksumStore::Map,
+        }
     }
 
     /// How many of zone `zone`'s first blocks on lane `lane` its checksum

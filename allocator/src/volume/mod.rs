@@ -75,6 +75,18 @@ pub enum ChecksumStore {
     Area,
 }
 
+impl ChecksumStore {
+    /// Its name in a word, as the tools print it and take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChecksumStore::Auto => "auto",
+            ChecksumStore::Map => "map",
+            ChecksumStore::Tags => "tags",
+            ChecksumStore::Area => "area",
+        }
+    }
+}
+
 /// Format and open options.
 #[derive(Clone, Debug)]
 pub struct VolumeOptions {

@@ -10,11 +10,12 @@ use nvme_examples::args::{
     self, human_size, Amount, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX,
     THREADS_MAX,
 };
+use nvme_examples::checksums::ChecksumsArg;
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::histogram::Histogram;
 use nvme_examples::logging;
-use nvme_examples::profile::{checksums_kind, ChecksumsArg, ProfileArg};
+use nvme_examples::profile::ProfileArg;
 use nvme_examples::svg::{line_chart, Series};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -552,7 +553,7 @@ fn run(args: &Args) -> Result<(), String> {
     // Where the checksums live: block tags (metadata bytes per 4 KiB
     // block) or the extent map.
     let tag_bytes = volume.block_tags().filter(|_| !volume.checksum_areas()).map(|layout| layout.stride);
-    let checksums_kind = checksums_kind(&volume);
+    let checksums_kind = volume.checksum_store().name();
     let mapped_extents = volume.mapped_extents();
     let checksum_s =
         if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
