@@ -81,10 +81,15 @@ fn namespaces_with_metadata_carry_the_checksums_and_memory_keeps_none() {
 }
 
 #[test]
-fn without_metadata_checksums_stay_in_the_map_and_tags_can_be_required() {
+fn without_metadata_checksums_go_to_zone_areas_the_map_on_request_and_tags_can_be_required() {
     let harness = Harness::single(plain(zns(32, 256)));
-    let mut volume = harness.format(&volume_options());
-    assert_eq!(volume.block_tags(), None);
+    let volume = harness.format(&volume_options());
+    assert_eq!(volume.checksum_store(), ChecksumStore::Area, "auto, with no metadata");
+    drop(volume);
+
+    let map = VolumeOptions { checksums: ChecksumStore::Map, ..volume_options() };
+    let mut volume = harness.format(&map);
+    assert_eq!(volume.checksum_store(), ChecksumStore::Map);
     let id = volume.write(0, &pattern(1, 2), 1).unwrap();
     assert_eq!(volume.checksums(id).map(<[u32]>::len), Some(2));
     drop(volume);
@@ -96,17 +101,19 @@ fn without_metadata_checksums_stay_in_the_map_and_tags_can_be_required() {
     }
 
     let harness = Harness::single(with_metadata(zns(32, 256), 8));
-    let map = VolumeOptions { checksums: ChecksumStore::Map, ..volume_options() };
     let mut volume = harness.format(&map);
     assert_eq!(volume.block_tags(), None, "asked for the map");
     let id = volume.write(0, &pattern(2, 3), 1).unwrap();
     assert_eq!(volume.checksums(id).map(<[u32]>::len), Some(3));
+    drop(volume);
+    let area = VolumeOptions { checksums: ChecksumStore::Area, ..volume_options() };
+    assert_eq!(harness.format(&area).checksum_store(), ChecksumStore::Area, "asked for areas");
 
-    // A mirror over one device with metadata and one without reads alike
-    // from both: the map.
+    // A mirror over one device with metadata and one without must read
+    // alike from both: areas.
     let harness = Harness::new(vec![with_metadata(zns(32, 256), 8), plain(zns(32, 256))], vec![(0, 1), (1, 1)]);
     let mirror = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
-    assert_eq!(harness.format(&mirror).block_tags(), None);
+    assert_eq!(harness.format(&mirror).checksum_store(), ChecksumStore::Area);
 }
 
 #[test]

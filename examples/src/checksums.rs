@@ -4,8 +4,8 @@
 /// (`zoned_allocator::ChecksumStore`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ChecksumsArg {
-    /// Block tags on namespaces with per-block metadata, the extent map
-    /// otherwise.
+    /// Block tags on namespaces with per-block metadata, zone checksum
+    /// areas otherwise.
     Auto,
     /// After each zone's data, on any namespace.
     Area,

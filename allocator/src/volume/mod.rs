@@ -61,11 +61,12 @@ pub enum WriteMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum ChecksumStore {
     /// In every device's per-block metadata when each has room for a tag
-    /// ([`crate::tags`]), else in the extent map.
+    /// ([`crate::tags`]), else in zone checksum areas ([`crate::area`]):
+    /// nothing per block in memory either way.
     Auto,
     /// In the extent map: in memory, in the journal and in checkpoints,
-    /// 4 bytes per 4 KiB block (what a namespace without per-block
-    /// metadata needs).
+    /// 4 bytes per 4 KiB block (formats 7 and earlier kept them so on
+    /// namespaces without per-block metadata; now only when asked for).
     Map,
     /// In every device's per-block metadata; format fails on a device
     /// without room for a tag.
@@ -1009,7 +1010,9 @@ impl Volume {
     }
 
     /// How the devices carry each block's checksum in its metadata
-    /// ([`crate::tags`]); `None` when checksums live in the extent map.
+    /// ([`crate::tags`]), or, on a volume with zone checksum areas, the
+    /// tag format of its areas; `None` when checksums live in the extent
+    /// map. [`Volume::checksum_store`] says which.
     pub fn block_tags(&self) -> Option<TagLayout> {
         self.tags
     }

@@ -43,7 +43,8 @@ impl Volume {
             device.load_zones(blocks)?;
         }
         let g = meta_zones_per_segment(&devices[0], segments_on(profile, 0))?;
-        let max_extent_blocks = max_extent_blocks(&devices, options);
+        let store = checksum_store_for(&devices, options.checksums)?;
+        let max_extent_blocks = max_extent_blocks(&devices, options, store);
         let superblock = Superblock {
             profile,
             streams: options.streams,
@@ -61,9 +62,12 @@ impl Volume {
             meta_segment_blocks: 0,
             members: vec![MemberRecord::default(); devices.len()],
             last_scrub: None,
-            tag_stride: tag_stride(&devices, options.checksums)?,
+            tag_stride: match store {
+                ChecksumStore::Tags => common_tag_layout(&devices).map_or(0, |layout| layout.stride as u32),
+                _ => 0,
+            },
             location_offset_bits: location_bits(&devices)?.offset_bits(),
-            checksum_area: options.checksums == ChecksumStore::Area,
+            checksum_area: store == ChecksumStore::Area,
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -764,24 +768,28 @@ fn software_zone_blocks_for(device: &Device, options: &VolumeOptions) -> Result<
     Ok((bytes / BLOCK_SIZE as u64) as u32)
 }
 
-/// Metadata bytes per block that carry tags on every device, or 0 for
-/// checksums in the extent map, as `store` asks. Devices whose layouts
-/// differ keep them in the map (a mirror's copies must read alike).
-fn tag_stride(devices: &[Device], store: ChecksumStore) -> Result<u32> {
-    let layouts: Vec<_> = devices.iter().map(Device::tag_layout).collect();
-    let common = match layouts.first() {
-        Some(&Some(first)) if layouts.iter().all(|&l| l == Some(first)) => Some(first),
-        _ => None,
-    };
-    match (store, common) {
-        (ChecksumStore::Map | ChecksumStore::Area, _) | (ChecksumStore::Auto, None) => Ok(0),
-        (ChecksumStore::Auto | ChecksumStore::Tags, Some(layout)) => Ok(layout.stride as u32),
+/// The tag layout every device shares, if each has room for a tag and
+/// all alike (a mirror's copies must read alike).
+fn common_tag_layout(devices: &[Device]) -> Option<crate::tags::TagLayout> {
+    let first = devices.first()?.tag_layout()?;
+    devices.iter().all(|d| d.tag_layout() == Some(first)).then_some(first)
+}
+
+/// Where a volume formatted on `devices` keeps its checksums, as `store`
+/// asks: [`ChecksumStore::Auto`] takes block tags where every device has
+/// room for them alike, and zone checksum areas elsewhere (nothing per
+/// block in memory either way; the map only when asked for).
+fn checksum_store_for(devices: &[Device], store: ChecksumStore) -> Result<ChecksumStore> {
+    match (store, common_tag_layout(devices)) {
+        (ChecksumStore::Auto, Some(_)) => Ok(ChecksumStore::Tags),
+        (ChecksumStore::Auto, None) => Ok(ChecksumStore::Area),
         (ChecksumStore::Tags, None) => Err(Error::InvalidConfig(format!(
             "block tags need per-block metadata of at least {} bytes in a separate buffer, alike on every device; \
              found {}",
             crate::tags::TAG_BYTES,
             devices.iter().map(describe_metadata).collect::<Vec<_>>().join(", "),
         ))),
+        (store, _) => Ok(store),
     }
 }
 
@@ -804,14 +812,14 @@ fn location_bits(devices: &[Device]) -> Result<crate::table::LocationBits> {
     })
 }
 
-fn max_extent_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
+fn max_extent_blocks(devices: &[Device], options: &VolumeOptions, store: ChecksumStore) -> u32 {
     let mut bytes = options.max_extent_bytes.max(BLOCK_SIZE);
     for d in devices {
         bytes = bytes.min(d.max_transfer_bytes);
         if d.is_zoned() && options.write_mode != WriteMode::Ordered && d.append_max_bytes >= BLOCK_SIZE {
             bytes = bytes.min(d.append_max_bytes);
         }
-        let data = |capacity| match options.checksums {
+        let data = |capacity| match store {
             ChecksumStore::Area => crate::area::data_blocks(capacity),
             _ => capacity,
         };

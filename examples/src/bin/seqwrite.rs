@@ -48,8 +48,9 @@ struct Args {
     #[arg(long)]
     format: bool,
     /// With --format: where the volume keeps its blocks' checksums. auto:
-    /// block tags on namespaces with per-block metadata, the extent map
-    /// otherwise; area: after each zone's data, on any namespace; map; tags.
+    /// block tags on namespaces with per-block metadata, zone checksum
+    /// areas otherwise; area: after each zone's data, on any namespace;
+    /// map: in memory and the journal; tags.
     #[arg(long, value_enum, default_value = "auto")]
     checksums: ChecksumsArg,
     /// Open a mirror with a member missing, blank or failing, on the one
@@ -551,7 +552,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mib_s = written as f64 / (1 << 20) as f64 / elapsed.as_secs_f64();
     let stats = volume.stats();
     // Where the checksums live: block tags (metadata bytes per 4 KiB
-    // block) or the extent map.
+    // block), zone checksum areas or the extent map.
     let tag_bytes = volume.block_tags().filter(|_| !volume.checksum_areas()).map(|layout| layout.stride);
     let checksums_kind = volume.checksum_store().name();
     let mapped_extents = volume.mapped_extents();

@@ -127,9 +127,9 @@ Options:
   --no-precondition   skip writing both conventional namespaces first
   --zoned-size SIZE   each ZNS namespace (default 4G)
   --zone SIZE         zone size (default 64M)
-  --zoned-metadata BYTES  per-LBA metadata of ours' ZNS namespace (8: the
-                      volume keeps checksums in block tags; 0: none, in its
-                      extent map); the kernel's namespaces have none
+  --zoned-metadata BYTES  per-LBA metadata of ours' ZNS namespace (default
+                      0: none, like the kernel's, and the volume keeps
+                      checksums in zone checksum areas; 8: in block tags)
   --zoned-checksums KIND  where ours keeps checksums (seqwrite --checksums):
                       auto (default), area (after each zone's data), map
                       or tags
@@ -144,11 +144,11 @@ Options:
                       is skipped and says so
   --scale-extents LIST  scale: extent sizes (16K,256K,4M; up to 4 MiB, one
                       command per extent)
-  --scale-metadata BYTES  scale: the namespace's per-block metadata (8: block
-                      tags; 0: no metadata, checksums in the extent map)
+  --scale-metadata BYTES  scale: the namespace's per-block metadata (default
+                      8: block tags; 0: none, checksums in zone checksum areas)
   --scale-checksums KIND  scale: where the volume keeps checksums: auto (the
-                      default: block tags with metadata, else the map), area
-                      (after each zone's data), map or tags
+                      default: block tags with metadata, else zone checksum
+                      areas), area (after each zone's data), map or tags
   --timeout SECONDS   hard limit on the VM (default: twice the estimate)
   -h, --help          this text
 
@@ -1999,8 +1999,8 @@ mod tests {
         assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.fill, o.zoned.ablations), (1 << 30, 16 << 20, 90.0, false));
         // Explicit zoned settings win over --quick.
         let o = parse(&["--quick", "--zoned-size", "2G", "--zone", "32M", "--iodepth", "4"]).unwrap().unwrap();
-        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth, o.zoned.metadata), (2 << 30, 32 << 20, 4, 8));
-        assert_eq!(parse(&["--zoned-metadata", "0"]).unwrap().unwrap().zoned.metadata, 0);
+        assert_eq!((o.zoned.size, o.zoned.zone, o.zoned.iodepth, o.zoned.metadata), (2 << 30, 32 << 20, 4, 0));
+        assert_eq!(parse(&["--zoned-metadata", "8"]).unwrap().unwrap().zoned.metadata, 8);
         assert!(parse(&["--zoned-metadata", "12"]).is_err());
         assert!(!parse(&["--no-ablations"]).unwrap().unwrap().zoned.ablations);
         // The resilver runs alone, its rounds those of --rounds.

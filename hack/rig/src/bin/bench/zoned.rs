@@ -60,11 +60,12 @@ pub struct Options {
     pub iodepth: u32,
     /// The ablations: checksums inline, hardware crc32c, scrub at QD1.
     pub ablations: bool,
-    /// Per-LBA metadata of ours' namespace (`nvme-ns ms=`): 8 formats it
-    /// 4096+8-style and the volume keeps its checksums in block tags; 0
-    /// leaves it without, and the checksums in the extent map. The
-    /// kernel's namespaces have none (its driver cannot use metadata
-    /// without protection information).
+    /// Per-LBA metadata of ours' namespace (`nvme-ns ms=`): 0 (the
+    /// default) leaves it without, like the kernel's (whose driver cannot
+    /// use metadata without protection information), and the volume keeps
+    /// its checksums in zone checksum areas; 8 formats it 4096+8-style and
+    /// the volume keeps them in block tags (which QEMU makes slow: see
+    /// BENCHMARKS.md, format 7).
     pub metadata: u16,
     /// Where the volumes seqwrite formats keep their checksums
     /// (`seqwrite --checksums`): auto, area, map or tags.
@@ -81,7 +82,7 @@ impl Options {
                 btrfs_fill: 70.0,
                 iodepth: 8,
                 ablations: false,
-                metadata: 8,
+                metadata: 0,
                 checksums: "auto",
             }
         } else {
@@ -92,7 +93,7 @@ impl Options {
                 btrfs_fill: 70.0,
                 iodepth: 8,
                 ablations: true,
-                metadata: 8,
+                metadata: 0,
                 checksums: "auto",
             }
         }
