@@ -236,12 +236,18 @@ fn an_area_that_cannot_be_written_leaves_its_zone_unsealed_and_loses_nothing() {
     volume.check_invariants();
     assert_eq!(volume.sealed_blocks(0, zone), 0, "the area's write failed");
     assert!(volume.mapped_extents() >= 7, "the zone's extents keep their checksums in the map");
+    let stats = volume.stats();
+    assert_eq!((stats.area_writes_failed, stats.unsealed_zones), (1, 1), "the failed seal is counted");
     check(&mut volume, &model);
     drop(volume);
     harness.restart();
     let mut volume = harness.open(&options).unwrap();
     volume.check_invariants();
     assert_eq!(volume.sealed_blocks(0, zone), 0);
+    // The zone was finished after the failed write: no area can follow
+    // its data now, and it stays counted until reclaim empties it.
+    let stats = volume.stats();
+    assert_eq!((stats.area_writes_failed, stats.unsealed_zones), (0, 1));
     check(&mut volume, &model);
 }
 

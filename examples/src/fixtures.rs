@@ -43,6 +43,7 @@ pub fn degraded() -> VolumeStatus {
         profile: Profile::Mirror,
         block_tag_bytes: None,
         checksum_areas: false,
+        unsealed_zones: 0,
         devices: vec![device(0, MemberState::Online, "0000:01:00.0"), gone],
         redundancy: Redundancy { copies: 2, bytes_full: 1 << 20, bytes_at_risk: 8192, extents_at_risk: 2 },
         resilver: Vec::new(),

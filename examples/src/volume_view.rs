@@ -179,6 +179,11 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
     );
     let checksums = match status.block_tag_bytes {
         Some(bytes) => format!("in block tags ({bytes} bytes of metadata per 4 KiB block)"),
+        None if status.checksum_areas && status.unsealed_zones > 0 => format!(
+            "in checksum areas after each zone's data; {} zone(s) without one (its write failed): their \
+             checksums stay in memory until reclaim moves their data",
+            status.unsealed_zones
+        ),
         None if status.checksum_areas => "in checksum areas after each zone's data".into(),
         None => "in the extent map".into(),
     };
@@ -450,6 +455,18 @@ health:
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         assert!(!text.contains("not in use"), "{text}");
+    }
+
+    #[test]
+    fn checksum_areas_and_zones_left_without_one() {
+        let mut status = degraded();
+        status.checksum_areas = true;
+        let text = status_text(&status, &[None, None], 0);
+        assert!(text.lines().any(|l| l == "   crc: in checksum areas after each zone's data"), "{text}");
+        status.unsealed_zones = 2;
+        let text = status_text(&status, &[None, None], 0);
+        let line = text.lines().find(|l| l.starts_with("   crc: ")).unwrap();
+        assert!(line.contains("; 2 zone(s) without one (its write failed)"), "{line}");
     }
 
     #[test]

@@ -226,6 +226,30 @@ impl Volume {
         }
     }
 
+    /// Zones of devices in use that take no more data and hold some, with
+    /// no checksum area and none coming ([`VolumeStats::unsealed_zones`]).
+    pub(super) fn unsealed_zones(&self) -> u64 {
+        if !self.area {
+            return 0;
+        }
+        let mut count = 0;
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if self.devices[lane.device].is_none() {
+                continue;
+            }
+            for zone in 0..lane.table.zone_count() {
+                let entry = lane.table.zone(zone);
+                count += u64::from(
+                    entry.usage == ZoneUse::Full
+                        && entry.allocated > 0
+                        && lane.sealed[zone as usize] == 0
+                        && !self.retiring.contains(&(index, zone)),
+                );
+            }
+        }
+        count
+    }
+
     /// How many of zone `zone`'s first blocks on lane `lane` its checksum
     /// area covers (0: not sealed).
     pub fn sealed_blocks(&self, lane: usize, zone: u32) -> u32 {

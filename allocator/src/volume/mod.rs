@@ -323,6 +323,14 @@ pub struct VolumeStats {
     /// Pages of the checkpoint being written over commits still to write
     /// (0 once it is whole).
     pub checkpoint_pages_pending: u64,
+    /// Checksum areas whose write failed since open (on a volume with
+    /// zone checksum areas): each leaves its zone unsealed.
+    pub area_writes_failed: u64,
+    /// Zones that take no more data and hold some, but have no checksum
+    /// area (its write failed), so their extents keep their checksums in
+    /// memory until reclaim moves them; zones still waiting on their
+    /// writes to be sealed are not counted.
+    pub unsealed_zones: u64,
 }
 
 /// What open found and did about the metadata.
@@ -1166,6 +1174,7 @@ impl Volume {
         stats.empty_zones = self.lanes.iter().map(|l| l.table.empty_zones() as u64).sum();
         stats.owners_in_memory = self.owners.recent_count() as u64;
         stats.checkpoint_pages_pending = self.journal.pages_total.saturating_sub(self.journal.pages_written);
+        stats.unsealed_zones = self.unsealed_zones();
         stats
     }
 

@@ -127,6 +127,10 @@ pub struct VolumeStatus {
     /// The checksums live in an area after each zone's data
     /// ([`crate::area`]), and in the map for the zones being filled.
     pub checksum_areas: bool,
+    /// Zones whose checksum area could not be written
+    /// ([`crate::VolumeStats::unsealed_zones`]): their extents keep their
+    /// checksums in memory until reclaim moves them.
+    pub unsealed_zones: u64,
     /// Every device place.
     pub devices: Vec<DeviceStatus>,
     /// How much of the data has every copy.
@@ -239,6 +243,7 @@ impl Volume {
             profile: self.superblock.profile,
             block_tag_bytes: self.tags.filter(|_| !self.area).map(|layout| layout.stride),
             checksum_areas: self.area,
+            unsealed_zones: self.unsealed_zones(),
             devices,
             redundancy,
             resilver,

@@ -367,6 +367,7 @@ impl Volume {
                             continue;
                         }
                         open_on_device = true;
+                        self.stats.area_writes_failed += 1;
                         log::warn!(
                             "lane {lane} zone {zone}: its checksum area was not written ({error}); its extents keep \
                              their checksums in the map"
