@@ -347,7 +347,10 @@ impl Volume {
         while index < self.retiring.len() {
             let (lane, zone) = self.retiring[index];
             let entry = *self.lanes[lane].table.zone(zone);
-            if entry.inflight > 0 {
+            // A write whose command here is done may still wait on its
+            // other copy, and only a finished write puts its extent's
+            // checksums where the zone's area is made from: its seal waits.
+            if entry.inflight > 0 || (self.area && self.unfinished_write_in(lane, zone)) {
                 index += 1;
                 continue;
             }
@@ -392,6 +395,12 @@ impl Volume {
             self.lanes[lane].table.deactivate(zone);
         }
         Ok(())
+    }
+
+    /// Whether a write not yet finished (a new extent's, or a resilver's
+    /// copy) has a copy in zone `zone` of lane `lane`.
+    fn unfinished_write_in(&self, lane: usize, zone: u32) -> bool {
+        self.writes.iter().flatten().any(|pending| pending.zones.get(lane) == Some(&zone))
     }
 
     pub(super) fn take_buffer(&mut self, device: usize) -> Result<nvme_driver::dma::DmaBuffer> {
