@@ -324,3 +324,53 @@ fn a_zone_is_sealed_only_once_every_write_to_it_has_finished_on_every_copy() {
         }
     }
 }
+
+#[test]
+fn areas_a_member_wrote_before_it_was_given_up_are_not_taken_as_durable_when_it_rejoins() {
+    // A mirror fills a zone on both devices and seals it; the first
+    // device goes away before any commit flushed that area, the volume
+    // commits degraded, and the power fails. The device comes back
+    // without the area (its cache lost), so the journal must not call the
+    // zone sealed there: its extents keep their checksums, and each copy
+    // still reads clean on its own once the member rejoins.
+    let forget = nvme_driver::sim::FaultConfig { power_cut_keep_probability: 0.0, ..Default::default() };
+    for zoned in [true, false] {
+        let config = || {
+            let config = if zoned { zns(32, 256) } else { conventional(8) };
+            plain(config).with_faults(forget.clone())
+        };
+        let mut harness = Harness::new(vec![config(), config()], vec![(0, 1), (1, 1)]);
+        let soft = VolumeOptions { software_zone_bytes: Some(256 << 10), ..volume_options() };
+        let options = areas(VolumeOptions { profile: Profile::Mirror, ..soft });
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write_some(&mut volume, &mut model, 6, 700);
+        volume.commit().unwrap();
+        let zone = volume.location(*model.keys().next().unwrap(), 0).unwrap().zone;
+        // The seventh fills the zone's 56 blocks, the eighth goes elsewhere
+        // and the zone is sealed on both devices, uncommitted.
+        write_some(&mut volume, &mut model, 2, 800);
+        assert!(volume.sealed_blocks(0, zone) > 0 && volume.sealed_blocks(1, zone) > 0, "zoned {zoned}");
+        harness.sims[0].inject(nvme_driver::sim::Fault::SurpriseRemoval);
+        write_some(&mut volume, &mut model, 1, 900);
+        volume.commit().unwrap();
+        assert_eq!(volume.sealed_blocks(0, zone), 0, "zoned {zoned}: the gone device's seal is not committed");
+        drop(volume.abandon());
+        harness.sims[0].clear_faults();
+        harness.power_cut();
+        let mut volume = harness.open(&options).unwrap();
+        volume.check_invariants();
+        for (&id, &(seed, blocks)) in &model {
+            for lane in 0..2 {
+                if volume.location(id, lane).is_none_or(|at| at.is_missing()) {
+                    continue;
+                }
+                let mut back = vec![0u8; blocks * 4096];
+                let bad = volume.read_copy_checked(id, lane, &mut back).unwrap();
+                assert!(bad.is_empty(), "zoned {zoned}: extent {id} copy {lane}: blocks {bad:?} fail their checks");
+                assert_eq!(back, pattern(seed, blocks), "zoned {zoned}: extent {id} copy {lane}");
+            }
+        }
+        check(&mut volume, &model);
+    }
+}

@@ -202,6 +202,26 @@ impl Volume {
                 self.move_extent(id, lane, Location::MISSING, false);
             }
         }
+        // Checksum areas written there that no commit's flush made durable:
+        // the device may come back without them (a rejoin after a power
+        // cut), so the journal must not say those zones are sealed. Their
+        // extents' checksums are still in the map (they leave it only
+        // after a commit), where they stay.
+        let mut unsealed = Vec::new();
+        self.ops.retain(|op| match *op {
+            Op::Sealed { lane, zone, blocks } if blocks != 0 && lanes.contains(&usize::from(lane)) => {
+                unsealed.push((usize::from(lane), zone));
+                false
+            }
+            _ => true,
+        });
+        for (lane, zone) in unsealed {
+            self.lanes[lane].sealed[zone as usize] = 0;
+            self.sealed_since_commit.retain(|&sealed| sealed != (lane, zone));
+            if self.area_cache[lane].as_ref().is_some_and(|(z, _)| *z == zone) {
+                self.area_cache[lane] = None;
+            }
+        }
         for &lane in &lanes {
             let table = &mut self.lanes[lane].table;
             table.retire_all();
