@@ -11,6 +11,7 @@
 //! reset, after which each queue pair re-creates its queues, and
 //! asynchronous events are surfaced by [`Controller::poll_events`].
 
+use crate::clock::{Clock, ClockSource};
 use crate::cmd::admin;
 use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
@@ -60,6 +61,9 @@ pub struct ControllerOptions {
     /// on a controller that supports SGLs (Identify Controller SGLS); see
     /// [`SglMode`].
     pub sgl: SglMode,
+    /// The clock I/O queue pairs read for deadlines and health checks
+    /// ([`crate::clock`]): the TSC where it is invariant, by default.
+    pub clock: ClockSource,
 }
 
 impl Default for ControllerOptions {
@@ -73,6 +77,7 @@ impl Default for ControllerOptions {
             shadow_doorbells: true,
             quirk_overrides: Vec::new(),
             sgl: SglMode::Auto,
+            clock: ClockSource::Auto,
         }
     }
 }
@@ -832,6 +837,11 @@ impl Controller {
         Ok(parse_report_zones(&data)?.1)
     }
 
+    /// The most entries an I/O queue may have (CAP.MQES + 1).
+    pub fn max_queue_entries(&self) -> u32 {
+        self.shared.cap.max_queue_entries()
+    }
+
     /// Creates an I/O queue pair with `depth` entries per ring (at most
     /// CAP.MQES+1; [`DEFAULT_QUEUE_DEPTH`] suits most callers), holding up
     /// to `depth - 1` commands in flight. The pair is `Send`: hand it to the thread that will
@@ -868,6 +878,7 @@ impl Controller {
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
         pair.attach(host, Arc::clone(&shared.epoch), generation);
         pair.set_timeout(shared.options.io_timeout);
+        pair.set_clock(Clock::new(shared.options.clock));
         pair.set_sgl_threshold(self.sgl_threshold());
         Ok(pair)
     }

@@ -96,6 +96,7 @@
 
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod cmd;
 pub mod controller;
 pub mod dma;

@@ -293,3 +293,49 @@ fn a_buffer_mapped_for_another_device_is_refused_at_submission() {
     // Its own buffers go.
     a.write(0, &pattern(1, 4096), false).unwrap();
 }
+
+#[test]
+fn consumed_completions_are_announced_in_batches_and_the_cq_never_fills() {
+    // Queues kept full, completions delayed and reordered: the pair
+    // announces its CQ head a quarter of the queue at a time, and sooner
+    // when a submission could otherwise leave the controller no room.
+    for depth in [2u16, 4, 8, 16, 64] {
+        let config = SimConfig::nvm(1 << 16, 512).with_completion_delay(0, 6).with_reorder(true);
+        let rig = Rig::new(config);
+        let mut pair = rig.controller.create_queue_pair(depth).unwrap();
+        let pool = nvme_driver::dma::DmaPool::new(rig.controller.transport(), 4096, 64).unwrap();
+        let slots = u64::from(depth) - 1;
+        let total = 3000u64;
+        let (mut submitted, mut completed) = (0u64, 0u64);
+        let mut seen = HashSet::new();
+        let mut polls = 0u64;
+        while completed < total {
+            while submitted < total && pair.in_flight() < slots as usize {
+                let request = rig.ns.read((submitted % 1000) * 8, IoBuffer::new(pool.get().unwrap()), submitted);
+                pair.submit(request.unwrap()).map_err(|(error, _)| error).unwrap();
+                submitted += 1;
+            }
+            // Now and then the controller runs ahead of the host, posting
+            // whatever is due before the next poll.
+            for _ in 0..(polls * 7 + u64::from(depth)) % 4 {
+                nvme_driver::Transport::tick(&*rig.sim);
+            }
+            pair.poll(|completion| {
+                completion.status.unwrap();
+                assert!(seen.insert(completion.token), "token {} twice", completion.token);
+                drop(completion.buffer);
+                completed += 1;
+            });
+            polls += 1;
+            assert!(polls < 10_000_000, "depth {depth}: {completed} of {total} completed");
+        }
+        let stats = rig.sim.stats();
+        assert_eq!(stats.completions_held_cq_full, 0, "depth {depth}: the CQ filled");
+        let updates = pair.stats().cq_doorbell_updates;
+        if depth >= 8 {
+            assert!(updates * 2 < total, "depth {depth}: {updates} CQ head updates for {total} completions");
+        }
+        drop(pair);
+        drop(rig);
+    }
+}

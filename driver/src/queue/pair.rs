@@ -9,6 +9,7 @@
 
 use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
 use super::{prp, sgl};
+use crate::clock::Clock;
 use crate::dma::{DmaBuffer, DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, IoError, Result};
 use crate::spec::command::{Command, FLAGS_FUSE_MASK, FLAGS_PSDT_SHIFT, PSDT_SGL_MPTR_CONTIGUOUS};
@@ -232,9 +233,9 @@ struct Tracker {
     /// completes the command or a reset ends it.
     timed_out: bool,
     /// When the command times out (or, once timed out, when the abort is
-    /// given up on). `None` until the first deadline check after
-    /// submission starts the clock.
-    deadline: Option<Instant>,
+    /// given up on), in the pair's clock's ticks. `None` until the first
+    /// deadline check after submission starts the clock.
+    deadline: Option<u64>,
     buffer: Option<IoBuffer>,
     metadata: Option<IoBuffer>,
 }
@@ -341,9 +342,10 @@ pub(crate) trait QueueHost: Send + Sync + std::fmt::Debug {
     fn delete_queues(&self, qid: u16, generation: u64) -> bool;
 }
 
-/// Polls between two deadline checks while completions keep coming: an
-/// `Instant::now()` (about 20 ns) every 64 polls costs well under 1 ns a
-/// poll.
+/// Polls between two deadline checks while completions keep coming: a
+/// clock read (a TSC read, or an `Instant::now()` of about 20 ns where the
+/// vDSO serves it, see [`crate::clock`]) every 64 polls costs well under
+/// 1 ns a poll.
 const DEADLINE_CHECK_POLLS: u32 = 64;
 /// Polls between two deadline checks while polls find nothing: an idle
 /// spinning owner notices sooner.
@@ -420,6 +422,9 @@ pub struct QueuePair {
     sq_tail: u16,
     sq_published: u16,
     cq_head: u16,
+    /// The CQ head the controller was last told: entries between it and
+    /// `cq_head` are consumed but not yet announced (see `poll`).
+    cq_announced: u16,
     phase: bool,
     sq_doorbell: Doorbell,
     cq_doorbell: Doorbell,
@@ -438,7 +443,10 @@ pub struct QueuePair {
     /// this pair's queues belong to.
     epoch: Arc<Epoch>,
     generation: u64,
-    health_checked: Instant,
+    /// What deadlines and health checks read ([`crate::clock`]).
+    clock: Clock,
+    /// When CSTS was last read, in `clock`'s ticks.
+    health_checked: u64,
     /// Why submissions are refused, once the device is gone or the
     /// controller failed.
     dead: Option<SubmitError>,
@@ -509,6 +517,7 @@ impl QueuePair {
             sq_tail: 0,
             sq_published: 0,
             cq_head: 0,
+            cq_announced: 0,
             phase: true,
             sq_doorbell,
             cq_doorbell,
@@ -521,7 +530,8 @@ impl QueuePair {
             polls: 0,
             epoch: Arc::new(Epoch::default()),
             generation: 0,
-            health_checked: Instant::now(),
+            clock: Clock::os(),
+            health_checked: 0,
             dead: None,
             host: None,
             on_drop: None,
@@ -626,6 +636,22 @@ impl QueuePair {
     pub(crate) fn set_sgl_threshold(&mut self, threshold: Option<usize>) {
         assert!(self.qid != 0 || threshold.is_none(), "admin commands use PRPs");
         self.sgl_above = threshold;
+    }
+
+    /// Sets the clock deadlines and health checks read (the controller
+    /// gives its own, [`crate::ControllerOptions::clock`]). Deadlines
+    /// already started are started again.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+        self.health_checked = clock.now();
+        for tracker in self.trackers.iter_mut() {
+            tracker.deadline = None;
+        }
+    }
+
+    /// The clock deadlines and health checks read.
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// The deadline of commands, if any (see [`QueuePair::set_timeout`]).
@@ -765,7 +791,39 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Completion queue entries consumed but not announced.
+    #[inline]
+    fn cq_unannounced(&self) -> usize {
+        (usize::from(self.cq_head) + usize::from(self.depth) - usize::from(self.cq_announced)) % usize::from(self.depth)
+    }
+
+    /// Consumed entries an I/O queue announces at once: a quarter of it.
+    #[inline]
+    fn cq_batch(&self) -> usize {
+        (usize::from(self.depth) / 4).max(1)
+    }
+
+    fn announce_cq_head(&mut self) {
+        self.cq_doorbell.update(self.cq_announced, self.cq_head);
+        self.cq_announced = self.cq_head;
+    }
+
+    /// As a command takes its slot: the controller must always have room
+    /// in the CQ for every command in flight. It counts as occupied both
+    /// the entries not yet reaped (whose trackers are still busy) and
+    /// those reaped but not announced, and a CQ of `depth` entries holds
+    /// `depth - 1`, the trackers' number: so the busy trackers, this
+    /// command's included, and the unannounced entries must fit in it.
+    #[inline]
+    fn make_room(&mut self) {
+        let busy = self.trackers.len() - self.free.len();
+        if busy + self.cq_unannounced() > self.trackers.len() {
+            self.announce_cq_head();
+        }
+    }
+
     fn push(&mut self, mut command: Command, slot: u16) {
+        self.make_room();
         command.cid = slot;
         self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, command);
         self.sq_tail = if self.sq_tail + 1 == self.depth { 0 } else { self.sq_tail + 1 };
@@ -837,8 +895,15 @@ impl QueuePair {
                 _ => self.stats.spurious_completions += 1,
             }
         }
-        if self.cq_head != old_head {
-            self.cq_doorbell.update(old_head, self.cq_head);
+        // The CQ head doorbell only tells the controller which entries it
+        // may reuse. An I/O queue announces consumed entries a quarter of
+        // the queue at a time (submissions announce them sooner when the
+        // queue could otherwise fill: `make_room`), not every pass: a
+        // doorbell write per pass is an MMIO write per I/O at QD1, and
+        // with shadow doorbells one per batch the controller posted. The
+        // admin queue announces every pass.
+        if self.cq_head != old_head && (self.qid == 0 || self.cq_unannounced() >= self.cq_batch()) {
+            self.announce_cq_head();
         }
         self.polls = self.polls.wrapping_add(1);
         let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
@@ -876,9 +941,10 @@ impl QueuePair {
     #[inline(never)]
     fn check_deadlines(&mut self, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
         let Some(timeout) = self.timeout else { return 0 };
-        let now = Instant::now();
+        let now = self.clock.now();
+        let timeout = self.clock.ticks(timeout);
         if let Some(host) = self.host.clone() {
-            if now.duration_since(self.health_checked) >= HEALTH_CHECK_INTERVAL {
+            if now.saturating_sub(self.health_checked) >= self.clock.ticks(HEALTH_CHECK_INTERVAL) {
                 self.health_checked = now;
                 let raw = self.transport.read32(CSTS);
                 if raw == u32::MAX || self.transport.removal_requested() {
@@ -896,9 +962,19 @@ impl QueuePair {
             }
         }
         let mut expired = false;
-        for tracker in self.trackers.iter_mut().filter(|tracker| tracker.busy) {
+        // Slots are taken lowest first (`free` pops from its end): the
+        // busy ones cluster at the start, and the scan stops at the last.
+        let mut busy = self.trackers.len() - self.free.len();
+        for tracker in self.trackers.iter_mut() {
+            if busy == 0 {
+                break;
+            }
+            if !tracker.busy {
+                continue;
+            }
+            busy -= 1;
             match tracker.deadline {
-                None => tracker.deadline = Some(now + timeout),
+                None => tracker.deadline = Some(now.saturating_add(timeout)),
                 Some(deadline) => expired |= now >= deadline,
             }
         }
@@ -910,7 +986,7 @@ impl QueuePair {
     }
 
     /// Acts on every command whose deadline passed.
-    fn expire(&mut self, now: Instant, timeout: Duration, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
+    fn expire(&mut self, now: u64, timeout: u64, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
         for slot in 0..self.trackers.len() {
             let tracker = &mut self.trackers[slot];
             if !tracker.busy || tracker.deadline.is_none_or(|deadline| now < deadline) {
@@ -923,7 +999,7 @@ impl QueuePair {
                     tracker.timed_out = true;
                     self.stats.timeouts += 1;
                 }
-                tracker.deadline = Some(now + timeout);
+                tracker.deadline = Some(now.saturating_add(timeout));
                 continue;
             };
             if tracker.timed_out {
@@ -933,7 +1009,7 @@ impl QueuePair {
                 return self.recover(on_completion);
             }
             tracker.timed_out = true;
-            tracker.deadline = Some(now + timeout);
+            tracker.deadline = Some(now.saturating_add(timeout));
             self.stats.timeouts += 1;
             self.stats.aborts_sent += 1;
             match host.abort(self.qid, slot as u16) {
@@ -981,6 +1057,7 @@ impl QueuePair {
         self.sq_tail = 0;
         self.sq_published = 0;
         self.cq_head = 0;
+        self.cq_announced = 0;
         self.phase = true;
         self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
         self.sq_doorbell.clear_shadow();
@@ -1008,7 +1085,7 @@ impl QueuePair {
                 });
             }
         }
-        self.health_checked = Instant::now();
+        self.health_checked = self.clock.now();
         ended
     }
 
@@ -1155,6 +1232,7 @@ impl QueuePair {
         self.sq_tail = 0;
         self.sq_published = 0;
         self.cq_head = 0;
+        self.cq_announced = 0;
         self.phase = true;
         self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
         self.sq_doorbell.clear_shadow();

@@ -644,6 +644,7 @@ impl State {
         if !cq.backlog.is_empty() || cq.is_full() {
             assert!(cq.backlog.len() < WAITING_COMPLETIONS_MAX, "completion backlog overflow");
             cq.backlog.push_back(entry);
+            self.stats.completions_held_cq_full += 1;
             return;
         }
         self.write_entry(usize::from(cqid), entry);

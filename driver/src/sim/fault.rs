@@ -245,6 +245,10 @@ pub struct SimStats {
     pub completions_posted: u64,
     /// Completions executed but never posted (a dropped-completion fault).
     pub completions_dropped: u64,
+    /// Completions held back because their CQ was full (the host had not
+    /// announced the entries it consumed): a host that keeps its CQ from
+    /// filling never causes one.
+    pub completions_held_cq_full: u64,
     /// Completions that completed with an error status.
     pub errors: u64,
     /// Faults fired, by kind.
@@ -272,6 +276,7 @@ impl Default for SimStats {
             lbas_read: 0,
             completions_posted: 0,
             completions_dropped: 0,
+            completions_held_cq_full: 0,
             errors: 0,
             faults: FaultStats::default(),
             power_cuts: 0,

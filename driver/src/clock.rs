@@ -1,0 +1,193 @@
+//! The poll path's clock: the time stamp counter where it keeps a constant
+//! rate, else the OS's monotonic clock.
+//!
+//! A queue pair reads the time to start and check deadlines, and a tool
+//! to stamp latencies, on the path every I/O takes. SPDK's pollers read
+//! only the TSC (`spdk_get_ticks`, `lib/env_dpdk`). An OS clock read is a
+//! vDSO call on hardware whose clocksource the vDSO can read (about 20 ns),
+//! but a system call plus an emulated timer read where it cannot: a VM on
+//! HPET, as under QEMU's TCG, where each read also takes QEMU's global
+//! lock. The TSC is one instruction on hardware and a cheap helper under
+//! TCG, whose guest TSC follows the host's.
+//!
+//! [`ClockSource::Auto`] takes the TSC when CPUID says it is invariant
+//! (constant rate in every P-, C- and T-state: CPUID 8000_0007h EDX bit 8,
+//! on every x86 CPU since about 2008); [`ClockSource::Tsc`] takes it
+//! anyway, for a VM that does not advertise it (TCG) while its TSC does
+//! run at a constant rate. The TSC's rate is measured once per process
+//! against the OS clock, over [`CALIBRATION`].
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long the TSC's rate is measured against the OS clock, once per
+/// process (the first [`Clock`] on the TSC pays it).
+pub const CALIBRATION: Duration = Duration::from_millis(20);
+
+/// Which counter a [`Clock`] reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockSource {
+    /// The TSC where it is invariant (CPUID), else the OS clock.
+    #[default]
+    Auto,
+    /// The TSC, whatever CPUID says (the OS clock on other architectures).
+    Tsc,
+    /// The OS's monotonic clock ([`Instant`]).
+    Os,
+}
+
+impl std::str::FromStr for ClockSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(ClockSource::Auto),
+            "tsc" => Ok(ClockSource::Tsc),
+            "os" => Ok(ClockSource::Os),
+            _ => Err(format!("clock {text:?}: expected auto, tsc or os")),
+        }
+    }
+}
+
+/// A monotonic clock in ticks: TSC cycles, or nanoseconds since the
+/// clock was made. Copy it freely; reading it takes no lock and makes no
+/// system call on the TSC.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// `None`: the TSC; else the OS clock, counted from this instant.
+    origin: Option<Instant>,
+    ticks_per_s: u64,
+}
+
+impl Clock {
+    /// A clock on `source`.
+    pub fn new(source: ClockSource) -> Clock {
+        let tsc = match source {
+            ClockSource::Auto => tsc_invariant(),
+            ClockSource::Tsc => cfg!(target_arch = "x86_64"),
+            ClockSource::Os => false,
+        };
+        match tsc {
+            true => Clock { origin: None, ticks_per_s: tsc_hz() },
+            false => Clock::os(),
+        }
+    }
+
+    /// The OS's monotonic clock, in nanoseconds.
+    pub fn os() -> Clock {
+        Clock { origin: Some(Instant::now()), ticks_per_s: 1_000_000_000 }
+    }
+
+    /// Whether it reads the TSC.
+    pub fn is_tsc(&self) -> bool {
+        self.origin.is_none()
+    }
+
+    /// The time, in ticks.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        match self.origin {
+            None => rdtsc(),
+            Some(origin) => origin.elapsed().as_nanos() as u64,
+        }
+    }
+
+    /// Ticks per second.
+    pub fn ticks_per_second(&self) -> u64 {
+        self.ticks_per_s
+    }
+
+    /// `duration` in ticks (saturating).
+    pub fn ticks(&self, duration: Duration) -> u64 {
+        let ticks = duration.as_nanos() * u128::from(self.ticks_per_s) / 1_000_000_000;
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// `ticks` in nanoseconds.
+    #[inline]
+    pub fn nanos(&self, ticks: u64) -> u64 {
+        match self.origin {
+            Some(_) => ticks,
+            None => (u128::from(ticks) * 1_000_000_000 / u128::from(self.ticks_per_s)) as u64,
+        }
+    }
+}
+
+impl Default for Clock {
+    /// [`ClockSource::Auto`].
+    fn default() -> Self {
+        Clock::new(ClockSource::Auto)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn rdtsc() -> u64 {
+    // SAFETY: RDTSC exists on every x86_64 CPU and only reads a counter.
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn rdtsc() -> u64 {
+    unreachable!("a TSC clock is only made on x86_64")
+}
+
+/// Whether CPUID says the TSC is invariant (8000_0007h EDX bit 8).
+pub fn tsc_invariant() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaf 8000_0000h gives the highest extended leaf, checked before
+        // 8000_0007h is asked.
+        let highest = __cpuid(0x8000_0000).eax;
+        highest >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The TSC's rate, measured once against the OS clock.
+fn tsc_hz() -> u64 {
+    static HZ: OnceLock<u64> = OnceLock::new();
+    *HZ.get_or_init(|| {
+        let (start, tsc_start) = (Instant::now(), rdtsc());
+        while start.elapsed() < CALIBRATION {
+            std::thread::sleep(CALIBRATION / 4);
+        }
+        let (elapsed, cycles) = (start.elapsed(), rdtsc().wrapping_sub(tsc_start));
+        let hz = u128::from(cycles) * 1_000_000_000 / elapsed.as_nanos().max(1);
+        // A TSC that did not move (or went back) cannot time anything: 1
+        // GHz keeps the arithmetic sane, and the tests below catch it.
+        u64::try_from(hz).unwrap_or(u64::MAX).max(1_000_000)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_sources_agree_with_the_os_on_a_sleep() {
+        for source in [ClockSource::Os, ClockSource::Tsc, ClockSource::Auto] {
+            let clock = Clock::new(source);
+            let (start, ticks) = (Instant::now(), clock.now());
+            std::thread::sleep(Duration::from_millis(30));
+            let measured = clock.nanos(clock.now() - ticks);
+            let os = start.elapsed().as_nanos() as u64;
+            // Within 20% (a loaded host may stretch either read).
+            assert!(measured.abs_diff(os) * 5 < os, "{source:?}: {measured} ns against the OS's {os}");
+        }
+    }
+
+    #[test]
+    fn durations_and_ticks_convert_both_ways() {
+        let clock = Clock::new(ClockSource::Tsc);
+        let ticks = clock.ticks(Duration::from_millis(10));
+        assert!(clock.nanos(ticks).abs_diff(10_000_000) < 1_000, "{}", clock.nanos(ticks));
+        assert_eq!(Clock::os().ticks(Duration::from_micros(7)), 7_000);
+        assert_eq!(Clock::os().ticks(Duration::MAX), u64::MAX, "saturates");
+        assert_eq!("tsc".parse(), Ok(ClockSource::Tsc));
+        assert!("hpet".parse::<ClockSource>().is_err());
+    }
+}
