@@ -284,3 +284,23 @@ fn zone_descriptor_changed_notices_reach_the_owner() {
     let events = controller.poll_events().unwrap();
     assert_eq!(events[0].kind, AsyncEventKind::NamespaceAttributeChanged);
 }
+
+#[test]
+fn a_pair_whose_queues_cannot_be_deleted_keeps_its_buffers_out_of_the_pool() {
+    // A read hangs in the controller; dropping its pair sends Delete I/O
+    // SQ, whose completion never comes. The controller may still write
+    // the read's buffer: it must never go back to the pool, to be handed
+    // to another command while the device can still write it.
+    let rig = rig(SimConfig::nvm(1 << 16, 512));
+    let mut pair = rig.controller.create_queue_pair(8).unwrap();
+    pair.set_timeout(None);
+    let before = rig.pool.available();
+    rig.sim.inject(Fault::DropCompletions { count: 1 });
+    let request = rig.ns.read(0, nvme_driver::IoBuffer::new(rig.pool.get().unwrap()), 7).unwrap();
+    pair.submit(request).map_err(|(error, _)| error).unwrap();
+    pair.poll(|completion| panic!("a hung read completed: {:?}", completion.status));
+    assert_eq!(rig.pool.available(), before - 1);
+    rig.sim.inject(Fault::DropAdminCompletions { count: 1 });
+    drop(pair);
+    assert_eq!(rig.pool.available(), before - 1, "the hung read's buffer went back to the pool");
+}

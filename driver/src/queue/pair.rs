@@ -1256,6 +1256,21 @@ impl Drop for QueuePair {
             unsafe { ManuallyDrop::drop(&mut self.cq) };
             // SAFETY: as above.
             unsafe { ManuallyDrop::drop(&mut self.prp_lists) };
+        } else {
+            // The controller may still own these queues and the commands in
+            // them: the rings leak (above), and so do the buffers of the
+            // commands in flight, which must never return to their pool to
+            // be handed to another command while the device can write them.
+            let mut kept = 0;
+            for tracker in self.trackers.iter_mut().filter(|tracker| tracker.busy) {
+                for buffer in [tracker.buffer.take(), tracker.metadata.take()].into_iter().flatten() {
+                    std::mem::forget(buffer);
+                    kept += 1;
+                }
+            }
+            if kept > 0 {
+                log::warn!("queue {}: not deleted; {kept} buffer(s) in flight kept out of their pool", self.qid);
+            }
         }
     }
 }
