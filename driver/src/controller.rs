@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::queue::sgl::SglMode;
 use crate::queue::{
-    AbortOutcome, Condition, DoorbellConfig, Epoch, IoCompletion, QueueHost, QueuePair, ShadowPages, ShadowPolicy,
+    AbortOutcome, Condition, DoorbellConfig, Epoch, Held, IoCompletion, Quarantine, QueueHost, QueuePair, ShadowPages,
+    ShadowPolicy,
 };
 use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
@@ -170,6 +171,9 @@ struct Admin {
     /// Zoned namespaces, whose Changed Zone List log re-arms a zone notice.
     zoned_nsids: Vec<u32>,
     resets: u64,
+    /// Memory the device may still write (see [`crate::queue`]'s
+    /// quarantine), until a disable is confirmed.
+    quarantine: Quarantine,
 }
 
 impl Admin {
@@ -230,16 +234,42 @@ impl Admin {
     /// The device is gone, or the host wants it back: a best-effort,
     /// bounded disable first, so a device still there stops its DMA before
     /// the pairs hand buffers back (a gone one reads all ones and returns at
-    /// once).
+    /// once). Unless that disable is confirmed, the pairs quarantine the
+    /// buffers of their commands in flight.
     fn device_gone(&mut self) {
         if self.epoch.condition() == Condition::Gone {
             return;
         }
-        let _ = disable(&*self.setup.transport, self.setup.ready_timeout);
+        let _ = self.disable();
         // Condition first: a pair that sees the new generation must find
         // the device gone.
         self.epoch.set_condition(Condition::Gone);
         self.epoch.advance();
+    }
+
+    /// Clears CC.EN and waits (bounded) for CSTS.RDY = 0; if the controller
+    /// stays ready, a function-level reset, where the transport has one.
+    /// Once RDY = 0 is read back the device's DMA has ended (NVMe Base 2.0
+    /// §3.7.2): queues of every generation so far are known stopped and the
+    /// quarantine is released. A device reading all ones counts as stopped
+    /// too: it is off the bus, or its link is down, which resets it (PCIe
+    /// Base 6.0 §6.6.1: DL_Down is a hot reset of the device below). A
+    /// disable that timed out, with no reset to follow it, confirms nothing:
+    /// the pairs then quarantine the buffers of their commands in flight.
+    fn disable(&mut self) -> Result<()> {
+        let transport = Arc::clone(&self.setup.transport);
+        let result = stop(&*transport, self.setup.ready_timeout);
+        match &result {
+            Ok(()) | Err(Error::DeviceGone) => {
+                self.epoch.confirm_stopped();
+                self.quarantine.release();
+            }
+            Err(error) => ::log::warn!(
+                "{}: disable not confirmed ({error}); memory of commands in flight stays quarantined",
+                transport.name()
+            ),
+        }
+        result
     }
 
     /// Keeps one Asynchronous Event Request outstanding (NVMe Base 2.0
@@ -259,18 +289,21 @@ impl Admin {
     }
 
     /// A controller reset (NVMe Base 2.0 §3.7.2, Controller Level Reset):
-    /// every queue pair learns of it through the epoch, the controller is
-    /// disabled (ending all its DMA) and brought up again with the admin
-    /// queue, Number of Queues, shadow doorbells, event configuration and
-    /// an Asynchronous Event Request. I/O queue pairs re-create their own
-    /// queues at their next poll.
+    /// the controller is disabled (which ends all its DMA once confirmed),
+    /// every queue pair learns of the reset through the epoch, and the
+    /// controller is brought up again with the admin queue, Number of
+    /// Queues, shadow doorbells, event configuration and an Asynchronous
+    /// Event Request. I/O queue pairs re-create their own queues at their
+    /// next poll. The disable comes before the epoch advances, so no pair
+    /// hands back a buffer while the disable is still in progress.
     fn reset(&mut self) -> Result<()> {
         if self.epoch.condition() == Condition::Gone {
             return Err(Error::DeviceGone);
         }
         self.resets += 1;
+        let disabled = self.disable();
         self.epoch.advance();
-        let result = self.bring_up();
+        let result = disabled.and_then(|()| self.bring_up());
         self.epoch.set_condition(match &result {
             Ok(()) => Condition::Live,
             Err(Error::DeviceGone) => Condition::Gone,
@@ -279,10 +312,10 @@ impl Admin {
         result
     }
 
+    /// Brings a controller whose disable was confirmed back up.
     fn bring_up(&mut self) -> Result<()> {
         let transport = Arc::clone(&self.setup.transport);
         let ready_timeout = self.setup.ready_timeout;
-        disable(&*transport, ready_timeout)?;
         // Disabled: nothing in flight on the admin queue will complete.
         self.queue.reset_after_disable();
         self.aer_armed = false;
@@ -407,24 +440,28 @@ impl Shared {
     /// "complete", NVMe Base 2.0 §3.6.1), then CC.EN = 0 so the controller
     /// touches no host memory after this returns. Queue pairs are gone by
     /// now: each holds this state alive and deletes its queues on drop.
-    fn shutdown(&self) -> Result<()> {
+    /// Returns whether the disable was confirmed (CSTS.RDY = 0).
+    fn shutdown(&self) -> bool {
         if self.epoch.condition() == Condition::Gone {
-            return Err(Error::DeviceGone);
+            return false;
         }
         let cc = Cc(self.transport.read32(registers::CC));
         if cc.0 == u32::MAX {
-            return Err(Error::DeviceGone);
+            return false;
         }
-        if !cc.enable() {
-            return Ok(());
+        if cc.enable() {
+            self.transport.write32(registers::CC, cc.with_shn(Shn::Normal).0);
+            let shut = wait_for(&*self.transport, "shutdown (CSTS.SHST)", self.options.shutdown_timeout, |csts| {
+                Ok(csts.shst() == ShutdownStatus::Complete)
+            });
+            if let Err(error) = shut {
+                ::log::warn!("{}: {error}; disabling without it", self.transport.name());
+            }
         }
-        self.transport.write32(registers::CC, cc.with_shn(Shn::Normal).0);
-        let shut = wait_for(&*self.transport, "shutdown (CSTS.SHST)", self.options.shutdown_timeout, |csts| {
-            Ok(csts.shst() == ShutdownStatus::Complete)
-        });
+        // Even when CC.EN is already clear: an earlier disable may have
+        // timed out with RDY still set.
         let ready_timeout = Duration::from_millis(u64::from(self.cap.timeout_ms()).max(500));
-        let disabled = disable(&*self.transport, ready_timeout);
-        shut.and(disabled)
+        stop(&*self.transport, ready_timeout).is_ok()
     }
 }
 
@@ -473,31 +510,40 @@ impl QueueHost for Shared {
     }
 
     /// Deletes the SQ before its CQ (NVMe Base 2.0 §5.6, §5.7). Queues of
-    /// an older generation died with a reset, which disabled the
-    /// controller first: nothing to delete, and their memory is free.
+    /// an older generation died with a reset or removal: nothing to delete,
+    /// and their memory is free once a disable was confirmed since.
     fn delete_queues(&self, qid: u16, generation: u64) -> bool {
         let mut admin = self.admin();
         let deleted = match self.epoch.condition() {
-            Condition::Gone => true,
-            // The reset may not have stopped the controller.
-            Condition::Failed => false,
-            Condition::Live if self.epoch.generation() != generation => true,
-            Condition::Live => {
+            Condition::Live if self.epoch.generation() == generation => {
                 let timeout = self.options.admin_timeout;
-                admin.run(admin::delete_io_sq(qid), timeout).is_ok()
-                    && admin.run(admin::delete_io_cq(qid), timeout).is_ok()
+                let deleted = admin.run(admin::delete_io_sq(qid), timeout).is_ok()
+                    && admin.run(admin::delete_io_cq(qid), timeout).is_ok();
+                // A delete that timed out reset the controller: its
+                // confirmed disable stopped the queues as well.
+                deleted || self.epoch.stopped_since(generation)
             }
+            Condition::Live | Condition::Gone | Condition::Failed => self.epoch.stopped_since(generation),
         };
         if let Some(used) = admin.qid_in_use.get_mut(usize::from(qid)) {
             *used = !deleted;
         }
         deleted
     }
+
+    fn quarantine(&self, memory: Held) {
+        self.admin().quarantine.hold(memory);
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let _ = self.shutdown();
+        let stopped = self.shutdown();
+        // Disabled for good: quarantined memory may go (else it leaks with
+        // the quarantine).
+        if stopped {
+            self.admin.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).quarantine.release();
+        }
     }
 }
 
@@ -637,6 +683,7 @@ impl Controller {
             events_dropped: 0,
             zoned_nsids: Vec::new(),
             resets: 0,
+            quarantine: Quarantine::default(),
         };
         let shared = Shared { transport, options, cap, admin: Mutex::new(admin), epoch };
 
@@ -723,6 +770,16 @@ impl Controller {
     /// Controller resets so far (by the driver or [`Controller::reset`]).
     pub fn resets(&self) -> u64 {
         self.shared.admin().resets
+    }
+
+    /// Buffers held out of their pools because the device may still write
+    /// them: those of commands in flight when a reset's or removal's
+    /// disable was not confirmed, or when a pair's queues could not be
+    /// deleted. The next confirmed disable (a successful
+    /// [`Controller::reset`], or the shutdown when the controller is
+    /// dropped) gives them back; otherwise they are never reused.
+    pub fn quarantined_buffers(&self) -> usize {
+        self.shared.admin().quarantine.buffers()
     }
 
     /// Whether the device is gone (register reads returned all ones).
@@ -1102,10 +1159,29 @@ fn enable(transport: &dyn Transport, queue: &QueuePair, entries: u16, css: u8, t
     wait_ready(transport, true, timeout)
 }
 
-/// Clears CC.EN and waits for CSTS.RDY = 0 within CAP.TO.
+/// [`disable`], and a function-level reset if the controller stays ready.
+fn stop(transport: &dyn Transport, timeout: Duration) -> Result<()> {
+    let result = disable(transport, timeout);
+    if !matches!(result, Err(Error::Timeout { .. })) {
+        return result;
+    }
+    match transport.function_reset() {
+        Ok(()) => {
+            ::log::warn!("{}: the controller stayed ready; function-level reset", transport.name());
+            wait_ready(transport, false, timeout)
+        }
+        Err(error) => {
+            ::log::warn!("{}: the controller stayed ready and has no function-level reset ({error})", transport.name());
+            result
+        }
+    }
+}
+
+/// Clears CC.EN and waits for CSTS.RDY = 0 within CAP.TO. CC.EN is
+/// written again while RDY is still set, as after a disable that timed out.
 fn disable(transport: &dyn Transport, timeout: Duration) -> Result<()> {
     let cc = Cc(transport.read32(registers::CC));
-    if cc.enable() {
+    if cc.enable() || Csts(transport.read32(registers::CSTS)).rdy() {
         transport.write32(registers::CC, cc.with_enable(false).0);
     }
     wait_ready(transport, false, timeout)

@@ -70,6 +70,15 @@ pub trait Transport: Send + Sync + fmt::Debug {
         false
     }
 
+    /// A function-level reset of the device (on Linux, `VFIO_DEVICE_RESET`:
+    /// FLR, or a slot or bus reset where that is what the device allows).
+    /// `Ok` means the reset happened: the function's DMA has ended, as
+    /// after a confirmed disable. The driver uses it only when clearing
+    /// CC.EN did not stop the controller. By default there is none.
+    fn function_reset(&self) -> Result<()> {
+        Err(crate::Error::Unsupported("function-level reset".into()))
+    }
+
     /// A pointer for direct volatile stores to a doorbell register, when the
     /// registers are memory-mapped. `None` sends doorbell writes through
     /// [`Transport::write32`] instead (simulators, loopback sinks). The

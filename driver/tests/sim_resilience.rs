@@ -9,7 +9,7 @@ use nvme_driver::cmd::admin;
 use nvme_driver::controller::AsyncEventKind;
 use nvme_driver::sim::{Fault, FaultConfig, SimConfig, Simulator};
 use nvme_driver::spec::log::CriticalWarning;
-use nvme_driver::{Error, IoCompletion, IoError, QueuePair, SubmitError};
+use nvme_driver::{Error, IoBuffer, IoCompletion, IoError, QueuePair, SubmitError};
 use sim_support::{init, pattern, Rig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -285,22 +285,138 @@ fn zone_descriptor_changed_notices_reach_the_owner() {
     assert_eq!(events[0].kind, AsyncEventKind::NamespaceAttributeChanged);
 }
 
+/// A controller that takes at most 500 ms (CAP.TO) to disable, so a
+/// disable that never happens times out quickly.
+fn quick_to_disable(mut config: SimConfig) -> SimConfig {
+    config.timeout_500ms = 1;
+    config
+}
+
+/// A read whose completion never comes: the device still owns its buffer.
+fn hung_read(rig: &mut Rig, token: u64) {
+    rig.sim.inject(Fault::DropCompletions { count: 1 });
+    let request = rig.ns.read(0, IoBuffer::new(rig.pool.get().unwrap()), token).unwrap();
+    rig.pair.submit(request).map_err(|(error, _)| error).unwrap();
+    rig.pair.poll(|completion| panic!("a hung read completed: {:?}", completion.status));
+    assert_eq!(rig.sim.hung_commands(), 1);
+}
+
+/// The controller will not disable, and has no function-level reset.
+const STUCK: Fault = Fault::WontDisable { function_reset_too: true };
+
+#[test]
+fn a_reset_whose_disable_times_out_quarantines_the_buffers_in_flight() {
+    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
+    rig.pair.set_timeout(None);
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    rig.sim.inject(STUCK);
+    let error = rig.controller.reset().unwrap_err();
+    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    // The read ends, exactly once, but without its buffer: the device may
+    // still write it, so it must not be handed to another command.
+    let done = drain(&mut rig.pair, 1);
+    assert_eq!(done[&7].status, Err(IoError::ControllerReset));
+    assert!(done[&7].buffer.is_none(), "a buffer the device may still write came back");
+    drop(done);
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full - 1, 1));
+    // The next reset's disable is confirmed: the buffer comes back and I/O goes on.
+    rig.sim.clear_faults();
+    rig.controller.reset().unwrap();
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    io_works(&mut rig, 64);
+}
+
+#[test]
+fn a_controller_that_will_not_disable_is_stopped_by_a_function_level_reset() {
+    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
+    rig.pair.set_timeout(None);
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    rig.sim.inject(Fault::WontDisable { function_reset_too: false });
+    rig.controller.reset().unwrap();
+    assert_eq!(rig.sim.stats().faults.function_resets, 1);
+    let done = drain(&mut rig.pair, 1);
+    assert_eq!(done[&7].status, Err(IoError::ControllerReset));
+    assert!(done[&7].buffer.is_some(), "the reset stopped the device: the buffer is free");
+    drop(done);
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    io_works(&mut rig, 64);
+}
+
+#[test]
+fn a_requested_removal_whose_disable_times_out_quarantines_the_buffers_for_good() {
+    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
+    rig.pair.set_timeout(Some(BOUND));
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    // The host wants the device back while it is still live and will not stop.
+    rig.sim.inject(STUCK);
+    rig.sim.inject(Fault::RemovalRequested);
+    let done = drain(&mut rig.pair, 1);
+    assert_eq!(done[&7].status, Err(IoError::DeviceGone));
+    assert!(done[&7].buffer.is_none(), "a buffer the device may still write came back");
+    drop(done);
+    assert!(rig.controller.is_gone());
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full - 1, 1));
+    // Nothing after can confirm a stop: the buffer is never reused.
+    let Rig { sim: _, controller, ns, pair, pool } = rig;
+    drop((pair, ns, controller));
+    assert_eq!(pool.available(), full - 1);
+}
+
+#[test]
+fn a_requested_removal_whose_disable_is_confirmed_gives_the_buffers_back() {
+    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
+    rig.pair.set_timeout(Some(BOUND));
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    rig.sim.inject(Fault::RemovalRequested);
+    let done = drain(&mut rig.pair, 1);
+    assert_eq!(done[&7].status, Err(IoError::DeviceGone));
+    assert!(done[&7].buffer.is_some(), "the disable was confirmed: the buffer is free");
+    drop(done);
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+}
+
 #[test]
 fn a_pair_whose_queues_cannot_be_deleted_keeps_its_buffers_out_of_the_pool() {
     // A read hangs in the controller; dropping its pair sends Delete I/O
-    // SQ, whose completion never comes. The controller may still write
-    // the read's buffer: it must never go back to the pool, to be handed
-    // to another command while the device can still write it.
-    let rig = rig(SimConfig::nvm(1 << 16, 512));
+    // SQ, whose completion never comes, and the reset that follows cannot
+    // disable the controller. It may still write the read's buffer: the
+    // buffer must never go back to the pool, to be handed to another
+    // command, until a disable is confirmed.
+    let mut rig = rig(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
     let mut pair = rig.controller.create_queue_pair(8).unwrap();
     pair.set_timeout(None);
-    let before = rig.pool.available();
-    rig.sim.inject(Fault::DropCompletions { count: 1 });
-    let request = rig.ns.read(0, nvme_driver::IoBuffer::new(rig.pool.get().unwrap()), 7).unwrap();
-    pair.submit(request).map_err(|(error, _)| error).unwrap();
-    pair.poll(|completion| panic!("a hung read completed: {:?}", completion.status));
-    assert_eq!(rig.pool.available(), before - 1);
+    std::mem::swap(&mut pair, &mut rig.pair);
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    std::mem::swap(&mut pair, &mut rig.pair);
+    rig.sim.inject(STUCK);
     rig.sim.inject(Fault::DropAdminCompletions { count: 1 });
     drop(pair);
-    assert_eq!(rig.pool.available(), before - 1, "the hung read's buffer went back to the pool");
+    assert_eq!(rig.pool.available(), full - 1, "the hung read's buffer went back to the pool");
+    assert_eq!(rig.controller.quarantined_buffers(), 1);
+    rig.sim.clear_faults();
+    rig.controller.reset().unwrap();
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    io_works(&mut rig, 64);
+}
+
+#[test]
+fn a_pair_whose_delete_timed_out_but_whose_controller_reset_gives_its_buffers_back() {
+    // As above, but the reset after the timed-out Delete I/O SQ disables
+    // the controller: nothing can write the buffer any more.
+    let mut rig = rig(SimConfig::nvm(1 << 16, 512));
+    let mut pair = rig.controller.create_queue_pair(8).unwrap();
+    pair.set_timeout(None);
+    std::mem::swap(&mut pair, &mut rig.pair);
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    std::mem::swap(&mut pair, &mut rig.pair);
+    rig.sim.inject(Fault::DropAdminCompletions { count: 1 });
+    drop(pair);
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    io_works(&mut rig, 64);
 }

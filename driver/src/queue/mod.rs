@@ -16,8 +16,10 @@
 mod doorbell;
 mod pair;
 pub mod prp;
+mod quarantine;
 pub mod sgl;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
 pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
 pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError, DEFAULT_IO_TIMEOUT};
+pub(crate) use quarantine::{Held, Quarantine};

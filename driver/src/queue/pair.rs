@@ -8,6 +8,7 @@
 //! ready completion and updates the CQ head doorbell once.
 
 use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
+use super::quarantine::Held;
 use super::{prp, sgl};
 use crate::clock::Clock;
 use crate::dma::{DmaBuffer, DmaMemory, DmaRegion, PAGE_SIZE};
@@ -269,6 +270,11 @@ pub(crate) enum Condition {
 pub(crate) struct Epoch {
     generation: AtomicU64,
     condition: AtomicU8,
+    /// Queues of every generation below this one are known to be stopped:
+    /// a disable was confirmed (CSTS.RDY read back 0) after they were
+    /// created, so the device no longer touches their memory or their
+    /// commands' buffers.
+    stopped_below: AtomicU64,
 }
 
 const LIVE: u8 = 0;
@@ -284,6 +290,20 @@ impl Epoch {
     /// A reset begins: every queue of the earlier generation is gone.
     pub(crate) fn advance(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// A disable was confirmed: the device's DMA for every queue so far has
+    /// ended. Called before the generation advances, so a pair that sees
+    /// the new generation sees this too.
+    pub(crate) fn confirm_stopped(&self) {
+        // Release: pairs read it after an Acquire of the generation.
+        self.stopped_below.fetch_max(self.generation() + 1, Ordering::AcqRel);
+    }
+
+    /// Whether the device's DMA for queues of `generation` is known to have
+    /// ended (see [`super::quarantine`]).
+    pub(crate) fn stopped_since(&self, generation: u64) -> bool {
+        self.stopped_below.load(Ordering::Acquire) > generation
     }
 
     pub(crate) fn condition(&self) -> Condition {
@@ -340,6 +360,9 @@ pub(crate) trait QueueHost: Send + Sync + std::fmt::Debug {
     /// Deletes queue pair `qid` (created in `generation`) and frees the qid.
     /// `false` if the controller may still use the memory.
     fn delete_queues(&self, qid: u16, generation: u64) -> bool;
+    /// Keeps `memory`, which the device may still write, out of use until
+    /// a disable is confirmed (see [`super::quarantine`]).
+    fn quarantine(&self, memory: Held);
 }
 
 /// Polls between two deadline checks while completions keep coming: a
@@ -360,9 +383,10 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`crate::Controller::create_queue_pair`]; deleted on the controller when
 /// dropped.
 ///
-/// Data pointers are PRPs, not SGLs: every controller supports PRPs, and
-/// one preallocated list page per slot covers any transfer up to MDTS
-/// (capped at 2 MiB), so the I/O path never allocates a descriptor.
+/// Data pointers are PRPs, with one preallocated list page per slot that
+/// covers any transfer up to MDTS (capped at 2 MiB), or, on controllers
+/// that support SGLs and above a size ([`sgl::SglMode`]), one SGL Data
+/// Block descriptor: the I/O path never allocates a descriptor.
 ///
 /// # Deadlines, resets and removal
 ///
@@ -439,10 +463,13 @@ pub struct QueuePair {
     timeout: Option<Duration>,
     /// Poll passes, for spacing deadline checks.
     polls: u32,
-    /// The controller's reset generation and condition, and the generation
-    /// this pair's queues belong to.
+    /// The controller's reset generation and condition, the generation
+    /// this pair last caught up with, and the one its queues were last
+    /// created in (older when the controller failed or is gone: the pair
+    /// has no queues since).
     epoch: Arc<Epoch>,
     generation: u64,
+    queues_generation: u64,
     /// What deadlines and health checks read ([`crate::clock`]).
     clock: Clock,
     /// When CSTS was last read, in `clock`'s ticks.
@@ -530,6 +557,7 @@ impl QueuePair {
             polls: 0,
             epoch: Arc::new(Epoch::default()),
             generation: 0,
+            queues_generation: 0,
             clock: Clock::os(),
             health_checked: 0,
             dead: None,
@@ -595,6 +623,7 @@ impl QueuePair {
         self.host = Some(host);
         self.epoch = epoch;
         self.generation = generation;
+        self.queues_generation = generation;
     }
 
     /// Queue identifier (QID): 0 for the admin queue, 1 and up for I/O
@@ -915,23 +944,69 @@ impl QueuePair {
     }
 
     /// Completes `slot`'s command with `error` (the device is done with it).
-    fn complete_with(&mut self, slot: usize, error: IoError, on_completion: &mut impl FnMut(IoCompletion)) {
+    /// Ends the command in `slot` with `error`, without a completion from
+    /// the device. Its buffers go back with it only if `device_stopped`
+    /// (the device's DMA is known to have ended since its submission);
+    /// else the controller's quarantine keeps them.
+    fn complete_with(
+        &mut self,
+        slot: usize,
+        error: IoError,
+        device_stopped: bool,
+        on_completion: &mut impl FnMut(IoCompletion),
+    ) {
         let tracker = &mut self.trackers[slot];
         debug_assert!(tracker.busy);
         tracker.busy = false;
         let error = if tracker.timed_out && error == IoError::ControllerReset { IoError::Timeout } else { error };
-        let completion = IoCompletion {
-            token: tracker.token,
-            cid: slot as u16,
-            status: Err(error),
-            dw0: 0,
-            dw1: 0,
-            buffer: tracker.buffer.take(),
-            metadata: tracker.metadata.take(),
-        };
+        let (mut buffer, mut metadata) = (tracker.buffer.take(), tracker.metadata.take());
+        let token = tracker.token;
+        if !device_stopped {
+            for held in [buffer.take(), metadata.take()].into_iter().flatten() {
+                self.hold(Held::Buffer(held));
+            }
+        }
+        let completion = IoCompletion { token, cid: slot as u16, status: Err(error), dw0: 0, dw1: 0, buffer, metadata };
         self.free.push(slot as u16);
         self.stats.completed += 1;
         on_completion(completion);
+    }
+
+    /// Memory the device may still write: to the controller's quarantine,
+    /// or leaked when there is no controller to confirm a disable.
+    fn hold(&self, memory: Held) {
+        match &self.host {
+            Some(host) => host.quarantine(memory),
+            None => std::mem::forget(memory),
+        }
+    }
+
+    /// Ends every command in flight with `error` (see `complete_with`) and
+    /// empties the rings, which the controller no longer knows. Returns how
+    /// many it ended.
+    fn end_in_flight(
+        &mut self,
+        error: IoError,
+        device_stopped: bool,
+        on_completion: &mut impl FnMut(IoCompletion),
+    ) -> usize {
+        let mut ended = 0;
+        for slot in 0..self.trackers.len() {
+            if self.trackers[slot].busy {
+                self.complete_with(slot, error, device_stopped, on_completion);
+                ended += 1;
+            }
+        }
+        debug_assert_eq!(self.free.len(), self.trackers.len());
+        self.sq_tail = 0;
+        self.sq_published = 0;
+        self.cq_head = 0;
+        self.cq_announced = 0;
+        self.phase = true;
+        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
+        self.sq_doorbell.clear_shadow();
+        self.cq_doorbell.clear_shadow();
+        ended
     }
 
     /// Starts the clock of new commands, reads CSTS now and then, and acts
@@ -1045,23 +1120,11 @@ impl QueuePair {
         };
         let gone = self.epoch.condition() == Condition::Gone;
         let error = if gone { IoError::DeviceGone } else { IoError::ControllerReset };
-        let mut ended = 0;
-        for slot in 0..self.trackers.len() {
-            if self.trackers[slot].busy {
-                self.complete_with(slot, error, on_completion);
-                ended += 1;
-            }
-        }
-        // The controller forgot these queues (it was disabled, which ends
-        // all its DMA, NVMe Base 2.0 §3.7.2), so the rings start over.
-        self.sq_tail = 0;
-        self.sq_published = 0;
-        self.cq_head = 0;
-        self.cq_announced = 0;
-        self.phase = true;
-        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
-        self.sq_doorbell.clear_shadow();
-        self.cq_doorbell.clear_shadow();
+        // The controller forgot these queues, so the rings start over. Only
+        // a confirmed disable ended its DMA (NVMe Base 2.0 §3.7.2): after a
+        // disable that timed out, or removal, the buffers stay quarantined.
+        let device_stopped = self.epoch.stopped_since(self.queues_generation);
+        let ended = self.end_in_flight(error, device_stopped, on_completion);
         self.rebuild_doorbells();
         self.dead = match self.epoch.condition() {
             Condition::Gone => Some(SubmitError::DeviceGone),
@@ -1075,6 +1138,7 @@ impl QueuePair {
         match host.recreate_queues(self.qid, self.depth, self.sq.iova(), self.cq.iova()) {
             Ok(generation) => {
                 self.generation = generation;
+                self.queues_generation = generation;
                 self.stats.recoveries += 1;
             }
             Err(error) => {
@@ -1218,34 +1282,19 @@ impl QueuePair {
     }
 
     /// Forgets every command in flight and empties the rings, for a
-    /// controller reset of the admin queue (the controller is disabled:
-    /// nothing in flight will complete or touch memory). Returns how many
-    /// were in flight.
+    /// controller reset of the admin queue (the controller's disable was
+    /// confirmed: nothing in flight will complete or touch memory). Returns
+    /// how many were in flight.
     pub(crate) fn reset_after_disable(&mut self) -> usize {
-        let mut ended = 0;
-        for slot in 0..self.trackers.len() {
-            if self.trackers[slot].busy {
-                self.complete_with(slot, IoError::ControllerReset, &mut |_| {});
-                ended += 1;
-            }
-        }
-        self.sq_tail = 0;
-        self.sq_published = 0;
-        self.cq_head = 0;
-        self.cq_announced = 0;
-        self.phase = true;
-        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
-        self.sq_doorbell.clear_shadow();
-        self.cq_doorbell.clear_shadow();
-        ended
+        self.end_in_flight(IoError::ControllerReset, true, &mut |_| {})
     }
 }
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // Delete the queues on the controller before their memory goes.
-        let deleted = match (self.host.take(), self.on_drop.take()) {
-            (Some(host), _) => host.delete_queues(self.qid, self.generation),
+        let deleted = match (&self.host, self.on_drop.take()) {
+            (Some(host), _) => host.delete_queues(self.qid, self.queues_generation),
             (None, Some(delete)) => delete(self.qid),
             (None, None) => true,
         };
@@ -1256,20 +1305,26 @@ impl Drop for QueuePair {
             unsafe { ManuallyDrop::drop(&mut self.cq) };
             // SAFETY: as above.
             unsafe { ManuallyDrop::drop(&mut self.prp_lists) };
-        } else {
-            // The controller may still own these queues and the commands in
-            // them: the rings leak (above), and so do the buffers of the
-            // commands in flight, which must never return to their pool to
-            // be handed to another command while the device can write them.
-            let mut kept = 0;
-            for tracker in self.trackers.iter_mut().filter(|tracker| tracker.busy) {
-                for buffer in [tracker.buffer.take(), tracker.metadata.take()].into_iter().flatten() {
-                    std::mem::forget(buffer);
-                    kept += 1;
-                }
-            }
-            if kept > 0 {
-                log::warn!("queue {}: not deleted; {kept} buffer(s) in flight kept out of their pool", self.qid);
+            return;
+        }
+        // The controller may still own these queues and the commands in
+        // them: the rings, and the buffers of the commands in flight, go to
+        // the quarantine, never back to a pool while the device can write
+        // them.
+        log::warn!("queue {}: not deleted; its rings and buffers in flight are quarantined", self.qid);
+        // SAFETY: each is taken once, here, and never used again.
+        let sq = unsafe { ManuallyDrop::take(&mut self.sq) };
+        // SAFETY: as above.
+        let cq = unsafe { ManuallyDrop::take(&mut self.cq) };
+        // SAFETY: as above.
+        let prp_lists = unsafe { ManuallyDrop::take(&mut self.prp_lists) };
+        for ring in [sq, cq, prp_lists] {
+            self.hold(Held::Region(ring));
+        }
+        for slot in 0..self.trackers.len() {
+            let tracker = &mut self.trackers[slot];
+            for buffer in [tracker.buffer.take(), tracker.metadata.take()].into_iter().flatten() {
+                self.hold(Held::Buffer(buffer));
             }
         }
     }

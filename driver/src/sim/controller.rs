@@ -193,6 +193,12 @@ pub(crate) struct State {
     pub(crate) fatal: bool,
     shst: u32,
     pub(crate) removed: bool,
+    /// The host asked for the device back ([`super::Fault::RemovalRequested`]).
+    pub(crate) removal_requested: bool,
+    /// CC.EN 1 → 0 is ignored, and maybe a function-level reset too
+    /// ([`super::Fault::WontDisable`]).
+    pub(crate) wont_disable: bool,
+    pub(crate) wont_function_reset: bool,
     // Queues.
     pub(crate) dma: DmaTable,
     pub(crate) sqs: Vec<Option<SubmissionQueue>>,
@@ -278,6 +284,9 @@ impl State {
             fatal: false,
             shst: 0,
             removed: false,
+            removal_requested: false,
+            wont_disable: false,
+            wont_function_reset: false,
             dma: DmaTable::new(),
             sqs: (0..queues).map(|_| None).collect(),
             cqs: (0..queues).map(|_| None).collect(),
@@ -384,8 +393,14 @@ impl State {
         self.cc = value;
         if !old.enable() && new.enable() {
             self.start();
-        } else if old.enable() && !new.enable() {
-            self.reset();
+        } else if !new.enable() && (old.enable() || self.ready) {
+            // Also EN = 0 written again while still ready, after a disable
+            // that a fault ignored.
+            if self.wont_disable {
+                self.stats.faults.ignored_disables += 1;
+            } else {
+                self.reset();
+            }
         }
         let notified = |cc: Cc| matches!(cc.shn(), Some(Shn::Normal | Shn::Abrupt) | None);
         if notified(new) && !notified(old) {
@@ -434,6 +449,23 @@ impl State {
         self.sqs[0] =
             Some(SubmissionQueue { ring: sq_ring, mapping: sq_mapping, size: sq_size, head: 0, tail: 0, cqid: 0 });
         self.ready = true;
+    }
+
+    /// A function-level reset: the registers take their reset values and
+    /// the controller resets as on CC.EN 1 → 0.
+    pub(crate) fn function_reset(&mut self) -> Result<(), &'static str> {
+        if self.wont_function_reset {
+            return Err("the function ignored the reset");
+        }
+        self.stats.faults.function_resets += 1;
+        self.reset();
+        self.cc = 0;
+        self.aqa = 0;
+        self.asq = 0;
+        self.acq = 0;
+        self.intms = 0;
+        self.shst = 0;
+        Ok(())
     }
 
     /// A Controller Level Reset (CC.EN 1 → 0): queues, outstanding commands
@@ -880,6 +912,7 @@ impl State {
         self.fatal = false;
         self.shst = 0;
         self.removed = false;
+        self.removal_requested = false;
         self.features = Features::new(&self.config);
         self.smart.power_cycles += 1;
         self.smart.unsafe_shutdowns += 1;

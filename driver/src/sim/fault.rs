@@ -76,6 +76,22 @@ pub enum Fault {
     /// The device is gone: every register reads all ones, nothing is
     /// processed. [`super::Simulator::power_cut`] brings it back.
     SurpriseRemoval,
+    /// The host asks for the device back (on Linux, vfio-pci's device
+    /// request during a hot-unplug or an unbind):
+    /// [`crate::Transport::removal_requested`] answers yes from now on,
+    /// while the device itself stays live and keeps working. Until
+    /// [`super::Simulator::power_cut`].
+    RemovalRequested,
+    /// CC.EN 1 → 0 is ignored: CSTS.RDY stays 1 and the controller keeps
+    /// its queues and the commands in them (hung ones included), as
+    /// firmware stuck on its way into reset. The host's disable times out
+    /// and proves nothing about the device's DMA. A function-level reset
+    /// ([`crate::Transport::function_reset`]) still stops it, unless
+    /// `function_reset_too`. Until [`super::Simulator::clear_faults`].
+    WontDisable {
+        /// The function-level reset fails as well.
+        function_reset_too: bool,
+    },
     /// The zone starting at `zslba` becomes Read Only (ZSRO).
     ZoneReadOnly {
         /// The zoned namespace.
@@ -223,6 +239,10 @@ pub struct FaultStats {
     pub controller_fatal: u64,
     /// Surprise removals injected.
     pub surprise_removals: u64,
+    /// Disables (CC.EN 1 → 0) that [`Fault::WontDisable`] ignored.
+    pub ignored_disables: u64,
+    /// Function-level resets done.
+    pub function_resets: u64,
     /// Hung commands an Abort ended.
     pub aborted_commands: u64,
     /// Bits flipped at rest by [`super::Simulator::corrupt_at_rest`].

@@ -212,6 +212,11 @@ impl Simulator {
                 state.stats.faults.surprise_removals += 1;
             }
             Fault::DeclineAborts => state.decline_aborts = true,
+            Fault::RemovalRequested => state.removal_requested = true,
+            Fault::WontDisable { function_reset_too } => {
+                state.wont_disable = true;
+                state.wont_function_reset = function_reset_too;
+            }
             Fault::RejectOpcode { opcode } => state.rejected_opcodes[usize::from(opcode)] = true,
             Fault::PowerCutAfter { io_commands } => state.power_cut_after = Some(io_commands),
             Fault::FlushFails { after } => state.flush_fails_after = Some(after),
@@ -229,7 +234,7 @@ impl Simulator {
     }
 
     /// Removes every range fault, rejected opcode and pending dropped
-    /// completion, and honours aborts again.
+    /// completion, and honours aborts and disables again.
     pub fn clear_faults(&self) {
         let mut state = self.lock();
         state.faults.clear();
@@ -240,6 +245,8 @@ impl Simulator {
         state.drop_admin = 0;
         state.power_cut_after = None;
         state.decline_aborts = false;
+        state.wont_disable = false;
+        state.wont_function_reset = false;
     }
 
     /// Sets the SMART / Health log's Critical Warning (NVMe Base 2.0
@@ -368,6 +375,18 @@ impl Transport for Simulator {
 
     fn tick(&self) {
         self.lock().tick();
+    }
+
+    fn removal_requested(&self) -> bool {
+        self.lock().removal_requested
+    }
+
+    fn function_reset(&self) -> Result<()> {
+        let mut state = self.lock();
+        if state.removed {
+            return Err(Error::DeviceGone);
+        }
+        state.function_reset().map_err(|why| Error::Unsupported(format!("function-level reset: {why}")))
     }
 
     unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {

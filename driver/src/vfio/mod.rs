@@ -390,6 +390,10 @@ impl Transport for VfioPci {
         Some(self.mmio.doorbell(offset))
     }
 
+    fn function_reset(&self) -> Result<()> {
+        sys::device_reset(self.device.as_raw_fd()).map_err(io_context(format!("{}: VFIO_DEVICE_RESET", self.bdf)))
+    }
+
     fn removal_requested(&self) -> bool {
         if self.removal_seen.load(Ordering::Relaxed) {
             return true;

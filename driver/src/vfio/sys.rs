@@ -12,6 +12,23 @@ use vfio_bindings::bindings::vfio::{
 /// `vfio-ioctls` has no wrapper for it.
 const VFIO_IOMMU_GET_INFO: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 12);
 
+/// `VFIO_DEVICE_RESET` is `_IO(VFIO_TYPE, VFIO_BASE + 11)` (linux/vfio.h);
+/// `vfio-ioctls`' wrapper discards its result.
+const VFIO_DEVICE_RESET: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 11);
+
+/// Resets the device (vfio-pci tries FLR, then a slot or bus reset it may
+/// do alone); fails when it has none it can do.
+pub fn device_reset(device: RawFd) -> io::Result<()> {
+    // SAFETY: VFIO_DEVICE_RESET takes no argument and touches no memory of
+    // ours; `device` is an open VFIO device fd (an invalid one is EBADF).
+    let rc = unsafe { libc::ioctl(device, VFIO_DEVICE_RESET) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// What the type1 IOMMU backend allows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IommuInfo {
