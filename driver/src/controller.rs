@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::queue::sgl::SglMode;
 use crate::queue::{
-    AbortOutcome, Condition, DoorbellConfig, Epoch, Held, IoCompletion, Quarantine, QueueHost, QueuePair, ShadowPages,
-    ShadowPolicy,
+    AbortOutcome, Condition, DoorbellConfig, Epoch, Held, IoCompletion, Quarantine, QueueHost, QueuePair, RawQueue,
+    ShadowPages, ShadowPolicy,
 };
 use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
@@ -938,6 +938,35 @@ impl Controller {
         pair.set_clock(Clock::new(shared.options.clock));
         pair.set_sgl_threshold(self.sgl_threshold());
         Ok(pair)
+    }
+
+    /// A bare queue pair of `entries` entries per ring, for measuring the
+    /// platform's floor (see [`RawQueue`]): no validation, deadlines or
+    /// recovery. Its rings and PRP lists share one region on a huge page
+    /// where there is one. Dropping it deletes its queues.
+    pub fn create_raw_queue(&self, entries: u16) -> Result<RawQueue> {
+        let max = self.shared.cap.max_queue_entries();
+        if entries < 2 || u32::from(entries) > max {
+            return Err(Error::InvalidArgument(format!("queue entries {entries}: expected 2..={max} (CAP.MQES+1)")));
+        }
+        let shared = &self.shared;
+        let (len, cq_offset, _) = crate::queue::raw_layout(entries);
+        let memory = DmaRegion::allocate(&shared.transport, len)?;
+        let mut admin = shared.admin();
+        if shared.epoch.condition() != Condition::Live {
+            return Err(Error::ControllerFailed);
+        }
+        let qid = Shared::allocate_qid(&mut admin)?;
+        let generation = shared.epoch.generation();
+        let (sq_iova, cq_iova) = (memory.iova(), memory.iova() + cq_offset as u64);
+        if let Err(error) = shared.create_queues(&mut admin, qid, entries, sq_iova, cq_iova) {
+            admin.qid_in_use[usize::from(qid)] = false;
+            return Err(error);
+        }
+        drop(admin);
+        let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
+        let ids = (qid, entries, generation);
+        Ok(RawQueue::new(&shared.transport, host, ids, memory, shared.cap.dstrd(), self.sgl_threshold()))
     }
 
     /// A handle for I/O on namespace `nsid`: geometry, limits and request

@@ -118,6 +118,6 @@ pub use controller::{
 pub use error::{Error, IoError, RequestError, Result};
 pub use namespace::{MetadataFormat, Namespace, RangeLimits, ZoneGeometry};
 pub use queue::sgl::SglMode;
-pub use queue::{IoBuffer, IoCompletion, QueuePair, Request, SubmitError};
+pub use queue::{IoBuffer, IoCompletion, QueuePair, RawQueue, Request, SubmitError};
 pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};

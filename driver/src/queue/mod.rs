@@ -17,9 +17,12 @@ mod doorbell;
 mod pair;
 pub mod prp;
 mod quarantine;
+mod raw;
 pub mod sgl;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
 pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
 pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError, DEFAULT_IO_TIMEOUT};
 pub(crate) use quarantine::{Held, Quarantine};
+pub(crate) use raw::layout as raw_layout;
+pub use raw::RawQueue;

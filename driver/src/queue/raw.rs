@@ -1,0 +1,206 @@
+//! A bare queue pair, the floor the driver is measured against
+//! (`perf --engine raw`): submission entries written straight into the
+//! ring, one doorbell write per batch, the completion ring's phase tag spun
+//! on. No trackers, request validation, deadlines, reset handling or buffer
+//! ownership: what is left is what the device (and under emulation, QEMU
+//! and TCG) costs by itself, which SPDK's perf sits close to.
+//!
+//! Rings and PRP list pages share one region, sized up to 2 MiB so that it
+//! sits on one huge page where the platform has them, as SPDK keeps its
+//! rings: the IOMMU then translates one large page for all of them.
+
+use super::doorbell::{Doorbell, ShadowPolicy};
+use super::{prp, sgl, Held, QueueHost, SubmitError};
+use crate::dma::{DmaMemory, DmaRegion, HUGE_PAGE_SIZE, PAGE_SIZE};
+use crate::error::{Error, Result};
+use crate::spec::command::{Command, FLAGS_FUSE_MASK, FLAGS_PSDT_SHIFT, PSDT_SGL_MPTR_CONTIGUOUS};
+use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
+use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell};
+use crate::transport::Transport;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+const SQE_SIZE: usize = std::mem::size_of::<Command>();
+const CQE_SIZE: usize = std::mem::size_of::<Completion>();
+
+/// A bare I/O queue pair on its controller; see the module documentation.
+/// Created by [`crate::Controller::create_raw_queue`]; deleted on drop. A
+/// controller reset ends it: its commands never complete.
+#[derive(Debug)]
+pub struct RawQueue {
+    qid: u16,
+    entries: u16,
+    /// SQ at 0, CQ at `cq_offset`, one PRP list page per command
+    /// identifier from `lists_offset`.
+    memory: Option<DmaRegion>,
+    cq_offset: usize,
+    lists_offset: usize,
+    sq_tail: u16,
+    sq_published: u16,
+    cq_head: u16,
+    phase: bool,
+    sq_doorbell: Doorbell,
+    cq_doorbell: Doorbell,
+    sgl_above: Option<usize>,
+    transport: Arc<dyn Transport>,
+    host: Arc<dyn QueueHost>,
+    generation: u64,
+}
+
+/// The region a raw queue of `entries` needs, and where the CQ and the PRP
+/// lists start in it.
+pub(crate) fn layout(entries: u16) -> (usize, usize, usize) {
+    let cq_offset = (usize::from(entries) * SQE_SIZE).next_multiple_of(PAGE_SIZE);
+    let lists_offset = cq_offset + (usize::from(entries) * CQE_SIZE).next_multiple_of(PAGE_SIZE);
+    let len = (lists_offset + usize::from(entries) * PAGE_SIZE).next_multiple_of(HUGE_PAGE_SIZE);
+    (len, cq_offset, lists_offset)
+}
+
+impl RawQueue {
+    /// A queue over `memory` (laid out by [`layout`]), whose queues the
+    /// controller created as `qid` in reset generation `generation`.
+    pub(crate) fn new(
+        transport: &Arc<dyn Transport>,
+        host: Arc<dyn QueueHost>,
+        (qid, entries, generation): (u16, u16, u64),
+        memory: DmaRegion,
+        dstrd: u8,
+        sgl_above: Option<usize>,
+    ) -> Self {
+        let (len, cq_offset, lists_offset) = layout(entries);
+        assert!(memory.len() >= len, "raw queue memory of {} bytes, {len} needed", memory.len());
+        let sq_doorbell = Doorbell::new(transport, sq_tail_doorbell(qid, dstrd), None, ShadowPolicy::Off);
+        let cq_doorbell = Doorbell::new(transport, cq_head_doorbell(qid, dstrd), None, ShadowPolicy::Off);
+        RawQueue {
+            qid,
+            entries,
+            memory: Some(memory),
+            cq_offset,
+            lists_offset,
+            sq_tail: 0,
+            sq_published: 0,
+            cq_head: 0,
+            phase: true,
+            sq_doorbell,
+            cq_doorbell,
+            sgl_above,
+            transport: Arc::clone(transport),
+            host,
+            generation,
+        }
+    }
+
+    /// Entries per ring: at most `entries - 1` commands may be in flight.
+    pub fn entries(&self) -> u16 {
+        self.entries
+    }
+
+    /// Whether the rings and PRP lists sit on a 2 MiB huge page.
+    pub fn is_hugepage_backed(&self) -> bool {
+        self.memory().is_hugepage_backed()
+    }
+
+    fn memory(&self) -> &DmaRegion {
+        self.memory.as_ref().expect("present until drop")
+    }
+
+    /// Writes `command` into the submission ring as command `cid`, with its
+    /// data pointer for `len` bytes at `iova` (PRPs through the cid's list
+    /// page, or one SGL descriptor as the controller's SGL threshold says).
+    /// Published by the next [`RawQueue::ring`].
+    ///
+    /// # Safety
+    /// `cid` must not be in flight, and no more than `entries - 1` commands
+    /// may be. `[iova, iova + len)` must be memory mapped for this
+    /// controller that stays mapped, and untouched by the host, until the
+    /// command's completion has been reaped.
+    pub unsafe fn push(&mut self, mut command: Command, cid: u16, iova: u64, len: usize) -> Result<()> {
+        assert!(cid < self.entries, "cid {cid} of a {}-entry queue", self.entries);
+        let span = (iova % PAGE_SIZE as u64) as usize + len;
+        if self.sgl_above.is_some_and(|threshold| span > threshold) {
+            let (dptr1, dptr2) = sgl::data_block(iova, len).map_err(|e| Error::from(SubmitError::Buffer(e)))?;
+            command.flags = (command.flags & FLAGS_FUSE_MASK) | (PSDT_SGL_MPTR_CONTIGUOUS << FLAGS_PSDT_SHIFT);
+            (command.prp1, command.prp2) = (dptr1, dptr2);
+        } else {
+            let memory = self.memory.as_ref().expect("present until drop");
+            let list_offset = self.lists_offset + usize::from(cid) * PAGE_SIZE;
+            let list_iova = memory.iova() + list_offset as u64;
+            (command.prp1, command.prp2) = prp::build(iova, len, list_iova, |index, address| {
+                memory.write::<u64>(list_offset + index * 8, address.to_le());
+            })
+            .map_err(|e| Error::from(SubmitError::Buffer(e)))?;
+        }
+        command.cid = cid;
+        self.memory().write(usize::from(self.sq_tail) * SQE_SIZE, command);
+        self.sq_tail = if self.sq_tail + 1 == self.entries { 0 } else { self.sq_tail + 1 };
+        assert_ne!(self.sq_tail, self.sq_published, "more than {} commands pushed", self.entries - 1);
+        Ok(())
+    }
+
+    /// Publishes pushed commands with one SQ tail doorbell write.
+    pub fn ring(&mut self) {
+        if self.sq_tail != self.sq_published {
+            // Every SQE written before must be visible before the
+            // controller learns of the new tail.
+            fence(Ordering::Release);
+            self.sq_doorbell.update(self.sq_published, self.sq_tail);
+            self.sq_published = self.sq_tail;
+        }
+    }
+
+    /// Hands every completion ready now to `on_completion` (its command
+    /// identifier and status field, 0 on success) and writes the CQ head
+    /// doorbell once if there were any. Returns how many.
+    pub fn reap(&mut self, mut on_completion: impl FnMut(u16, u16)) -> usize {
+        self.transport.tick();
+        let memory = self.memory.as_ref().expect("present until drop");
+        let mut reaped = 0;
+        loop {
+            let offset = self.cq_offset + usize::from(self.cq_head) * CQE_SIZE;
+            let status_word: u16 = memory.read(offset + STATUS_WORD_OFFSET);
+            if (status_word & 1 == 1) != self.phase {
+                break;
+            }
+            // The rest of the entry only after its phase tag says it is new.
+            fence(Ordering::Acquire);
+            let entry: Completion = memory.read(offset);
+            self.cq_head += 1;
+            if self.cq_head == self.entries {
+                self.cq_head = 0;
+                self.phase = !self.phase;
+            }
+            reaped += 1;
+            on_completion(entry.cid, status_word >> 1);
+        }
+        if reaped > 0 {
+            // The host is done with the entries: the controller may reuse them.
+            fence(Ordering::Release);
+            self.cq_doorbell.update(0, self.cq_head);
+        }
+        reaped
+    }
+}
+
+impl Drop for RawQueue {
+    fn drop(&mut self) {
+        let memory = self.memory.take().expect("present until drop");
+        if !self.host.delete_queues(self.qid, self.generation) {
+            // The controller may still use the rings: never reused.
+            self.host.quarantine(Held::Region(memory));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_keeps_rings_and_lists_apart_on_whole_huge_pages() {
+        let (len, cq_offset, lists_offset) = layout(256);
+        assert_eq!((cq_offset, lists_offset), (16 * 1024, 20 * 1024));
+        assert_eq!(len, HUGE_PAGE_SIZE);
+        let (len, _, lists_offset) = layout(1024);
+        assert!(len >= lists_offset + 1024 * PAGE_SIZE && len.is_multiple_of(HUGE_PAGE_SIZE));
+    }
+}
