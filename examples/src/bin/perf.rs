@@ -4,10 +4,11 @@
 
 use clap::{Parser, ValueEnum};
 use nvme_driver::clock::{Clock, ClockSource};
-use nvme_driver::dma::{DmaMemory, DmaPool, HUGE_PAGE_SIZE};
+use nvme_driver::cmd::nvm;
+use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, HUGE_PAGE_SIZE};
 use nvme_driver::queue::QueueStats;
 use nvme_driver::sim::{SimConfig, Simulator};
-use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, Request, Transport};
+use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, RawQueue, Request, Transport};
 use nvme_examples::args::{
     self, BLOCK_BYTES, IO_BYTES_MAX, LBA_BYTES_MIN, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX,
 };
@@ -17,6 +18,16 @@ use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What drives the queue: the driver's queue pairs, or the bare floor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// `QueuePair`: validation, buffer ownership, deadlines, recovery.
+    Driver,
+    /// `RawQueue`: commands written straight into the ring, the phase tag
+    /// spun on, nothing else; what the platform costs by itself.
+    Raw,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Rw {
@@ -34,6 +45,11 @@ struct Args {
     /// I/O pattern.
     #[arg(long, value_enum, default_value = "randread")]
     rw: Rw,
+    /// driver: the driver's queue pairs; raw: a bare queue pair with no
+    /// validation, deadlines or recovery, the floor the driver is measured
+    /// against (its rings and PRP lists on a huge page).
+    #[arg(long, value_enum, default_value = "driver")]
+    engine: Engine,
     /// Block size of each I/O (e.g. 4k, 256k): a multiple of the block
     /// size, 512..=64M, and at most the device's largest transfer (MDTS).
     #[arg(long, default_value = "4k", value_parser = args::size_in(LBA_BYTES_MIN, LBA_BYTES_MIN, IO_BYTES_MAX))]
@@ -195,7 +211,11 @@ fn run(args: &Args) -> Result<(), String> {
         let handles: Vec<_> = (0..args.qpairs)
             .map(|index| {
                 let (controller, ns) = (&controller, &ns);
-                scope.spawn(move || worker(controller, ns, args, entries, index, region_blocks, io_blocks))
+                let job = Job { args, entries, index, region_blocks, io_blocks };
+                scope.spawn(move || match args.engine {
+                    Engine::Driver => worker(controller, ns, &job),
+                    Engine::Raw => raw_worker(controller, ns, &job),
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into()))).collect()
@@ -237,47 +257,90 @@ impl Rng {
     }
 }
 
-fn worker(
-    controller: &Controller,
-    ns: &Namespace,
-    args: &Args,
+/// One queue pair's share of the run.
+struct Job<'a> {
+    args: &'a Args,
     entries: u16,
     index: u16,
     region_blocks: u64,
     io_blocks: u64,
-) -> Result<WorkerResult, String> {
+}
+
+/// Where each I/O of one queue pair goes, and whether it reads.
+struct Picker {
+    rw: Rw,
+    rwmixread: u64,
+    rng: Rng,
+    random: bool,
+    region_start: u64,
+    slots: u64,
+    io_blocks: u64,
+    slice_start: u64,
+    slice_blocks: u64,
+    next_sequential: u64,
+}
+
+impl Picker {
+    fn new(ns: &Namespace, job: &Job) -> Self {
+        let args = job.args;
+        let io_blocks = job.io_blocks;
+        // Each thread works in its own slice for sequential jobs; random
+        // jobs use the whole region.
+        let slice_blocks = (job.region_blocks / u64::from(args.qpairs)) / io_blocks * io_blocks;
+        let region_start = args.offset / u64::from(ns.block_size());
+        Picker {
+            rw: args.rw,
+            rwmixread: u64::from(args.rwmixread),
+            rng: Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(job.index) + 1) | 1),
+            random: matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw),
+            region_start,
+            slots: job.region_blocks / io_blocks,
+            io_blocks,
+            slice_start: region_start + slice_blocks * u64::from(job.index),
+            slice_blocks,
+            next_sequential: 0,
+        }
+    }
+
+    /// The next I/O's first LBA, and whether it is a read.
+    fn next(&mut self) -> (u64, bool) {
+        let lba = if self.random {
+            self.region_start + (self.rng.next() % self.slots) * self.io_blocks
+        } else {
+            let lba = self.slice_start + self.next_sequential;
+            self.next_sequential = (self.next_sequential + self.io_blocks) % self.slice_blocks.max(self.io_blocks);
+            lba
+        };
+        let is_read = match self.rw {
+            Rw::Read | Rw::Randread => true,
+            Rw::Write | Rw::Randwrite => false,
+            Rw::Randrw => self.rng.next() % 100 < self.rwmixread,
+        };
+        (lba, is_read)
+    }
+}
+
+/// The data buffers of one queue pair: at least 2 MiB of them, so the pool
+/// sits in one hugepage (the IOMMU then translates one large page instead
+/// of many small ones); filled with a pattern for writes.
+fn data_pool(controller: &Controller, args: &Args) -> Result<DmaPool, String> {
+    let bs = args.bs as usize;
+    let count = usize::from(args.qd).max(HUGE_PAGE_SIZE.div_ceil(bs));
+    DmaPool::new(controller.transport(), bs, count as u32).map_err(|e| e.to_string())
+}
+
+fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerResult, String> {
+    let args = job.args;
     let qd = usize::from(args.qd);
-    let mut qpair = controller.create_queue_pair(entries).map_err(|e| e.to_string())?;
+    let mut qpair = controller.create_queue_pair(job.entries).map_err(|e| e.to_string())?;
     // Latencies are stamped with the pair's clock: one read per completion
     // batch, no system call on the TSC.
     let clock = qpair.clock();
-    // At least 2 MiB of buffers, so the pool sits in one hugepage: the
-    // IOMMU then translates one large page instead of many small ones.
     let bs = args.bs as usize;
-    let count = qd.max(HUGE_PAGE_SIZE.div_ceil(bs));
-    let pool = DmaPool::new(controller.transport(), bs, count as u32).map_err(|e| e.to_string())?;
-
-    // Each thread works in its own slice for sequential jobs; random jobs
-    // use the whole region.
-    let slice_blocks = (region_blocks / u64::from(args.qpairs)) / io_blocks * io_blocks;
-    let slice_start = args.offset / u64::from(ns.block_size()) + slice_blocks * u64::from(index);
-    let random = matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw);
-    let slots = region_blocks / io_blocks;
-    let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(index) + 1) | 1);
-    let mut next_sequential = 0u64;
+    let pool = data_pool(controller, args)?;
+    let mut picker = Picker::new(ns, job);
     let mut next_request = |token: u64, buffer: IoBuffer| -> Result<(Request, bool), String> {
-        let lba = if random {
-            args.offset / u64::from(ns.block_size()) + (rng.next() % slots) * io_blocks
-        } else {
-            let lba = slice_start + next_sequential;
-            next_sequential = (next_sequential + io_blocks) % slice_blocks.max(io_blocks);
-            lba
-        };
-        let is_read = match args.rw {
-            Rw::Read | Rw::Randread => true,
-            Rw::Write | Rw::Randwrite => false,
-            Rw::Randrw => rng.next() % 100 < u64::from(args.rwmixread),
-        };
+        let (lba, is_read) = picker.next();
         let request = if is_read { ns.read(lba, buffer, token) } else { ns.write(lba, buffer, false, token) };
         request.map(|r| (r, is_read)).map_err(|e| e.to_string())
     };
@@ -350,6 +413,97 @@ fn worker(
     Ok(result)
 }
 
+/// The floor: the same job on a [`RawQueue`]. Commands go straight into the
+/// ring with their buffers' addresses; completions are matched by command
+/// identifier, which is the buffer's index. Spins as `worker` does: no
+/// PAUSE and no system call per pass, the TSC (or `--clock`) as the clock.
+fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerResult, String> {
+    let args = job.args;
+    let qd = usize::from(args.qd);
+    let mut queue = controller.create_raw_queue(job.entries).map_err(|e| e.to_string())?;
+    let clock = Clock::new(args.clock);
+    let bs = args.bs as usize;
+    let pool = data_pool(controller, args)?;
+    let buffers: Vec<DmaBuffer> = (0..qd).map(|_| pool.get().ok_or("DMA pool exhausted")).collect::<Result<_, _>>()?;
+    if !matches!(args.rw, Rw::Read | Rw::Randread) {
+        for (index, buffer) in buffers.iter().enumerate() {
+            buffer.fill(0, bs, 0xA5 ^ index as u8);
+        }
+    }
+    let (nsid, blocks) = (ns.nsid(), job.io_blocks as u32);
+    let mut picker = Picker::new(ns, job);
+    let mut is_read = vec![true; qd];
+    let mut submitted_at = vec![clock.now(); qd];
+    // Returns whether the I/O reads.
+    let mut submit = |queue: &mut RawQueue, cid: usize| -> Result<bool, String> {
+        let (lba, read) = picker.next();
+        let command = if read { nvm::read(nsid, lba, blocks) } else { nvm::write(nsid, lba, blocks, false) };
+        // SAFETY: buffer `cid` is mapped for this controller and neither
+        // read nor written by this loop until command `cid` completes; at
+        // most qd < entries commands are in flight, one per cid.
+        unsafe { queue.push(command, cid as u16, buffers[cid].iova(), bs) }.map_err(|e| e.to_string())?;
+        Ok(read)
+    };
+
+    let mut result = WorkerResult::default();
+    for cid in 0..qd {
+        submitted_at[cid] = clock.now();
+        is_read[cid] = submit(&mut queue, cid)?;
+    }
+    queue.ring();
+    result.stats.sq_doorbell_mmio_writes += 1;
+    let started = Instant::now();
+    let deadline = clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time)));
+    let mut stopping = false;
+    let io_limit = args.io_bytes.unwrap_or(u64::MAX);
+    let mut submitted_bytes = (qd as u64) * args.bs;
+    let mut in_flight = qd;
+    let mut polls: u32 = 0;
+    let mut done: Vec<(u16, u16)> = Vec::with_capacity(qd);
+    while in_flight > 0 {
+        if queue.reap(|cid, status| done.push((cid, status))) == 0 {
+            polls = polls.wrapping_add(1);
+            if !stopping && polls.is_multiple_of(64) && clock.now() >= deadline {
+                stopping = true;
+            }
+            continue;
+        }
+        result.stats.cq_doorbell_mmio_writes += 1;
+        let now = clock.now();
+        stopping |= now >= deadline;
+        for (cid, status) in done.drain(..) {
+            let cid = usize::from(cid);
+            let latency_ns = clock.nanos(now.saturating_sub(submitted_at[cid]));
+            if is_read[cid] {
+                result.reads.record(latency_ns);
+            } else {
+                result.writes.record(latency_ns);
+            }
+            if status == 0 {
+                result.bytes += args.bs;
+            } else {
+                result.errors += 1;
+                result.first_error.get_or_insert_with(|| format!("status field {status:#x}"));
+            }
+            if stopping || submitted_bytes >= io_limit {
+                in_flight -= 1;
+                continue;
+            }
+            submitted_bytes += args.bs;
+            submitted_at[cid] = now;
+            is_read[cid] = submit(&mut queue, cid)?;
+        }
+        if in_flight > 0 {
+            queue.ring();
+            result.stats.sq_doorbell_mmio_writes += 1;
+        }
+    }
+    result.elapsed = started.elapsed();
+    let ios = result.reads.count() + result.writes.count();
+    (result.stats.submitted, result.stats.completed) = (ios, ios);
+    Ok(result)
+}
+
 fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, total: &WorkerResult) {
     let clock = if Clock::new(args.clock).is_tsc() { "tsc" } else { "os" };
     let seconds = total.elapsed.as_secs_f64().max(1e-9);
@@ -382,6 +536,7 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
             "errors": total.errors,
             "seconds": seconds,
             "rw": rw,
+            "engine": format!("{:?}", args.engine).to_lowercase(),
             "bs": args.bs,
             "qd": args.qd,
             "qpairs": args.qpairs,
@@ -399,15 +554,16 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
         return;
     }
     println!(
-        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s (shadow doorbells {}, {}, {entries}-entry \
-         queues, {clock} clock)",
+        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s ({} engine, shadow doorbells {}, {}, \
+         {entries}-entry queues, {clock} clock)",
         args.bs,
         args.qd,
         args.qpairs,
         controller.transport().name(),
         ns.nsid(),
         seconds,
-        if controller.shadow_doorbells() { "on" } else { "off" },
+        format!("{:?}", args.engine).to_lowercase(),
+        if controller.shadow_doorbells() && args.engine == Engine::Driver { "on" } else { "off" },
         match controller.sgl_threshold() {
             None => "PRPs".to_string(),
             Some(0) => "SGLs".to_string(),

@@ -65,6 +65,10 @@ each side in turn:
   read-512k-qd32     512 KiB sequential read, QD32: ours, io_uring, and ours
                      with PRPs only
 
+and every job also on the floor (perf --engine raw: a bare queue pair with
+no validation, deadlines or recovery, its rings on a huge page), which
+ours is held to: at least 0.97 of it.
+
 The allocator and the scrub (three ZNS controllers of --zoned-size with
 --zone zones; ours, btrfs zoned, raw):
 
@@ -193,6 +197,9 @@ enum Side {
     /// Our driver with PRPs only (`perf --sgl never`): the baseline for
     /// SGL data pointers, where the job's transfers would need PRP lists.
     OursPrp,
+    /// The floor (`perf --engine raw`): what the platform costs with none
+    /// of the driver's work.
+    Floor,
 }
 
 impl Side {
@@ -202,6 +209,7 @@ impl Side {
             Side::KernelIrq => "kernel_irq",
             Side::KernelPolled => "kernel_polled",
             Side::OursPrp => "ours_prp",
+            Side::Floor => "floor",
         }
     }
 }
@@ -241,6 +249,7 @@ impl Job {
         if self.prp_baseline {
             sides.push(Side::OursPrp);
         }
+        sides.push(Side::Floor);
         sides
     }
 
@@ -258,6 +267,7 @@ impl Job {
             Side::KernelIrq => format!("kernel {}, irq", self.irq_engine),
             Side::KernelPolled => "kernel io_uring --hipri, polled".into(),
             Side::OursPrp => "ours, PRPs only (--sgl never)".into(),
+            Side::Floor => "the floor (--engine raw)".into(),
         }
     }
 }
@@ -612,7 +622,7 @@ fn driver_rows(results: &[JobResult]) -> Vec<Row> {
             Metric::MibS => Unit::MibS,
         };
         let median = |side| result.summary(side).map(|s| s.median.metric(job.metric));
-        for side in job.sides().into_iter().filter(|s| !matches!(s, Side::Ours | Side::OursPrp)) {
+        for side in job.sides().into_iter().filter(|s| !matches!(s, Side::Ours | Side::OursPrp | Side::Floor)) {
             let row = Row::new(
                 job.title.to_owned(),
                 format!("perf --rw {} --bs {} --qd {}", job.rw, job.bs, job.qd),
@@ -640,9 +650,26 @@ fn driver_rows(results: &[JobResult]) -> Vec<Row> {
                 .baseline_is_ours(),
             );
         }
+        if result.summary(Side::Floor).is_some() {
+            rows.push(
+                Row::new(
+                    format!("{}, against the floor", job.title),
+                    format!("perf --rw {} --bs {} --qd {}", job.rw, job.bs, job.qd),
+                    median(Side::Ours),
+                    "the same with --engine raw".into(),
+                    median(Side::Floor),
+                    unit,
+                )
+                .baseline_is_ours()
+                .target(FLOOR_RATIO_MIN),
+            );
+        }
     }
     rows
 }
+
+/// What ours must reach of the floor, job by job.
+const FLOOR_RATIO_MIN: f64 = 0.97;
 
 /// The side-by-side table, kernel comparisons first.
 fn render_rows(rows: &[Row]) -> String {
@@ -854,6 +881,11 @@ fn plan(options: &Options) -> Vec<Run> {
                         command.extend(["--sgl".into(), "never".into()]);
                         command
                     }
+                    Side::Floor => {
+                        let mut command = perf_command(job.rw, job.bs, job.qd, options.time_s);
+                        command.extend(["--engine".into(), "raw".into()]);
+                        command
+                    }
                     _ => fio_command(job, side, options.time_s),
                 };
                 runs.push(Run { round, job: Some(index), side, command, time_s: options.time_s });
@@ -1030,7 +1062,7 @@ fn parse_result(run: &Run, json_text: &str) -> Result<Sample, String> {
     let value: Value = serde_json::from_str(&json_text[start..])
         .map_err(|e| format!("unreadable JSON from {}: {e}", run.command[0]))?;
     match (run.side, run.job) {
-        (Side::Ours | Side::OursPrp, _) => parse_perf(&value),
+        (Side::Ours | Side::OursPrp | Side::Floor, _) => parse_perf(&value),
         (_, Some(job)) => parse_fio(&value, JOBS[job].is_read()),
         (_, None) => parse_fio(&value, false),
     }
@@ -1476,10 +1508,12 @@ fn render_tables(results: &[JobResult], options: &Options) -> String {
         };
         let _ = writeln!(
             out,
-            "  ours/kernel irq: {}   ours/kernel polled: {}   ours/PRPs only: {}   ({metric}, medians)",
+            "  ours/kernel irq: {}   ours/kernel polled: {}   ours/PRPs only: {}   ours/floor: {}   ({metric}, \
+             medians)",
             ratio_text(result.ratio(Side::KernelIrq)),
             ratio_text(result.ratio(Side::KernelPolled)),
-            ratio_text(result.ratio(Side::OursPrp))
+            ratio_text(result.ratio(Side::OursPrp)),
+            ratio_text(result.ratio(Side::Floor))
         );
     }
     let _ = writeln!(
@@ -1527,6 +1561,7 @@ fn render_json(results: &[JobResult], runs: &[Run], options: &Options) -> Value 
                 "ratio_ours_kernel_irq": result.ratio(Side::KernelIrq),
                 "ratio_ours_kernel_polled": result.ratio(Side::KernelPolled),
                 "ratio_ours_prp_only": result.ratio(Side::OursPrp),
+                "ratio_ours_floor": result.ratio(Side::Floor),
             })
         })
         .collect();
@@ -2104,6 +2139,16 @@ mod tests {
         assert_eq!((prp.job.as_str(), prp.baseline_ours), ("512 KiB sequential read, QD32, SGLs against PRPs", true));
         assert_eq!((prp.ratio(), prp.kernel_label.as_str()), (Some(1.25), "the same with --sgl never"));
         assert!(render_rows(&prp_rows).contains("our own baselines"));
+        // With the floor measured: a row against it, held to 0.97.
+        with_prps[1].sides.push((Side::Floor, vec![sample(8400.0)]));
+        let floor_rows = driver_rows(&with_prps);
+        let floor = floor_rows.last().unwrap();
+        assert_eq!(
+            (floor.job.as_str(), floor.baseline_ours),
+            ("512 KiB sequential read, QD32, against the floor", true)
+        );
+        assert_eq!((floor.kernel_label.as_str(), floor.met()), ("the same with --engine raw", Some(false)));
+        assert!((floor.ratio().unwrap() - 8000.0 / 8400.0).abs() < 1e-9);
         let svg = render_svg(&rows, vec![("t".into(), vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])])]);
         assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
         assert!(svg.contains("<polyline"));
@@ -2112,9 +2157,10 @@ mod tests {
     #[test]
     fn plan_interleaves_and_rotates_sides() {
         let runs = plan(&options(3));
-        // 2 preconditioning runs, then 3 + 3 + 3 + 3 runs per round (the
-        // large transfers' third side is ours with PRPs only).
-        assert_eq!(runs.len(), 2 + 3 * 12);
+        // 2 preconditioning runs, then 4 + 4 + 4 + 4 runs per round (the
+        // large transfers' third side is ours with PRPs only; the fourth
+        // of each is the floor).
+        assert_eq!(runs.len(), 2 + 3 * 16);
         assert!(runs[..2].iter().all(|r| r.job.is_none()));
         let first_sides = |round: u32, job: usize| -> Side {
             runs.iter().find(|r| r.round == round && r.job == Some(job)).unwrap().side
@@ -2167,7 +2213,7 @@ mod tests {
 
     #[test]
     fn fio_results_parse() {
-        let run = &plan(&options(1))[2 + 6 + 1];
+        let run = &plan(&options(1))[2 + 8 + 1];
         assert_eq!((run.job, run.side), (Some(2), Side::KernelIrq), "the 256k write's kernel run");
         let sample = parse_result(run, &format!("fio: note\n{FIO_WRITE}")).unwrap();
         assert_eq!(sample.iops, 2577.807398);
