@@ -958,6 +958,9 @@ impl Controller {
         }
         let qid = Shared::allocate_qid(&mut admin)?;
         let generation = shared.epoch.generation();
+        let shadow = admin.shadow.as_ref().map(|shadow| shadow.pages);
+        let config = DoorbellConfig { dstrd: shared.cap.dstrd(), shadow, policy: ShadowPolicy::EventIdx };
+        let doorbells = QueuePair::make_doorbells(&shared.transport, qid, config);
         let (sq_iova, cq_iova) = (memory.iova(), memory.iova() + cq_offset as u64);
         if let Err(error) = shared.create_queues(&mut admin, qid, entries, sq_iova, cq_iova) {
             admin.qid_in_use[usize::from(qid)] = false;
@@ -966,7 +969,7 @@ impl Controller {
         drop(admin);
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
         let ids = (qid, entries, generation);
-        Ok(RawQueue::new(&shared.transport, host, ids, memory, shared.cap.dstrd(), self.sgl_threshold()))
+        Ok(RawQueue::new(&shared.transport, host, ids, memory, doorbells, self.sgl_threshold()))
     }
 
     /// A handle for I/O on namespace `nsid`: geometry, limits and request

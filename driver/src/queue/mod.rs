@@ -15,6 +15,7 @@
 
 mod doorbell;
 mod pair;
+mod profile;
 pub mod prp;
 mod quarantine;
 mod raw;
@@ -23,6 +24,7 @@ pub mod sgl;
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
 pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
 pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError, DEFAULT_IO_TIMEOUT};
+pub use profile::PhaseTicks;
 pub(crate) use quarantine::{Held, Quarantine};
 pub(crate) use raw::layout as raw_layout;
 pub use raw::RawQueue;

@@ -8,6 +8,7 @@
 //! ready completion and updates the CQ head doorbell once.
 
 use super::doorbell::{Doorbell, ShadowPages, ShadowPolicy};
+use super::profile::{PhaseTicks, Profiler};
 use super::quarantine::Held;
 use super::{prp, sgl};
 use crate::clock::Clock;
@@ -482,6 +483,8 @@ pub struct QueuePair {
     /// Runs instead of `host` on drop (the loopback device's detach);
     /// `false` if the memory must leak.
     on_drop: Option<Box<dyn FnOnce(u16) -> bool + Send>>,
+    /// Phase timings, when the owner asked for them.
+    profiler: Option<Box<Profiler>>,
     /// One owner at a time: `Send`, never `Sync`.
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -527,12 +530,6 @@ impl QueuePair {
         let mut free: Vec<u16> = Vec::with_capacity(slots);
         free.extend((0..slots as u16).rev());
         let (sq_doorbell, cq_doorbell) = Self::make_doorbells(transport, qid, doorbells);
-        // A queue ID is reused after its pair is dropped, and the shadow
-        // and EventIdx slots keep the old queue's values: a new queue
-        // starts at 0 on both sides, or the first EventIdx check compares
-        // against a stale index and the doorbell is never written.
-        sq_doorbell.clear_shadow();
-        cq_doorbell.clear_shadow();
         Ok(QueuePair {
             qid,
             depth,
@@ -563,18 +560,31 @@ impl QueuePair {
             dead: None,
             host: None,
             on_drop: None,
+            profiler: None,
             _not_sync: PhantomData,
         })
     }
 
-    fn make_doorbells(transport: &Arc<dyn Transport>, qid: u16, config: DoorbellConfig) -> (Doorbell, Doorbell) {
+    /// The SQ tail and CQ head doorbells of queue pair `qid`, with their
+    /// shadow slots zeroed: a queue ID is reused after its pair is dropped,
+    /// and the shadow and EventIdx slots keep the old queue's values. A new
+    /// queue starts at 0 on both sides, or the first EventIdx check
+    /// compares against a stale index and the doorbell is never written.
+    pub(crate) fn make_doorbells(
+        transport: &Arc<dyn Transport>,
+        qid: u16,
+        config: DoorbellConfig,
+    ) -> (Doorbell, Doorbell) {
         let sq_offset = sq_tail_doorbell(qid, config.dstrd);
         let cq_offset = cq_head_doorbell(qid, config.dstrd);
         let shadow = |offset: usize| config.shadow.map(|pages| pages.slot(offset));
-        (
+        let doorbells = (
             Doorbell::new(transport, sq_offset, shadow(sq_offset), config.policy),
             Doorbell::new(transport, cq_offset, shadow(cq_offset), config.policy),
-        )
+        );
+        doorbells.0.clear_shadow();
+        doorbells.1.clear_shadow();
+        doorbells
     }
 
     /// The controller's reset generation: it changes whenever the
@@ -678,6 +688,29 @@ impl QueuePair {
         }
     }
 
+    /// Turns phase timings on or off ([`PhaseTicks`], in ticks of
+    /// [`QueuePair::clock`]); turning them on starts them from zero. For
+    /// finding where the time goes: on, each command costs a few more
+    /// clock reads.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profiler = on.then(|| Box::new(Profiler::new(self.trackers.len())));
+    }
+
+    /// The phase timings so far, if profiling is on.
+    pub fn profile(&self) -> Option<PhaseTicks> {
+        self.profiler.as_ref().map(|profiler| profiler.ticks)
+    }
+
+    /// The clock, when profiling; else 0 without reading it.
+    #[inline]
+    fn profile_now(&self) -> u64 {
+        if self.profiler.is_some() {
+            self.clock.now()
+        } else {
+            0
+        }
+    }
+
     /// The clock deadlines and health checks read.
     pub fn clock(&self) -> Clock {
         self.clock
@@ -709,6 +742,7 @@ impl QueuePair {
     /// or a device gone or failed hands the request back untouched.
     #[allow(clippy::result_large_err, reason = "the request comes back by value: no heap allocation on the I/O path")]
     pub fn submit(&mut self, request: Request) -> std::result::Result<(), (SubmitError, Request)> {
+        let start = self.profile_now();
         self.catch_up_if_idle();
         if let Some(error) = self.dead {
             return Err((error, request));
@@ -720,6 +754,7 @@ impl QueuePair {
         if foreign(&request.buffer) || foreign(&request.metadata) {
             return Err((SubmitError::ForeignBuffer, request));
         }
+        let checked = self.profile_now();
         let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));
         let mut command = request.command;
         if let Err(error) = self.fill_data_pointer(&mut command, slot, iova, len) {
@@ -733,6 +768,7 @@ impl QueuePair {
             }
             command.mptr = metadata.iova();
         }
+        let pointed = self.profile_now();
         self.free.pop();
         let tracker = &mut self.trackers[usize::from(slot)];
         debug_assert!(!tracker.busy, "a free slot is never busy");
@@ -743,6 +779,9 @@ impl QueuePair {
         tracker.buffer = request.buffer;
         tracker.metadata = request.metadata;
         self.push(command, slot);
+        if let Some(profiler) = self.profiler.as_deref_mut() {
+            profiler.submitted(slot, [start, checked, pointed, self.clock.now()]);
+        }
         Ok(())
     }
 
@@ -862,11 +901,15 @@ impl QueuePair {
     /// Publishes queued submissions with one SQ doorbell update.
     pub fn ring(&mut self) {
         if self.sq_tail != self.sq_published {
+            let start = self.profile_now();
             // Every SQE written before must be visible before the
             // controller learns of the new tail.
             fence(Ordering::Release);
             self.sq_doorbell.update(self.sq_published, self.sq_tail);
             self.sq_published = self.sq_tail;
+            if let Some(profiler) = self.profiler.as_deref_mut() {
+                profiler.rung(start, self.clock.now());
+            }
         }
     }
 
@@ -882,6 +925,9 @@ impl QueuePair {
             reaped += self.recover(&mut on_completion);
         }
         self.ring();
+        let start = self.profile_now();
+        let mut found_at = 0;
+        let mut callback = 0;
         self.transport.tick();
         let old_head = self.cq_head;
         loop {
@@ -900,6 +946,14 @@ impl QueuePair {
                 self.phase = !self.phase;
             }
             let slot = usize::from(entry.cid);
+            if let Some(profiler) = self.profiler.as_deref_mut() {
+                if found_at == 0 {
+                    found_at = self.clock.now();
+                }
+                if self.trackers.get(slot).is_some_and(|tracker| tracker.busy) {
+                    profiler.found(slot, found_at);
+                }
+            }
             match self.trackers.get_mut(slot) {
                 Some(tracker) if tracker.busy => {
                     tracker.busy = false;
@@ -919,7 +973,9 @@ impl QueuePair {
                     self.free.push(entry.cid);
                     self.stats.completed += 1;
                     reaped += 1;
+                    let called = self.profile_now();
                     on_completion(completion);
+                    callback += self.profile_now() - called;
                 }
                 _ => self.stats.spurious_completions += 1,
             }
@@ -940,10 +996,12 @@ impl QueuePair {
         if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
             reaped += self.check_deadlines(&mut on_completion);
         }
+        if let Some(profiler) = self.profiler.as_deref_mut() {
+            profiler.polled(start, self.clock.now(), reaped, callback);
+        }
         reaped
     }
 
-    /// Completes `slot`'s command with `error` (the device is done with it).
     /// Ends the command in `slot` with `error`, without a completion from
     /// the device. Its buffers go back with it only if `device_stopped`
     /// (the device's DMA is known to have ended since its submission);

@@ -9,13 +9,12 @@
 //! sits on one huge page where the platform has them, as SPDK keeps its
 //! rings: the IOMMU then translates one large page for all of them.
 
-use super::doorbell::{Doorbell, ShadowPolicy};
+use super::doorbell::Doorbell;
 use super::{prp, sgl, Held, QueueHost, SubmitError};
 use crate::dma::{DmaMemory, DmaRegion, HUGE_PAGE_SIZE, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::spec::command::{Command, FLAGS_FUSE_MASK, FLAGS_PSDT_SHIFT, PSDT_SGL_MPTR_CONTIGUOUS};
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
-use crate::spec::registers::{cq_head_doorbell, sq_tail_doorbell};
 use crate::transport::Transport;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -38,6 +37,8 @@ pub struct RawQueue {
     sq_tail: u16,
     sq_published: u16,
     cq_head: u16,
+    /// The CQ head the controller was last told.
+    cq_announced: u16,
     phase: bool,
     sq_doorbell: Doorbell,
     cq_doorbell: Doorbell,
@@ -59,18 +60,20 @@ pub(crate) fn layout(entries: u16) -> (usize, usize, usize) {
 impl RawQueue {
     /// A queue over `memory` (laid out by [`layout`]), whose queues the
     /// controller created as `qid` in reset generation `generation`.
+    /// With `doorbells` from [`super::QueuePair::make_doorbells`], made
+    /// before the queues were created (their shadow slots zeroed): a
+    /// controller with shadow doorbells reads the tail from there, as it
+    /// does for every queue pair, and the floor uses them as the pairs do.
     pub(crate) fn new(
         transport: &Arc<dyn Transport>,
         host: Arc<dyn QueueHost>,
         (qid, entries, generation): (u16, u16, u64),
         memory: DmaRegion,
-        dstrd: u8,
+        (sq_doorbell, cq_doorbell): (Doorbell, Doorbell),
         sgl_above: Option<usize>,
     ) -> Self {
         let (len, cq_offset, lists_offset) = layout(entries);
         assert!(memory.len() >= len, "raw queue memory of {} bytes, {len} needed", memory.len());
-        let sq_doorbell = Doorbell::new(transport, sq_tail_doorbell(qid, dstrd), None, ShadowPolicy::Off);
-        let cq_doorbell = Doorbell::new(transport, cq_head_doorbell(qid, dstrd), None, ShadowPolicy::Off);
         RawQueue {
             qid,
             entries,
@@ -80,6 +83,7 @@ impl RawQueue {
             sq_tail: 0,
             sq_published: 0,
             cq_head: 0,
+            cq_announced: 0,
             phase: true,
             sq_doorbell,
             cq_doorbell,
@@ -175,7 +179,8 @@ impl RawQueue {
         if reaped > 0 {
             // The host is done with the entries: the controller may reuse them.
             fence(Ordering::Release);
-            self.cq_doorbell.update(0, self.cq_head);
+            self.cq_doorbell.update(self.cq_announced, self.cq_head);
+            self.cq_announced = self.cq_head;
         }
         reaped
     }

@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use nvme_driver::clock::{Clock, ClockSource};
 use nvme_driver::cmd::nvm;
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, HUGE_PAGE_SIZE};
-use nvme_driver::queue::QueueStats;
+use nvme_driver::queue::{PhaseTicks, QueueStats};
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, RawQueue, Request, Transport};
 use nvme_examples::args::{
@@ -115,6 +115,14 @@ struct Args {
     /// Simulated block size (512 or 4096).
     #[arg(long, default_value_t = 512, value_parser = sim_lba, requires = "sim")]
     sim_lba: u32,
+    /// Break the cost per I/O into phases, timed with the clock (the
+    /// driver engine only): building the request, the pair's checks, the
+    /// data pointer, the SQE, the doorbell, poll passes, completion
+    /// dispatch, perf's own bookkeeping, and apart from those the device's
+    /// time from the doorbell to the completion. The timing itself adds a
+    /// few clock reads per I/O.
+    #[arg(long)]
+    profile: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -124,6 +132,9 @@ struct Args {
 /// default): a queue of --qd + 1 entries wraps on every command, which
 /// measured 3 to 11 µs slower at QD1 under QEMU.
 const DEFAULT_QUEUE_ENTRIES: u16 = 256;
+
+/// How long the raw engine waits for its last commands after the run.
+const RAW_DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Longest run: a day.
 const TIME_S_MAX: u64 = 24 * 3600;
@@ -147,6 +158,54 @@ struct WorkerResult {
     first_error: Option<String>,
     elapsed: Duration,
     stats: QueueStats,
+    /// With --profile: nanoseconds by phase, summed over the run.
+    profile: Option<ProfileNs>,
+}
+
+/// Nanoseconds spent in each phase over a run (see `--profile`), and the
+/// counts they divide by.
+#[derive(Debug, Default, Clone, Copy)]
+struct ProfileNs {
+    /// The whole submit/complete loop.
+    total: f64,
+    /// Building and validating requests (`Namespace::read`/`write`).
+    request: f64,
+    phases: [f64; 8],
+    empty_polls: u64,
+    doorbells: u64,
+}
+
+/// The driver's phases in `ProfileNs::phases`, in order.
+const PHASES: [&str; 8] = ["checks", "data_pointer", "sqe", "doorbell", "empty_polls", "reaping", "callback", "device"];
+
+impl ProfileNs {
+    fn of(clock: &Clock, total: u64, request: u64, t: PhaseTicks) -> Self {
+        let ns = |ticks: u64| clock.nanos(ticks) as f64;
+        ProfileNs {
+            total: ns(total),
+            request: ns(request),
+            phases: [t.checks, t.data_pointer, t.sqe, t.doorbell, t.empty_poll, t.reaping, t.callback, t.device]
+                .map(ns),
+            empty_polls: t.empty_polls,
+            doorbells: t.doorbells,
+        }
+    }
+
+    fn add(&mut self, other: &ProfileNs) {
+        self.total += other.total;
+        self.request += other.request;
+        for (mine, theirs) in self.phases.iter_mut().zip(other.phases) {
+            *mine += theirs;
+        }
+        self.empty_polls += other.empty_polls;
+        self.doorbells += other.doorbells;
+    }
+
+    /// perf's own share: the loop less the request building and every
+    /// driver phase but the device's, which overlaps the empty polls.
+    fn bookkeeping(&self) -> f64 {
+        self.total - self.request - self.phases[..7].iter().sum::<f64>()
+    }
 }
 
 fn main() -> ExitCode {
@@ -203,6 +262,9 @@ fn run(args: &Args) -> Result<(), String> {
             u32::from(args.qd) + 1
         ));
     }
+    if args.profile && args.engine == Engine::Raw {
+        return Err("--profile times the driver's phases: use it with --engine driver".into());
+    }
     if ns.zones().is_some() && matches!(args.rw, Rw::Write | Rw::Randwrite | Rw::Randrw) {
         return Err("writes to a zoned namespace must follow its write pointers; use seqwrite".into());
     }
@@ -229,6 +291,9 @@ fn run(args: &Args) -> Result<(), String> {
         total.errors += result.errors;
         total.first_error = total.first_error.or(result.first_error);
         total.elapsed = total.elapsed.max(result.elapsed);
+        if let Some(profile) = &result.profile {
+            total.profile.get_or_insert_with(ProfileNs::default).add(profile);
+        }
         let s = &mut total.stats;
         s.submitted += result.stats.submitted;
         s.completed += result.stats.completed;
@@ -349,6 +414,9 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     let mut submitted_at = vec![clock.now(); qd];
     let mut is_read = vec![true; qd];
     let mut completions: Vec<IoCompletion> = Vec::with_capacity(qd);
+    qpair.set_profiling(args.profile);
+    let profile_start = clock.now();
+    let mut request_ticks = 0u64;
     for token in 0..qd {
         let buffer = pool.get().ok_or("DMA pool exhausted")?;
         if !matches!(args.rw, Rw::Read | Rw::Randread) {
@@ -402,7 +470,11 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
                 continue;
             }
             submitted_bytes += args.bs;
+            let built = if args.profile { clock.now() } else { 0 };
             let (request, read) = next_request(token as u64, buffer)?;
+            if args.profile {
+                request_ticks += clock.now() - built;
+            }
             is_read[token] = read;
             submitted_at[token] = now;
             qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
@@ -410,6 +482,9 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     }
     result.elapsed = started.elapsed();
     result.stats = qpair.stats();
+    if let Some(phases) = qpair.profile() {
+        result.profile = Some(ProfileNs::of(&clock, clock.now() - profile_start, request_ticks, phases));
+    }
     Ok(result)
 }
 
@@ -460,11 +535,22 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
     let mut in_flight = qd;
     let mut polls: u32 = 0;
     let mut done: Vec<(u16, u16)> = Vec::with_capacity(qd);
+    // No deadlines, aborts or resets here: a command the device never
+    // completes ends the run, this long after its end.
+    let give_up = deadline.saturating_add(clock.ticks(RAW_DRAIN_LIMIT));
     while in_flight > 0 {
         if queue.reap(|cid, status| done.push((cid, status))) == 0 {
             polls = polls.wrapping_add(1);
-            if !stopping && polls.is_multiple_of(64) && clock.now() >= deadline {
-                stopping = true;
+            if polls.is_multiple_of(64) {
+                let now = clock.now();
+                stopping |= now >= deadline;
+                if now >= give_up {
+                    return Err(format!(
+                        "{in_flight} command(s) never completed, {} s after the run's end (the raw engine has no \
+                         deadlines or recovery)",
+                        RAW_DRAIN_LIMIT.as_secs()
+                    ));
+                }
             }
             continue;
         }
@@ -549,6 +635,7 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
             "sgl_above_bytes": controller.sgl_threshold(),
             "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
             "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
+            "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
         });
         println!("{out}");
         return;
@@ -590,6 +677,39 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
         per_io(total.stats.cq_doorbell_mmio_writes),
         total.errors
     );
+    if let Some(profile) = &total.profile {
+        println!(
+            "  per I/O, ns (--profile; {:.1} empty poll passes and {:.2} doorbells per I/O; the device's time \
+             overlaps the empty polls):",
+            per_io(profile.empty_polls),
+            per_io(profile.doorbells)
+        );
+        let phases = profile_per_io(profile, ios);
+        println!("  {}", phases.iter().map(|(name, _)| format!("{name:>12}")).collect::<String>());
+        println!("  {}", phases.iter().map(|(_, ns)| format!("{ns:>12.0}")).collect::<String>());
+    }
+}
+
+/// The `--profile` breakdown, per I/O.
+fn profile_per_io(profile: &ProfileNs, ios: u64) -> Vec<(&'static str, f64)> {
+    let per_io = |ns: f64| ns / ios.max(1) as f64;
+    let mut phases = vec![("request", per_io(profile.request))];
+    phases
+        .extend(PHASES.iter().zip(profile.phases).filter(|(name, _)| **name != "device").map(|(n, v)| (*n, per_io(v))));
+    phases.push(("perf", per_io(profile.bookkeeping())));
+    phases.push(("device", per_io(profile.phases[7])));
+    phases
+}
+
+fn profile_json(profile: &ProfileNs, ios: u64) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (name, ns) in profile_per_io(profile, ios) {
+        out.insert(name.into(), json!(ns));
+    }
+    out.insert("total".into(), json!(profile.total / ios.max(1) as f64));
+    out.insert("empty_polls_per_io".into(), json!(profile.empty_polls as f64 / ios.max(1) as f64));
+    out.insert("doorbells_per_io".into(), json!(profile.doorbells as f64 / ios.max(1) as f64));
+    serde_json::Value::Object(out)
 }
 
 fn parse_sgl(text: &str) -> Result<nvme_driver::SglMode, String> {

@@ -170,8 +170,8 @@ const POLL_QUEUES_ARG: &str = "nvme.poll_queues=1";
 /// Preconditioning writes in these units, this deep, on both sides.
 const PRECONDITION_BS_BYTES: u64 = 256 << 10;
 const PRECONDITION_QD: u16 = 32;
-/// Our preconditioning is time-based (perf has no "one pass" mode): it runs
-/// long enough to cover the region at this rate, and is checked to have.
+/// Our preconditioning is one pass (`perf --io-bytes`), within a time that
+/// covers the region at this rate, and is checked to have covered it.
 const PRECONDITION_MIN_MIB_S: u64 = 64;
 /// Allowances for the time limit: the boot (about 5 s here, fio's 80 MB of
 /// libraries included), and each run's start-up (controller bring-up, fio
@@ -844,7 +844,11 @@ fn plan(options: &Options) -> Vec<Run> {
             round: 0,
             job: None,
             side: Side::Ours,
-            command: perf_command("write", &bs, PRECONDITION_QD, precondition_s),
+            command: {
+                let mut command = perf_command("write", &bs, PRECONDITION_QD, precondition_s);
+                command.extend(["--io-bytes".into(), options.size_bytes.to_string()]);
+                command
+            },
             time_s: precondition_s,
         });
         runs.push(Run {
