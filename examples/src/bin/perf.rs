@@ -526,7 +526,6 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         is_read[cid] = submit(&mut queue, cid)?;
     }
     queue.ring();
-    result.stats.sq_doorbell_mmio_writes += 1;
     let started = Instant::now();
     let deadline = clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time)));
     let mut stopping = false;
@@ -554,7 +553,6 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
             }
             continue;
         }
-        result.stats.cq_doorbell_mmio_writes += 1;
         let now = clock.now();
         stopping |= now >= deadline;
         for (cid, status) in done.drain(..) {
@@ -581,12 +579,12 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         }
         if in_flight > 0 {
             queue.ring();
-            result.stats.sq_doorbell_mmio_writes += 1;
         }
     }
     result.elapsed = started.elapsed();
     let ios = result.reads.count() + result.writes.count();
     (result.stats.submitted, result.stats.completed) = (ios, ios);
+    (result.stats.sq_doorbell_mmio_writes, result.stats.cq_doorbell_mmio_writes) = queue.mmio_writes();
     Ok(result)
 }
 
