@@ -701,10 +701,11 @@ impl QueuePair {
         self.profiler.as_ref().map(|profiler| profiler.ticks)
     }
 
-    /// The clock, when profiling; else 0 without reading it.
-    #[inline]
-    fn profile_now(&self) -> u64 {
-        if self.profiler.is_some() {
+    /// The clock when profiling (`PROFILE`, chosen once per call of
+    /// `submit`, `ring` or `poll`); else 0 without reading it.
+    #[inline(always)]
+    fn stamp<const PROFILE: bool>(&self) -> u64 {
+        if PROFILE {
             self.clock.now()
         } else {
             0
@@ -742,7 +743,25 @@ impl QueuePair {
     /// or a device gone or failed hands the request back untouched.
     #[allow(clippy::result_large_err, reason = "the request comes back by value: no heap allocation on the I/O path")]
     pub fn submit(&mut self, request: Request) -> std::result::Result<(), (SubmitError, Request)> {
-        let start = self.profile_now();
+        if self.profiler.is_some() {
+            self.submit_profiled(request)
+        } else {
+            self.submit_as::<false>(request)
+        }
+    }
+
+    /// `submit` with phase timings, out of the way of the one without.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::result_large_err, reason = "as submit")]
+    fn submit_profiled(&mut self, request: Request) -> std::result::Result<(), (SubmitError, Request)> {
+        self.submit_as::<true>(request)
+    }
+
+    #[allow(clippy::result_large_err, reason = "as submit")]
+    #[inline(always)]
+    fn submit_as<const PROFILE: bool>(&mut self, request: Request) -> std::result::Result<(), (SubmitError, Request)> {
+        let start = self.stamp::<PROFILE>();
         self.catch_up_if_idle();
         if let Some(error) = self.dead {
             return Err((error, request));
@@ -754,7 +773,7 @@ impl QueuePair {
         if foreign(&request.buffer) || foreign(&request.metadata) {
             return Err((SubmitError::ForeignBuffer, request));
         }
-        let checked = self.profile_now();
+        let checked = self.stamp::<PROFILE>();
         let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));
         let mut command = request.command;
         if let Err(error) = self.fill_data_pointer(&mut command, slot, iova, len) {
@@ -768,7 +787,7 @@ impl QueuePair {
             }
             command.mptr = metadata.iova();
         }
-        let pointed = self.profile_now();
+        let pointed = self.stamp::<PROFILE>();
         self.free.pop();
         let tracker = &mut self.trackers[usize::from(slot)];
         debug_assert!(!tracker.busy, "a free slot is never busy");
@@ -779,8 +798,10 @@ impl QueuePair {
         tracker.buffer = request.buffer;
         tracker.metadata = request.metadata;
         self.push(command, slot);
-        if let Some(profiler) = self.profiler.as_deref_mut() {
-            profiler.submitted(slot, [start, checked, pointed, self.clock.now()]);
+        if PROFILE {
+            if let Some(profiler) = self.profiler.as_deref_mut() {
+                profiler.submitted(slot, [start, checked, pointed, self.clock.now()]);
+            }
         }
         Ok(())
     }
@@ -900,15 +921,32 @@ impl QueuePair {
 
     /// Publishes queued submissions with one SQ doorbell update.
     pub fn ring(&mut self) {
+        if self.profiler.is_some() {
+            self.ring_profiled();
+        } else {
+            self.ring_as::<false>();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ring_profiled(&mut self) {
+        self.ring_as::<true>();
+    }
+
+    #[inline(always)]
+    fn ring_as<const PROFILE: bool>(&mut self) {
         if self.sq_tail != self.sq_published {
-            let start = self.profile_now();
+            let start = self.stamp::<PROFILE>();
             // Every SQE written before must be visible before the
             // controller learns of the new tail.
             fence(Ordering::Release);
             self.sq_doorbell.update(self.sq_published, self.sq_tail);
             self.sq_published = self.sq_tail;
-            if let Some(profiler) = self.profiler.as_deref_mut() {
-                profiler.rung(start, self.clock.now());
+            if PROFILE {
+                if let Some(profiler) = self.profiler.as_deref_mut() {
+                    profiler.rung(start, self.clock.now());
+                }
             }
         }
     }
@@ -919,13 +957,28 @@ impl QueuePair {
     /// and the controller's status, and after a controller reset it ends
     /// the commands in flight and re-creates the queues (see the [type
     /// documentation](Self)).
-    pub fn poll(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
+    pub fn poll(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
+        if self.profiler.is_some() {
+            self.poll_profiled(on_completion)
+        } else {
+            self.poll_as::<false>(on_completion)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn poll_profiled(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
+        self.poll_as::<true>(on_completion)
+    }
+
+    #[inline(always)]
+    fn poll_as<const PROFILE: bool>(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
         let mut reaped = 0;
         if self.epoch.generation() != self.generation {
             reaped += self.recover(&mut on_completion);
         }
-        self.ring();
-        let start = self.profile_now();
+        self.ring_as::<PROFILE>();
+        let start = self.stamp::<PROFILE>();
         let mut found_at = 0;
         let mut callback = 0;
         self.transport.tick();
@@ -946,12 +999,14 @@ impl QueuePair {
                 self.phase = !self.phase;
             }
             let slot = usize::from(entry.cid);
-            if let Some(profiler) = self.profiler.as_deref_mut() {
-                if found_at == 0 {
-                    found_at = self.clock.now();
-                }
-                if self.trackers.get(slot).is_some_and(|tracker| tracker.busy) {
-                    profiler.found(slot, found_at);
+            if PROFILE {
+                if let Some(profiler) = self.profiler.as_deref_mut() {
+                    if found_at == 0 {
+                        found_at = self.clock.now();
+                    }
+                    if self.trackers.get(slot).is_some_and(|tracker| tracker.busy) {
+                        profiler.found(slot, found_at);
+                    }
                 }
             }
             match self.trackers.get_mut(slot) {
@@ -973,9 +1028,9 @@ impl QueuePair {
                     self.free.push(entry.cid);
                     self.stats.completed += 1;
                     reaped += 1;
-                    let called = self.profile_now();
+                    let called = self.stamp::<PROFILE>();
                     on_completion(completion);
-                    callback += self.profile_now() - called;
+                    callback += self.stamp::<PROFILE>() - called;
                 }
                 _ => self.stats.spurious_completions += 1,
             }
@@ -996,8 +1051,10 @@ impl QueuePair {
         if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
             reaped += self.check_deadlines(&mut on_completion);
         }
-        if let Some(profiler) = self.profiler.as_deref_mut() {
-            profiler.polled(start, self.clock.now(), reaped, callback);
+        if PROFILE {
+            if let Some(profiler) = self.profiler.as_deref_mut() {
+                profiler.polled(start, self.clock.now(), reaped, callback);
+            }
         }
         reaped
     }
