@@ -103,6 +103,11 @@ struct Args {
     /// perf sizes its queues.
     #[arg(long, value_parser = args::int_in::<u16>(2, 4096))]
     queue_entries: Option<u16>,
+    /// Each command's deadline in seconds, after which the driver aborts it
+    /// and then resets the controller, 0..=3600; 0 turns deadlines (and the
+    /// health checks that go with them) off, to measure what they cost.
+    #[arg(long, default_value_t = 30, value_parser = args::int_in::<u64>(0, 3600))]
+    io_timeout: u64,
     /// Seed for the random offsets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -115,12 +120,12 @@ struct Args {
     /// Simulated block size (512 or 4096).
     #[arg(long, default_value_t = 512, value_parser = sim_lba, requires = "sim")]
     sim_lba: u32,
-    /// Break the cost per I/O into phases, timed with the clock (the
-    /// driver engine only): building the request, the pair's checks, the
-    /// data pointer, the SQE, the doorbell, poll passes, completion
-    /// dispatch, perf's own bookkeeping, and apart from those the device's
-    /// time from the doorbell to the completion. The timing itself adds a
-    /// few clock reads per I/O.
+    /// Break the cost per I/O into phases, timed with the clock: building
+    /// the request, the pair's checks, the data pointer, the SQE, the
+    /// doorbell, poll passes, completion dispatch, perf's own bookkeeping,
+    /// and apart from those the device's time from the doorbell to the
+    /// completion. With --engine raw, the whole submission counts as the
+    /// SQE's. The timing itself adds a few clock reads per I/O.
     #[arg(long)]
     profile: bool,
     /// Print one JSON object instead of text.
@@ -262,9 +267,6 @@ fn run(args: &Args) -> Result<(), String> {
             u32::from(args.qd) + 1
         ));
     }
-    if args.profile && args.engine == Engine::Raw {
-        return Err("--profile times the driver's phases: use it with --engine driver".into());
-    }
     if ns.zones().is_some() && matches!(args.rw, Rw::Write | Rw::Randwrite | Rw::Randrw) {
         return Err("writes to a zoned namespace must follow its write pointers; use seqwrite".into());
     }
@@ -398,6 +400,7 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     let args = job.args;
     let qd = usize::from(args.qd);
     let mut qpair = controller.create_queue_pair(job.entries).map_err(|e| e.to_string())?;
+    qpair.set_timeout((args.io_timeout > 0).then(|| Duration::from_secs(args.io_timeout)));
     // Latencies are stamped with the pair's clock: one read per completion
     // batch, no system call on the TSC.
     let clock = qpair.clock();
@@ -521,11 +524,18 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
     };
 
     let mut result = WorkerResult::default();
+    // With --profile: phases as the driver engine reports them, and when
+    // each command's doorbell was rung.
+    let mut timed = args.profile.then(|| RawTimes::new(qd));
+    let profile_start = clock.now();
     for cid in 0..qd {
         submitted_at[cid] = clock.now();
         is_read[cid] = submit(&mut queue, cid)?;
     }
     queue.ring();
+    if let Some(timed) = &mut timed {
+        timed.rung_at.fill(clock.now());
+    }
     let started = Instant::now();
     let deadline = clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time)));
     let mut stopping = false;
@@ -538,7 +548,12 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
     // completes ends the run, this long after its end.
     let give_up = deadline.saturating_add(clock.ticks(RAW_DRAIN_LIMIT));
     while in_flight > 0 {
-        if queue.reap(|cid, status| done.push((cid, status))) == 0 {
+        let reap_start = if timed.is_some() { clock.now() } else { 0 };
+        let reaped = queue.reap(|cid, status| done.push((cid, status)));
+        if let Some(timed) = &mut timed {
+            timed.reaped(&done, reap_start, clock.now());
+        }
+        if reaped == 0 {
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(64) {
                 let now = clock.now();
@@ -575,17 +590,71 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
             }
             submitted_bytes += args.bs;
             submitted_at[cid] = now;
+            let submit_start = if timed.is_some() { clock.now() } else { 0 };
             is_read[cid] = submit(&mut queue, cid)?;
+            if let Some(timed) = &mut timed {
+                timed.submitted(cid, submit_start, clock.now());
+            }
         }
         if in_flight > 0 {
+            let ring_start = if timed.is_some() { clock.now() } else { 0 };
             queue.ring();
+            if let Some(timed) = &mut timed {
+                timed.rung(ring_start, clock.now());
+            }
         }
     }
     result.elapsed = started.elapsed();
     let ios = result.reads.count() + result.writes.count();
     (result.stats.submitted, result.stats.completed) = (ios, ios);
     (result.stats.sq_doorbell_mmio_writes, result.stats.cq_doorbell_mmio_writes) = queue.mmio_writes();
+    if let Some(timed) = timed {
+        result.profile = Some(ProfileNs::of(&clock, clock.now() - profile_start, 0, timed.ticks));
+    }
     Ok(result)
+}
+
+/// The raw engine's phase timings (`--profile`), in the driver's terms.
+struct RawTimes {
+    ticks: PhaseTicks,
+    /// Commands pushed since the last doorbell.
+    unrung: Vec<usize>,
+    rung_at: Vec<u64>,
+}
+
+impl RawTimes {
+    fn new(qd: usize) -> Self {
+        RawTimes { ticks: PhaseTicks::default(), unrung: Vec::with_capacity(qd), rung_at: vec![0; qd] }
+    }
+
+    fn submitted(&mut self, cid: usize, start: u64, end: u64) {
+        self.ticks.submits += 1;
+        self.ticks.sqe += end - start;
+        self.unrung.push(cid);
+    }
+
+    /// The doorbell was rung from `start` to `end` for what was pushed.
+    fn rung(&mut self, start: u64, end: u64) {
+        self.ticks.doorbells += 1;
+        self.ticks.doorbell += end - start;
+        for cid in self.unrung.drain(..) {
+            self.rung_at[cid] = end;
+        }
+    }
+
+    fn reaped(&mut self, done: &[(u16, u16)], start: u64, end: u64) {
+        if done.is_empty() {
+            self.ticks.empty_polls += 1;
+            self.ticks.empty_poll += end - start;
+            return;
+        }
+        self.ticks.reaping_polls += 1;
+        self.ticks.reaping += end - start;
+        for &(cid, _) in done {
+            self.ticks.completions += 1;
+            self.ticks.device += end.saturating_sub(self.rung_at[usize::from(cid)]);
+        }
+    }
 }
 
 fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, total: &WorkerResult) {
@@ -630,6 +699,7 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
             "sgl_mode": args.sgl,
             "clock": clock,
             "queue_entries": entries,
+            "io_timeout_s": args.io_timeout,
             "sgl_above_bytes": controller.sgl_threshold(),
             "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
             "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
