@@ -301,6 +301,15 @@ fn hung_read(rig: &mut Rig, token: u64) {
     assert_eq!(rig.sim.hung_commands(), 1);
 }
 
+/// The fault cleared, a reset whose disable is confirmed gives every
+/// quarantined buffer back to its pool, and I/O goes on.
+fn a_confirmed_reset_gives_the_quarantine_back(rig: &mut Rig, full: usize) {
+    rig.sim.clear_faults();
+    rig.controller.reset().unwrap();
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    io_works(rig, 64);
+}
+
 /// The controller will not disable, and has no function-level reset.
 const STUCK: Fault = Fault::WontDisable { function_reset_too: true };
 
@@ -321,10 +330,7 @@ fn a_reset_whose_disable_times_out_quarantines_the_buffers_in_flight() {
     drop(done);
     assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full - 1, 1));
     // The next reset's disable is confirmed: the buffer comes back and I/O goes on.
-    rig.sim.clear_faults();
-    rig.controller.reset().unwrap();
-    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
-    io_works(&mut rig, 64);
+    a_confirmed_reset_gives_the_quarantine_back(&mut rig, full);
 }
 
 #[test]
@@ -398,10 +404,7 @@ fn a_pair_whose_queues_cannot_be_deleted_keeps_its_buffers_out_of_the_pool() {
     drop(pair);
     assert_eq!(rig.pool.available(), full - 1, "the hung read's buffer went back to the pool");
     assert_eq!(rig.controller.quarantined_buffers(), 1);
-    rig.sim.clear_faults();
-    rig.controller.reset().unwrap();
-    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
-    io_works(&mut rig, 64);
+    a_confirmed_reset_gives_the_quarantine_back(&mut rig, full);
 }
 
 #[test]
