@@ -426,6 +426,50 @@ impl Shared {
     /// Creates I/O queue pair `qid` on the controller: the completion queue
     /// first, since the submission queue names it (NVMe Base 2.0 §5.4,
     /// §5.5).
+    /// Whether new queues can be made: the device there, the controller up.
+    fn live(&self) -> Result<()> {
+        match self.epoch.condition() {
+            Condition::Live => Ok(()),
+            Condition::Gone => Err(Error::DeviceGone),
+            Condition::Failed => Err(Error::ControllerFailed),
+        }
+    }
+
+    /// A new I/O queue pair of `depth` entries, for [`QueuePair`] and
+    /// [`RawQueue`] alike: under the admin lock, with the controller live,
+    /// takes a free queue id, lets `build` make the host side for it (given
+    /// the id and its doorbells' configuration; it returns that side and
+    /// its SQ and CQ addresses) and creates the queues there. The id goes
+    /// back if anything fails. Returns the host side, the id and the reset
+    /// generation the queues belong to.
+    fn open_queue_pair<T>(
+        &self,
+        depth: u16,
+        build: impl FnOnce(u16, DoorbellConfig) -> Result<(T, u64, u64)>,
+    ) -> Result<(T, u16, u64)> {
+        let max = self.cap.max_queue_entries();
+        if depth < 2 || u32::from(depth) > max {
+            return Err(Error::InvalidArgument(format!("queue depth {depth}: expected 2..={max} (CAP.MQES+1)")));
+        }
+        let mut admin = self.admin();
+        self.live()?;
+        let qid = Self::allocate_qid(&mut admin)?;
+        let shadow = admin.shadow.as_ref().map(|shadow| shadow.pages);
+        let doorbells = DoorbellConfig { dstrd: self.cap.dstrd(), shadow, policy: ShadowPolicy::EventIdx };
+        let generation = self.epoch.generation();
+        let opened = build(qid, doorbells).and_then(|(side, sq_iova, cq_iova)| {
+            self.create_queues(&mut admin, qid, depth, sq_iova, cq_iova)?;
+            Ok(side)
+        });
+        match opened {
+            Ok(side) => Ok((side, qid, generation)),
+            Err(error) => {
+                admin.qid_in_use[usize::from(qid)] = false;
+                Err(error)
+            }
+        }
+    }
+
     fn create_queues(&self, admin: &mut Admin, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<()> {
         let timeout = self.options.admin_timeout;
         admin.run(admin::create_io_cq(qid, depth, cq_iova, true, false, 0), timeout)?;
@@ -497,11 +541,7 @@ impl QueueHost for Shared {
 
     fn recreate_queues(&self, qid: u16, depth: u16, sq_iova: u64, cq_iova: u64) -> Result<u64> {
         let mut admin = self.admin();
-        match self.epoch.condition() {
-            Condition::Live => {}
-            Condition::Gone => return Err(Error::DeviceGone),
-            Condition::Failed => return Err(Error::ControllerFailed),
-        }
+        self.live()?;
         // Under the admin lock, which resets also hold: the queues belong to
         // this generation.
         let generation = self.epoch.generation();
@@ -904,34 +944,12 @@ impl Controller {
     /// to `depth - 1` commands in flight. The pair is `Send`: hand it to the thread that will
     /// own it. Dropping it deletes its queues on the controller.
     pub fn create_queue_pair(&self, depth: u16) -> Result<QueuePair> {
-        let max = self.shared.cap.max_queue_entries();
-        if depth < 2 || u32::from(depth) > max {
-            return Err(Error::InvalidArgument(format!("queue depth {depth}: expected 2..={max} (CAP.MQES+1)")));
-        }
         let shared = &self.shared;
-        let mut admin = shared.admin();
-        match shared.epoch.condition() {
-            Condition::Live => {}
-            Condition::Gone => return Err(Error::DeviceGone),
-            Condition::Failed => return Err(Error::ControllerFailed),
-        }
-        let qid = Shared::allocate_qid(&mut admin)?;
-        let shadow = admin.shadow.as_ref().map(|shadow| shadow.pages);
-        let doorbells = DoorbellConfig { dstrd: shared.cap.dstrd(), shadow, policy: ShadowPolicy::EventIdx };
-        let release = |admin: &mut Admin| admin.qid_in_use[usize::from(qid)] = false;
-        let mut pair = match QueuePair::new(&shared.transport, qid, depth, doorbells) {
-            Ok(pair) => pair,
-            Err(error) => {
-                release(&mut admin);
-                return Err(error);
-            }
-        };
-        let generation = shared.epoch.generation();
-        if let Err(error) = shared.create_queues(&mut admin, qid, depth, pair.sq_iova(), pair.cq_iova()) {
-            release(&mut admin);
-            return Err(error);
-        }
-        drop(admin);
+        let (mut pair, _, generation) = shared.open_queue_pair(depth, |qid, doorbells| {
+            let pair = QueuePair::new(&shared.transport, qid, depth, doorbells)?;
+            let (sq_iova, cq_iova) = (pair.sq_iova(), pair.cq_iova());
+            Ok((pair, sq_iova, cq_iova))
+        })?;
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
         pair.attach(host, Arc::clone(&shared.epoch), generation);
         pair.set_timeout(shared.options.io_timeout);
@@ -945,28 +963,15 @@ impl Controller {
     /// recovery. Its rings and PRP lists share one region on a huge page
     /// where there is one. Dropping it deletes its queues.
     pub fn create_raw_queue(&self, entries: u16) -> Result<RawQueue> {
-        let max = self.shared.cap.max_queue_entries();
-        if entries < 2 || u32::from(entries) > max {
-            return Err(Error::InvalidArgument(format!("queue entries {entries}: expected 2..={max} (CAP.MQES+1)")));
-        }
         let shared = &self.shared;
-        let (len, cq_offset, _) = crate::queue::raw_layout(entries);
-        let memory = DmaRegion::allocate(&shared.transport, len)?;
-        let mut admin = shared.admin();
-        if shared.epoch.condition() != Condition::Live {
-            return Err(Error::ControllerFailed);
-        }
-        let qid = Shared::allocate_qid(&mut admin)?;
-        let generation = shared.epoch.generation();
-        let shadow = admin.shadow.as_ref().map(|shadow| shadow.pages);
-        let config = DoorbellConfig { dstrd: shared.cap.dstrd(), shadow, policy: ShadowPolicy::EventIdx };
-        let doorbells = QueuePair::make_doorbells(&shared.transport, qid, config);
-        let (sq_iova, cq_iova) = (memory.iova(), memory.iova() + cq_offset as u64);
-        if let Err(error) = shared.create_queues(&mut admin, qid, entries, sq_iova, cq_iova) {
-            admin.qid_in_use[usize::from(qid)] = false;
-            return Err(error);
-        }
-        drop(admin);
+        let ((memory, doorbells), qid, generation) = shared.open_queue_pair(entries, |qid, config| {
+            let (len, cq_offset, _) = crate::queue::raw_layout(entries);
+            let memory = DmaRegion::allocate(&shared.transport, len)?;
+            // Shadow slots zeroed before the queues exist.
+            let doorbells = QueuePair::make_doorbells(&shared.transport, qid, config);
+            let (sq_iova, cq_iova) = (memory.iova(), memory.iova() + cq_offset as u64);
+            Ok(((memory, doorbells), sq_iova, cq_iova))
+        })?;
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;
         let ids = (qid, entries, generation);
         Ok(RawQueue::new(&shared.transport, host, ids, memory, doorbells, self.sgl_threshold()))
