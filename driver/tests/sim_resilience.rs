@@ -301,6 +301,16 @@ fn hung_read(rig: &mut Rig, token: u64) {
     assert_eq!(rig.sim.hung_commands(), 1);
 }
 
+/// A controller quick to disable, its pair's deadlines at `timeout`, and
+/// read 7 hung in it; with how many buffers the pool held before.
+fn rig_with_a_hung_read(timeout: Option<Duration>) -> (Rig, usize) {
+    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
+    rig.pair.set_timeout(timeout);
+    let full = rig.pool.available();
+    hung_read(&mut rig, 7);
+    (rig, full)
+}
+
 /// The fault cleared, a reset whose disable is confirmed gives every
 /// quarantined buffer back to its pool, and I/O goes on.
 fn a_confirmed_reset_gives_the_quarantine_back(rig: &mut Rig, full: usize) {
@@ -315,13 +325,10 @@ const STUCK: Fault = Fault::WontDisable { function_reset_too: true };
 
 #[test]
 fn a_reset_whose_disable_times_out_quarantines_the_buffers_in_flight() {
-    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
-    rig.pair.set_timeout(None);
-    let full = rig.pool.available();
-    hung_read(&mut rig, 7);
+    let (mut rig, full) = rig_with_a_hung_read(None);
     rig.sim.inject(STUCK);
     let error = rig.controller.reset().unwrap_err();
-    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    assert!(matches!(error, Error::Timeout { what: "controller disabled (CSTS.RDY=0)", .. }), "{error}");
     // The read ends, exactly once, but without its buffer: the device may
     // still write it, so it must not be handed to another command.
     let done = drain(&mut rig.pair, 1);
@@ -335,10 +342,7 @@ fn a_reset_whose_disable_times_out_quarantines_the_buffers_in_flight() {
 
 #[test]
 fn a_controller_that_will_not_disable_is_stopped_by_a_function_level_reset() {
-    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
-    rig.pair.set_timeout(None);
-    let full = rig.pool.available();
-    hung_read(&mut rig, 7);
+    let (mut rig, full) = rig_with_a_hung_read(None);
     rig.sim.inject(Fault::WontDisable { function_reset_too: false });
     rig.controller.reset().unwrap();
     assert_eq!(rig.sim.stats().faults.function_resets, 1);
@@ -352,10 +356,7 @@ fn a_controller_that_will_not_disable_is_stopped_by_a_function_level_reset() {
 
 #[test]
 fn a_requested_removal_whose_disable_times_out_quarantines_the_buffers_for_good() {
-    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
-    rig.pair.set_timeout(Some(BOUND));
-    let full = rig.pool.available();
-    hung_read(&mut rig, 7);
+    let (mut rig, full) = rig_with_a_hung_read(Some(BOUND));
     // The host wants the device back while it is still live and will not stop.
     rig.sim.inject(STUCK);
     rig.sim.inject(Fault::RemovalRequested);
@@ -373,10 +374,7 @@ fn a_requested_removal_whose_disable_times_out_quarantines_the_buffers_for_good(
 
 #[test]
 fn a_requested_removal_whose_disable_is_confirmed_gives_the_buffers_back() {
-    let mut rig = Rig::new(quick_to_disable(SimConfig::nvm(1 << 16, 512)));
-    rig.pair.set_timeout(Some(BOUND));
-    let full = rig.pool.available();
-    hung_read(&mut rig, 7);
+    let (mut rig, full) = rig_with_a_hung_read(Some(BOUND));
     rig.sim.inject(Fault::RemovalRequested);
     let done = drain(&mut rig.pair, 1);
     assert_eq!(done[&7].status, Err(IoError::DeviceGone));
