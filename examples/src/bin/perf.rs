@@ -324,6 +324,78 @@ impl Rng {
     }
 }
 
+/// When a worker stops submitting (at --time, or after --io-bytes), and
+/// what it still has in flight; the first --qd I/Os are already submitted.
+struct Pace {
+    started: Instant,
+    /// The end of the run, in the clock's ticks.
+    deadline: u64,
+    stopping: bool,
+    io_limit: u64,
+    submitted_bytes: u64,
+    in_flight: usize,
+    empty_polls: u32,
+}
+
+impl Pace {
+    fn new(args: &Args, clock: &Clock) -> Self {
+        Pace {
+            started: Instant::now(),
+            deadline: clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time))),
+            stopping: false,
+            io_limit: args.io_bytes.unwrap_or(u64::MAX),
+            submitted_bytes: u64::from(args.qd) * args.bs,
+            in_flight: usize::from(args.qd),
+            empty_polls: 0,
+        }
+    }
+
+    /// A poll pass that found nothing. No PAUSE and no system call per
+    /// pass, as SPDK's pollers: every 64th reads the clock to see whether
+    /// the run is over, and returns what it read.
+    fn idle(&mut self, clock: &Clock) -> Option<u64> {
+        self.empty_polls = self.empty_polls.wrapping_add(1);
+        self.empty_polls.is_multiple_of(64).then(|| self.now(clock))
+    }
+
+    /// The clock, and whether the run is over by it.
+    fn now(&mut self, clock: &Clock) -> u64 {
+        let now = clock.now();
+        self.stopping |= now >= self.deadline;
+        now
+    }
+
+    /// An I/O of `bs` bytes completed: whether to submit another in its
+    /// place; if not, it no longer counts as in flight.
+    fn replace(&mut self, bs: u64) -> bool {
+        if self.stopping || self.submitted_bytes >= self.io_limit {
+            self.in_flight -= 1;
+            return false;
+        }
+        self.submitted_bytes += bs;
+        true
+    }
+}
+
+impl WorkerResult {
+    /// One completed I/O of `bs` bytes, `ticks` after its submission.
+    fn record(&mut self, clock: &Clock, ticks: u64, read: bool, bs: u64, status: Result<(), String>) {
+        let latency_ns = clock.nanos(ticks);
+        if read {
+            self.reads.record(latency_ns);
+        } else {
+            self.writes.record(latency_ns);
+        }
+        match status {
+            Ok(()) => self.bytes += bs,
+            Err(error) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(error);
+            }
+        }
+    }
+}
+
 /// One queue pair's share of the run.
 struct Job<'a> {
     args: &'a Args,
@@ -431,48 +503,22 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
         qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
     }
 
-    let started = Instant::now();
-    let deadline = clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time)));
-    let mut stopping = false;
-    let io_limit = args.io_bytes.unwrap_or(u64::MAX);
-    let mut submitted_bytes = (qd as u64) * args.bs;
-    let mut in_flight = qd;
-    let mut polls: u32 = 0;
-    while in_flight > 0 {
+    let mut pace = Pace::new(args, &clock);
+    while pace.in_flight > 0 {
         qpair.poll(|completion| completions.push(completion));
-        polls = polls.wrapping_add(1);
         if completions.is_empty() {
-            // No PAUSE and no system call per pass, as SPDK's pollers: the
-            // end of the run is checked every 64 empty passes.
-            if !stopping && polls.is_multiple_of(64) && clock.now() >= deadline {
-                stopping = true;
-            }
+            pace.idle(&clock);
             continue;
         }
-        let now = clock.now();
-        if now >= deadline {
-            stopping = true;
-        }
+        let now = pace.now(&clock);
         for completion in completions.drain(..) {
             let token = completion.token as usize;
-            let latency_ns = clock.nanos(now.saturating_sub(submitted_at[token]));
-            if is_read[token] {
-                result.reads.record(latency_ns);
-            } else {
-                result.writes.record(latency_ns);
-            }
-            if let Err(status) = completion.status {
-                result.errors += 1;
-                result.first_error.get_or_insert_with(|| status.to_string());
-            } else {
-                result.bytes += args.bs;
-            }
+            let status = completion.status.map_err(|status| status.to_string());
+            result.record(&clock, now.saturating_sub(submitted_at[token]), is_read[token], args.bs, status);
             let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
-            if stopping || submitted_bytes >= io_limit {
-                in_flight -= 1;
+            if !pace.replace(args.bs) {
                 continue;
             }
-            submitted_bytes += args.bs;
             let built = if args.profile { clock.now() } else { 0 };
             let (request, read) = next_request(token as u64, buffer)?;
             if args.profile {
@@ -483,7 +529,7 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
             qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
         }
     }
-    result.elapsed = started.elapsed();
+    result.elapsed = pace.started.elapsed();
     result.stats = qpair.stats();
     if let Some(phases) = qpair.profile() {
         result.profile = Some(ProfileNs::of(&clock, clock.now() - profile_start, request_ticks, phases));
@@ -536,59 +582,36 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
     if let Some(timed) = &mut timed {
         timed.rung_at.fill(clock.now());
     }
-    let started = Instant::now();
-    let deadline = clock.now().saturating_add(clock.ticks(Duration::from_secs(args.time)));
-    let mut stopping = false;
-    let io_limit = args.io_bytes.unwrap_or(u64::MAX);
-    let mut submitted_bytes = (qd as u64) * args.bs;
-    let mut in_flight = qd;
-    let mut polls: u32 = 0;
+    let mut pace = Pace::new(args, &clock);
     let mut done: Vec<(u16, u16)> = Vec::with_capacity(qd);
     // No deadlines, aborts or resets here: a command the device never
     // completes ends the run, this long after its end.
-    let give_up = deadline.saturating_add(clock.ticks(RAW_DRAIN_LIMIT));
-    while in_flight > 0 {
+    let give_up = pace.deadline.saturating_add(clock.ticks(RAW_DRAIN_LIMIT));
+    while pace.in_flight > 0 {
         let reap_start = if timed.is_some() { clock.now() } else { 0 };
         let reaped = queue.reap(|cid, status| done.push((cid, status)));
         if let Some(timed) = &mut timed {
             timed.reaped(&done, reap_start, clock.now());
         }
         if reaped == 0 {
-            polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(64) {
-                let now = clock.now();
-                stopping |= now >= deadline;
-                if now >= give_up {
-                    return Err(format!(
-                        "{in_flight} command(s) never completed, {} s after the run's end (the raw engine has no \
-                         deadlines or recovery)",
-                        RAW_DRAIN_LIMIT.as_secs()
-                    ));
-                }
+            if pace.idle(&clock).is_some_and(|now| now >= give_up) {
+                return Err(format!(
+                    "{} command(s) never completed, {} s after the run's end (the raw engine has no deadlines or \
+                     recovery)",
+                    pace.in_flight,
+                    RAW_DRAIN_LIMIT.as_secs()
+                ));
             }
             continue;
         }
-        let now = clock.now();
-        stopping |= now >= deadline;
+        let now = pace.now(&clock);
         for (cid, status) in done.drain(..) {
             let cid = usize::from(cid);
-            let latency_ns = clock.nanos(now.saturating_sub(submitted_at[cid]));
-            if is_read[cid] {
-                result.reads.record(latency_ns);
-            } else {
-                result.writes.record(latency_ns);
-            }
-            if status == 0 {
-                result.bytes += args.bs;
-            } else {
-                result.errors += 1;
-                result.first_error.get_or_insert_with(|| format!("status field {status:#x}"));
-            }
-            if stopping || submitted_bytes >= io_limit {
-                in_flight -= 1;
+            let status = if status == 0 { Ok(()) } else { Err(format!("status field {status:#x}")) };
+            result.record(&clock, now.saturating_sub(submitted_at[cid]), is_read[cid], args.bs, status);
+            if !pace.replace(args.bs) {
                 continue;
             }
-            submitted_bytes += args.bs;
             submitted_at[cid] = now;
             let submit_start = if timed.is_some() { clock.now() } else { 0 };
             is_read[cid] = submit(&mut queue, cid)?;
@@ -596,7 +619,7 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
                 timed.submitted(cid, submit_start, clock.now());
             }
         }
-        if in_flight > 0 {
+        if pace.in_flight > 0 {
             let ring_start = if timed.is_some() { clock.now() } else { 0 };
             queue.ring();
             if let Some(timed) = &mut timed {
@@ -604,7 +627,7 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
             }
         }
     }
-    result.elapsed = started.elapsed();
+    result.elapsed = pace.started.elapsed();
     let ios = result.reads.count() + result.writes.count();
     (result.stats.submitted, result.stats.completed) = (ios, ios);
     (result.stats.sq_doorbell_mmio_writes, result.stats.cq_doorbell_mmio_writes) = queue.mmio_writes();
