@@ -1,7 +1,10 @@
 //! `perf` in QEMU, one VM: the floor (`--engine raw`) moves data through
 //! PRPs with and without a list and through an SGL descriptor on a
 //! controller with shadow doorbells (which QEMU reads the SQ tail from),
-//! and `--profile` breaks the driver engine's time into phases.
+//! and `--profile` breaks the driver engine's time into phases. On a ZNS
+//! controller whose zones hold less than their size and few may be open,
+//! zoned write jobs fill each zone once, at the write pointer and by Zone
+//! Append.
 
 use serde_json::Value;
 use vm_rig::{Controller, Vm};
@@ -9,19 +12,27 @@ use vm_rig::{Controller, Vm};
 const MIB: u64 = 1 << 20;
 
 /// The runs, in order: (engine, arguments).
-const RUNS: [(&str, &str); 4] = [
-    ("raw", "--rw write --bs 128k --qd 8 --sgl never"),
-    ("raw", "--rw randread --bs 4k --qd 1"),
-    ("raw", "--rw read --bs 128k --qd 8 --sgl always"),
-    ("driver", "--rw randread --bs 4k --qd 4 --profile"),
+const RUNS: [(&str, &str); 6] = [
+    ("raw", "--pci 00:10.0 --time 1 --size 16M --rw write --bs 128k --qd 8 --sgl never"),
+    ("raw", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 1"),
+    ("raw", "--pci 00:10.0 --time 1 --size 16M --rw read --bs 128k --qd 8 --sgl always"),
+    ("driver", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 4 --profile"),
+    // The ZNS controller (00:11.0): four 16 MiB zones of 12 MiB capacity,
+    // which end the run once full.
+    ("driver", "--pci 00:11.0 --rw write --bs 128k --qd 4 --size 64M --offset 16M --time 60"),
+    ("driver", "--pci 00:11.0 --rw write --bs 128k --qd 8 --size 64M --zone-append --time 60"),
 ];
+
+/// What each zoned run writes: four zones of 12 MiB.
+const ZONED_BYTES: u64 = 4 * 12 * MIB;
 
 #[test]
 fn the_floor_and_the_profile_run_on_qemu() {
-    let vm = Vm::new().controller(Controller::nvme(64 * MIB));
+    let zns = Controller::zns(128 * MIB, 16 * MIB).zone_capacity(12 * MIB).max_open(4).max_active(4);
+    let vm = Vm::new().controller(Controller::nvme(64 * MIB)).controller(zns);
     let mut script = String::from("set -e; ");
     for (engine, args) in RUNS {
-        script += &format!("perf --pci 00:10.0 --engine {engine} {args} --time 1 --size 16M --json; ");
+        script += &format!("perf --engine {engine} {args} --json; ");
     }
     let outcome = vm.run(&["sh", "-c", &script]).expect("VM run");
     assert_eq!(outcome.status, 0, "{}\nconsole:\n{}", outcome.output, outcome.console);
@@ -42,4 +53,12 @@ fn the_floor_and_the_profile_run_on_qemu() {
         assert!(profile[phase].as_f64().is_some_and(|ns| ns > 0.0), "{phase}: {profile}");
     }
     assert!(reports[2]["profile_ns_per_io"].is_null(), "no profile unless asked");
+    // QEMU fails a write that is not at its zone's write pointer and a
+    // write past a zone's capacity: no errors, and the bytes of four full
+    // zones, mean each was written once, in order, to its capacity.
+    for (report, mode) in reports[4..].iter().zip(["write-pointer", "zone-append"]) {
+        assert_eq!(report["zoned"]["mode"], mode, "{report}");
+        assert_eq!(report["zoned"]["zones"], 4, "{report}");
+        assert_eq!(report["ios"].as_u64().unwrap() * 128 * 1024, ZONED_BYTES, "{report}");
+    }
 }

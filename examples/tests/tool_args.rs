@@ -162,3 +162,53 @@ fn a_rate_limited_scrub_on_the_simulator_finishes() {
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(report["tool"], "scrub");
 }
+
+/// One zoned write job on the simulator: its JSON report.
+fn zoned_perf(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--sim", "--sim-capacity", "8M", "--sim-zone", "1M", "--rw", "write", "--time", "30", "--json"];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = run(PERF, &args);
+    assert_eq!(code, Some(0), "{extra:?}: {stderr}");
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
+#[test]
+fn perf_writes_every_zone_once_at_its_write_pointer_or_by_append() {
+    // The simulator fails a write that is not at its zone's write pointer,
+    // so no errors and exactly the region's bytes mean every zone was
+    // written in order to its capacity, and nothing twice.
+    for extra in [&["--qd", "1"][..], &["--qd", "4", "--bs", "64k"], &["--qd", "8", "--zone-append"]] {
+        let report = zoned_perf(extra);
+        assert_eq!(report["errors"], 0, "{extra:?}: {report}");
+        let written = report["ios"].as_u64().unwrap() * report["bs"].as_u64().unwrap();
+        assert_eq!(written, 8 << 20, "{extra:?}: {report}");
+        let mode = if extra.contains(&"--zone-append") { "zone-append" } else { "write-pointer" };
+        assert_eq!(report["zoned"], serde_json::json!({ "mode": mode, "zones": 8 }), "{extra:?}");
+    }
+    // Two queue pairs share the zones; --offset and --size pick whole ones.
+    let report = zoned_perf(&["--qpairs", "2", "--qd", "2", "--offset", "2M", "--size", "4M"]);
+    assert_eq!(report["zoned"]["zones"], 4, "{report}");
+    assert_eq!(report["ios"].as_u64().unwrap() * 4096, 4 << 20, "{report}");
+}
+
+#[test]
+fn perf_refuses_zoned_writes_it_cannot_place() {
+    let zoned = ["--sim", "--sim-capacity", "8M", "--sim-zone", "1M", "--time", "1"];
+    let refused_with = |extra: &[&str], words: &[&str]| {
+        let args: Vec<&str> = zoned.iter().copied().chain(extra.iter().copied()).collect();
+        let (code, _, stderr) = run(PERF, &args);
+        assert_eq!(code, Some(1), "{extra:?} ran");
+        for word in words {
+            assert!(stderr.contains(word), "{extra:?}: {word:?} not in {stderr}");
+        }
+    };
+    refused_with(&["--rw", "randwrite"], &["--rw write"]);
+    refused_with(&["--rw", "write", "--bs", "24k"], &["divide", "capacity"]);
+    refused_with(&["--rw", "write", "--qd", "9"], &["8 whole zone(s)", "at least 9"]);
+    refused_with(&["--rw", "write", "--offset", "4k"], &["zone's start"]);
+    refused_with(&["--rw", "write", "--engine", "raw"], &["driver engine"]);
+    refused_with(&["--rw", "read", "--zone-append"], &["--rw write"]);
+    let (code, _, stderr) = run(PERF, &["--sim", "--rw", "write", "--zone-append", "--time", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("needs a zoned namespace"), "{stderr}");
+}

@@ -1,6 +1,11 @@
 //! `perf`: the job of `spdk_nvme_perf`. Drives one namespace through polled
 //! queue pairs (one thread each) at a fixed queue depth and reports IOPS,
 //! bandwidth and latency percentiles.
+//!
+//! On a zoned namespace, `--rw write` writes each zone of the region once,
+//! at its write pointer or by Zone Append (`--zone-append`): see [`zoned`].
+
+mod zoned;
 
 use clap::{Parser, ValueEnum};
 use nvme_driver::clock::{Clock, ClockSource};
@@ -111,6 +116,11 @@ struct Args {
     /// Seed for the random offsets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// On a zoned namespace (--rw write), write with Zone Append, any
+    /// number in flight per zone, instead of at each zone's write pointer,
+    /// one in flight per zone.
+    #[arg(long)]
+    zone_append: bool,
     /// Run against the in-process simulator instead of a device.
     #[arg(long, conflicts_with = "pci")]
     sim: bool,
@@ -120,6 +130,10 @@ struct Args {
     /// Simulated block size (512 or 4096).
     #[arg(long, default_value_t = 512, value_parser = sim_lba, requires = "sim")]
     sim_lba: u32,
+    /// Make the simulated namespace zoned, with zones of this size: a
+    /// multiple of 4k, at least 64k, at most the namespace.
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, 64 << 10, SIM_BYTES_MAX), requires = "sim")]
+    sim_zone: Option<u64>,
     /// Break the cost per I/O into phases, timed with the clock: building
     /// the request, the pair's checks, the data pointer, the SQE, the
     /// doorbell, poll passes, completion dispatch, perf's own bookkeeping,
@@ -232,7 +246,18 @@ fn run(args: &Args) -> Result<(), String> {
         ..ControllerOptions::default()
     };
     let controller = if args.sim {
-        let config = SimConfig::nvm(args.sim_capacity / u64::from(args.sim_lba), args.sim_lba).with_seed(args.seed);
+        let blocks = args.sim_capacity / u64::from(args.sim_lba);
+        let config = match args.sim_zone {
+            Some(zone) => {
+                let zone_blocks = zone / u64::from(args.sim_lba);
+                if zone > args.sim_capacity {
+                    return Err(format!("--sim-zone {zone} is larger than --sim-capacity {}", args.sim_capacity));
+                }
+                SimConfig::zoned(blocks / zone_blocks * zone_blocks, args.sim_lba, zone_blocks, zone_blocks)
+            }
+            None => SimConfig::nvm(blocks, args.sim_lba),
+        }
+        .with_seed(args.seed);
         let transport: Arc<dyn Transport> = Simulator::new(config);
         Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?
     } else {
@@ -267,15 +292,14 @@ fn run(args: &Args) -> Result<(), String> {
             u32::from(args.qd) + 1
         ));
     }
-    if ns.zones().is_some() && matches!(args.rw, Rw::Write | Rw::Randwrite | Rw::Randrw) {
-        return Err("writes to a zoned namespace must follow its write pointers; use seqwrite".into());
-    }
+    let zones = zoned_shares(args, &controller, &ns, offset_blocks, region_blocks, io_blocks)?;
 
     let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..args.qpairs)
             .map(|index| {
                 let (controller, ns) = (&controller, &ns);
-                let job = Job { args, entries, index, region_blocks, io_blocks };
+                let zones = zones.as_ref().map(|shares| shares[usize::from(index)].clone());
+                let job = Job { args, entries, index, region_blocks, io_blocks, zones };
                 scope.spawn(move || match args.engine {
                     Engine::Driver => worker(controller, ns, &job),
                     Engine::Raw => raw_worker(controller, ns, &job),
@@ -305,12 +329,56 @@ fn run(args: &Args) -> Result<(), String> {
         s.cq_doorbell_updates += result.stats.cq_doorbell_updates;
         s.spurious_completions += result.stats.spurious_completions;
     }
-    report(args, &controller, &ns, entries, &total);
+    let zone_count = zones.as_ref().map(|shares| shares.iter().map(Vec::len).sum::<usize>());
+    report(args, &controller, &ns, entries, zone_count, &total);
     if total.errors > 0 {
         return Err(format!("{} I/Os failed; first: {}", total.errors, total.first_error.unwrap_or_default()));
     }
     Ok(())
 }
+
+/// Each queue pair's zones for a zoned write job, the zones reset; `None`
+/// for every other job. Refuses writes a zoned namespace cannot take.
+fn zoned_shares(
+    args: &Args,
+    controller: &Controller,
+    ns: &Namespace,
+    offset_blocks: u64,
+    region_blocks: u64,
+    io_blocks: u64,
+) -> Result<Option<Vec<Vec<zoned::Zone>>>, String> {
+    if ns.zones().is_none() {
+        return if args.zone_append { Err("--zone-append needs a zoned namespace".into()) } else { Ok(None) };
+    }
+    match args.rw {
+        Rw::Write => {}
+        Rw::Randwrite | Rw::Randrw => {
+            return Err("a zoned namespace is written at its write pointers: use --rw write (or seqwrite)".into())
+        }
+        Rw::Read | Rw::Randread if args.zone_append => return Err("--zone-append needs --rw write".into()),
+        Rw::Read | Rw::Randread => return Ok(None),
+    }
+    if args.engine != Engine::Driver {
+        return Err("zoned write jobs run on the driver engine only".into());
+    }
+    let append_max = ns.zones().map_or(0, |z| z.zone_append_max_bytes);
+    if args.zone_append && args.bs > append_max {
+        return Err(format!("--bs {} is more than the device's largest Zone Append, {append_max} bytes", args.bs));
+    }
+    let job = zoned::ZonedJob {
+        region_start: offset_blocks,
+        region_blocks,
+        io_blocks,
+        qpairs: args.qpairs,
+        qd: args.qd,
+        append: args.zone_append,
+    };
+    let timeout = Duration::from_secs(args.io_timeout.max(ZONE_RESET_TIMEOUT_S));
+    zoned::prepare(controller, ns, job, timeout).map(Some)
+}
+
+/// The least time a zoned job's zone resets are given, in seconds.
+const ZONE_RESET_TIMEOUT_S: u64 = 30;
 
 /// A small, fast PRNG (xorshift64*), seeded per thread.
 struct Rng(u64);
@@ -375,6 +443,13 @@ impl Pace {
         self.submitted_bytes += bs;
         true
     }
+
+    /// The I/O `replace` made room for has nowhere to go (a zoned job's
+    /// zones are full): the slot retires.
+    fn nothing_left(&mut self, bs: u64) {
+        self.submitted_bytes -= bs;
+        self.in_flight -= 1;
+    }
 }
 
 impl WorkerResult {
@@ -403,6 +478,17 @@ struct Job<'a> {
     index: u16,
     region_blocks: u64,
     io_blocks: u64,
+    /// A zoned write job's zones for this queue pair.
+    zones: Option<Vec<zoned::Zone>>,
+}
+
+/// One I/O a picker chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    Read(u64),
+    Write(u64),
+    /// A Zone Append to the zone of this index in the pair's share.
+    Append(usize),
 }
 
 /// Where each I/O of one queue pair goes, and whether it reads.
@@ -417,6 +503,7 @@ struct Picker {
     slice_start: u64,
     slice_blocks: u64,
     next_sequential: u64,
+    zoned: Option<zoned::ZonedPicker>,
 }
 
 impl Picker {
@@ -438,11 +525,22 @@ impl Picker {
             slice_start: region_start + slice_blocks * u64::from(job.index),
             slice_blocks,
             next_sequential: 0,
+            zoned: job
+                .zones
+                .clone()
+                .map(|zones| zoned::ZonedPicker::new(zones, io_blocks, usize::from(args.qd), args.zone_append)),
         }
     }
 
-    /// The next I/O's first LBA, and whether it is a read.
-    fn next(&mut self) -> (u64, bool) {
+    /// The I/O to submit in `slot` (its token: a zoned job's lane), or
+    /// `None` when a zoned job's zones are full.
+    fn next(&mut self, slot: usize) -> Option<Io> {
+        if let Some(zoned) = &mut self.zoned {
+            return zoned.next(slot).map(|target| match target {
+                zoned::Target::At(lba) => Io::Write(lba),
+                zoned::Target::Append(zone) => Io::Append(zone),
+            });
+        }
         let lba = if self.random {
             self.region_start + (self.rng.next() % self.slots) * self.io_blocks
         } else {
@@ -455,7 +553,7 @@ impl Picker {
             Rw::Write | Rw::Randwrite => false,
             Rw::Randrw => self.rng.next() % 100 < self.rwmixread,
         };
-        (lba, is_read)
+        Some(if is_read { Io::Read(lba) } else { Io::Write(lba) })
     }
 }
 
@@ -479,15 +577,23 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     let bs = args.bs as usize;
     let pool = data_pool(controller, args)?;
     let mut picker = Picker::new(ns, job);
-    let mut next_request = |token: u64, buffer: IoBuffer| -> Result<(Request, bool), String> {
-        let (lba, is_read) = picker.next();
-        let request = if is_read { ns.read(lba, buffer, token) } else { ns.write(lba, buffer, false, token) };
-        request.map(|r| (r, is_read)).map_err(|e| e.to_string())
+    let zones = job.zones.as_deref().unwrap_or(&[]);
+    // The I/O for slot `token`, or its buffer back when a zoned job's
+    // zones are full; the I/O says whether it reads and, for a Zone
+    // Append, which zone.
+    let mut next_request = |token: u64, buffer: IoBuffer| -> Result<Result<(Request, Io), IoBuffer>, String> {
+        let Some(io) = picker.next(token as usize) else { return Ok(Err(buffer)) };
+        let request = match io {
+            Io::Read(lba) => ns.read(lba, buffer, token),
+            Io::Write(lba) => ns.write(lba, buffer, false, token),
+            Io::Append(zone) => ns.zone_append(zones[zone].start, buffer, false, token),
+        };
+        request.map(|r| Ok((r, io))).map_err(|e| e.to_string())
     };
 
     let mut result = WorkerResult::default();
     let mut submitted_at = vec![clock.now(); qd];
-    let mut is_read = vec![true; qd];
+    let mut ios = vec![Io::Read(0); qd];
     let mut completions: Vec<IoCompletion> = Vec::with_capacity(qd);
     qpair.set_profiling(args.profile);
     let profile_start = clock.now();
@@ -497,8 +603,9 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
         if !matches!(args.rw, Rw::Read | Rw::Randread) {
             buffer.fill(0, bs, 0xA5 ^ token as u8);
         }
-        let (request, read) = next_request(token as u64, IoBuffer::range(buffer, 0, bs))?;
-        is_read[token] = read;
+        let (request, io) = next_request(token as u64, IoBuffer::range(buffer, 0, bs))?
+            .map_err(|_| format!("the region's zones hold fewer than --qd {qd} writes"))?;
+        ios[token] = io;
         submitted_at[token] = clock.now();
         qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
     }
@@ -513,18 +620,26 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
         let now = pace.now(&clock);
         for completion in completions.drain(..) {
             let token = completion.token as usize;
-            let status = completion.status.map_err(|status| status.to_string());
-            result.record(&clock, now.saturating_sub(submitted_at[token]), is_read[token], args.bs, status);
+            let mut status = completion.status.map_err(|status| status.to_string());
+            if let (Io::Append(zone), Ok(())) = (ios[token], &status) {
+                status = zoned::check_append(zones[zone], job.io_blocks, completion.result_u64());
+            }
+            let read = matches!(ios[token], Io::Read(_));
+            result.record(&clock, now.saturating_sub(submitted_at[token]), read, args.bs, status);
             let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
             if !pace.replace(args.bs) {
                 continue;
             }
             let built = if args.profile { clock.now() } else { 0 };
-            let (request, read) = next_request(token as u64, buffer)?;
+            let next = next_request(token as u64, buffer)?;
             if args.profile {
                 request_ticks += clock.now() - built;
             }
-            is_read[token] = read;
+            let Ok((request, io)) = next else {
+                pace.nothing_left(args.bs);
+                continue;
+            };
+            ios[token] = io;
             submitted_at[token] = now;
             qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
         }
@@ -560,8 +675,11 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
     let mut submitted_at = vec![clock.now(); qd];
     // Returns whether the I/O reads.
     let mut submit = |queue: &mut RawQueue, cid: usize| -> Result<bool, String> {
-        let (lba, read) = picker.next();
-        let command = if read { nvm::read(nsid, lba, blocks) } else { nvm::write(nsid, lba, blocks, false) };
+        let (command, read) = match picker.next(cid) {
+            Some(Io::Read(lba)) => (nvm::read(nsid, lba, blocks), true),
+            Some(Io::Write(lba)) => (nvm::write(nsid, lba, blocks, false), false),
+            other => unreachable!("the raw engine runs conventional jobs only, not {other:?}"),
+        };
         // SAFETY: buffer `cid` is mapped for this controller and neither
         // read nor written by this loop until command `cid` completes; at
         // most qd < entries commands are in flight, one per cid.
@@ -680,7 +798,15 @@ impl RawTimes {
     }
 }
 
-fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, total: &WorkerResult) {
+fn report(
+    args: &Args,
+    controller: &Controller,
+    ns: &Namespace,
+    entries: u16,
+    zone_count: Option<usize>,
+    total: &WorkerResult,
+) {
+    let zoned_mode = if args.zone_append { "zone-append" } else { "write-pointer" };
     let clock = if Clock::new(args.clock).is_tsc() { "tsc" } else { "os" };
     let seconds = total.elapsed.as_secs_f64().max(1e-9);
     let ios = total.reads.count() + total.writes.count();
@@ -727,6 +853,7 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
             "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
             "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
             "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
+            "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
         });
         println!("{out}");
         return;
@@ -748,6 +875,9 @@ fn report(args: &Args, controller: &Controller, ns: &Namespace, entries: u16, to
             Some(above) => format!("SGLs above {above} bytes"),
         }
     );
+    if let Some(zones) = zone_count {
+        println!("  zoned: {zoned_mode} writes, each of {zones} zone(s) written once from its start");
+    }
     println!(
         "  {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "IOPS", "MiB/s", "mean us", "p50 us", "p99 us", "p99.9 us", "max us"
