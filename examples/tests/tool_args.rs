@@ -212,3 +212,16 @@ fn perf_refuses_zoned_writes_it_cannot_place() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("needs a zoned namespace"), "{stderr}");
 }
+
+#[test]
+fn perf_reports_each_whole_second_with_per_second() {
+    let (code, stdout, stderr) = run(PERF, &["--sim", "--time", "2", "--per-second", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let series = report["mib_s_per_second"].as_array().expect("a series");
+    // Two seconds of reads, less the partial last one.
+    assert!((1..=2).contains(&series.len()), "{report}");
+    assert!(series.iter().all(|mib_s| mib_s.as_f64().is_some_and(|m| m > 0.0)), "{report}");
+    let (_, stdout, _) = run(PERF, &["--sim", "--time", "1", "--json"]);
+    assert!(stdout.contains("\"mib_s_per_second\":null"), "only when asked: {stdout}");
+}

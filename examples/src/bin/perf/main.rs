@@ -142,6 +142,10 @@ struct Args {
     /// SQE's. The timing itself adds a few clock reads per I/O.
     #[arg(long)]
     profile: bool,
+    /// Also report the bandwidth of every second of the run (all queue
+    /// pairs together), to see whether it holds level.
+    #[arg(long)]
+    per_second: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -179,6 +183,39 @@ struct WorkerResult {
     stats: QueueStats,
     /// With --profile: nanoseconds by phase, summed over the run.
     profile: Option<ProfileNs>,
+    /// With --per-second: bytes completed in each second of the run.
+    per_second: Option<PerSecond>,
+}
+
+/// Bytes completed per second of a run, by the clock's ticks.
+#[derive(Debug, Default, Clone)]
+struct PerSecond {
+    start: u64,
+    second: u64,
+    bytes: Vec<u64>,
+}
+
+impl PerSecond {
+    fn new(clock: &Clock) -> Self {
+        PerSecond { start: clock.now(), second: clock.ticks(Duration::from_secs(1)).max(1), bytes: Vec::new() }
+    }
+
+    fn add(&mut self, now: u64, bytes: u64) {
+        let at = (now.saturating_sub(self.start) / self.second) as usize;
+        if self.bytes.len() <= at {
+            self.bytes.resize(at + 1, 0);
+        }
+        self.bytes[at] += bytes;
+    }
+
+    fn merge(&mut self, other: &PerSecond) {
+        if self.bytes.len() < other.bytes.len() {
+            self.bytes.resize(other.bytes.len(), 0);
+        }
+        for (mine, theirs) in self.bytes.iter_mut().zip(&other.bytes) {
+            *mine += theirs;
+        }
+    }
 }
 
 /// Nanoseconds spent in each phase over a run (see `--profile`), and the
@@ -320,6 +357,9 @@ fn run(args: &Args) -> Result<(), String> {
         if let Some(profile) = &result.profile {
             total.profile.get_or_insert_with(ProfileNs::default).add(profile);
         }
+        if let Some(series) = &result.per_second {
+            total.per_second.get_or_insert_with(PerSecond::default).merge(series);
+        }
         let s = &mut total.stats;
         s.submitted += result.stats.submitted;
         s.completed += result.stats.completed;
@@ -453,16 +493,21 @@ impl Pace {
 }
 
 impl WorkerResult {
-    /// One completed I/O of `bs` bytes, `ticks` after its submission.
-    fn record(&mut self, clock: &Clock, ticks: u64, read: bool, bs: u64, status: Result<(), String>) {
-        let latency_ns = clock.nanos(ticks);
+    /// One I/O of `bs` bytes submitted at `submitted`, completed at `now`.
+    fn record(&mut self, clock: &Clock, now: u64, submitted: u64, read: bool, bs: u64, status: Result<(), String>) {
+        let latency_ns = clock.nanos(now.saturating_sub(submitted));
         if read {
             self.reads.record(latency_ns);
         } else {
             self.writes.record(latency_ns);
         }
         match status {
-            Ok(()) => self.bytes += bs,
+            Ok(()) => {
+                self.bytes += bs;
+                if let Some(series) = &mut self.per_second {
+                    series.add(now, bs);
+                }
+            }
             Err(error) => {
                 self.errors += 1;
                 self.first_error.get_or_insert(error);
@@ -611,6 +656,7 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     }
 
     let mut pace = Pace::new(args, &clock);
+    result.per_second = args.per_second.then(|| PerSecond::new(&clock));
     while pace.in_flight > 0 {
         qpair.poll(|completion| completions.push(completion));
         if completions.is_empty() {
@@ -625,7 +671,7 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
                 status = zoned::check_append(zones[zone], job.io_blocks, completion.result_u64());
             }
             let read = matches!(ios[token], Io::Read(_));
-            result.record(&clock, now.saturating_sub(submitted_at[token]), read, args.bs, status);
+            result.record(&clock, now, submitted_at[token], read, args.bs, status);
             let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
             if !pace.replace(args.bs) {
                 continue;
@@ -701,6 +747,7 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         timed.rung_at.fill(clock.now());
     }
     let mut pace = Pace::new(args, &clock);
+    result.per_second = args.per_second.then(|| PerSecond::new(&clock));
     let mut done: Vec<(u16, u16)> = Vec::with_capacity(qd);
     // No deadlines, aborts or resets here: a command the device never
     // completes ends the run, this long after its end.
@@ -726,7 +773,7 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         for (cid, status) in done.drain(..) {
             let cid = usize::from(cid);
             let status = if status == 0 { Ok(()) } else { Err(format!("status field {status:#x}")) };
-            result.record(&clock, now.saturating_sub(submitted_at[cid]), is_read[cid], args.bs, status);
+            result.record(&clock, now, submitted_at[cid], is_read[cid], args.bs, status);
             if !pace.replace(args.bs) {
                 continue;
             }
@@ -827,6 +874,11 @@ fn report(
     };
     let per_io = |n: u64| if ios == 0 { 0.0 } else { n as f64 / ios as f64 };
     let rw = format!("{:?}", args.rw).to_lowercase();
+    // Each second's MiB/s; the last second is partial and left out.
+    let per_second: Option<Vec<f64>> = total.per_second.as_ref().map(|series| {
+        let whole = series.bytes.len().saturating_sub(1);
+        series.bytes[..whole].iter().map(|&b| b as f64 / f64::from(1 << 20)).collect()
+    });
     if args.json {
         let out = json!({
             "iops": iops,
@@ -854,6 +906,7 @@ fn report(
             "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
             "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
             "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
+            "mib_s_per_second": per_second,
         });
         println!("{out}");
         return;
@@ -898,6 +951,10 @@ fn report(
         per_io(total.stats.cq_doorbell_mmio_writes),
         total.errors
     );
+    if let Some(series) = &per_second {
+        let text: Vec<String> = series.iter().map(|mib_s| format!("{mib_s:.0}")).collect();
+        println!("  MiB/s by second (whole seconds): {}", text.join(" "));
+    }
     if let Some(profile) = &total.profile {
         println!(
             "  per I/O, ns (--profile; {:.1} empty poll passes and {:.2} doorbells per I/O; the device's time \
