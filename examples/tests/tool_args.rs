@@ -225,3 +225,14 @@ fn perf_reports_each_whole_second_with_per_second() {
     let (_, stdout, _) = run(PERF, &["--sim", "--time", "1", "--json"]);
     assert!(stdout.contains("\"mib_s_per_second\":null"), "only when asked: {stdout}");
 }
+
+#[test]
+fn perf_copies_each_write_in_when_asked() {
+    let (code, stdout, stderr) = run(PERF, &["--sim", "--rw", "write", "--time", "1", "--copy-in", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!((report["copy_in"].as_bool(), report["errors"].as_u64()), (Some(true), Some(0)), "{report}");
+    let (code, _, stderr) = run(PERF, &["--sim", "--rw", "write", "--time", "1", "--copy-in", "--engine", "raw"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("driver engine"), "{stderr}");
+}

@@ -142,6 +142,11 @@ struct Args {
     /// SQE's. The timing itself adds a few clock reads per I/O.
     #[arg(long)]
     profile: bool,
+    /// Before each write, copy its --bs bytes from ordinary memory into
+    /// its DMA buffer, as a caller handing over its own bytes does (a
+    /// volume's writes do): to measure what that copy costs.
+    #[arg(long)]
+    copy_in: bool,
     /// Also report the bandwidth of every second of the run (all queue
     /// pairs together), to see whether it holds level.
     #[arg(long)]
@@ -328,6 +333,9 @@ fn run(args: &Args) -> Result<(), String> {
             "--queue-entries {entries}: expected {}..={most} (--qd + 1 to CAP.MQES + 1)",
             u32::from(args.qd) + 1
         ));
+    }
+    if args.copy_in && args.engine != Engine::Driver {
+        return Err("--copy-in runs on the driver engine only".into());
     }
     let zones = zoned_shares(args, &controller, &ns, offset_blocks, region_blocks, io_blocks)?;
 
@@ -623,11 +631,15 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     let pool = data_pool(controller, args)?;
     let mut picker = Picker::new(ns, job);
     let zones = job.zones.as_deref().unwrap_or(&[]);
+    let source: Option<Vec<u8>> = args.copy_in.then(|| (0..bs).map(|i| (i % 251) as u8).collect());
     // The I/O for slot `token`, or its buffer back when a zoned job's
     // zones are full; the I/O says whether it reads and, for a Zone
     // Append, which zone.
     let mut next_request = |token: u64, buffer: IoBuffer| -> Result<Result<(Request, Io), IoBuffer>, String> {
         let Some(io) = picker.next(token as usize) else { return Ok(Err(buffer)) };
+        if let (Some(source), Io::Write(_) | Io::Append(_)) = (&source, io) {
+            buffer.buffer().copy_in(buffer.offset(), source);
+        }
         let request = match io {
             Io::Read(lba) => ns.read(lba, buffer, token),
             Io::Write(lba) => ns.write(lba, buffer, false, token),
@@ -907,6 +919,7 @@ fn report(
             "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
             "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
             "mib_s_per_second": per_second,
+            "copy_in": args.copy_in,
         });
         println!("{out}");
         return;
