@@ -31,35 +31,46 @@ const CQE_SIZE: usize = std::mem::size_of::<Completion>();
 
 /// A byte range of a pooled DMA buffer that a command reads or writes. The
 /// queue pair owns it from submission until the completion hands it back.
+///
+/// Offset and length are 32-bit: no command moves 4 GiB (NLB is 16 bits),
+/// and the smaller range keeps a [`Request`] under 128 bytes, which the
+/// compiler moves inline instead of calling memcpy (measured: two memcpy
+/// calls, some 60 instructions, per I/O in `perf`).
 #[derive(Debug)]
 pub struct IoBuffer {
     buffer: DmaBuffer,
-    offset: usize,
-    len: usize,
+    offset: u32,
+    len: u32,
+}
+
+/// A range's offset or length as stored: panics past 4 GiB.
+fn narrow(bytes: usize) -> u32 {
+    u32::try_from(bytes).unwrap_or_else(|_| panic!("an I/O buffer range of {bytes} bytes: at most 4 GiB - 1"))
 }
 
 impl IoBuffer {
-    /// The whole buffer.
+    /// The whole buffer. Panics on a buffer of 4 GiB or more.
     pub fn new(buffer: DmaBuffer) -> Self {
-        let len = buffer.len();
+        let len = narrow(buffer.len());
         IoBuffer { buffer, offset: 0, len }
     }
 
-    /// `len` bytes from `offset`. Panics when the range leaves the buffer.
+    /// `len` bytes from `offset`. Panics when the range leaves the buffer
+    /// (or reaches past 4 GiB).
     pub fn range(buffer: DmaBuffer, offset: usize, len: usize) -> Self {
         assert!(offset.checked_add(len).is_some_and(|end| end <= buffer.len()), "range outside the buffer");
-        IoBuffer { buffer, offset, len }
+        IoBuffer { buffer, offset: narrow(offset), len: narrow(len) }
     }
 
     /// The first `len` bytes of this range. Panics if `len` is larger.
     pub fn truncate(self, len: usize) -> Self {
-        assert!(len <= self.len, "truncate to {len} of {}", self.len);
-        IoBuffer { len, ..self }
+        assert!(len <= self.len(), "truncate to {len} of {}", self.len);
+        IoBuffer { len: len as u32, ..self }
     }
 
     /// Length of the range, in bytes: the command's transfer.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Whether the range is empty.
@@ -69,12 +80,12 @@ impl IoBuffer {
 
     /// Where the range starts in its buffer, in bytes.
     pub fn offset(&self) -> usize {
-        self.offset
+        self.offset as usize
     }
 
     /// The I/O virtual address of the range's start, as PRP1 carries it.
     pub fn iova(&self) -> u64 {
-        self.buffer.iova() + self.offset as u64
+        self.buffer.iova() + u64::from(self.offset)
     }
 
     /// The underlying buffer, for reading or filling it between I/Os.
@@ -883,7 +894,7 @@ impl QueuePair {
     /// Completion queue entries consumed but not announced.
     #[inline]
     fn cq_unannounced(&self) -> usize {
-        (usize::from(self.cq_head) + usize::from(self.depth) - usize::from(self.cq_announced)) % usize::from(self.depth)
+        super::ring_distance(self.cq_announced, self.cq_head, self.depth)
     }
 
     /// Consumed entries an I/O queue announces at once: a quarter of it.
