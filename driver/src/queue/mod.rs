@@ -28,3 +28,38 @@ pub use profile::PhaseTicks;
 pub(crate) use quarantine::{Held, Quarantine};
 pub(crate) use raw::layout as raw_layout;
 pub use raw::RawQueue;
+
+/// Entries from `from` up to `to` on a ring of `entries` (both indices
+/// below `entries`): a compare and a subtraction, not a division, on every
+/// submission and reaping pass.
+#[inline]
+pub(crate) fn ring_distance(from: u16, to: u16, entries: u16) -> usize {
+    debug_assert!(from < entries && to < entries, "{from} and {to} on a ring of {entries}");
+    let (from, to, entries) = (usize::from(from), usize::from(to), usize::from(entries));
+    if to >= from {
+        to - from
+    } else {
+        to + entries - from
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ring_distance;
+
+    #[test]
+    fn ring_distance_wraps() {
+        assert_eq!(ring_distance(0, 0, 8), 0);
+        assert_eq!(ring_distance(2, 5, 8), 3);
+        assert_eq!(ring_distance(6, 1, 8), 3);
+        assert_eq!(ring_distance(7, 6, 8), 7);
+        for entries in 1..=9u16 {
+            for from in 0..entries {
+                for to in 0..entries {
+                    let expected = (usize::from(to) + usize::from(entries) - usize::from(from)) % usize::from(entries);
+                    assert_eq!(ring_distance(from, to, entries), expected, "{from}->{to} of {entries}");
+                }
+            }
+        }
+    }
+}

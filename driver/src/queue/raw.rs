@@ -196,8 +196,7 @@ impl RawQueue {
     }
 
     fn cq_unannounced(&self) -> usize {
-        (usize::from(self.cq_head) + usize::from(self.entries) - usize::from(self.cq_announced))
-            % usize::from(self.entries)
+        super::ring_distance(self.cq_announced, self.cq_head, self.entries)
     }
 
     fn announce_cq_head(&mut self) {
