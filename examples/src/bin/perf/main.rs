@@ -632,20 +632,20 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
     let mut picker = Picker::new(ns, job);
     let zones = job.zones.as_deref().unwrap_or(&[]);
     let source: Option<Vec<u8>> = args.copy_in.then(|| (0..bs).map(|i| (i % 251) as u8).collect());
-    // The I/O for slot `token`, or its buffer back when a zoned job's
-    // zones are full; the I/O says whether it reads and, for a Zone
-    // Append, which zone.
-    let mut next_request = |token: u64, buffer: IoBuffer| -> Result<Result<(Request, Io), IoBuffer>, String> {
-        let Some(io) = picker.next(token as usize) else { return Ok(Err(buffer)) };
+    // The request for `io` in slot `token`, on `buffer`. (Built and
+    // submitted in place: a request is some 140 bytes, and every move of
+    // one is a memcpy call per I/O.)
+    let request_for = |io: Io, token: usize, buffer: IoBuffer| -> Result<Request, String> {
         if let (Some(source), Io::Write(_) | Io::Append(_)) = (&source, io) {
             buffer.buffer().copy_in(buffer.offset(), source);
         }
+        let token = token as u64;
         let request = match io {
             Io::Read(lba) => ns.read(lba, buffer, token),
             Io::Write(lba) => ns.write(lba, buffer, false, token),
             Io::Append(zone) => ns.zone_append(zones[zone].start, buffer, false, token),
         };
-        request.map(|r| Ok((r, io))).map_err(|e| e.to_string())
+        request.map_err(|e| e.to_string())
     };
 
     let mut result = WorkerResult::default();
@@ -660,11 +660,10 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
         if !matches!(args.rw, Rw::Read | Rw::Randread) {
             buffer.fill(0, bs, 0xA5 ^ token as u8);
         }
-        let (request, io) = next_request(token as u64, IoBuffer::range(buffer, 0, bs))?
-            .map_err(|_| format!("the region's zones hold fewer than --qd {qd} writes"))?;
+        let io = picker.next(token).ok_or_else(|| format!("the region's zones hold fewer than --qd {qd} writes"))?;
         ios[token] = io;
         submitted_at[token] = clock.now();
-        qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+        qpair.submit(request_for(io, token, IoBuffer::range(buffer, 0, bs))?).map_err(|(e, _)| format!("{e:?}"))?;
     }
 
     let mut pace = Pace::new(args, &clock);
@@ -688,18 +687,20 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
             if !pace.replace(args.bs) {
                 continue;
             }
-            let built = if args.profile { clock.now() } else { 0 };
-            let next = next_request(token as u64, buffer)?;
-            if args.profile {
-                request_ticks += clock.now() - built;
-            }
-            let Ok((request, io)) = next else {
+            let Some(io) = picker.next(token) else {
                 pace.nothing_left(args.bs);
                 continue;
             };
             ios[token] = io;
             submitted_at[token] = now;
-            qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+            if args.profile {
+                let built = clock.now();
+                let request = request_for(io, token, buffer)?;
+                request_ticks += clock.now() - built;
+                qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+            } else {
+                qpair.submit(request_for(io, token, buffer)?).map_err(|(e, _)| format!("{e:?}"))?;
+            }
         }
     }
     result.elapsed = pace.started.elapsed();
