@@ -353,6 +353,15 @@ pub fn flatness(values: &[f64]) -> Option<f64> {
     (first > 0.0).then(|| last / first)
 }
 
+/// The steady state of a bandwidth series: the mean of its second half.
+/// Writes here run fast for their first seconds and then level off, for
+/// the raw path as for ours (BENCHMARKS.md), so a whole-run mean mixes two
+/// regimes.
+pub fn steady(values: &[f64]) -> Option<f64> {
+    let half = &values[values.len() / 2..];
+    (values.len() >= 2).then(|| half.iter().sum::<f64>() / half.len() as f64)
+}
+
 /// What the zoned half measured, from the guest's output.
 #[derive(Debug, Default)]
 pub struct Results {
@@ -462,9 +471,23 @@ impl Results {
     /// The flatness of a fio bandwidth log, leaving out its last interval,
     /// which is partial.
     fn fio_flatness(&self, key: &str) -> Option<f64> {
+        flatness(&self.whole_intervals(key)?)
+    }
+
+    /// A run's whole intervals (MiB/s): seqwrite's own list, perf's
+    /// series, or a fio log less its last, partial interval.
+    fn whole_intervals(&self, key: &str) -> Option<Vec<f64>> {
+        if let Some(list) = self.raw.get(key).and_then(|r| r.get("intervals_mib_s")).and_then(Value::as_array) {
+            return Some(list.iter().filter_map(Value::as_f64).collect());
+        }
         let log = self.bw_logs.get(key)?;
-        let values: Vec<f64> = log[..log.len().saturating_sub(1)].iter().map(|p| p.1).collect();
-        flatness(&values)
+        let whole = if key.starts_with("perf-") { log.len() } else { log.len().saturating_sub(1) };
+        Some(log[..whole].iter().map(|p| p.1).collect())
+    }
+
+    /// The mean MiB/s of the second half of a run's log.
+    fn steady_mib_s(&self, key: &str) -> Option<f64> {
+        steady(&self.whole_intervals(key)?)
     }
 
     fn scrub_mib_s(&self, key: &str) -> Option<f64> {
@@ -554,6 +577,17 @@ impl Results {
                 )
                 .baseline_is_ours(),
             );
+            rows.push(
+                Row::new(
+                    format!("the same, steady state (second half of each run), QD{depth}"),
+                    "seqwrite".into(),
+                    self.steady_mib_s(key),
+                    "perf --zone-append".into(),
+                    self.steady_mib_s(perf),
+                    Unit::MibS,
+                )
+                .baseline_is_ours(),
+            );
         }
         rows.push(
             Row::new(
@@ -606,8 +640,11 @@ impl Results {
         put("btrfs_qd_flatness", self.fio_flatness("btrfs-qd"));
         put("raw_zbd_flatness", self.fio_flatness("raw-zbd"));
         for key in ["perf-zoned", "perf-zoned-qd"] {
-            let values: Option<Vec<f64>> = self.bw_logs.get(key).map(|log| log.iter().map(|p| p.1).collect());
-            put(&format!("{}_flatness", key.replace('-', "_")), values.and_then(|v| flatness(&v)));
+            put(&format!("{}_flatness", key.replace('-', "_")), self.whole_intervals(key).and_then(|v| flatness(&v)));
+        }
+        // Each write run's steady state: the second half of its log.
+        for key in ["ours", "ours-qd", "perf-zoned", "perf-zoned-qd", "btrfs", "btrfs-qd", "raw-zbd"] {
+            put(&format!("{}_steady_mib_s", key.replace('-', "_")), self.steady_mib_s(key));
         }
         let btrfs_bytes = self.raw.get("btrfs").and_then(|r| fio_side(r, "write")).map(|(_, b)| b as f64);
         put("btrfs_namespace_fill_percent", btrfs_bytes.map(|b| b / options.size as f64 * 100.0));
@@ -727,7 +764,8 @@ mod tests {
     #[test]
     fn results_make_rows() {
         let output = format!(
-            "rig: boot\nBENCH ours {{\"mib_s\":150.0,\"flatness\":0.99,\"namespace_fill_percent\":95.0}}\n\
+            "rig: boot\nBENCH ours {{\"mib_s\":150.0,\"flatness\":0.99,\"namespace_fill_percent\":95.0,\
+             \"intervals_mib_s\":[150.0,140.0,130.0,120.0]}}\n\
              BWLOG ours 1000, 153600, 1, 262144\nBWLOG ours 2000, 148480, 1, 262144\n\
              BENCH btrfs fio: note {}\n\
              BWLOG btrfs 1000, 135168, 1, 262144\nBWLOG btrfs 2000, 133120, 1, 262144\nBWLOG btrfs 2500, 10, 1, 262144\n\
@@ -750,6 +788,10 @@ mod tests {
         assert!((flat.kernel.unwrap() - 130.0 / 132.0).abs() < 1e-9, "{:?}", flat.kernel);
         let over_perf = rows.iter().find(|r| r.job == "seqwrite over the raw zoned path, QD1").unwrap();
         assert_eq!((over_perf.ours, over_perf.kernel), (Some(150.0), Some(200.0)));
+        let steady_row =
+            rows.iter().find(|r| r.job.starts_with("the same, steady state") && r.job.ends_with("QD1")).unwrap();
+        // seqwrite's whole intervals' second half: 130, 120; perf's: 190.
+        assert_eq!((steady_row.ours, steady_row.kernel), (Some(125.0), Some(190.0)));
         let scrub = rows.iter().find(|r| r.job == "scrub, verifying").unwrap();
         assert!((scrub.kernel.unwrap() - 3072.0 / 10.0).abs() < 1e-9);
         assert!((scrub.ratio().unwrap() - 600.0 / 307.2).abs() < 1e-9);
@@ -768,5 +810,9 @@ mod tests {
         assert_eq!(flatness(&[100.0; 20]), Some(1.0));
         assert_eq!(flatness(&[100.0, 100.0, 50.0, 50.0, 50.0, 50.0, 50.0, 50.0, 50.0, 50.0]), Some(0.5));
         assert_eq!(flatness(&[1.0]), None);
+        // A fast start, then level: the steady state is the level.
+        assert_eq!(steady(&[300.0, 300.0, 150.0, 150.0]), Some(150.0));
+        assert_eq!(steady(&[400.0, 100.0, 100.0]), Some(100.0));
+        assert_eq!(steady(&[100.0]), None);
     }
 }
