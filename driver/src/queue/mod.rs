@@ -12,6 +12,33 @@
 //! controller resets are handled on the same polled path (see
 //! [`QueuePair`]). The [`Controller`](crate::Controller) creates the pairs
 //! and re-creates their queues after a reset.
+//!
+//! # What pairs share on the I/O path
+//!
+//! A pair is owned by one thread and takes no lock to submit or poll. What
+//! it touches besides its own rings, trackers and counters:
+//! - **The controller's `Epoch`**: one Acquire load of its generation
+//!   per submission and per poll pass. A reset is its only writer, so the
+//!   line stays shared (read-only) in every core's cache.
+//! - **Its doorbell registers**: MMIO, one SQ tail and one CQ head register
+//!   per queue, written only by this pair.
+//! - **The shadow doorbell and EventIdx pages** (Doorbell Buffer Config),
+//!   when the controller offers them: one page each for every queue, at
+//!   the register stride, so with the usual stride of 4 bytes eight
+//!   queues' entries share a 64-byte line. The offsets are the
+//!   specification's; pairs on different cores then write the same lines.
+//!   Controllers that offer Doorbell Buffer Config are emulated ones (QEMU),
+//!   where an MMIO exit costs far more than a shared line;
+//!   `ControllerOptions::shadow_doorbells` turns them off.
+//! - **A [`DmaPool`](crate::dma::DmaPool) it takes buffers from**: `get`
+//!   and a buffer's drop are a lock-free queue operation and a reference
+//!   count on the pool, shared by every thread using that pool. A buffer
+//!   that goes out with a request and comes back with its completion is
+//!   not taken or returned per I/O; callers that do take one per I/O
+//!   should keep a pool per thread, as `perf` does.
+//!
+//! Nothing else is shared: the quarantine, the admin queue and the
+//! controller's reset path are taken only on recovery.
 
 mod doorbell;
 mod pair;
