@@ -353,6 +353,9 @@ pub fn flatness(values: &[f64]) -> Option<f64> {
     (first > 0.0).then(|| last / first)
 }
 
+/// The write runs whose steady state is reported.
+const WRITE_RUNS: [&str; 7] = ["ours", "ours-qd", "perf-zoned", "perf-zoned-qd", "btrfs", "btrfs-qd", "raw-zbd"];
+
 /// The steady state of a bandwidth series: the mean of its second half.
 /// Writes here run fast for their first seconds and then level off, for
 /// the raw path as for ours (BENCHMARKS.md), so a whole-run mean mixes two
@@ -438,6 +441,9 @@ impl Results {
                 _ => match self.raw.get(key) {
                     Some(value) => {
                         let mut text = describe(key, value);
+                        if let Some(steady) = self.steady_mib_s(key).filter(|_| WRITE_RUNS.contains(&key)) {
+                            let _ = write!(text, "  steady {steady:.1} MiB/s (second half)");
+                        }
                         if let Some(qd) = self.number(key, &["report", "mean_queue_depth"]) {
                             let request = self.number(key, &["report", "mean_request_bytes"]).unwrap_or(0.0);
                             let _ = write!(text, "  mean QD {qd:.1}, mean request {:.0} KiB", request / 1024.0);
@@ -564,7 +570,9 @@ impl Results {
         ];
         // Ours against ours: the allocator over the raw zoned path (no
         // target: the 0.9 is for seqwrite without checksums, which
-        // the volume does not offer), then the scrub engine.
+        // the volume does not offer), then the scrub engine. Each write
+        // run's steady state goes with its step and in the details: a
+        // short run (--quick) may have too few whole seconds for one.
         for (key, perf, depth) in [("ours", "perf-zoned", 1), ("ours-qd", "perf-zoned-qd", qd)] {
             rows.push(
                 Row::new(
@@ -573,17 +581,6 @@ impl Results {
                     self.seqwrite_mib_s(key),
                     "perf --zone-append, as many bytes (ours)".into(),
                     self.number(perf, &["mib_s"]),
-                    Unit::MibS,
-                )
-                .baseline_is_ours(),
-            );
-            rows.push(
-                Row::new(
-                    format!("the same, steady state (second half of each run), QD{depth}"),
-                    "seqwrite".into(),
-                    self.steady_mib_s(key),
-                    "perf --zone-append".into(),
-                    self.steady_mib_s(perf),
                     Unit::MibS,
                 )
                 .baseline_is_ours(),
@@ -643,7 +640,7 @@ impl Results {
             put(&format!("{}_flatness", key.replace('-', "_")), self.whole_intervals(key).and_then(|v| flatness(&v)));
         }
         // Each write run's steady state: the second half of its log.
-        for key in ["ours", "ours-qd", "perf-zoned", "perf-zoned-qd", "btrfs", "btrfs-qd", "raw-zbd"] {
+        for key in WRITE_RUNS {
             put(&format!("{}_steady_mib_s", key.replace('-', "_")), self.steady_mib_s(key));
         }
         let btrfs_bytes = self.raw.get("btrfs").and_then(|r| fio_side(r, "write")).map(|(_, b)| b as f64);
@@ -788,10 +785,16 @@ mod tests {
         assert!((flat.kernel.unwrap() - 130.0 / 132.0).abs() < 1e-9, "{:?}", flat.kernel);
         let over_perf = rows.iter().find(|r| r.job == "seqwrite over the raw zoned path, QD1").unwrap();
         assert_eq!((over_perf.ours, over_perf.kernel), (Some(150.0), Some(200.0)));
-        let steady_row =
-            rows.iter().find(|r| r.job.starts_with("the same, steady state") && r.job.ends_with("QD1")).unwrap();
-        // seqwrite's whole intervals' second half: 130, 120; perf's: 190.
-        assert_eq!((steady_row.ours, steady_row.kernel), (Some(125.0), Some(190.0)));
+        // The steady states: seqwrite's whole intervals' second half (130,
+        // 120), perf's series' (190).
+        let details = results.details(&options);
+        let steady = |key: &str| details[key].as_f64();
+        assert_eq!((steady("ours_steady_mib_s"), steady("perf_zoned_steady_mib_s")), (Some(125.0), Some(190.0)));
+        // fio's log less its partial last line: 132, 130.
+        assert_eq!(steady("btrfs_steady_mib_s"), Some(130.0));
+        assert!(details["raw_zbd_steady_mib_s"].is_null(), "no log, no figure");
+        assert!(results.render_steps(&options).contains("steady 190.0 MiB/s"));
+        assert!(!rows.iter().any(|r| r.job.contains("steady")), "no row that a short run leaves empty");
         let scrub = rows.iter().find(|r| r.job == "scrub, verifying").unwrap();
         assert!((scrub.kernel.unwrap() - 3072.0 / 10.0).abs() < 1e-9);
         assert!((scrub.ratio().unwrap() - 600.0 / 307.2).abs() < 1e-9);
