@@ -5,21 +5,20 @@
 //! On a zoned namespace, `--rw write` writes each zone of the region once,
 //! at its write pointer or by Zone Append (`--zone-append`): see [`zoned`].
 
+mod report;
 mod zoned;
 
 use clap::{Parser, ValueEnum};
 use nvme_driver::clock::{Clock, ClockSource};
 use nvme_driver::cmd::nvm;
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, HUGE_PAGE_SIZE};
-use nvme_driver::queue::{PhaseTicks, QueueStats};
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, RawQueue, Request, Transport};
 use nvme_examples::args::{
     self, BLOCK_BYTES, IO_BYTES_MAX, LBA_BYTES_MIN, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX,
 };
 use nvme_examples::device::open_controller;
-use nvme_examples::histogram::Histogram;
-use serde_json::json;
+use report::{report, PerSecond, ProfileNs, RawTimes, WorkerResult};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,99 +172,6 @@ fn sim_lba(text: &str) -> Result<u32, String> {
         "512" => Ok(512),
         "4096" | "4k" => Ok(4096),
         _ => Err("expected 512 or 4096".into()),
-    }
-}
-
-/// What one queue pair's thread measured.
-#[derive(Debug, Default)]
-struct WorkerResult {
-    reads: Histogram,
-    writes: Histogram,
-    bytes: u64,
-    errors: u64,
-    first_error: Option<String>,
-    elapsed: Duration,
-    stats: QueueStats,
-    /// With --profile: nanoseconds by phase, summed over the run.
-    profile: Option<ProfileNs>,
-    /// With --per-second: bytes completed in each second of the run.
-    per_second: Option<PerSecond>,
-}
-
-/// Bytes completed per second of a run, by the clock's ticks.
-#[derive(Debug, Default, Clone)]
-struct PerSecond {
-    start: u64,
-    second: u64,
-    bytes: Vec<u64>,
-}
-
-impl PerSecond {
-    fn new(clock: &Clock) -> Self {
-        PerSecond { start: clock.now(), second: clock.ticks(Duration::from_secs(1)).max(1), bytes: Vec::new() }
-    }
-
-    fn add(&mut self, now: u64, bytes: u64) {
-        let at = (now.saturating_sub(self.start) / self.second) as usize;
-        if self.bytes.len() <= at {
-            self.bytes.resize(at + 1, 0);
-        }
-        self.bytes[at] += bytes;
-    }
-
-    fn merge(&mut self, other: &PerSecond) {
-        if self.bytes.len() < other.bytes.len() {
-            self.bytes.resize(other.bytes.len(), 0);
-        }
-        for (mine, theirs) in self.bytes.iter_mut().zip(&other.bytes) {
-            *mine += theirs;
-        }
-    }
-}
-
-/// Nanoseconds spent in each phase over a run (see `--profile`), and the
-/// counts they divide by.
-#[derive(Debug, Default, Clone, Copy)]
-struct ProfileNs {
-    /// The whole submit/complete loop.
-    total: f64,
-    /// Building and validating requests (`Namespace::read`/`write`).
-    request: f64,
-    phases: [f64; 8],
-    empty_polls: u64,
-    doorbells: u64,
-}
-
-/// The driver's phases in `ProfileNs::phases`, in order.
-const PHASES: [&str; 8] = ["checks", "data_pointer", "sqe", "doorbell", "empty_polls", "reaping", "callback", "device"];
-
-impl ProfileNs {
-    fn of(clock: &Clock, total: u64, request: u64, t: PhaseTicks) -> Self {
-        let ns = |ticks: u64| clock.nanos(ticks) as f64;
-        ProfileNs {
-            total: ns(total),
-            request: ns(request),
-            phases: [t.checks, t.data_pointer, t.sqe, t.doorbell, t.empty_poll, t.reaping, t.callback, t.device]
-                .map(ns),
-            empty_polls: t.empty_polls,
-            doorbells: t.doorbells,
-        }
-    }
-
-    fn add(&mut self, other: &ProfileNs) {
-        self.total += other.total;
-        self.request += other.request;
-        for (mine, theirs) in self.phases.iter_mut().zip(other.phases) {
-            *mine += theirs;
-        }
-        self.empty_polls += other.empty_polls;
-        self.doorbells += other.doorbells;
-    }
-
-    /// perf's own share: the loop less the request building and every
-    /// driver phase but the device's, which overlaps the empty polls.
-    fn bookkeeping(&self) -> f64 {
-        self.total - self.request - self.phases[..7].iter().sum::<f64>()
     }
 }
 
@@ -497,30 +403,6 @@ impl Pace {
     fn nothing_left(&mut self, bs: u64) {
         self.submitted_bytes -= bs;
         self.in_flight -= 1;
-    }
-}
-
-impl WorkerResult {
-    /// One I/O of `bs` bytes submitted at `submitted`, completed at `now`.
-    fn record(&mut self, clock: &Clock, now: u64, submitted: u64, read: bool, bs: u64, status: Result<(), String>) {
-        let latency_ns = clock.nanos(now.saturating_sub(submitted));
-        if read {
-            self.reads.record(latency_ns);
-        } else {
-            self.writes.record(latency_ns);
-        }
-        match status {
-            Ok(()) => {
-                self.bytes += bs;
-                if let Some(series) = &mut self.per_second {
-                    series.add(now, bs);
-                }
-            }
-            Err(error) => {
-                self.errors += 1;
-                self.first_error.get_or_insert(error);
-            }
-        }
     }
 }
 
@@ -813,195 +695,6 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         result.profile = Some(ProfileNs::of(&clock, clock.now() - profile_start, 0, timed.ticks));
     }
     Ok(result)
-}
-
-/// The raw engine's phase timings (`--profile`), in the driver's terms.
-struct RawTimes {
-    ticks: PhaseTicks,
-    /// Commands pushed since the last doorbell.
-    unrung: Vec<usize>,
-    rung_at: Vec<u64>,
-}
-
-impl RawTimes {
-    fn new(qd: usize) -> Self {
-        RawTimes { ticks: PhaseTicks::default(), unrung: Vec::with_capacity(qd), rung_at: vec![0; qd] }
-    }
-
-    fn submitted(&mut self, cid: usize, start: u64, end: u64) {
-        self.ticks.submits += 1;
-        self.ticks.sqe += end - start;
-        self.unrung.push(cid);
-    }
-
-    /// The doorbell was rung from `start` to `end` for what was pushed.
-    fn rung(&mut self, start: u64, end: u64) {
-        self.ticks.doorbells += 1;
-        self.ticks.doorbell += end - start;
-        for cid in self.unrung.drain(..) {
-            self.rung_at[cid] = end;
-        }
-    }
-
-    fn reaped(&mut self, done: &[(u16, u16)], start: u64, end: u64) {
-        if done.is_empty() {
-            self.ticks.empty_polls += 1;
-            self.ticks.empty_poll += end - start;
-            return;
-        }
-        self.ticks.reaping_polls += 1;
-        self.ticks.reaping += end - start;
-        for &(cid, _) in done {
-            self.ticks.completions += 1;
-            self.ticks.device += end.saturating_sub(self.rung_at[usize::from(cid)]);
-        }
-    }
-}
-
-fn report(
-    args: &Args,
-    controller: &Controller,
-    ns: &Namespace,
-    entries: u16,
-    zone_count: Option<usize>,
-    total: &WorkerResult,
-) {
-    let zoned_mode = if args.zone_append { "zone-append" } else { "write-pointer" };
-    let clock = if Clock::new(args.clock).is_tsc() { "tsc" } else { "os" };
-    let seconds = total.elapsed.as_secs_f64().max(1e-9);
-    let ios = total.reads.count() + total.writes.count();
-    let iops = ios as f64 / seconds;
-    let mib_s = total.bytes as f64 / seconds / (1024.0 * 1024.0);
-    let mut all = total.reads.clone();
-    all.merge(&total.writes);
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let lat = |h: &Histogram| {
-        json!({
-            "mean": h.mean() / 1000.0,
-            "p50": us(h.quantile(0.50)),
-            "p99": us(h.quantile(0.99)),
-            "p999": us(h.quantile(0.999)),
-            "min": us(h.min()),
-            "max": us(h.max()),
-        })
-    };
-    let per_io = |n: u64| if ios == 0 { 0.0 } else { n as f64 / ios as f64 };
-    let rw = format!("{:?}", args.rw).to_lowercase();
-    // Each second's MiB/s; the last second is partial and left out.
-    let per_second: Option<Vec<f64>> = total.per_second.as_ref().map(|series| {
-        let whole = series.bytes.len().saturating_sub(1);
-        series.bytes[..whole].iter().map(|&b| b as f64 / f64::from(1 << 20)).collect()
-    });
-    if args.json {
-        let out = json!({
-            "iops": iops,
-            "mib_s": mib_s,
-            "lat_us": lat(&all),
-            "read": { "ios": total.reads.count(), "lat_us": lat(&total.reads) },
-            "write": { "ios": total.writes.count(), "lat_us": lat(&total.writes) },
-            "ios": ios,
-            "errors": total.errors,
-            "seconds": seconds,
-            "rw": rw,
-            "engine": format!("{:?}", args.engine).to_lowercase(),
-            "bs": args.bs,
-            "qd": args.qd,
-            "qpairs": args.qpairs,
-            "pci": controller.transport().name(),
-            "nsid": ns.nsid(),
-            "shadow_doorbells": controller.shadow_doorbells(),
-            "sgl_mode": args.sgl,
-            "clock": clock,
-            "queue_entries": entries,
-            "io_timeout_s": args.io_timeout,
-            "sgl_above_bytes": controller.sgl_threshold(),
-            "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
-            "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
-            "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
-            "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
-            "mib_s_per_second": per_second,
-            "copy_in": args.copy_in,
-        });
-        println!("{out}");
-        return;
-    }
-    println!(
-        "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s ({} engine, shadow doorbells {}, {}, \
-         {entries}-entry queues, {clock} clock)",
-        args.bs,
-        args.qd,
-        args.qpairs,
-        controller.transport().name(),
-        ns.nsid(),
-        seconds,
-        format!("{:?}", args.engine).to_lowercase(),
-        if controller.shadow_doorbells() && args.engine == Engine::Driver { "on" } else { "off" },
-        match controller.sgl_threshold() {
-            None => "PRPs".to_string(),
-            Some(0) => "SGLs".to_string(),
-            Some(above) => format!("SGLs above {above} bytes"),
-        }
-    );
-    if let Some(zones) = zone_count {
-        println!("  zoned: {zoned_mode} writes, each of {zones} zone(s) written once from its start");
-    }
-    println!(
-        "  {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "IOPS", "MiB/s", "mean us", "p50 us", "p99 us", "p99.9 us", "max us"
-    );
-    println!(
-        "  {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
-        iops,
-        mib_s,
-        all.mean() / 1000.0,
-        us(all.quantile(0.5)),
-        us(all.quantile(0.99)),
-        us(all.quantile(0.999)),
-        us(all.max())
-    );
-    println!(
-        "  doorbell MMIO writes per I/O: SQ {:.3}, CQ {:.3}; errors: {}",
-        per_io(total.stats.sq_doorbell_mmio_writes),
-        per_io(total.stats.cq_doorbell_mmio_writes),
-        total.errors
-    );
-    if let Some(series) = &per_second {
-        let text: Vec<String> = series.iter().map(|mib_s| format!("{mib_s:.0}")).collect();
-        println!("  MiB/s by second (whole seconds): {}", text.join(" "));
-    }
-    if let Some(profile) = &total.profile {
-        println!(
-            "  per I/O, ns (--profile; {:.1} empty poll passes and {:.2} doorbells per I/O; the device's time \
-             overlaps the empty polls):",
-            per_io(profile.empty_polls),
-            per_io(profile.doorbells)
-        );
-        let phases = profile_per_io(profile, ios);
-        println!("  {}", phases.iter().map(|(name, _)| format!("{name:>12}")).collect::<String>());
-        println!("  {}", phases.iter().map(|(_, ns)| format!("{ns:>12.0}")).collect::<String>());
-    }
-}
-
-/// The `--profile` breakdown, per I/O.
-fn profile_per_io(profile: &ProfileNs, ios: u64) -> Vec<(&'static str, f64)> {
-    let per_io = |ns: f64| ns / ios.max(1) as f64;
-    let mut phases = vec![("request", per_io(profile.request))];
-    phases
-        .extend(PHASES.iter().zip(profile.phases).filter(|(name, _)| **name != "device").map(|(n, v)| (*n, per_io(v))));
-    phases.push(("perf", per_io(profile.bookkeeping())));
-    phases.push(("device", per_io(profile.phases[7])));
-    phases
-}
-
-fn profile_json(profile: &ProfileNs, ios: u64) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for (name, ns) in profile_per_io(profile, ios) {
-        out.insert(name.into(), json!(ns));
-    }
-    out.insert("total".into(), json!(profile.total / ios.max(1) as f64));
-    out.insert("empty_polls_per_io".into(), json!(profile.empty_polls as f64 / ios.max(1) as f64));
-    out.insert("doorbells_per_io".into(), json!(profile.doorbells as f64 / ios.max(1) as f64));
-    serde_json::Value::Object(out)
 }
 
 fn parse_sgl(text: &str) -> Result<nvme_driver::SglMode, String> {
