@@ -217,6 +217,51 @@ pub fn check_append(zone: Zone, io_blocks: u64, lba: u64) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvme_driver::dma::DmaPool;
+    use nvme_driver::sim::{Fault, SimConfig, Simulator};
+    use nvme_driver::spec::command::opcode;
+    use nvme_driver::{ControllerOptions, IoBuffer, Transport};
+    use std::sync::Arc;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A simulated zoned namespace of 8 zones of 256 blocks of 4 KiB.
+    fn zoned_sim() -> (Arc<Simulator>, Controller, Namespace) {
+        let sim = Simulator::new(SimConfig::zoned(8 * 256, 4096, 256, 256));
+        let transport: Arc<dyn Transport> = sim.clone();
+        let controller = Controller::init(transport, ControllerOptions::default()).expect("init");
+        let ns = controller.namespace(1).expect("namespace 1");
+        (sim, controller, ns)
+    }
+
+    fn job(append: bool) -> ZonedJob {
+        ZonedJob { region_start: 0, region_blocks: 8 * 256, io_blocks: 16, qpairs: 1, qd: 2, append }
+    }
+
+    #[test]
+    fn an_offline_zone_is_refused_by_name_before_anything_is_reset() {
+        let (sim, controller, ns) = zoned_sim();
+        sim.inject(Fault::ZoneOffline { nsid: 1, zslba: 512 });
+        let error = prepare(&controller, &ns, job(false), TIMEOUT).unwrap_err();
+        assert!(error.contains("LBA 512") && error.contains("Offline"), "{error}");
+    }
+
+    #[test]
+    fn a_failed_reset_names_its_zone_and_writes_nothing() {
+        let (sim, controller, ns) = zoned_sim();
+        // Zone 1 holds a block, so it needs a reset; the device refuses them.
+        let pool = DmaPool::new(controller.transport(), 4096, 1).expect("pool");
+        let mut pair = controller.create_queue_pair(4).expect("pair");
+        let write = ns.write(256, IoBuffer::new(pool.get().expect("buffer")), false, 0).expect("request");
+        pair.execute(write, TIMEOUT).expect("write").status.expect("written");
+        sim.inject(Fault::RejectOpcode { opcode: opcode::nvm::ZONE_MANAGEMENT_SEND });
+        let error = prepare(&controller, &ns, ZonedJob { region_start: 256, region_blocks: 512, ..job(true) }, TIMEOUT)
+            .unwrap_err();
+        assert!(error.starts_with("reset the zone at LBA 256:"), "{error}");
+        // The block written before is still there: the zone was not reset.
+        let zone = controller.report_zones(1, 256, 1).expect("report")[0];
+        assert_eq!((zone.state, zone.wp), (ZoneState::ImplicitlyOpened, 257), "{zone:?}");
+    }
 
     fn zones(count: u64, size: u64, capacity: u64) -> Vec<Zone> {
         (0..count).map(|i| Zone { start: i * size, capacity }).collect()
