@@ -4,6 +4,9 @@
 //! Device-visible memory is only touched through raw pointers with volatile
 //! accesses ([`DmaMemory`]); no `&`/`&mut` ever points into it, because the
 //! device may write it at any moment (see `vfio_ioctls::VfioContainer::vfio_dma_map`).
+//! The one exception is memory the IOMMU lets the device read only
+//! ([`DmaPool::new_device_reads`]): a [`FillBuffer`] of it is a plain byte
+//! slice to its holder, so a write's payload is made in place, not copied.
 
 use crate::error::{Error, Result};
 use crate::spec::command::Command;
@@ -156,6 +159,9 @@ pub struct DmaRegion {
     transport: Arc<dyn Transport>,
     /// `transport.dma_domain()`, kept for the check at every submission.
     domain: usize,
+    /// Whether the device may write it ([`Transport::map_dma`]) or only
+    /// read it ([`Transport::map_dma_device_reads`]).
+    device_writes: bool,
 }
 
 // SAFETY: the region is plain memory reachable only through volatile
@@ -167,6 +173,18 @@ unsafe impl Sync for DmaRegion {}
 impl DmaRegion {
     /// Allocates and maps at least `len` bytes, zeroed.
     pub fn allocate(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
+        Self::allocate_as(transport, len, true)
+    }
+
+    /// [`DmaRegion::allocate`] for the device to read only: a payload for
+    /// write commands, which the host may fill through references
+    /// ([`FillBuffer`]). Fails with [`Error::Unsupported`] on a transport
+    /// that cannot enforce it.
+    pub fn allocate_device_reads(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
+        Self::allocate_as(transport, len, false)
+    }
+
+    fn allocate_as(transport: &Arc<dyn Transport>, len: usize, device_writes: bool) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument("DMA region of 0 bytes".into()));
         }
@@ -184,7 +202,12 @@ impl DmaRegion {
         };
         // SAFETY: the memory was just mapped by us, is not referenced by any
         // Rust reference, and is unmapped only in Drop after unmap_dma.
-        match unsafe { transport.map_dma(pointer, len) } {
+        let mapped = match device_writes {
+            true => unsafe { transport.map_dma(pointer, len) },
+            // SAFETY: as above.
+            false => unsafe { transport.map_dma_device_reads(pointer, len) },
+        };
+        match mapped {
             Ok(iova) => Ok(DmaRegion {
                 pointer,
                 len,
@@ -192,6 +215,7 @@ impl DmaRegion {
                 hugepages,
                 domain: transport.dma_domain(),
                 transport: Arc::clone(transport),
+                device_writes,
             }),
             Err(error) => {
                 unmap_anonymous(pointer, len);
@@ -261,6 +285,17 @@ struct PoolInner {
 impl DmaPool {
     /// `count` buffers of `buffer_len` bytes (rounded up to 4 KiB).
     pub fn new(transport: &Arc<dyn Transport>, buffer_len: usize, count: u32) -> Result<Self> {
+        Self::new_as(transport, buffer_len, count, true)
+    }
+
+    /// [`DmaPool::new`] in memory the device may only read
+    /// ([`DmaRegion::allocate_device_reads`]): buffers for write payloads,
+    /// filled in place as [`FillBuffer`]s.
+    pub fn new_device_reads(transport: &Arc<dyn Transport>, buffer_len: usize, count: u32) -> Result<Self> {
+        Self::new_as(transport, buffer_len, count, false)
+    }
+
+    fn new_as(transport: &Arc<dyn Transport>, buffer_len: usize, count: u32, device_writes: bool) -> Result<Self> {
         if buffer_len == 0 || count == 0 {
             return Err(Error::InvalidArgument("DMA pool needs a non-zero buffer size and count".into()));
         }
@@ -268,7 +303,7 @@ impl DmaPool {
         let total = buffer_len
             .checked_mul(count as usize)
             .ok_or_else(|| Error::InvalidArgument("DMA pool size overflows".into()))?;
-        let region = DmaRegion::allocate(transport, total)?;
+        let region = DmaRegion::allocate_as(transport, total, device_writes)?;
         let free = ArrayQueue::new(count as usize);
         for index in 0..count {
             free.push(index).expect("queue sized for every index");
@@ -280,6 +315,13 @@ impl DmaPool {
     pub fn get(&self) -> Option<DmaBuffer> {
         let index = self.inner.free.pop()?;
         Some(DmaBuffer { pool: Arc::clone(&self.inner), index })
+    }
+
+    /// A free buffer to fill in place, or `None` when all are in use or
+    /// the device may write this pool's memory (only a
+    /// [`DmaPool::new_device_reads`] pool lends them). Never blocks.
+    pub fn get_fill(&self) -> Option<FillBuffer> {
+        self.get().and_then(|buffer| FillBuffer::new(buffer).ok())
     }
 
     /// Bytes in each buffer.
@@ -296,6 +338,12 @@ impl DmaPool {
     /// Whether the pool's region is backed by 2 MiB huge pages.
     pub fn is_hugepage_backed(&self) -> bool {
         self.inner.region.is_hugepage_backed()
+    }
+
+    /// Whether the device may write its buffers (false for a
+    /// [`DmaPool::new_device_reads`] pool).
+    pub fn device_writes(&self) -> bool {
+        self.inner.region.device_writes
     }
 
     /// The I/O address space its buffers are mapped in
@@ -330,12 +378,80 @@ impl DmaBuffer {
     pub fn dma_domain(&self) -> usize {
         self.pool.region.domain
     }
+
+    /// Whether the device may write the buffer: false for one of a
+    /// [`DmaPool::new_device_reads`] pool, which commands that transfer
+    /// data to the host refuse ([`crate::queue::SubmitError::DeviceReadOnly`]).
+    pub fn device_writes(&self) -> bool {
+        self.pool.region.device_writes
+    }
 }
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
         // Cannot fail: the queue holds every index and this one is out.
         let _ = self.pool.free.push(self.index);
+    }
+}
+
+/// A buffer of a pool the device may only read
+/// ([`DmaPool::new_device_reads`]), held by the host: it reads and fills it
+/// in place as a byte slice, then hands it to a write command
+/// ([`FillBuffer::into_dma`]), with no copy. This is the one place the
+/// driver forms references into DMA memory; see the SAFETY argument in
+/// `Deref`.
+#[derive(Debug)]
+pub struct FillBuffer {
+    buffer: DmaBuffer,
+}
+
+impl FillBuffer {
+    /// `buffer` to fill in place, or back when the device may write it.
+    pub fn new(buffer: DmaBuffer) -> std::result::Result<Self, DmaBuffer> {
+        match buffer.device_writes() {
+            true => Err(buffer),
+            false => Ok(FillBuffer { buffer }),
+        }
+    }
+
+    /// The buffer, for a write command (`IoBuffer::range(fill.into_dma(), 0, len)`).
+    pub fn into_dma(self) -> DmaBuffer {
+        self.buffer
+    }
+
+    /// The I/O address space it is mapped in ([`DmaBuffer::dma_domain`]).
+    pub fn dma_domain(&self) -> usize {
+        self.buffer.dma_domain()
+    }
+
+    /// Its I/O virtual address.
+    pub fn iova(&self) -> u64 {
+        self.buffer.iova()
+    }
+}
+
+impl std::ops::Deref for FillBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        let (pointer, len, _) = self.buffer.raw_parts();
+        // SAFETY: the memory is mapped for the device to read only (the
+        // IOMMU faults any transfer into it: `map_dma_device_reads`), so
+        // nothing but its holder can write it; `self` owns the buffer (its
+        // index is out of the pool's free queue, and a buffer of a command
+        // that may still be in flight is quarantined, never returned), so
+        // no other host code reaches it either. It stays allocated and
+        // mapped while the pool lives, which `self.buffer` keeps alive. Any
+        // bytes are valid `u8`s.
+        unsafe { std::slice::from_raw_parts(pointer.as_ptr(), len) }
+    }
+}
+
+impl std::ops::DerefMut for FillBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let (pointer, len, _) = self.buffer.raw_parts();
+        // SAFETY: as in `deref`; `&mut self` makes the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(pointer.as_ptr(), len) }
     }
 }
 
@@ -405,6 +521,22 @@ mod tests {
         assert!(region.len() > HUGE_PAGE_SIZE);
         region.write::<u8>(HUGE_PAGE_SIZE, 7);
         assert_eq!(region.read::<u8>(HUGE_PAGE_SIZE), 7);
+    }
+
+    #[test]
+    fn memory_the_device_only_reads_needs_a_transport_that_enforces_it() {
+        // The test transport has no IOMMU to enforce it: refused, nothing
+        // left mapped.
+        let (memory, transport) = host();
+        match DmaPool::new_device_reads(&transport, PAGE_SIZE, 2) {
+            Err(Error::Unsupported(_)) => {}
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        assert_eq!(memory.mapped.load(Ordering::Relaxed), 0);
+        let pool = DmaPool::new(&transport, PAGE_SIZE, 1).unwrap();
+        assert!(pool.device_writes());
+        assert!(pool.get_fill().is_none(), "no fill buffer where the device may write");
+        assert_eq!(pool.available(), 1, "the buffer went back");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! namespaces) is the same code on every backend, so one test body runs
 //! against the simulator in `cargo test` and against QEMU in the rig.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use serde::Serialize;
 use std::fmt;
 use std::ptr::NonNull;
@@ -96,6 +96,21 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// volatile or atomic operations: the device writes it at any time, so a
     /// Rust reference into it is undefined behaviour.
     unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64>;
+
+    /// [`Transport::map_dma`] with read access only for the device: it may
+    /// take data from the memory (a write command's payload) but any
+    /// transfer into it faults in the IOMMU, so the host may hold Rust
+    /// references into it while no command uses it ([`crate::dma::FillBuffer`]).
+    /// Undone by [`Transport::unmap_dma`]. Transports that cannot enforce
+    /// the restriction refuse (the default).
+    ///
+    /// # Safety
+    /// As [`Transport::map_dma`], except that the host may form references
+    /// into the memory: the device cannot write it.
+    unsafe fn map_dma_device_reads(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
+        let _ = (vaddr, len);
+        Err(Error::Unsupported(format!("{}: DMA mappings the device may only read", self.name())))
+    }
 
     /// Undoes [`Transport::map_dma`].
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()>;

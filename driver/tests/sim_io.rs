@@ -339,3 +339,39 @@ fn consumed_completions_are_announced_in_batches_and_the_cq_never_fills() {
         drop(rig);
     }
 }
+
+#[test]
+fn a_fill_buffer_is_written_in_place_and_refused_for_reads() {
+    use nvme_driver::dma::{DmaPool, FillBuffer};
+    let mut rig = Rig::new(SimConfig::nvm(1 << 16, 512));
+    let pool = DmaPool::new_device_reads(rig.controller.transport(), 8192, 2).unwrap();
+    assert!(!pool.device_writes());
+    // Filled through a plain slice, written with no copy.
+    let data = pattern(5, 8192);
+    let mut fill = pool.get_fill().unwrap();
+    fill.copy_from_slice(&data);
+    let request = rig.ns.write(64, IoBuffer::new(fill.into_dma()), false, 1).unwrap();
+    rig.status(request).unwrap();
+    assert_eq!(rig.read(64, 8192).unwrap(), data);
+
+    // A read into it is refused before it reaches the device...
+    let fill = pool.get_fill().unwrap();
+    let iova = fill.iova();
+    let request = rig.ns.read(64, IoBuffer::new(fill.into_dma()), 2).unwrap();
+    match rig.pair.submit(request) {
+        Err((nvme_driver::queue::SubmitError::DeviceReadOnly, _)) => {}
+        other => panic!("expected DeviceReadOnly, got {:?}", other.map_err(|(e, _)| e)),
+    }
+    // ...and a device that tried anyway would meet the IOMMU: Data
+    // Transfer Error, nothing written.
+    let errors = rig.sim.stats().dma_errors;
+    // SAFETY: the memory is the pool's, mapped until the pool drops; the
+    // host does not touch it while the command runs.
+    let done = unsafe { rig.pair.execute_raw(nvm::read(1, 64, 16), iova, 8192, Duration::from_secs(2)) }.unwrap();
+    assert_eq!(code(sim_support::device(done.status)), StatusCode::Generic(GenericStatus::DataTransferError));
+    assert_eq!(rig.sim.stats().dma_errors, errors + 1);
+
+    // A pool the device writes lends no fill buffers.
+    assert!(rig.pool.get_fill().is_none());
+    assert!(FillBuffer::new(rig.pool.get().unwrap()).is_err());
+}

@@ -168,6 +168,10 @@ pub enum SubmitError {
     /// controller's ([`crate::Transport::dma_domain`]): its addresses mean
     /// nothing (or other memory) to this device.
     ForeignBuffer,
+    /// The command transfers data to the host, into a buffer the device
+    /// may only read ([`crate::dma::DmaPool::new_device_reads`]): the IOMMU
+    /// would fault the transfer.
+    DeviceReadOnly,
 }
 
 impl std::fmt::Display for SubmitError {
@@ -183,6 +187,9 @@ impl std::fmt::Display for SubmitError {
             SubmitError::DeviceGone => write!(f, "device gone"),
             SubmitError::ControllerFailed => write!(f, "controller failed and could not be reset"),
             SubmitError::ForeignBuffer => write!(f, "the buffer is mapped for another device's address space"),
+            SubmitError::DeviceReadOnly => {
+                write!(f, "the command transfers data to the host, into a buffer the device may only read")
+            }
         }
     }
 }
@@ -201,7 +208,7 @@ impl From<SubmitError> for Error {
             }
             SubmitError::DeviceGone => Error::DeviceGone,
             SubmitError::ControllerFailed => Error::ControllerFailed,
-            SubmitError::ForeignBuffer => Error::InvalidArgument(error.to_string()),
+            SubmitError::ForeignBuffer | SubmitError::DeviceReadOnly => Error::InvalidArgument(error.to_string()),
         }
     }
 }
@@ -783,6 +790,14 @@ impl QueuePair {
         let foreign = |b: &Option<IoBuffer>| b.as_ref().is_some_and(|b| b.buffer().dma_domain() != self.dma_domain);
         if foreign(&request.buffer) || foreign(&request.metadata) {
             return Err((SubmitError::ForeignBuffer, request));
+        }
+        // Opcode bits 1:0 give the data direction; 1xb moves data to the
+        // host (NVMe Base 2.0 §3.3.3.1, Figure 89).
+        if request.command.opcode & 0b10 != 0 {
+            let read_only = |b: &Option<IoBuffer>| b.as_ref().is_some_and(|b| !b.buffer().device_writes());
+            if read_only(&request.buffer) || read_only(&request.metadata) {
+                return Err((SubmitError::DeviceReadOnly, request));
+            }
         }
         let checked = self.stamp::<PROFILE>();
         let (iova, len) = request.buffer.as_ref().map_or((0, 0), |b| (b.iova(), b.len()));

@@ -34,6 +34,8 @@ struct Mapping {
     iova: u64,
     len: u64,
     host: NonNull<u8>,
+    /// Whether the device may transfer into it (else it may only read it).
+    device_writes: bool,
 }
 
 /// `len` bytes of host memory that a live mapping covers.
@@ -49,11 +51,19 @@ struct Mapping {
 pub(crate) struct HostRange {
     ptr: NonNull<u8>,
     len: usize,
+    /// Whether its mapping lets the device write it: a transfer into a
+    /// range without is an IOMMU fault.
+    device_writes: bool,
 }
 
 impl HostRange {
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the device may transfer into the range.
+    pub(crate) fn device_writes(&self) -> bool {
+        self.device_writes
     }
 
     /// A raw pointer to `offset`, with `offset + count` checked against the
@@ -66,7 +76,7 @@ impl HostRange {
     /// `len` bytes from `offset` of this range.
     pub(crate) fn sub(&self, offset: usize, len: usize) -> HostRange {
         let start = self.at(offset, len);
-        HostRange { ptr: NonNull::new(start).expect("inside a non-null range"), len }
+        HostRange { ptr: NonNull::new(start).expect("inside a non-null range"), len, ..*self }
     }
 
     /// Copies `source` into host memory at `offset` (device to host).
@@ -151,8 +161,9 @@ impl DmaTable {
     }
 
     /// Records a mapping of `len` bytes at `host` and returns its IOVA.
-    /// Like VFIO, it takes whole pages only.
-    pub(crate) fn map(&mut self, host: NonNull<u8>, len: usize) -> Result<u64, String> {
+    /// Like VFIO, it takes whole pages only. Without `device_writes` the
+    /// device may only read it (VFIO_DMA_MAP_FLAG_READ alone).
+    pub(crate) fn map(&mut self, host: NonNull<u8>, len: usize, device_writes: bool) -> Result<u64, String> {
         if len == 0 || !len.is_multiple_of(PAGE_SIZE) || !(host.as_ptr() as usize).is_multiple_of(PAGE_SIZE) {
             return Err(format!("DMA mapping of {len} bytes at {host:p}: not whole pages"));
         }
@@ -166,7 +177,7 @@ impl DmaTable {
         let id = self.next_id;
         self.next_id += 1;
         debug_assert!(self.mappings.last().is_none_or(|last| last.iova + last.len <= iova));
-        self.mappings.push(Mapping { id, iova, len, host });
+        self.mappings.push(Mapping { id, iova, len, host, device_writes });
         Ok(iova)
     }
 
@@ -204,7 +215,8 @@ impl DmaTable {
         let mapping = &self.mappings[index];
         let offset = (iova - mapping.iova) as usize;
         let ptr = mapping.host.as_ptr().wrapping_add(offset);
-        Some((HostRange { ptr: NonNull::new(ptr).expect("inside a mapping"), len }, mapping.id))
+        let device_writes = mapping.device_writes;
+        Some((HostRange { ptr: NonNull::new(ptr).expect("inside a mapping"), len, device_writes }, mapping.id))
     }
 }
 
@@ -387,7 +399,7 @@ fn sgl_rest_is_empty(segment: Option<(HostRange, usize, bool)>) -> Result<(), St
 
 fn push(out: &mut Vec<HostRange>, range: HostRange) {
     if let Some(last) = out.last_mut() {
-        if last.ptr.as_ptr().wrapping_add(last.len) == range.ptr.as_ptr() {
+        if last.ptr.as_ptr().wrapping_add(last.len) == range.ptr.as_ptr() && last.device_writes == range.device_writes {
             last.len += range.len;
             return;
         }
@@ -482,7 +494,7 @@ pub(crate) mod tests {
         }
 
         pub(crate) fn all(&self) -> HostRange {
-            HostRange { ptr: self.ptr, len: self.layout.size() }
+            HostRange { ptr: self.ptr, len: self.layout.size(), device_writes: true }
         }
 
         pub(crate) fn byte(&self, offset: usize) -> u8 {
@@ -502,8 +514,8 @@ pub(crate) mod tests {
         let memory = TestMemory::new(4);
         let host = memory.ptr();
         let mut table = DmaTable::new();
-        let first = table.map(host, 2 * PAGE_SIZE).unwrap();
-        let second = table.map(host, PAGE_SIZE).unwrap();
+        let first = table.map(host, 2 * PAGE_SIZE, true).unwrap();
+        let second = table.map(host, PAGE_SIZE, true).unwrap();
         assert_eq!(first, IOVA_BASE);
         assert_ne!(first, host.as_ptr() as u64);
         assert_eq!(second, first + 3 * PAGE, "a guard page between mappings");
@@ -511,7 +523,7 @@ pub(crate) mod tests {
         assert!(table.translate(first + 2 * PAGE, 1).is_none(), "the guard page is unmapped");
         assert!(table.translate(first + PAGE, PAGE_SIZE + 1).is_none(), "runs past the mapping");
         assert!(table.translate(host.as_ptr() as u64, 8).is_none(), "a host address is no IOVA");
-        assert!(table.map(host, 100).is_err(), "whole pages only");
+        assert!(table.map(host, 100, true).is_err(), "whole pages only");
         assert!(table.unmap(first, PAGE_SIZE).is_err(), "length must match");
         table.unmap(first, 2 * PAGE_SIZE).unwrap();
         assert!(table.translate(first, 8).is_none());
@@ -523,7 +535,7 @@ pub(crate) mod tests {
     fn prps_one_two_and_list_pages() {
         let memory = TestMemory::new(4);
         let mut table = DmaTable::new();
-        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE).unwrap();
+        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE, true).unwrap();
         let mut out = Vec::new();
         resolve_prps(&mut table, iova + 512, 0, 1024, &mut out).unwrap();
         assert_eq!((out.len(), out[0].len()), (1, 1024));
@@ -547,7 +559,7 @@ pub(crate) mod tests {
     fn prp_lists_chain_across_list_pages() {
         let memory = TestMemory::new(8);
         let mut table = DmaTable::new();
-        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE).unwrap();
+        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE, true).unwrap();
         let host = memory.all();
         // Data: pages 0 (PRP1), 1, 2, 3. The list starts in the last two
         // slots of page 7: page 1, then a chain to a list at page 6 that
@@ -584,7 +596,7 @@ pub(crate) mod tests {
     fn an_sgl_data_block_describes_a_buffer_whole() {
         let memory = TestMemory::new(4);
         let mut table = DmaTable::new();
-        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE).unwrap();
+        let iova = table.map(memory.ptr(), 4 * PAGE_SIZE, true).unwrap();
         let mut out = Vec::new();
         resolve_sgl(&mut table, descriptor(iova + 4, 3 * PAGE_SIZE, DATA_BLOCK), 3 * PAGE_SIZE, &mut out).unwrap();
         assert_eq!((out.len(), out[0].len()), (1, 3 * PAGE_SIZE));
@@ -603,7 +615,7 @@ pub(crate) mod tests {
     fn sgl_segments_chain_to_a_last_segment() {
         let memory = TestMemory::new(8);
         let mut table = DmaTable::new();
-        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE).unwrap();
+        let iova = table.map(memory.ptr(), 8 * PAGE_SIZE, true).unwrap();
         let host = memory.all();
         // SGL1: a Segment at page 6 holding page 2's Data Block and a Last
         // Segment at page 7, which holds pages 0 and 1 (a zero-length

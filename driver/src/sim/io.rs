@@ -194,10 +194,12 @@ impl State {
         }
     }
 
-    /// Resolves the command's data pointer for `len` bytes. The returned
-    /// segments are the state's scratch vector: hand them back with
-    /// `self.segments = segments`.
-    fn resolve(&mut self, command: &Command, len: usize) -> Result<Vec<HostRange>, Status> {
+    /// Resolves the command's data pointer for `len` bytes, which the
+    /// device transfers into host memory when `into_host` (a mapping the
+    /// device may only read then fails as an IOMMU fault would: Data
+    /// Transfer Error). The returned segments are the state's scratch
+    /// vector: hand them back with `self.segments = segments`.
+    fn resolve(&mut self, command: &Command, len: usize, into_host: bool) -> Result<Vec<HostRange>, Status> {
         let mut segments = std::mem::take(&mut self.segments);
         let resolved = if command.psdt() == PSDT_PRP {
             resolve_prps(&mut self.dma, command.prp1, command.prp2, len, &mut segments)
@@ -206,6 +208,10 @@ impl State {
             self.stats.sgl_transfers += u64::from(resolved.is_ok());
             resolved
         };
+        let resolved = resolved.and_then(|()| match into_host && !segments.iter().all(HostRange::device_writes) {
+            true => Err(Status::from(GenericStatus::DataTransferError)),
+            false => Ok(()),
+        });
         match resolved {
             Ok(()) => Ok(segments),
             Err(status) => {
@@ -226,10 +232,11 @@ impl State {
         index: usize,
         command: &Command,
         blocks: u64,
+        into_host: bool,
     ) -> Result<(Vec<HostRange>, Option<HostRange>), Status> {
         let len = blocks * self.namespaces[index].block_size;
-        let segments = self.resolve(command, len as usize)?;
-        match self.resolve_metadata(index, command, blocks) {
+        let segments = self.resolve(command, len as usize, into_host)?;
+        match self.resolve_metadata(index, command, blocks, into_host) {
             Ok(metadata) => Ok((segments, metadata)),
             Err(status) => {
                 self.segments = segments;
@@ -241,7 +248,13 @@ impl State {
     /// The metadata buffer of a Read, Write or Zone Append of `blocks`
     /// blocks: `None` when the namespace has no metadata or MPTR is 0 (no
     /// metadata moves; see the [module documentation](self#metadata)).
-    fn resolve_metadata(&mut self, index: usize, command: &Command, blocks: u64) -> Result<Option<HostRange>, Status> {
+    fn resolve_metadata(
+        &mut self,
+        index: usize,
+        command: &Command,
+        blocks: u64,
+        into_host: bool,
+    ) -> Result<Option<HostRange>, Status> {
         let metadata_bytes = u64::from(self.namespaces[index].config.metadata_bytes);
         if metadata_bytes == 0 || command.mptr == 0 {
             return Ok(None);
@@ -251,6 +264,10 @@ impl State {
         }
         let len = (blocks * metadata_bytes) as usize;
         match self.dma.translate(command.mptr, len) {
+            Some((buffer, _)) if into_host && !buffer.device_writes() => {
+                self.stats.dma_errors += 1;
+                Err(Status::from(GenericStatus::DataTransferError))
+            }
             Some((buffer, _)) if self.config.metadata_dma_truncation && len >= 512 && !len.is_multiple_of(512) => {
                 Ok(Some(buffer.sub(0, len % 512)))
             }
@@ -320,7 +337,7 @@ impl State {
         if let Some(zones) = &namespace.zones {
             zones.check_read(slba, blocks)?;
         }
-        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks)?;
+        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks, true)?;
         let result = self.read_fault(nsid, slba, blocks).map(|()| {
             let storage = &self.namespaces[index].storage;
             let mut transfer = Transfer::new(&segments);
@@ -384,7 +401,7 @@ impl State {
             }
             Some(zones) => (start, Some(zones.check_write(start, blocks)?)),
         };
-        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks)?;
+        let (segments, metadata) = self.resolve_with_metadata(index, c, blocks, false)?;
         let result = self.write_fault(nsid, slba, blocks).map(|()| {
             let durable = self.durable(fua);
             let namespace = &mut self.namespaces[index];
@@ -479,7 +496,7 @@ impl State {
         if let Some(zones) = &namespace.zones {
             zones.check_read(slba, blocks)?;
         }
-        let segments = self.resolve(c, bytes)?;
+        let segments = self.resolve(c, bytes, false)?;
         let result = self.read_fault(nsid, slba, blocks).and_then(|()| {
             let mut host = std::mem::take(&mut self.buffer);
             host.clear();
@@ -526,7 +543,7 @@ impl State {
             return Err(invalid_field());
         }
         let len = ranges * DSM_RANGE_SIZE;
-        let segments = self.resolve(c, len)?;
+        let segments = self.resolve(c, len, false)?;
         let mut descriptors = std::mem::take(&mut self.buffer);
         descriptors.clear();
         descriptors.resize(len, 0);
@@ -584,7 +601,7 @@ impl State {
             return Err(size_limit_exceeded());
         }
         let len = ranges * COPY_SOURCE_RANGE_SIZE;
-        let segments = self.resolve(c, len)?;
+        let segments = self.resolve(c, len, false)?;
         let mut descriptors = std::mem::take(&mut self.buffer);
         descriptors.clear();
         descriptors.resize(len, 0);
@@ -750,7 +767,7 @@ impl State {
             return Err(Status::from(GenericStatus::LbaOutOfRange).with_dnr());
         }
         let len = len as usize;
-        let segments = self.resolve(c, len)?;
+        let segments = self.resolve(c, len, true)?;
         let mut report = std::mem::take(&mut self.buffer);
         report.clear();
         report.resize(len.max(REPORT_HEADER_SIZE), 0);

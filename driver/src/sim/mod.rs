@@ -390,7 +390,11 @@ impl Transport for Simulator {
     }
 
     unsafe fn map_dma(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
-        self.lock().dma.map(vaddr, len).map_err(Error::Dma)
+        self.lock().dma.map(vaddr, len, true).map_err(Error::Dma)
+    }
+
+    unsafe fn map_dma_device_reads(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
+        self.lock().dma.map(vaddr, len, false).map_err(Error::Dma)
     }
 
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {

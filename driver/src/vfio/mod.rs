@@ -416,6 +416,14 @@ impl Transport for VfioPci {
         Ok(iova)
     }
 
+    unsafe fn map_dma_device_reads(&self, vaddr: NonNull<u8>, len: usize) -> Result<u64> {
+        let iova = self.vfio.allocate_iova(len)?;
+        // SAFETY: the caller keeps the memory allocated until unmap_dma.
+        unsafe { sys::iommu_map_dma_device_reads(self.vfio.container.as_raw_fd(), iova, len, vaddr.as_ptr()) }
+            .map_err(io_context(format!("mapping {len} bytes for the device to read")))?;
+        Ok(iova)
+    }
+
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
         self.vfio
             .container

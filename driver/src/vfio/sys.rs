@@ -4,7 +4,7 @@
 use std::io;
 use std::os::unix::io::RawFd;
 use vfio_bindings::bindings::vfio::{
-    vfio_info_cap_header, vfio_iommu_type1_info, VFIO_BASE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
+    vfio_info_cap_header, vfio_iommu_type1_dma_map, vfio_iommu_type1_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
     VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_TYPE,
 };
 
@@ -15,6 +15,35 @@ const VFIO_IOMMU_GET_INFO: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) |
 /// `VFIO_DEVICE_RESET` is `_IO(VFIO_TYPE, VFIO_BASE + 11)` (linux/vfio.h);
 /// `vfio-ioctls`' wrapper discards its result.
 const VFIO_DEVICE_RESET: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 11);
+
+/// `VFIO_IOMMU_MAP_DMA` is `_IO(VFIO_TYPE, VFIO_BASE + 13)` (linux/vfio.h);
+/// `vfio-ioctls`' wrapper always grants the device read and write.
+const VFIO_IOMMU_MAP_DMA: libc::c_ulong = ((VFIO_TYPE as libc::c_ulong) << 8) | (VFIO_BASE as libc::c_ulong + 13);
+
+/// Maps `[vaddr, vaddr + len)` at `iova` for the container's devices to
+/// read only (`VFIO_DMA_MAP_FLAG_READ` without `_WRITE`): the IOMMU faults
+/// any transfer into it.
+///
+/// # Safety
+/// The memory must stay allocated until it is unmapped.
+pub unsafe fn iommu_map_dma_device_reads(container: RawFd, iova: u64, len: usize, vaddr: *mut u8) -> io::Result<()> {
+    let map = vfio_iommu_type1_dma_map {
+        argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
+        flags: VFIO_DMA_MAP_FLAG_READ,
+        vaddr: vaddr as u64,
+        iova,
+        size: len as u64,
+    };
+    // SAFETY: the kernel only reads `map`, which lives across the call; the
+    // caller keeps the mapped memory allocated; the fd is a VFIO container
+    // (an invalid one is EBADF).
+    let rc = unsafe { libc::ioctl(container, VFIO_IOMMU_MAP_DMA, &map as *const vfio_iommu_type1_dma_map) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
 
 /// Resets the device (vfio-pci tries FLR, then a slot or bus reset it may
 /// do alone); fails when it has none it can do.
