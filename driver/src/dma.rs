@@ -200,11 +200,13 @@ impl DmaRegion {
                 (pointer, rounded, false)
             }
         };
-        // SAFETY: the memory was just mapped by us, is not referenced by any
-        // Rust reference, and is unmapped only in Drop after unmap_dma.
         let mapped = match device_writes {
+            // SAFETY: the memory was just mapped by us, is not referenced by
+            // any Rust reference, and is unmapped only in Drop after
+            // unmap_dma.
             true => unsafe { transport.map_dma(pointer, len) },
-            // SAFETY: as above.
+            // SAFETY: as above (references are formed only by a FillBuffer,
+            // once the device cannot write the memory).
             false => unsafe { transport.map_dma_device_reads(pointer, len) },
         };
         match mapped {
