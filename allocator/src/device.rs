@@ -31,11 +31,22 @@ pub struct DeviceOptions {
     pub max_transfer_bytes: usize,
     /// Bound on every blocking command.
     pub timeout: Duration,
+    /// Buffers the volume lends for writes made in place
+    /// ([`crate::Volume::fill_buffer`]), each of the largest extent, in
+    /// memory the device may only read; 0 lends none. Needs a transport
+    /// that enforces it (VFIO, the simulator).
+    pub fill_buffers: u32,
 }
 
 impl Default for DeviceOptions {
     fn default() -> Self {
-        DeviceOptions { queue_depth: 128, buffers: 64, max_transfer_bytes: 1 << 20, timeout: Duration::from_secs(30) }
+        DeviceOptions {
+            queue_depth: 128,
+            buffers: 64,
+            max_transfer_bytes: 1 << 20,
+            timeout: Duration::from_secs(30),
+            fill_buffers: 0,
+        }
     }
 }
 
@@ -59,6 +70,8 @@ pub struct Device {
     /// Metadata buffers for tagged transfers, one per data buffer, each
     /// sized for the largest transfer; `None` without `tags`.
     tag_pool: Option<DmaPool>,
+    /// Buffers lent for writes made in place ([`DeviceOptions::fill_buffers`]).
+    pub(crate) fill_pool: Option<DmaPool>,
     /// A buffer kept back from the pool for the volume's own reads of
     /// checksum areas ([`crate::area`]), which an engine holding every
     /// other buffer (a scrub at depth) must not starve.
@@ -111,6 +124,10 @@ impl Device {
             )?),
             None => None,
         };
+        let fill_pool = match options.fill_buffers {
+            0 => None,
+            count => Some(DmaPool::new_device_reads(controller.transport(), max_transfer, count)?),
+        };
         let durable_generation = pair.reset_generation();
         let id = controller.identify();
         let identity = (String::new(), id.mn.trim().to_string(), id.sn.trim().to_string());
@@ -123,6 +140,7 @@ impl Device {
             pool,
             tags,
             tag_pool,
+            fill_pool,
             reserved: None,
             stash: VecDeque::new(),
             next_token: 0,

@@ -10,6 +10,7 @@ mod area;
 mod check;
 mod commit;
 mod copy;
+mod fill;
 mod member;
 mod open;
 mod read;
@@ -308,6 +309,10 @@ pub struct VolumeStats {
     /// Time spent computing crc32c on the write path, in nanoseconds (zero
     /// when callers pass their own checksums).
     pub checksum_ns: u64,
+    /// Bytes copied from the caller's memory into DMA buffers for writes
+    /// (each copy of each extent; a buffer lent by [`Volume::fill_buffer`]
+    /// goes to its device without one).
+    pub copied_in_bytes: u64,
     /// Owners of extents written since their table page's owners were
     /// last journaled, kept in memory until a commit journals them
     /// (bounded by [`VolumeOptions::recent_owners`]).

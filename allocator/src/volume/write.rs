@@ -12,7 +12,7 @@ use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
-use nvme_driver::dma::DmaMemory;
+use nvme_driver::dma::{DmaMemory, FillBuffer};
 use nvme_driver::{IoBuffer, IoCompletion};
 use std::time::Instant;
 
@@ -36,7 +36,7 @@ impl Volume {
     /// [`Volume::next_done`]. Every copy is written; the extent exists
     /// once all succeed.
     pub fn submit_write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
-        self.submit_write_inner(stream, data, owner, None)
+        self.submit_write_inner(stream, Source::Bytes(data), owner, None)
     }
 
     /// [`Volume::submit_write`] with the blocks' checksums computed by the
@@ -53,17 +53,23 @@ impl Volume {
         if crcs.len() * BLOCK_SIZE != data.len() {
             return Err(Error::InvalidArgument(format!("{} checksums for {} bytes", crcs.len(), data.len())));
         }
-        self.submit_write_inner(stream, data, owner, Some(crcs))
+        self.submit_write_inner(stream, Source::Bytes(data), owner, Some(crcs))
     }
 
     pub(super) fn submit_write_inner(
         &mut self,
         stream: u8,
-        data: &[u8],
+        source: Source<'_>,
         owner: u64,
         crcs: Option<Vec<u32>>,
     ) -> Result<ExtentId> {
         self.check_resets()?;
+        let len = source.len();
+        if let Source::Filled(buffer, len) = &source {
+            if *len > buffer.len() {
+                return Err(Error::InvalidArgument(format!("{len} bytes of a {}-byte buffer", buffer.len())));
+            }
+        }
         if stream >= self.superblock.streams {
             return Err(Error::InvalidArgument(format!(
                 "stream {stream}: the volume has {} stream(s)",
@@ -73,14 +79,16 @@ impl Volume {
         if owner == crate::OWNER_LOST {
             return Err(Error::InvalidArgument(format!("owner {owner} is reserved (a lost owner)")));
         }
-        if data.is_empty() || !data.len().is_multiple_of(BLOCK_SIZE) || data.len() > self.max_extent_bytes() {
+        if len == 0 || !len.is_multiple_of(BLOCK_SIZE) || len > self.max_extent_bytes() {
             return Err(Error::InvalidArgument(format!(
-                "a write of {} bytes: expected a nonzero multiple of 4096 up to {}",
-                data.len(),
+                "a write of {len} bytes: expected a nonzero multiple of 4096 up to {}",
                 self.max_extent_bytes()
             )));
         }
-        let blocks = (data.len() / BLOCK_SIZE) as u32;
+        if crcs.as_ref().is_some_and(|crcs| crcs.len() * BLOCK_SIZE != len) {
+            return Err(Error::InvalidArgument(format!("{} checksums for {len} bytes", crcs.map_or(0, |c| c.len()))));
+        }
+        let blocks = (len / BLOCK_SIZE) as u32;
         let slot = Slot::Stream(stream);
         // Room in every lane in use first, so a write never lands in one
         // only.
@@ -95,7 +103,7 @@ impl Volume {
             None => {
                 let started = Instant::now();
                 let mut crcs = Vec::with_capacity(blocks as usize);
-                block_crcs(data, &mut crcs);
+                block_crcs(source.bytes(), &mut crcs);
                 self.stats.checksum_ns += started.elapsed().as_nanos() as u64;
                 crcs
             }
@@ -107,13 +115,26 @@ impl Volume {
         let tagged = !self.area && self.tags.is_some_and(|layout| layout.carries(blocks as usize));
         let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, copies) };
         let index = self.pending_slot(pending);
-        for lane in 0..copies {
+        // A filled buffer goes, as it is, to the last lane whose device can
+        // reach it; every other lane gets a copy of it, made first.
+        let lender = source.domain().and_then(|domain| (0..copies).rev().find(|&l| self.dma_domain(l) == Some(domain)));
+        let order = (0..copies).filter(|&l| Some(l) != lender).chain(lender);
+        let mut source = Some(source);
+        for lane in order {
             let device = self.lanes[lane].device;
             let submitted = match self.devices[device] {
                 // Written while the device is away: the copy is missing,
                 // for a resilver to write.
                 None => Err(Error::NoDevices),
-                Some(_) => self.submit_lane_write(index, lane, slot, blocks, Payload::Bytes(data)),
+                Some(_) if Some(lane) == lender => {
+                    let Some(Source::Filled(buffer, len)) = source.take() else { unreachable!("a lender lends") };
+                    let io = IoBuffer::range(buffer.into_dma(), 0, len);
+                    self.submit_lane_write(index, lane, slot, blocks, Payload::Buffer(io))
+                }
+                Some(_) => {
+                    let bytes = source.as_ref().expect("the source outlives the copies").bytes();
+                    self.submit_lane_write(index, lane, slot, blocks, Payload::Bytes(bytes))
+                }
             };
             let error = match submitted {
                 Ok(()) => continue,
@@ -140,7 +161,7 @@ impl Volume {
             self.finish_write(index);
         }
         self.stats.writes += 1;
-        self.stats.write_bytes += data.len() as u64;
+        self.stats.write_bytes += len as u64;
         Ok(id)
     }
 
@@ -198,6 +219,7 @@ impl Volume {
             Payload::Bytes(data) => {
                 let buffer = self.take_buffer(device)?;
                 buffer.copy_in(0, data);
+                self.stats.copied_in_bytes += data.len() as u64;
                 IoBuffer::range(buffer, 0, data.len())
             }
             Payload::Buffer(io) => io,
@@ -688,6 +710,39 @@ impl Volume {
 /// What a write carries: bytes to copy into one of the device's DMA
 /// buffers, or a DMA buffer already holding them, mapped in the device's
 /// I/O address space (a resilver's read, written as it came).
+/// A new extent's bytes: the caller's, or a buffer the volume lent,
+/// filled in place, and its length.
+pub(super) enum Source<'a> {
+    Bytes(&'a [u8]),
+    Filled(FillBuffer, usize),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Bytes(data) => data.len(),
+            Source::Filled(_, len) => *len,
+        }
+    }
+
+    /// The bytes (a lent buffer is memory the device only reads, so a
+    /// slice of it is sound: see `FillBuffer`).
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Bytes(data) => data,
+            Source::Filled(buffer, len) => &buffer[..*len],
+        }
+    }
+
+    /// The I/O address space of a lent buffer.
+    fn domain(&self) -> Option<usize> {
+        match self {
+            Source::Bytes(_) => None,
+            Source::Filled(buffer, _) => Some(buffer.dma_domain()),
+        }
+    }
+}
+
 pub(super) enum Payload<'a> {
     Bytes(&'a [u8]),
     Buffer(IoBuffer),
