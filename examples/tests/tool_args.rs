@@ -156,6 +156,47 @@ fn a_mirror_on_the_simulator_is_on_its_two_namespaces() {
 }
 
 #[test]
+fn seqwrite_zero_copy_writes_what_it_verifies_and_copies_nothing() {
+    // Inline and on checksum threads, single and mirrored: every extent is
+    // read back and compared with its pattern (--verify), and only a
+    // mirror's second copy is copied into DMA memory.
+    for (threads, profile, copied) in [("0", "single", 0), ("2", "single", 0), ("2", "mirror", 8 << 20)] {
+        let args = [
+            "--sim",
+            "--sim-capacity",
+            "64M",
+            "--sim-zone",
+            "4M",
+            "--profile",
+            profile,
+            "--format",
+            "--size",
+            "8M",
+            "--bs",
+            "128k",
+            "--iodepth",
+            "4",
+            "--checksum-threads",
+            threads,
+            "--zero-copy",
+            "--verify",
+            "--json",
+        ];
+        let (code, stdout, stderr) = run(SEQWRITE, &args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+        assert_eq!(report["bytes"], 8 << 20, "{args:?}");
+        assert_eq!(report["zero_copy"], true);
+        assert_eq!(report["volume"]["copied_in_bytes"], copied, "{args:?}");
+    }
+    // Without it, every byte is copied.
+    let (code, stdout, stderr) = run(SEQWRITE, &["--sim", "--format", "--size", "8M", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["volume"]["copied_in_bytes"], 8 << 20);
+}
+
+#[test]
 fn a_rate_limited_scrub_on_the_simulator_finishes() {
     let (code, stdout, stderr) = run(SCRUB, &["--sim", "8M", "--limit", "512", "--json"]);
     assert_eq!(code, Some(0), "{stderr}");

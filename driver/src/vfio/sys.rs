@@ -4,8 +4,9 @@
 use std::io;
 use std::os::unix::io::RawFd;
 use vfio_bindings::bindings::vfio::{
-    vfio_info_cap_header, vfio_iommu_type1_dma_map, vfio_iommu_type1_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
-    VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_TYPE,
+    vfio_info_cap_header, vfio_iommu_type1_dma_map, vfio_iommu_type1_info, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE,
+    VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_TYPE,
 };
 
 /// `VFIO_IOMMU_GET_INFO` is `_IO(VFIO_TYPE, VFIO_BASE + 12)` (linux/vfio.h);

@@ -4,6 +4,7 @@
 //! created when none is found, and `--format` recreates it.
 
 use clap::{Parser, ValueEnum};
+use nvme_driver::dma::FillBuffer;
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use nvme_examples::args::{
@@ -121,6 +122,11 @@ struct Args {
     /// host CPU from the emulated device; on hardware, spin.
     #[arg(long, default_value_t = 0, value_parser = args::int_in::<u64>(0, POLL_SLEEP_US_MAX))]
     poll_sleep_us: u64,
+    /// Make each write in place, in a buffer the volume lends (memory the
+    /// device may only read), instead of copying it into DMA memory: needs
+    /// VFIO or --sim. The second copy of a dup or mirror is still copied.
+    #[arg(long)]
+    zero_copy: bool,
     /// Read everything back and verify it afterwards.
     #[arg(long)]
     verify: bool,
@@ -269,8 +275,14 @@ fn describe_devices(args: &Args, choices: &[DeviceChoice]) -> String {
 }
 
 fn open_devices(args: &Args, controllers: &[Controller]) -> Result<Vec<Device>, String> {
-    let options =
-        DeviceOptions { queue_depth: 256, buffers: (args.iodepth as u32 * 2).max(64), ..DeviceOptions::default() };
+    // Lent buffers: those in flight, and those being filled ahead.
+    let fill_buffers = if args.zero_copy { fill_lookahead(args) as u32 + args.iodepth as u32 + 2 } else { 0 };
+    let options = DeviceOptions {
+        queue_depth: 256,
+        buffers: (args.iodepth as u32 * 2).max(64),
+        fill_buffers,
+        ..DeviceOptions::default()
+    };
     let mut devices = Vec::new();
     for choice in device_choices(args)? {
         let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
@@ -401,16 +413,30 @@ fn run(args: &Args) -> Result<(), String> {
     // Buffers the writer is done with go back to the workers.
     let (spent_tx, spent_rx) = mpsc::channel::<Vec<u8>>();
     let spent_rx = Arc::new(std::sync::Mutex::new(spent_rx));
+    // With --zero-copy, the buffers the volume lends, on their way to be
+    // filled; `lent` of them are out.
+    let (lend_tx, lend_rx) = mpsc::channel::<FillBuffer>();
+    let lend_rx = Arc::new(std::sync::Mutex::new(lend_rx));
+    let mut lent = 0usize;
     let next_write = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..args.checksum_threads {
         let ready_tx = ready_tx.clone();
         let spent_rx = Arc::clone(&spent_rx);
+        let lend_rx = Arc::clone(&lend_rx);
         let next_write = Arc::clone(&next_write);
+        let zero_copy = args.zero_copy;
         workers.push(std::thread::spawn(move || loop {
             let Some(sequence) = claim(&next_write, writes_total) else { return };
-            let reused = spent_rx.lock().ok().and_then(|rx| rx.try_recv().ok());
-            if ready_tx.send(prepare(sequence, reused, bs)).is_err() {
+            let data = match zero_copy {
+                // Ends when the writer stops lending.
+                true => match lend_rx.lock().map(|rx| rx.recv()) {
+                    Ok(Ok(buffer)) => Data::Lent(buffer),
+                    _ => return,
+                },
+                false => Data::Host(spent_rx.lock().ok().and_then(|rx| rx.try_recv().ok()).unwrap_or_default()),
+            };
+            if ready_tx.send(prepare(sequence, data, bs)).is_err() {
                 return;
             }
         }));
@@ -432,17 +458,33 @@ fn run(args: &Args) -> Result<(), String> {
     let mut last_progress = started;
     let mut commit_time = Duration::ZERO;
     let checksum_before = volume.stats().checksum_ns;
+    let copied_before = volume.stats().copied_in_bytes;
     let mut failure: Option<String> = None;
     'run: while written < target {
         if runtime.is_some_and(|limit| started.elapsed() >= limit) {
             break;
         }
         while submitted_at.len() < args.iodepth && submitted < target {
-            let result = if args.checksum_threads == 0 {
+            let result = if args.checksum_threads == 0 && args.zero_copy {
+                let sequence = submitted / args.bs;
+                match volume.fill_buffer() {
+                    Ok(mut buffer) => {
+                        fill(&mut buffer[..bs], sequence);
+                        volume.submit_filled(args.stream, buffer, bs, sequence)
+                    }
+                    Err(e) => Err(e),
+                }
+            } else if args.checksum_threads == 0 {
                 let sequence = submitted / args.bs;
                 fill(&mut inline_data, sequence);
                 volume.submit_write(args.stream, &inline_data, sequence)
             } else {
+                if args.zero_copy {
+                    if let Err(e) = lend(&mut volume, &lend_tx, &mut lent, fill_lookahead(args)) {
+                        failure = Some(format!("a buffer to fill: {e}"));
+                        break 'run;
+                    }
+                }
                 // Made ahead by the workers. (Checksumming here instead while
                 // the device works was measured slower under TCG: it delays
                 // reaping and the next submission.)
@@ -450,9 +492,17 @@ fn run(args: &Args) -> Result<(), String> {
                     failure = Some("the checksum threads stopped".into());
                     break 'run;
                 };
-                let result = volume.submit_write_with_checksums(args.stream, &data, sequence, crcs);
-                let _ = spent_tx.send(data);
-                result
+                match data {
+                    Data::Host(data) => {
+                        let result = volume.submit_write_with_checksums(args.stream, &data, sequence, crcs);
+                        let _ = spent_tx.send(data);
+                        result
+                    }
+                    Data::Lent(buffer) => {
+                        lent -= 1;
+                        volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, crcs)
+                    }
+                }
             };
             match result {
                 Ok(id) => {
@@ -521,7 +571,9 @@ fn run(args: &Args) -> Result<(), String> {
             eprint!("\r[{bar}] {:5.1}% {rate:8.1} MiB/s ETA {eta:5.0} s ", fraction * 100.0);
         }
     }
+    // Workers waiting for a buffer to fill, or to hand one over, stop.
     drop(ready_rx);
+    drop(lend_tx);
     for worker in workers {
         let _ = worker.join();
     }
@@ -601,6 +653,7 @@ fn run(args: &Args) -> Result<(), String> {
             "commits": commits,
             "commit_seconds": commit_time.as_secs_f64(),
             "checksum_threads": args.checksum_threads,
+            "zero_copy": args.zero_copy,
             "crc32c": checksum::implementation().name(),
             "block_tag_bytes": tag_bytes,
             "checksums": checksums_kind,
@@ -660,6 +713,11 @@ fn run(args: &Args) -> Result<(), String> {
                 _ => "in the extent map".into(),
             }
         );
+        println!(
+            "  data: {}, {:.1} MiB copied into DMA memory",
+            if args.zero_copy { "made in buffers the volume lent" } else { "copied into DMA buffers" },
+            (stats.copied_in_bytes - copied_before) as f64 / (1 << 20) as f64
+        );
         println!("  layout: data zones from byte {data_offset_bytes} of the first namespace");
         if args.verify {
             println!("  verify: every extent read back and matched its checksums");
@@ -672,8 +730,39 @@ fn run(args: &Args) -> Result<(), String> {
 /// One write's data and block checksums, made ahead.
 struct Prepared {
     sequence: u64,
-    data: Vec<u8>,
+    data: Data,
     crcs: Vec<u32>,
+}
+
+/// Where a write's data is made: host memory (copied into DMA memory at
+/// submission), or a buffer the volume lent (`--zero-copy`).
+enum Data {
+    Host(Vec<u8>),
+    Lent(FillBuffer),
+}
+
+/// Lent buffers out to the checksum threads at once with `--zero-copy`.
+fn fill_lookahead(args: &Args) -> usize {
+    args.iodepth + args.checksum_threads
+}
+
+/// Keeps up to `lookahead` lent buffers out to the checksum threads: as
+/// many as the volume has free, and at least one (waiting for it,
+/// bounded by the volume's timeout), so that a write is always on its way.
+fn lend(volume: &mut Volume, to: &mpsc::Sender<FillBuffer>, lent: &mut usize, lookahead: usize) -> Result<(), Error> {
+    while *lent < lookahead {
+        let buffer = match volume.try_fill_buffer()? {
+            Some(buffer) => buffer,
+            None if *lent == 0 => volume.fill_buffer()?,
+            None => return Ok(()),
+        };
+        if to.send(buffer).is_err() {
+            // Every checksum thread is done: nothing more to fill.
+            return Ok(());
+        }
+        *lent += 1;
+    }
+    Ok(())
 }
 
 /// The next write's sequence number, if any write is left.
@@ -684,11 +773,17 @@ fn claim(next: &std::sync::atomic::AtomicU64, total: u64) -> Option<u64> {
 
 /// Fills (a reused buffer or a new one) with write `sequence`'s data and
 /// checksums it.
-fn prepare(sequence: u64, reused: Option<Vec<u8>>, bs: usize) -> Prepared {
-    let mut data = reused.unwrap_or_else(|| vec![0u8; bs]);
-    fill(&mut data, sequence);
+fn prepare(sequence: u64, mut data: Data, bs: usize) -> Prepared {
+    let bytes = match &mut data {
+        Data::Host(vec) => {
+            vec.resize(bs, 0);
+            &mut vec[..]
+        }
+        Data::Lent(buffer) => &mut buffer[..bs],
+    };
+    fill(bytes, sequence);
     let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
-    checksum::block_crcs(&data, &mut crcs);
+    checksum::block_crcs(bytes, &mut crcs);
     Prepared { sequence, data, crcs }
 }
 
