@@ -189,7 +189,17 @@ fn seqwrite_zero_copy_writes_what_it_verifies_and_copies_nothing() {
         assert_eq!(report["zero_copy"], true);
         assert_eq!(report["volume"]["copied_in_bytes"], copied, "{args:?}");
     }
-    // Without it, every byte is copied.
+    // The same bytes every time: no checksum work and no copy during the
+    // run, and every extent still reads back as written.
+    let args =
+        ["--sim", "--format", "--size", "8M", "--iodepth", "4", "--zero-copy", "--same-data", "--verify", "--json"];
+    let (code, stdout, stderr) = run(SEQWRITE, &args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!((report["bytes"].as_u64(), report["same_data"].as_bool()), (Some(8 << 20), Some(true)));
+    assert_eq!(report["volume"]["copied_in_bytes"], 0);
+    assert_eq!(report["volume"]["checksum_ns"], 0);
+    // Without --zero-copy, every byte is copied.
     let (code, stdout, stderr) = run(SEQWRITE, &["--sim", "--format", "--size", "8M", "--json"]);
     assert_eq!(code, Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");

@@ -127,6 +127,13 @@ struct Args {
     /// VFIO or --sim. The second copy of a dup or mirror is still copied.
     #[arg(long)]
     zero_copy: bool,
+    /// Write the same bytes every time, with their checksums computed
+    /// once before the run: no per-write data generation or checksum
+    /// work (and, with --zero-copy, no copy either), so what is left is
+    /// the allocator and the device. The volume still stores and checks
+    /// every block's checksum. --checksum-threads is ignored.
+    #[arg(long)]
+    same_data: bool,
     /// Read everything back and verify it afterwards.
     #[arg(long)]
     verify: bool,
@@ -420,7 +427,9 @@ fn run(args: &Args) -> Result<(), String> {
     let mut lent = 0usize;
     let next_write = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = Vec::new();
-    for _ in 0..args.checksum_threads {
+    // --same-data makes nothing per write.
+    let threads = if args.same_data { 0 } else { args.checksum_threads };
+    for _ in 0..threads {
         let ready_tx = ready_tx.clone();
         let spent_rx = Arc::clone(&spent_rx);
         let lend_rx = Arc::clone(&lend_rx);
@@ -453,6 +462,16 @@ fn run(args: &Args) -> Result<(), String> {
     let (mut submitted, mut written, mut since_commit, mut commits) = (0u64, 0u64, 0u64, 0u32);
     let mut inline_data = vec![0u8; bs];
 
+    // --same-data: write 0's bytes and checksums, made before the clock
+    // starts, and the lent buffers that already hold them.
+    let mut same = args.same_data.then(|| {
+        let mut data = vec![0u8; bs];
+        fill(&mut data, 0);
+        let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
+        checksum::block_crcs(&data, &mut crcs);
+        (data, crcs, std::collections::HashSet::<u64>::new())
+    });
+
     let started = Instant::now();
     let mut interval_start = started;
     let mut last_progress = started;
@@ -465,7 +484,23 @@ fn run(args: &Args) -> Result<(), String> {
             break;
         }
         while submitted_at.len() < args.iodepth && submitted < target {
-            let result = if args.checksum_threads == 0 && args.zero_copy {
+            let result = if let Some((data, crcs, filled)) = &mut same {
+                let sequence = submitted / args.bs;
+                match args.zero_copy {
+                    true => match volume.fill_buffer() {
+                        // A buffer holds the bytes from its first lending on:
+                        // neither the device nor the volume writes it.
+                        Ok(mut buffer) => {
+                            if filled.insert(buffer.iova()) {
+                                buffer[..bs].copy_from_slice(data);
+                            }
+                            volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, crcs.clone())
+                        }
+                        Err(e) => Err(e),
+                    },
+                    false => volume.submit_write_with_checksums(args.stream, data, sequence, crcs.clone()),
+                }
+            } else if args.checksum_threads == 0 && args.zero_copy {
                 let sequence = submitted / args.bs;
                 match volume.fill_buffer() {
                     Ok(mut buffer) => {
@@ -612,7 +647,7 @@ fn run(args: &Args) -> Result<(), String> {
         if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
 
     if args.verify {
-        verify(&mut volume, bs).map_err(|e| format!("verify: {e}"))?;
+        verify(&mut volume, bs, args.same_data).map_err(|e| format!("verify: {e}"))?;
     }
     if let Some(prefix) = &args.write_log {
         write_logs(prefix, &intervals, args.bs).map_err(|e| format!("logs: {e}"))?;
@@ -654,6 +689,7 @@ fn run(args: &Args) -> Result<(), String> {
             "commit_seconds": commit_time.as_secs_f64(),
             "checksum_threads": args.checksum_threads,
             "zero_copy": args.zero_copy,
+            "same_data": args.same_data,
             "crc32c": checksum::implementation().name(),
             "block_tag_bytes": tag_bytes,
             "checksums": checksums_kind,
@@ -817,7 +853,9 @@ fn fill(data: &mut [u8], sequence: u64) {
     }
 }
 
-fn verify(volume: &mut Volume, bs: usize) -> Result<(), Error> {
+/// Reads every extent back and compares it with the bytes of its write
+/// (write 0's for all with `same_data`).
+fn verify(volume: &mut Volume, bs: usize, same_data: bool) -> Result<(), Error> {
     let ids: Vec<u64> = volume.extent_ids().collect();
     let mut buffer = vec![0u8; bs];
     for id in ids {
@@ -826,7 +864,7 @@ fn verify(volume: &mut Volume, bs: usize) -> Result<(), Error> {
         buffer.resize(len, 0);
         volume.read(id, &mut buffer)?;
         let mut expected = vec![0u8; len];
-        fill(&mut expected, owner);
+        fill(&mut expected, if same_data { 0 } else { owner });
         if buffer != expected {
             return Err(Error::Corrupt(format!("extent {id} (write {owner}) holds other data")));
         }
