@@ -73,6 +73,9 @@ The allocator and the scrub (three ZNS controllers of --zoned-size with
 --zone zones; ours, btrfs zoned, raw):
 
   ours / ours-qdN    seqwrite, 256 KiB at QD1 and QD N, FILL of the namespace
+  ours-zc(-qd)       the same with --zero-copy: no copy into DMA memory
+  ours-bare(-qd)     the same with --zero-copy --same-data: no per-write work
+                     (data, checksums, copy), the allocator alone
   perf-zoned(-qd)    perf --zone-append of as many bytes at QD1 and QD N: the
                      raw zoned path seqwrite runs on, bandwidth per second
   btrfs / btrfs-qdN  the seed's fio job on mkfs.btrfs -O zoned, BTRFS-FILL

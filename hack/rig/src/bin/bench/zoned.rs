@@ -134,7 +134,7 @@ impl Options {
     /// written or read at a pessimistic 40 MiB/s, and 10 s per step.
     pub fn estimate_s(&self) -> u64 {
         // seqwrite runs, zoned perf runs and raw-zbd write `ours_bytes`.
-        let full_writes = if self.ablations { 7 } else { 5 };
+        let full_writes = if self.ablations { 11 } else { 9 };
         // btrfs twice, scrub-prep, btrfs scrub, scrub twice (three times
         // with the ablation), perf and fio reading.
         let btrfs_passes = 8 + u64::from(self.ablations);
@@ -161,6 +161,10 @@ pub fn steps(options: &Options) -> Vec<&'static str> {
     }
     keys.extend([
         "ours-qd",
+        "ours-zc",
+        "ours-zc-qd",
+        "ours-bare",
+        "ours-bare-qd",
         "perf-zoned",
         "perf-zoned-qd",
         "btrfs",
@@ -232,6 +236,17 @@ bwlog() { sed "s/^/BWLOG $1 /" "$2"; }
     }
     script += &seqwrite("ours-qd", qd, "--checksum-threads 2");
     script += "bwlog ours-qd /tmp/ours-qd_bw.1.log\n";
+    // Without the copy into DMA memory (each write made in a buffer the
+    // volume lends), then with no per-write work at all: the same bytes
+    // every write, checksums computed before the run.
+    for (key, depth, extra) in [
+        ("ours-zc", 1, "--zero-copy --checksum-threads 2"),
+        ("ours-zc-qd", qd, "--zero-copy --checksum-threads 2"),
+        ("ours-bare", 1, "--zero-copy --same-data"),
+        ("ours-bare-qd", qd, "--zero-copy --same-data"),
+    ] {
+        script += &seqwrite(key, depth, extra);
+    }
     // The raw zoned path under seqwrite: the driver's Zone Appends of as
     // many bytes, from the same empty zones (perf resets them), at each
     // depth; what seqwrite adds above it is the allocator and checksums.
@@ -354,7 +369,19 @@ pub fn flatness(values: &[f64]) -> Option<f64> {
 }
 
 /// The write runs whose steady state is reported.
-const WRITE_RUNS: [&str; 7] = ["ours", "ours-qd", "perf-zoned", "perf-zoned-qd", "btrfs", "btrfs-qd", "raw-zbd"];
+const WRITE_RUNS: [&str; 11] = [
+    "ours",
+    "ours-qd",
+    "ours-zc",
+    "ours-zc-qd",
+    "ours-bare",
+    "ours-bare-qd",
+    "perf-zoned",
+    "perf-zoned-qd",
+    "btrfs",
+    "btrfs-qd",
+    "raw-zbd",
+];
 
 /// The steady state of a bandwidth series: the mean of its second half.
 /// Writes here run fast for their first seconds and then level off, for
@@ -568,23 +595,33 @@ impl Results {
             )
             .target(2.0),
         ];
-        // Ours against ours: the allocator over the raw zoned path (no
-        // target: the issue's 0.9 is for seqwrite without checksums, which
-        // the volume does not offer), then the scrub engine. Each write
-        // run's steady state goes with its step and in the details: a
-        // short run (--quick) may have too few whole seconds for one.
-        for (key, perf, depth) in [("ours", "perf-zoned", 1), ("ours-qd", "perf-zoned-qd", qd)] {
-            rows.push(
-                Row::new(
-                    format!("seqwrite over the raw zoned path, QD{depth}"),
-                    "seqwrite, checksums on 2 threads".into(),
-                    self.seqwrite_mib_s(key),
+        // Ours against ours: the allocator over the raw zoned path, as it
+        // runs, without the copy, and with no per-write work (the 0.9
+        // target: what is left is the allocator); then the scrub engine.
+        // Each write run's steady state goes with its step and in the
+        // details: a short run (--quick) may have too few whole seconds.
+        let runs = [
+            ("", "seqwrite", "seqwrite, checksums on 2 threads", None),
+            ("-zc", "seqwrite, no copy,", "seqwrite --zero-copy, checksums on 2 threads", None),
+            ("-bare", "seqwrite, no per-write work,", "seqwrite --zero-copy --same-data", Some(0.9)),
+        ];
+        for (suffix, job, ours, target) in runs {
+            for (key, perf, depth) in [("ours", "perf-zoned", 1), ("ours-qd", "perf-zoned-qd", qd)] {
+                let key = key.replacen("ours", &format!("ours{suffix}"), 1);
+                let row = Row::new(
+                    format!("{job} over the raw zoned path, QD{depth}"),
+                    ours.into(),
+                    self.seqwrite_mib_s(&key),
                     "perf --zone-append, as many bytes (ours)".into(),
                     self.number(perf, &["mib_s"]),
                     Unit::MibS,
                 )
-                .baseline_is_ours(),
-            );
+                .baseline_is_ours();
+                rows.push(match target {
+                    Some(target) => row.target(target),
+                    None => row,
+                });
+            }
         }
         rows.push(
             Row::new(
@@ -752,7 +789,8 @@ mod tests {
             "seqwrite --pci {OURS_PCI} --format --yes --checksums auto --bs 256k --size 3865313280"
         )));
         let areas = guest_script(&Options { checksums: "area", ablations: false, ..Options::defaults(false) });
-        assert_eq!(areas.matches("--checksums area").count(), 3, "ours, ours-qd and scrub-prep");
+        assert_eq!(areas.matches("--checksums area").count(), 7, "the seven seqwrite runs");
+        assert_eq!(areas.matches("--zero-copy --same-data").count(), 2, "no per-write work at QD1 and QD N");
     }
 
     const FIO_WRITE: &str = r#"{"jobs":[{"write":{"bw_bytes":138412032,"io_bytes":3007315968},
