@@ -469,7 +469,7 @@ fn zns_mirror_repairs_by_relocation_resumes_and_survives_media_errors() {
     let script = format!(
         "A='--pci {FIRST} --pci {SECOND}'
 B='--pci {THIRD} --pci {FOURTH}'
-step seqwrite-a seqwrite --profile mirror $A --format --yes --size {data_mib}M --json
+step seqwrite-a seqwrite --profile mirror $A --format --yes --size {data_mib}M --zero-copy --verify --json
 detect detect-a $A --copy 0
 step repair-a scrub $A --json
 step rescrub-a scrub $A --json
@@ -490,7 +490,10 @@ step rescrub-b scrub $B --json
     let total = 2 * DATA_BYTES;
 
     // One copy damaged: detected, repaired by relocation, then clean.
-    step(&steps, &outcome, "seqwrite-a", 0);
+    // Written in buffers the volume lent (mapped for the devices to read
+    // only) and read back whole: only the other copy was copied in.
+    let written = step(&steps, &outcome, "seqwrite-a", 0);
+    assert_eq!(written.u64("/volume/copied_in_bytes"), DATA_BYTES, "{written:?}");
     let detect = step(&steps, &outcome, "detect-a", 3);
     eprintln!("the damage showed at read-only scrub {} of at most {DETECT_TRIES}", detect.tries());
     assert_eq!(counts(detect), (ONE_COPY_BAD.len() as u64, BTreeMap::new(), BTreeMap::new(), 0), "{detect:?}");
