@@ -41,20 +41,23 @@
 //! controller's reset path are taken only on recovery.
 
 mod doorbell;
+mod host;
 mod pair;
 mod profile;
 pub mod prp;
 mod quarantine;
 mod raw;
+mod request;
 pub mod sgl;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
-pub(crate) use pair::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
-pub use pair::{IoBuffer, IoCompletion, QueuePair, QueueStats, Request, SubmitError, DEFAULT_IO_TIMEOUT};
+pub(crate) use host::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
+pub use pair::{QueuePair, QueueStats, DEFAULT_IO_TIMEOUT};
 pub use profile::PhaseTicks;
 pub(crate) use quarantine::{Held, Quarantine};
 pub(crate) use raw::layout as raw_layout;
 pub use raw::RawQueue;
+pub use request::{IoBuffer, IoCompletion, Request, SubmitError};
 
 /// Entries from `from` up to `to` on a ring of `entries` (both indices
 /// below `entries`): a compare and a subtraction, not a division, on every

@@ -1,0 +1,131 @@
+//! Completion: reaping the CQ by its phase tag, handing each command its
+//! result exactly once, and announcing the CQ head in batches.
+
+use super::*;
+
+impl QueuePair {
+    /// Completion queue entries consumed but not announced.
+    #[inline]
+    pub(super) fn cq_unannounced(&self) -> usize {
+        crate::queue::ring_distance(self.cq_announced, self.cq_head, self.depth)
+    }
+
+    /// Consumed entries an I/O queue announces at once: a quarter of it.
+    #[inline]
+    pub(super) fn cq_batch(&self) -> usize {
+        (usize::from(self.depth) / 4).max(1)
+    }
+
+    pub(super) fn announce_cq_head(&mut self) {
+        self.cq_doorbell.update(self.cq_announced, self.cq_head);
+        self.cq_announced = self.cq_head;
+    }
+
+    /// Publishes queued submissions, then reaps every ready completion into
+    /// `on_completion`, and updates the CQ head doorbell once. Returns the
+    /// number of commands completed. Now and then it also checks deadlines
+    /// and the controller's status, and after a controller reset it ends
+    /// the commands in flight and re-creates the queues (see the [type
+    /// documentation](Self)).
+    pub fn poll(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
+        if self.profiler.is_some() {
+            self.poll_profiled(on_completion)
+        } else {
+            self.poll_as::<false>(on_completion)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn poll_profiled(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
+        self.poll_as::<true>(on_completion)
+    }
+
+    #[inline(always)]
+    pub(super) fn poll_as<const PROFILE: bool>(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
+        let mut reaped = 0;
+        if self.epoch.generation() != self.generation {
+            reaped += self.recover(&mut on_completion);
+        }
+        self.ring_as::<PROFILE>();
+        let start = self.stamp::<PROFILE>();
+        let mut found_at = 0;
+        let mut callback = 0;
+        self.transport.tick();
+        let old_head = self.cq_head;
+        loop {
+            let offset = usize::from(self.cq_head) * CQE_SIZE;
+            let status_word: u16 = self.cq.read(offset + STATUS_WORD_OFFSET);
+            if (status_word & 1 == 1) != self.phase {
+                break;
+            }
+            // Read the rest of the entry only after its phase tag says it
+            // is new.
+            fence(Ordering::Acquire);
+            let entry: Completion = self.cq.read(offset);
+            self.cq_head += 1;
+            if self.cq_head == self.depth {
+                self.cq_head = 0;
+                self.phase = !self.phase;
+            }
+            let slot = usize::from(entry.cid);
+            if PROFILE {
+                if let Some(profiler) = self.profiler.as_deref_mut() {
+                    if found_at == 0 {
+                        found_at = self.clock.now();
+                    }
+                    if self.trackers.get(slot).is_some_and(|tracker| tracker.busy) {
+                        profiler.found(slot, found_at);
+                    }
+                }
+            }
+            match self.trackers.get_mut(slot) {
+                Some(tracker) if tracker.busy => {
+                    tracker.busy = false;
+                    let completion = IoCompletion {
+                        token: tracker.token,
+                        cid: entry.cid,
+                        status: if entry.is_success() {
+                            Ok(())
+                        } else {
+                            Err(failure(entry.status(), tracker.timed_out))
+                        },
+                        dw0: entry.dw0,
+                        dw1: entry.dw1,
+                        buffer: tracker.buffer.take(),
+                        metadata: tracker.metadata.take(),
+                    };
+                    self.free.push(entry.cid);
+                    self.stats.completed += 1;
+                    reaped += 1;
+                    let called = self.stamp::<PROFILE>();
+                    on_completion(completion);
+                    callback += self.stamp::<PROFILE>() - called;
+                }
+                _ => self.stats.spurious_completions += 1,
+            }
+        }
+        // The CQ head doorbell only tells the controller which entries it
+        // may reuse. An I/O queue announces consumed entries a quarter of
+        // the queue at a time (submissions announce them sooner when the
+        // queue could otherwise fill: `make_room`), not every pass: a
+        // doorbell write per pass is an MMIO write per I/O at QD1, and
+        // with shadow doorbells one per batch the controller posted. The
+        // admin queue announces every pass.
+        if self.cq_head != old_head && (self.qid == 0 || self.cq_unannounced() >= self.cq_batch()) {
+            self.announce_cq_head();
+        }
+        self.polls = self.polls.wrapping_add(1);
+        let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
+            || (reaped == 0 && self.polls.is_multiple_of(IDLE_DEADLINE_CHECK_POLLS));
+        if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
+            reaped += self.check_deadlines(&mut on_completion);
+        }
+        if PROFILE {
+            if let Some(profiler) = self.profiler.as_deref_mut() {
+                profiler.polled(start, self.clock.now(), reaped, callback);
+            }
+        }
+        reaped
+    }
+}
