@@ -15,6 +15,26 @@ pub const LOG_CHANGED_NAMESPACES: u8 = 0x04;
 /// Commands Supported and Effects log page.
 pub const LOG_COMMANDS_SUPPORTED: u8 = 0x05;
 
+/// Asynchronous Event Type values (NVMe Base 2.0 §5.2, Figure 146): error.
+pub const AER_TYPE_ERROR: u8 = 0;
+/// Asynchronous Event Type: SMART / health status.
+pub const AER_TYPE_SMART: u8 = 1;
+/// Asynchronous Event Type: notice.
+pub const AER_TYPE_NOTICE: u8 = 2;
+/// Notice information: Namespace Attribute Changed.
+pub const AER_NOTICE_NS_ATTRIBUTE: u8 = 0x00;
+/// Notice information: Zone Descriptor Changed (ZNS 1.1).
+pub const AER_NOTICE_ZONE_DESCRIPTOR_CHANGED: u8 = 0xEF;
+/// Changed Zone List log (NVMe ZNS 1.1 §5.5.1).
+pub const LOG_CHANGED_ZONE_LIST: u8 = 0xBF;
+/// Asynchronous Event Configuration (NVMe Base 2.0 §5.27.1.7): SMART /
+/// health critical warnings (bits 7:0), Namespace Attribute Notices (8),
+/// Firmware Activation Notices (9) and, in ZNS, Zone Descriptor Changed
+/// Notices (27); the notices only where OAES offers them.
+pub const AEC_SMART_WARNINGS: u32 = 0xFF;
+/// Asynchronous Event Configuration: the notices (bits 8, 9 and 27).
+pub const AEC_NOTICES: u32 = 1 << 8 | 1 << 9 | 1 << 27;
+
 bitflags::bitflags! {
     /// SMART / Health Critical Warning.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]

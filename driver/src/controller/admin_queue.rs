@@ -1,0 +1,185 @@
+//! The admin queue: commands run with bounded waits, the controller reset
+//! and bring-up that a timeout or fatal status leads to, and the
+//! Asynchronous Event Request kept outstanding.
+
+use super::*;
+
+impl Admin {
+    /// Runs an admin command without data. A timeout or a fatal status
+    /// resets the controller (as Linux does after an admin timeout); the
+    /// error is still returned.
+    pub(super) fn run(&mut self, command: Command, timeout: Duration) -> Result<IoCompletion> {
+        // SAFETY: no data pointer.
+        let result = unsafe { self.run_raw(command, 0, 0, timeout) };
+        self.settle(&result);
+        result
+    }
+
+    /// Runs an admin command that transfers `len` bytes through the scratch
+    /// buffer, zeroed first, and copies them out.
+    pub(super) fn run_with_scratch(
+        &mut self,
+        command: Command,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<(IoCompletion, Vec<u8>)> {
+        assert!(len <= SCRATCH_LEN);
+        self.scratch.fill(0, len, 0);
+        let iova = self.scratch.iova();
+        // SAFETY: the scratch region is mapped for this controller, owned by
+        // this struct (behind the admin lock) and not touched by the host
+        // until the completion has been reaped (or a reset ended it).
+        let result = unsafe { self.run_raw(command, iova, len, timeout) };
+        self.settle(&result);
+        let completion = result?;
+        let mut data = vec![0u8; len];
+        self.scratch.copy_out(0, &mut data);
+        Ok((completion, data))
+    }
+
+    /// Runs one command; completions of Asynchronous Event Requests that
+    /// arrive meanwhile are kept, late ones of abandoned commands dropped.
+    ///
+    /// # Safety
+    /// As [`QueuePair::execute_raw`].
+    pub(super) unsafe fn run_raw(
+        &mut self,
+        command: Command,
+        iova: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<IoCompletion> {
+        let Admin { queue, aer_completions, aer_armed, events_dropped, .. } = self;
+        let route = |completion: IoCompletion| route_aer(completion, aer_completions, aer_armed, events_dropped);
+        // SAFETY: forwarded contract.
+        unsafe { queue.run_routing(command, iova, len, timeout, route) }
+    }
+
+    /// After an admin command: removal is recorded; a timeout or a fatal
+    /// status resets the controller; the event request is re-armed.
+    pub(super) fn settle<T>(&mut self, result: &Result<T>) {
+        match result {
+            Err(Error::DeviceGone) => self.device_gone(),
+            Err(Error::ControllerFatal | Error::Timeout { .. }) => {
+                let _ = self.reset();
+            }
+            _ => {}
+        }
+        if !self.aer_armed && self.epoch.condition() == Condition::Live {
+            self.arm_aer();
+        }
+    }
+
+    /// The device is gone, or the host wants it back: a best-effort,
+    /// bounded disable first, so a device still there stops its DMA before
+    /// the pairs hand buffers back (a gone one reads all ones and returns at
+    /// once). Unless that disable is confirmed, the pairs quarantine the
+    /// buffers of their commands in flight.
+    pub(super) fn device_gone(&mut self) {
+        if self.epoch.condition() == Condition::Gone {
+            return;
+        }
+        let _ = self.disable();
+        // Condition first: a pair that sees the new generation must find
+        // the device gone.
+        self.epoch.set_condition(Condition::Gone);
+        self.epoch.advance();
+    }
+
+    /// Clears CC.EN and waits (bounded) for CSTS.RDY = 0; if the controller
+    /// stays ready, a function-level reset, where the transport has one.
+    /// Once RDY = 0 is read back the device's DMA has ended (NVMe Base 2.0
+    /// §3.7.2): queues of every generation so far are known stopped and the
+    /// quarantine is released. A device reading all ones counts as stopped
+    /// too: it is off the bus, or its link is down, which resets it (PCIe
+    /// Base 6.0 §6.6.1: DL_Down is a hot reset of the device below). A
+    /// disable that timed out, with no reset to follow it, confirms nothing:
+    /// the pairs then quarantine the buffers of their commands in flight.
+    pub(super) fn disable(&mut self) -> Result<()> {
+        let transport = Arc::clone(&self.setup.transport);
+        let result = stop(&*transport, self.setup.ready_timeout);
+        match &result {
+            Ok(()) | Err(Error::DeviceGone) => {
+                self.epoch.confirm_stopped();
+                self.quarantine.release();
+            }
+            Err(error) => ::log::warn!(
+                "{}: disable not confirmed ({error}); memory of commands in flight stays quarantined",
+                transport.name()
+            ),
+        }
+        result
+    }
+
+    /// Keeps one Asynchronous Event Request outstanding (NVMe Base 2.0
+    /// §5.2): it completes only when the controller has an event.
+    pub(super) fn arm_aer(&mut self) {
+        // SAFETY: no data pointer.
+        if unsafe { self.queue.submit_raw(admin::async_event_request(), 0, 0, AER_TOKEN) }.is_ok() {
+            self.queue.ring();
+            self.aer_armed = true;
+        }
+    }
+
+    /// Reaps whatever the admin queue holds without waiting.
+    pub(super) fn poll(&mut self) {
+        let Admin { queue, aer_completions, aer_armed, events_dropped, .. } = self;
+        queue.poll(|completion| route_aer(completion, aer_completions, aer_armed, events_dropped));
+    }
+
+    /// A controller reset (NVMe Base 2.0 §3.7.2, Controller Level Reset):
+    /// the controller is disabled (which ends all its DMA once confirmed),
+    /// every queue pair learns of the reset through the epoch, and the
+    /// controller is brought up again with the admin queue, Number of
+    /// Queues, shadow doorbells, event configuration and an Asynchronous
+    /// Event Request. I/O queue pairs re-create their own queues at their
+    /// next poll. The disable comes before the epoch advances, so no pair
+    /// hands back a buffer while the disable is still in progress.
+    pub(super) fn reset(&mut self) -> Result<()> {
+        if self.epoch.condition() == Condition::Gone {
+            return Err(Error::DeviceGone);
+        }
+        self.resets += 1;
+        let disabled = self.disable();
+        self.epoch.advance();
+        let result = disabled.and_then(|()| self.bring_up());
+        self.epoch.set_condition(match &result {
+            Ok(()) => Condition::Live,
+            Err(Error::DeviceGone) => Condition::Gone,
+            Err(_) => Condition::Failed,
+        });
+        result
+    }
+
+    /// Brings a controller whose disable was confirmed back up.
+    pub(super) fn bring_up(&mut self) -> Result<()> {
+        let transport = Arc::clone(&self.setup.transport);
+        let ready_timeout = self.setup.ready_timeout;
+        // Disabled: nothing in flight on the admin queue will complete.
+        self.queue.reset_after_disable();
+        self.aer_armed = false;
+        self.aer_completions.clear();
+        enable(&*transport, &self.queue, self.setup.admin_entries, self.setup.css, ready_timeout)?;
+        let timeout = self.setup.admin_timeout;
+        let requested = self.setup.io_queues_requested;
+        // SAFETY: no data pointer.
+        unsafe { self.run_raw(admin::set_number_of_queues(requested, requested), 0, 0, timeout) }?;
+        if let Some(shadow) = &self.shadow {
+            // Zeroed pages: every queue starts at 0 again.
+            shadow.values.fill(0, PAGE_SIZE, 0);
+            shadow.event_idx.fill(0, PAGE_SIZE, 0);
+            let (values, event_idx, pages) = (shadow.values.iova(), shadow.event_idx.iova(), shadow.pages);
+            // SAFETY: no data pointer (the pages are named in PRP1/PRP2 and
+            // live with the controller).
+            unsafe { self.run_raw(admin::doorbell_buffer_config(values, event_idx), 0, 0, timeout) }?;
+            self.queue.use_shadow(pages, ShadowPolicy::Always);
+        }
+        if let Some(config) = self.setup.async_event_config {
+            let command = admin::set_features(admin::FID_ASYNC_EVENT_CONFIG, config, false);
+            // SAFETY: no data pointer.
+            unsafe { self.run_raw(command, 0, 0, timeout) }?;
+        }
+        self.arm_aer();
+        Ok(())
+    }
+}
