@@ -101,6 +101,7 @@ pub mod cmd;
 pub mod controller;
 pub mod dma;
 mod error;
+mod identity;
 pub mod loopback;
 pub mod mmio;
 pub mod namespace;

@@ -6,12 +6,12 @@
 //! (ONCS). A refused request is a typed [`RequestError`] and the device is
 //! never touched.
 
-use crate::cmd::nvm::{self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_RANGES, DSM_MAX_RANGES};
+use crate::cmd::nvm::{self, CopySourceRange, DsmAttributes, DsmRange, COPY_MAX_RANGES};
 use crate::cmd::zns::{self as zns_cmd, ReportFilter, ZoneSendAction};
-use crate::controller::{Controller, NamespaceInfo};
 use crate::dma::{DmaMemory, PAGE_SIZE};
 use crate::error::Error;
 use crate::error::RequestError;
+use crate::identity::{ControllerLimits, NamespaceInfo};
 use crate::queue::QueuePair;
 use crate::queue::{IoBuffer, Request};
 use crate::quirks::Quirks;
@@ -19,6 +19,8 @@ use crate::spec::identify::Oncs;
 use crate::zeroout::{ZeroState, ZeroStats, ZeroStrategy};
 use serde::Serialize;
 use std::sync::Arc;
+
+pub use crate::identity::RangeLimits;
 
 /// Zone geometry and limits of a zoned namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -34,39 +36,6 @@ pub struct ZoneGeometry {
     pub max_active_zones: Option<u32>,
     /// Largest Zone Append, in bytes (ZASL, capped by the transfer limit).
     pub zone_append_max_bytes: u64,
-}
-
-/// Range limits of Dataset Management and Copy, as the controller reports
-/// them (DMRL/DMRSL/DMSL in the NVM controller data, MSRC/MSSRL/MCL in the
-/// namespace data). A limit the device does not report is the command's own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct RangeLimits {
-    /// Ranges per Dataset Management command (DMRL; at most 256).
-    pub dsm_ranges: usize,
-    /// Logical blocks per Dataset Management range (DMRSL).
-    pub dsm_range_blocks: u64,
-    /// Logical blocks per Dataset Management command, over all its ranges
-    /// (DMSL).
-    pub dsm_total_blocks: u64,
-    /// Source ranges per Copy command (MSRC + 1).
-    pub copy_ranges: usize,
-    /// Logical blocks per Copy source range (MSSRL).
-    pub copy_range_blocks: u64,
-    /// Logical blocks per Copy command, over all its ranges (MCL).
-    pub copy_total_blocks: u64,
-}
-
-impl Default for RangeLimits {
-    fn default() -> Self {
-        RangeLimits {
-            dsm_ranges: DSM_MAX_RANGES,
-            dsm_range_blocks: u64::from(u32::MAX),
-            dsm_total_blocks: u64::MAX,
-            copy_ranges: COPY_MAX_RANGES,
-            copy_range_blocks: u64::from(nvm::MAX_BLOCKS),
-            copy_total_blocks: u64::MAX,
-        }
-    }
 }
 
 /// How the namespace's LBA format carries per-block metadata (NVM Command
@@ -128,16 +97,16 @@ type Checked<T> = Result<T, RequestError>;
 const DPS_PROTECTION_TYPE_MASK: u8 = 0b111;
 
 impl Namespace {
-    pub(crate) fn new(controller: &Controller, info: &NamespaceInfo) -> Self {
+    pub(crate) fn new(controller: &ControllerLimits<'_>, info: &NamespaceInfo) -> Self {
         // The data pointer bounds a transfer too (one PRP list page, or one
         // SGL descriptor); keep a page of slack so that an unaligned buffer
         // start still fits a PRP list.
-        let pointer_limit = (controller.data_pointer_max_bytes() - PAGE_SIZE) as u64;
-        let max_transfer_bytes = controller.max_transfer_bytes().unwrap_or(u64::MAX).min(pointer_limit);
+        let pointer_limit = (controller.data_pointer_max_bytes - PAGE_SIZE) as u64;
+        let max_transfer_bytes = controller.max_transfer_bytes.unwrap_or(u64::MAX).min(pointer_limit);
         let zones = info.zoned.as_ref().map(|zoned| {
-            let min_page = controller.cap().min_page_size();
+            let min_page = controller.min_page_size;
             let zasl = controller
-                .identify_zns()
+                .identify_zns
                 .and_then(|z| z.zone_append_size_limit_bytes(min_page, Some(max_transfer_bytes)))
                 .unwrap_or(max_transfer_bytes);
             ZoneGeometry {
@@ -158,7 +127,7 @@ impl Namespace {
         };
         let defaults = RangeLimits::default();
         let mut limits = defaults;
-        if let Some(nvm) = controller.identify_nvm() {
+        if let Some(nvm) = controller.identify_nvm {
             limits.dsm_ranges = nonzero(u64::from(nvm.dmrl), defaults.dsm_ranges as u64) as usize;
             limits.dsm_range_blocks = nonzero(u64::from(nvm.dmrsl), defaults.dsm_range_blocks);
             limits.dsm_total_blocks = nonzero(nvm.dmsl, defaults.dsm_total_blocks);
@@ -171,14 +140,14 @@ impl Namespace {
             bytes_per_block: format.ms,
             extended: id.metadata_at_end(),
             protection_type: id.dps & DPS_PROTECTION_TYPE_MASK,
-            dma_granule: controller.quirks().contains(Quirks::METADATA_DMA_TRUNCATED).then_some(METADATA_DMA_GRANULE),
+            dma_granule: controller.quirks.contains(Quirks::METADATA_DMA_TRUNCATED).then_some(METADATA_DMA_GRANULE),
         });
         Namespace {
             nsid: info.nsid,
             block_size: info.block_size,
             capacity_blocks: info.capacity_blocks,
             max_transfer_bytes,
-            oncs: controller.identify().oncs,
+            oncs: controller.identify.oncs,
             zones,
             limits,
             metadata,

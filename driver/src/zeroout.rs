@@ -30,7 +30,7 @@ use crate::cmd::nvm::{self, DsmAttributes, DsmRange, MAX_BLOCKS};
 use crate::cmd::zns::{self as zns_cmd, ZoneSendAction};
 use crate::dma::{DmaMemory, DmaPool, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, IoError, RequestError, Result};
-use crate::namespace::RangeLimits;
+use crate::identity::{ControllerLimits, NamespaceInfo, RangeLimits};
 use crate::queue::{IoBuffer, QueuePair, Request};
 use crate::quirks::Quirks;
 use crate::spec::identify::{DeallocateReadBehavior, DlFeat, Oncs};
@@ -119,6 +119,35 @@ pub struct ZeroCapabilities {
 }
 
 impl ZeroCapabilities {
+    /// What namespace `info` allows on its controller, whose handle moves
+    /// at most `max_transfer_bytes` per command within `dsm`.
+    pub(crate) fn derive(
+        controller: &ControllerLimits<'_>,
+        info: &NamespaceInfo,
+        max_transfer_bytes: u64,
+        dsm: RangeLimits,
+    ) -> Self {
+        let id = &info.identify;
+        // NPDG/NPDA are valid only with NSFEAT.OPTPERF (bit 4); 0-based.
+        let optperf = id.nsfeat & (1 << 4) != 0;
+        let preferred = |value: u16| if optperf { u64::from(value) + 1 } else { 1 };
+        ZeroCapabilities {
+            block_size: info.block_size,
+            capacity_blocks: info.capacity_blocks,
+            oncs: controller.identify.oncs,
+            quirks: controller.quirks,
+            dlfeat: id.dlfeat,
+            write_zeroes_max_bytes: controller
+                .identify_nvm
+                .and_then(|nvm| nvm.write_zeroes_size_limit_bytes(controller.min_page_size)),
+            max_transfer_bytes,
+            dsm,
+            deallocate_granularity_blocks: preferred(id.npdg),
+            deallocate_alignment_blocks: preferred(id.npda),
+            zone_size_blocks: info.zoned.as_ref().map(|z| z.zone_size_blocks),
+        }
+    }
+
     /// The strategies this device allows, best first. ZeroBuffer is always
     /// last and always present.
     pub fn strategies(&self) -> Vec<ZeroStrategy> {

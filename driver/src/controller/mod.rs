@@ -23,6 +23,7 @@ mod events;
 mod host;
 mod init;
 
+pub use crate::identity::{NamespaceInfo, ZonedInfo};
 use events::*;
 pub use events::{AsyncEvent, AsyncEventKind};
 use init::*;
@@ -32,6 +33,7 @@ use crate::cmd::admin;
 use crate::cmd::zns::{self as zns_cmd, ReportFilter};
 use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
+use crate::identity::ControllerLimits;
 use crate::namespace::Namespace;
 use crate::queue::sgl::SglMode;
 use crate::queue::{
@@ -96,46 +98,6 @@ impl Default for ControllerOptions {
             sgl: SglMode::Auto,
             clock: ClockSource::Auto,
         }
-    }
-}
-
-/// A zoned namespace's geometry and limits.
-#[derive(Clone, Debug, Serialize)]
-pub struct ZonedInfo {
-    /// Zone size, in logical blocks (ZSZE of the LBA format in use); the zone
-    /// capacity may be smaller, per zone.
-    pub zone_size_blocks: u64,
-    /// Max open zones, `None` if unlimited.
-    pub max_open_zones: Option<u32>,
-    /// Max active zones, `None` if unlimited.
-    pub max_active_zones: Option<u32>,
-    /// The Identify Namespace data for the Zoned Namespace Command Set (CNS
-    /// 05h, CSI 02h), as read.
-    pub identify: IdentifyNamespaceZns,
-}
-
-/// An active namespace as Identify describes it.
-#[derive(Clone, Debug, Serialize)]
-pub struct NamespaceInfo {
-    /// Namespace ID.
-    pub nsid: u32,
-    /// Command Set Identifier (0 NVM, 2 Zoned).
-    pub csi: u8,
-    /// Logical block size, in bytes (LBADS of the LBA format in use).
-    pub block_size: u32,
-    /// NSZE: the namespace size in logical blocks.
-    pub capacity_blocks: u64,
-    /// The Identify Namespace data (CNS 00h), as read.
-    pub identify: IdentifyNamespace,
-    /// Zone geometry and limits; `None` for a namespace that is not zoned.
-    pub zoned: Option<ZonedInfo>,
-}
-
-impl NamespaceInfo {
-    /// The namespace size, in bytes (NSZE times the block size); `u128` so no
-    /// namespace size overflows.
-    pub fn capacity_bytes(&self) -> u128 {
-        u128::from(self.capacity_blocks) * u128::from(self.block_size)
     }
 }
 
@@ -381,15 +343,15 @@ impl Controller {
             .iter()
             .find(|ns| ns.nsid == nsid)
             .ok_or_else(|| Error::InvalidArgument(format!("namespace {nsid} is not active on this controller")))?;
-        let namespace = Namespace::new(self, info);
+        let limits = self.limits();
+        let namespace = Namespace::new(&limits, info);
         let mut states = self.zero_states.lock().unwrap_or_else(|p| p.into_inner());
         let state = match states.iter().find(|(id, _)| *id == nsid) {
             Some((_, state)) => Arc::clone(state),
             None => {
-                let state = Arc::new(ZeroState::new(
-                    self.zero_capabilities(info, &namespace),
-                    Arc::clone(&self.shared.transport),
-                ));
+                let capabilities =
+                    ZeroCapabilities::derive(&limits, info, namespace.max_transfer_bytes(), *namespace.range_limits());
+                let state = Arc::new(ZeroState::new(capabilities, Arc::clone(&self.shared.transport)));
                 states.push((nsid, Arc::clone(&state)));
                 state
             }
@@ -402,26 +364,16 @@ impl Controller {
         self.quirks
     }
 
-    fn zero_capabilities(&self, info: &NamespaceInfo, namespace: &Namespace) -> ZeroCapabilities {
-        let id = &info.identify;
-        // NPDG/NPDA are valid only with NSFEAT.OPTPERF (bit 4); 0-based.
-        let optperf = id.nsfeat & (1 << 4) != 0;
-        let preferred = |value: u16| if optperf { u64::from(value) + 1 } else { 1 };
-        ZeroCapabilities {
-            block_size: info.block_size,
-            capacity_blocks: info.capacity_blocks,
-            oncs: self.identify.oncs,
+    /// What a namespace handle and its zero-out take from this controller.
+    fn limits(&self) -> ControllerLimits<'_> {
+        ControllerLimits {
+            identify: &self.identify,
+            identify_nvm: self.identify_nvm.as_ref(),
+            identify_zns: self.identify_zns.as_ref(),
+            min_page_size: self.shared.cap.min_page_size(),
+            max_transfer_bytes: self.max_transfer_bytes(),
+            data_pointer_max_bytes: self.data_pointer_max_bytes(),
             quirks: self.quirks,
-            dlfeat: id.dlfeat,
-            write_zeroes_max_bytes: self
-                .identify_nvm
-                .as_ref()
-                .and_then(|nvm| nvm.write_zeroes_size_limit_bytes(self.shared.cap.min_page_size())),
-            max_transfer_bytes: namespace.max_transfer_bytes(),
-            dsm: *namespace.range_limits(),
-            deallocate_granularity_blocks: preferred(id.npdg),
-            deallocate_alignment_blocks: preferred(id.npda),
-            zone_size_blocks: info.zoned.as_ref().map(|z| z.zone_size_blocks),
         }
     }
 
