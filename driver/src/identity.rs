@@ -7,9 +7,8 @@
 
 use crate::cmd::nvm::{self, COPY_MAX_RANGES, DSM_MAX_RANGES};
 use crate::quirks::Quirks;
-use crate::spec::identify::{
-    IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns,
-};
+use crate::spec::identify::{IdentifyController, IdentifyControllerNvm, IdentifyNamespace};
+use crate::spec::zns::{IdentifyControllerZns, IdentifyNamespaceZns};
 use serde::Serialize;
 
 /// What a namespace handle and its zero-out take from their controller:

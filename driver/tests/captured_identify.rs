@@ -8,8 +8,9 @@
 
 use nvme_driver::spec::identify::{
     command_set, parse_active_namespace_list, parse_ns_id_descriptors, DeallocateReadBehavior, IdentifyController,
-    IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns, Oncs, CSI_NVM, CSI_ZONED,
+    IdentifyControllerNvm, IdentifyNamespace, Oncs, CSI_NVM, CSI_ZONED,
 };
+use nvme_driver::spec::zns::{IdentifyControllerZns, IdentifyNamespaceZns};
 use nvme_driver::spec::ParseError;
 
 fn page(name: &str) -> Vec<u8> {

@@ -43,12 +43,14 @@ use crate::queue::{
 use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
 use crate::spec::identify::{
-    self, IdentifyController, IdentifyControllerNvm, IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns,
-    Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
+    self, IdentifyController, IdentifyControllerNvm, IdentifyNamespace, Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
 };
 use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
-use crate::spec::zns::{parse_report_zones, ZoneDescriptor, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
+use crate::spec::zns::{
+    parse_report_zones, IdentifyControllerZns, IdentifyNamespaceZns, ZoneDescriptor, REPORT_HEADER_SIZE,
+    ZONE_DESCRIPTOR_SIZE,
+};
 use crate::transport::Transport;
 use crate::zeroout::{ZeroCapabilities, ZeroState};
 use serde::Serialize;

@@ -14,17 +14,18 @@ use crate::spec::command::opcode::admin as op;
 use crate::spec::command::{Command, SQE_SIZE};
 use crate::spec::completion::CQE_SIZE;
 use crate::spec::identify::{
-    controller_offsets as ctrl, namespace_offsets as ns_off, nvm_controller_offsets as nvm_off,
-    zns_namespace_offsets as zns_off, Oncs, CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER,
-    CNS_CSI_NAMESPACE, CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE, LBA_FORMAT_SIZE,
-    NIDL_CSI, NIDT_CSI, NSID_BROADCAST, VWC_PRESENT, ZNS_CONTROLLER_ZASL_OFFSET, ZNS_LBAFE_SIZE,
-    ZNS_RESOURCES_UNLIMITED,
+    controller_offsets as ctrl, namespace_offsets as ns_off, nvm_controller_offsets as nvm_off, Oncs,
+    CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE, CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS,
+    CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE, LBA_FORMAT_SIZE, NIDL_CSI, NIDT_CSI, NSID_BROADCAST, VWC_PRESENT,
 };
 use crate::spec::log::{
     error_entry_offsets as err_off, smart_offsets as smart_off, DATA_UNIT_BYTES, ERROR_LOG_ENTRY_SIZE,
     LOG_ERROR_INFORMATION, LOG_FIRMWARE_SLOT, LOG_SMART_HEALTH, SMART_HEALTH_LOG_SIZE,
 };
 use crate::spec::status::{CommandSpecificStatus, GenericStatus, Status};
+use crate::spec::zns::{
+    zns_namespace_offsets as zns_off, ZNS_CONTROLLER_ZASL_OFFSET, ZNS_LBAFE_SIZE, ZNS_RESOURCES_UNLIMITED,
+};
 
 /// The LBA formats every namespace lists, as (LBADS, MS): QEMU 7.2's table
 /// (hw/nvme/ns.c, `nvme_ns_init`), 512 and 4096 bytes each with 0, 8, 16

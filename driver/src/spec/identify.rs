@@ -1,5 +1,6 @@
 //! Identify data structures (NVMe Base 2.0 "Identify command"; NVM Command
-//! Set 1.0 and ZNS Command Set 1.1 for the I/O Command Set specific ones).
+//! Set 1.0 for its I/O Command Set specific ones; the Zoned Namespace
+//! pages are in `super::zns`).
 //!
 //! Parsers take the raw page as `&[u8]`, check its length, and decode into
 //! plain structs. Parsing itself accepts any field values (a device may
@@ -50,7 +51,7 @@ fn ascii_field(raw: &[u8]) -> String {
 
 /// Bytes in `unit_bytes << exponent`, saturating at `u64::MAX` for absurd
 /// exponents instead of overflowing.
-fn power_of_two_units(unit_bytes: usize, exponent: u8) -> u64 {
+pub(super) fn power_of_two_units(unit_bytes: usize, exponent: u8) -> u64 {
     let units = 1u64.checked_shl(u32::from(exponent)).unwrap_or(u64::MAX);
     (unit_bytes as u64).saturating_mul(units)
 }
@@ -930,172 +931,10 @@ impl IdentifyControllerNvm {
     }
 }
 
-/// Byte offset of ZASL in the ZNS Identify Controller data structure.
-pub const ZNS_CONTROLLER_ZASL_OFFSET: usize = 0;
-
-/// I/O Command Set specific Identify Controller, Zoned Namespace Command Set
-/// (CNS 06h, CSI 02h; ZNS 1.1).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct IdentifyControllerZns {
-    /// Zone Append Size Limit: `2^ZASL` units of CAP.MPSMIN; 0 means MDTS.
-    pub zasl: u8,
-}
-
-impl IdentifyControllerZns {
-    /// Bytes required.
-    pub const MIN_LEN: usize = ZNS_CONTROLLER_ZASL_OFFSET + 1;
-    const WHAT: &'static str = "Identify Controller (Zoned Namespace Command Set)";
-
-    /// Decodes the data structure.
-    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
-        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
-        Ok(Self { zasl: u8_at(buf, ZNS_CONTROLLER_ZASL_OFFSET) })
-    }
-
-    /// Largest Zone Append in bytes. ZASL 0 defers to MDTS (`mdts_bytes`,
-    /// `None` = unlimited). Otherwise `min_page_size << ZASL`, capped at MDTS
-    /// since MDTS bounds every data transfer. Saturates.
-    pub fn zone_append_size_limit_bytes(&self, min_page_size: usize, mdts_bytes: Option<u64>) -> Option<u64> {
-        if self.zasl == 0 {
-            return mdts_bytes;
-        }
-        let zasl_bytes = power_of_two_units(min_page_size, self.zasl);
-        Some(mdts_bytes.map_or(zasl_bytes, |mdts| zasl_bytes.min(mdts)))
-    }
-}
-
-/// Byte offsets in the I/O Command Set specific Identify Namespace data
-/// structure for the Zoned Namespace Command Set (CNS 05h, CSI 02h; ZNS 1.1).
-pub mod zns_namespace_offsets {
-    /// Zone Operation Characteristics.
-    pub const ZOC: usize = 0;
-    /// Optional Zoned Command Support.
-    pub const OZCS: usize = 2;
-    /// Maximum Active Resources, 0-based.
-    pub const MAR: usize = 4;
-    /// Maximum Open Resources, 0-based.
-    pub const MOR: usize = 8;
-    /// Reset Recommended Limit, seconds.
-    pub const RRL: usize = 12;
-    /// Finish Recommended Limit, seconds.
-    pub const FRL: usize = 16;
-    /// LBA Format Extension 0; 64 entries of 16 bytes follow.
-    pub const LBAFE: usize = 2816;
-}
-
-/// Bytes per LBA Format Extension entry.
-pub const ZNS_LBAFE_SIZE: usize = 16;
-/// MAR/MOR value meaning no limit.
-pub const ZNS_RESOURCES_UNLIMITED: u32 = 0xFFFF_FFFF;
-
-/// ZOC bit 0: Variable Zone Capacity.
-const ZOC_VARIABLE_ZONE_CAPACITY: u16 = 1 << 0;
-/// ZOC bit 1: Zone Active Excursions.
-const ZOC_ZONE_ACTIVE_EXCURSIONS: u16 = 1 << 1;
-/// OZCS bit 0: Read Across Zone Boundaries.
-const OZCS_READ_ACROSS_ZONE_BOUNDARIES: u16 = 1 << 0;
-
-/// A ZNS LBA Format Extension: zone geometry for the LBA format of the same
-/// index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ZnsLbaFormatExtension {
-    /// Zone Size, logical blocks.
-    pub zsze: u64,
-    /// Zone Descriptor Extension Size, in 64-byte units.
-    pub zdes: u8,
-}
-
-/// I/O Command Set specific Identify Namespace, Zoned Namespace Command Set
-/// (CNS 05h, CSI 02h).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct IdentifyNamespaceZns {
-    /// Zone Operation Characteristics.
-    pub zoc: u16,
-    /// Optional Zoned Command Support.
-    pub ozcs: u16,
-    /// Maximum Active Resources, 0-based; FFFFFFFFh: no limit.
-    pub mar: u32,
-    /// Maximum Open Resources, 0-based; FFFFFFFFh: no limit.
-    pub mor: u32,
-    /// Reset Recommended Limit, seconds (0: not reported).
-    pub rrl: u32,
-    /// Finish Recommended Limit, seconds (0: not reported).
-    pub frl: u32,
-    /// LBA Format Extensions, indexed like the NVM namespace's LBA formats.
-    pub lbafe: Vec<ZnsLbaFormatExtension>,
-}
-
-impl IdentifyNamespaceZns {
-    /// Bytes required: everything before the LBA Format Extensions. As many
-    /// whole extensions as the buffer holds are decoded (all 64 from a full
-    /// 4096-byte page).
-    pub const MIN_LEN: usize = zns_namespace_offsets::LBAFE;
-    const WHAT: &'static str = "Identify Namespace (Zoned Namespace Command Set)";
-
-    /// Decodes the data structure.
-    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
-        use zns_namespace_offsets as off;
-        check_len(buf, Self::MIN_LEN, Self::WHAT)?;
-        let lbafe_count = ((buf.len() - off::LBAFE) / ZNS_LBAFE_SIZE).min(LBA_FORMATS_MAX);
-        let lbafe = (0..lbafe_count)
-            .map(|i| {
-                let at = off::LBAFE + i * ZNS_LBAFE_SIZE;
-                ZnsLbaFormatExtension { zsze: u64_at(buf, at), zdes: u8_at(buf, at + 8) }
-            })
-            .collect();
-        Ok(Self {
-            zoc: u16_at(buf, off::ZOC),
-            ozcs: u16_at(buf, off::OZCS),
-            mar: u32_at(buf, off::MAR),
-            mor: u32_at(buf, off::MOR),
-            rrl: u32_at(buf, off::RRL),
-            frl: u32_at(buf, off::FRL),
-            lbafe,
-        })
-    }
-
-    /// Zones that may be active at once, or `None` for no limit.
-    pub fn max_active_resources(&self) -> Option<u32> {
-        (self.mar != ZNS_RESOURCES_UNLIMITED).then(|| self.mar + 1)
-    }
-
-    /// Zones that may be open at once, or `None` for no limit.
-    pub fn max_open_resources(&self) -> Option<u32> {
-        (self.mor != ZNS_RESOURCES_UNLIMITED).then(|| self.mor + 1)
-    }
-
-    /// ZOC bit 0: zone capacity may change on Zone Reset.
-    pub fn variable_zone_capacity(&self) -> bool {
-        self.zoc & ZOC_VARIABLE_ZONE_CAPACITY != 0
-    }
-
-    /// ZOC bit 1: the controller may finish active zones on its own.
-    pub fn zone_active_excursions(&self) -> bool {
-        self.zoc & ZOC_ZONE_ACTIVE_EXCURSIONS != 0
-    }
-
-    /// OZCS bit 0: reads may cross zone boundaries.
-    pub fn read_across_zone_boundaries(&self) -> bool {
-        self.ozcs & OZCS_READ_ACROSS_ZONE_BOUNDARIES != 0
-    }
-
-    /// Zone size in logical blocks for LBA format `lba_format_index` (use
-    /// [`IdentifyNamespace::current_lba_format_index`]). Errors when the
-    /// extension is missing or ZSZE is 0.
-    pub fn zone_size_blocks(&self, lba_format_index: usize) -> Result<u64, ParseError> {
-        match self.lbafe.get(lba_format_index) {
-            Some(ext) if ext.zsze != 0 => Ok(ext.zsze),
-            Some(ext) => Err(ParseError::InvalidField { what: Self::WHAT, field: "ZSZE", value: ext.zsze }),
-            None => {
-                Err(ParseError::InvalidField { what: Self::WHAT, field: "LBAFE index", value: lba_format_index as u64 })
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::zns::{IdentifyControllerZns, IdentifyNamespaceZns};
 
     fn page() -> Vec<u8> {
         vec![0u8; IDENTIFY_DATA_SIZE]
@@ -1598,98 +1437,6 @@ mod tests {
         let unlimited = IdentifyControllerNvm::parse(&page()).unwrap();
         assert_eq!(unlimited.write_zeroes_size_limit_bytes(4096), None);
         assert!(matches!(IdentifyControllerNvm::parse(&[0; 15]), Err(ParseError::TooShort { expected: 16, .. })));
-    }
-
-    #[test]
-    fn zns_controller() {
-        let mut buf = page();
-        let zns = IdentifyControllerZns::parse(&buf).unwrap();
-        assert_eq!(zns.zasl, 0);
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)), Some(512 * 1024));
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), None);
-        buf[0] = 5;
-        let zns = IdentifyControllerZns::parse(&buf).unwrap();
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), Some(128 * 1024));
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(512 * 1024)), Some(128 * 1024));
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, Some(64 * 1024)), Some(64 * 1024));
-        buf[0] = 0xFF;
-        let zns = IdentifyControllerZns::parse(&buf).unwrap();
-        assert_eq!(zns.zone_append_size_limit_bytes(4096, None), Some(u64::MAX));
-        assert!(IdentifyControllerZns::parse(&[]).is_err());
-    }
-
-    /// A ZNS Identify Namespace page like QEMU 7.2 returns for
-    /// `zoned.zone_size=64M`, `zoned.max_active=8`, `zoned.max_open=8` on
-    /// 4 KiB blocks.
-    fn qemu_zns_namespace_page() -> Vec<u8> {
-        let mut buf = page();
-        put(&mut buf, 4, &7u32.to_le_bytes()); // MAR
-        put(&mut buf, 8, &7u32.to_le_bytes()); // MOR
-        let zone_blocks: u64 = (64 << 20) / 4096;
-        for i in 0..8 {
-            put(&mut buf, 2816 + 16 * i, &zone_blocks.to_le_bytes());
-        }
-        buf
-    }
-
-    #[test]
-    fn zns_namespace_offsets_match_spec() {
-        use zns_namespace_offsets::*;
-        assert_eq!([ZOC, OZCS, MAR, MOR, RRL, FRL, LBAFE], [0, 2, 4, 8, 12, 16, 2816]);
-        // 64 extensions end where the vendor specific area starts.
-        assert_eq!(LBAFE + LBA_FORMATS_MAX * ZNS_LBAFE_SIZE, 3840);
-    }
-
-    #[test]
-    fn zns_namespace_qemu_7_2() {
-        let zns = IdentifyNamespaceZns::parse(&qemu_zns_namespace_page()).unwrap();
-        assert_eq!(zns.max_active_resources(), Some(8));
-        assert_eq!(zns.max_open_resources(), Some(8));
-        assert_eq!(zns.lbafe.len(), 64);
-        assert_eq!(zns.lbafe[0], ZnsLbaFormatExtension { zsze: 16384, zdes: 0 });
-        assert_eq!(zns.zone_size_blocks(0), Ok(16384));
-        assert!(!zns.variable_zone_capacity());
-        assert!(!zns.zone_active_excursions());
-        assert!(!zns.read_across_zone_boundaries());
-        // Format 8 has no zone size.
-        assert!(matches!(zns.zone_size_blocks(8), Err(ParseError::InvalidField { field: "ZSZE", value: 0, .. })));
-        assert!(matches!(
-            zns.zone_size_blocks(64),
-            Err(ParseError::InvalidField { field: "LBAFE index", value: 64, .. })
-        ));
-    }
-
-    #[test]
-    fn zns_namespace_limits_and_partial_buffers() {
-        let mut buf = qemu_zns_namespace_page();
-        put(&mut buf, 0, &0x0003u16.to_le_bytes()); // ZOC
-        put(&mut buf, 2, &0x0001u16.to_le_bytes()); // OZCS
-        put(&mut buf, 4, &u32::MAX.to_le_bytes()); // MAR: no limit
-        put(&mut buf, 8, &(u32::MAX - 1).to_le_bytes()); // MOR: the largest limit
-        put(&mut buf, 12, &10u32.to_le_bytes()); // RRL
-        put(&mut buf, 16, &20u32.to_le_bytes()); // FRL
-        buf[2816 + 8] = 2; // ZDES of format 0
-        let zns = IdentifyNamespaceZns::parse(&buf).unwrap();
-        assert_eq!(zns.max_active_resources(), None);
-        assert_eq!(zns.max_open_resources(), Some(u32::MAX));
-        assert!(zns.variable_zone_capacity());
-        assert!(zns.zone_active_excursions());
-        assert!(zns.read_across_zone_boundaries());
-        assert_eq!((zns.rrl, zns.frl), (10, 20));
-        assert_eq!(zns.lbafe[0].zdes, 2);
-
-        // Only the whole extensions that fit are decoded.
-        let partial = IdentifyNamespaceZns::parse(&buf[..2816 + 16 * 3 + 5]).unwrap();
-        assert_eq!(partial.lbafe.len(), 3);
-        assert_eq!(IdentifyNamespaceZns::parse(&buf[..2816]).unwrap().lbafe.len(), 0);
-        assert!(matches!(
-            IdentifyNamespaceZns::parse(&buf[..2815]),
-            Err(ParseError::TooShort { expected: 2816, got: 2815, .. })
-        ));
-        // A buffer longer than a page still yields at most 64.
-        let mut long = buf.clone();
-        long.resize(8192, 0);
-        assert_eq!(IdentifyNamespaceZns::parse(&long).unwrap().lbafe.len(), 64);
     }
 
     #[test]

@@ -7,11 +7,12 @@ use nvme_driver::cmd::nvm;
 use nvme_driver::loopback;
 use nvme_driver::spec::identify::{
     command_set, parse_active_namespace_list, parse_ns_id_descriptors, IdentifyController, IdentifyControllerNvm,
-    IdentifyControllerZns, IdentifyNamespace, IdentifyNamespaceZns,
+    IdentifyNamespace,
 };
 use nvme_driver::spec::log::{parse_error_log, SmartHealthLog};
 use nvme_driver::spec::status::Status;
 use nvme_driver::spec::zns::parse_report_zones;
+use nvme_driver::spec::zns::{IdentifyControllerZns, IdentifyNamespaceZns};
 use nvme_driver::Request;
 
 /// Every Identify parser on arbitrary bytes: a typed error or a value,

@@ -132,7 +132,8 @@ fn metadata_namespaces() -> SimConfig {
 
 #[test]
 fn identify_lists_qemu_7_2s_formats_and_selects_the_configured_one() {
-    use crate::spec::identify::{IdentifyNamespace, IdentifyNamespaceZns, LbaFormat, CSI_ZONED};
+    use crate::spec::identify::{IdentifyNamespace, LbaFormat, CSI_ZONED};
+    use crate::spec::zns::IdentifyNamespaceZns;
     let mut host = Host::enabled(metadata_namespaces(), 4);
     let read_page = |host: &Host| {
         let mut page = vec![0u8; PAGE_SIZE];
