@@ -510,3 +510,13 @@ fn owners_stay_bounded_in_memory_and_come_back_from_the_journal_after_reuse_and_
     listed.sort_unstable();
     assert_eq!(listed, live.iter().map(|(&id, &owner)| (id, owner)).collect::<Vec<_>>());
 }
+
+#[test]
+fn data_starts_at_a_zone_after_the_metadata() {
+    let harness = Harness::single(zns(64, 1024));
+    let volume = harness.format(&volume_options());
+    let start = volume.data_start_lba(0).expect("a data zone");
+    // 1 MiB zones of 512-byte LBAs; the metadata segments come first.
+    assert!(start > 0 && start.is_multiple_of(2048), "{start}");
+    assert_eq!(volume.data_start_lba(1), None, "one copy, one lane");
+}

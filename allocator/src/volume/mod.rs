@@ -1064,6 +1064,16 @@ impl Volume {
         self.devices[self.lanes[lane].device].as_ref().map_or(0, |d| d.lba(location.zone, location.offset))
     }
 
+    /// The first LBA of lane `lane`'s namespace that holds data: the start
+    /// of its first zone the volume owns, after the metadata segments.
+    /// `None` when the lane's device is away or owns no zone.
+    pub fn data_start_lba(&self, lane: usize) -> Option<u64> {
+        let table = &self.lanes.get(lane)?.table;
+        let zone = (0..table.zone_count()).find(|&z| table.zone(z).usage != ZoneUse::NotOwned)?;
+        let device = self.devices[self.lanes[lane].device].as_ref()?;
+        Some(device.lba(zone, 0))
+    }
+
     /// The volume's identity (chosen at format), to tie saved state such as
     /// a scrub checkpoint to this volume.
     pub fn id(&self) -> u64 {

@@ -405,9 +405,7 @@ fn run(args: &Args) -> Result<(), String> {
     // the first copy in use.
     let lane = (0..volume.lanes()).find(|&l| volume.lane_online(l)).unwrap_or(0);
     let (data_offset_bytes, namespace_bytes) = {
-        let table = volume.zone_table(lane);
-        let first = (0..table.zone_count()).find(|&z| table.zone(z).usage != zoned_allocator::zones::ZoneUse::NotOwned);
-        let lba = volume.lba(lane, zoned_allocator::Location { zone: first.unwrap_or(0), offset: 0 });
+        let lba = volume.data_start_lba(lane).ok_or("no data zone on the first copy in use")?;
         let device = volume.lane_device(lane);
         let ns = volume.devices_mut()[device].as_ref().ok_or("no device in use")?.namespace();
         (lba * u64::from(ns.block_size()), ns.capacity_blocks() * u64::from(ns.block_size()))
