@@ -5,10 +5,10 @@
 //! names the option in its message (`invalid value 'nan' for '--runtime
 //! <SECONDS>'`); the messages here say what is accepted.
 
-use crate::size::parse_size;
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::CommandFactory;
+use nvme_report::size::parse_size;
 
 /// Highest namespace ID a tool takes: 0 is no namespace and `0xFFFF_FFFF`
 /// is the broadcast value (NVMe Base 2.0 §3.2.1.1).
@@ -77,7 +77,7 @@ pub fn nsid(text: &str) -> Result<u32, String> {
 pub fn size_in(unit: u64, min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
     assert!(unit > 0 && min <= max, "a size range needs a unit and min <= max");
     move |text: &str| {
-        let bytes = parse_size(text)?;
+        let bytes = parse_size(text).map_err(|e| e.to_string())?;
         if !bytes.is_multiple_of(unit) || !(min..=max).contains(&bytes) {
             let mut expected = Vec::new();
             if unit > 1 {
@@ -165,7 +165,7 @@ impl std::fmt::Display for Amount {
 pub fn amount(text: &str) -> Result<Amount, String> {
     match text.trim().strip_suffix('%') {
         Some(percent) => number_in(percent, 0.0, true, 100.0, "a percentage").map(Amount::Percent),
-        None => match parse_size(text)? {
+        None => match parse_size(text).map_err(|e| e.to_string())? {
             0 => Err("expected a size of more than 0 bytes, or a percentage (95%)".into()),
             bytes => Ok(Amount::Bytes(bytes)),
         },

@@ -11,10 +11,7 @@ pub mod device;
 #[cfg(test)]
 mod fixtures;
 pub mod health;
-pub mod histogram;
 pub mod logging;
 pub mod profile;
 pub mod prometheus;
-pub mod size;
-pub mod svg;
 pub mod volume_view;

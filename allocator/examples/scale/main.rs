@@ -48,17 +48,13 @@ G, T (powers of 1024). --opens N opens the filled volume N times with its log an
 median too (memory is measured on the first). The table goes to stdout, progress to stderr; --json FILE also writes
 the settings and one row per point as JSON.";
 
+/// A size above zero (`nvme_report::size` reads the suffixes).
 fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (digits, shift) = match text.char_indices().last() {
-        Some((at, 'K' | 'k')) => (&text[..at], 10),
-        Some((at, 'M' | 'm')) => (&text[..at], 20),
-        Some((at, 'G' | 'g')) => (&text[..at], 30),
-        Some((at, 'T' | 't')) => (&text[..at], 40),
-        _ => (text, 0),
-    };
-    let value: u64 = digits.parse().map_err(|_| format!("{text:?}: expected a size such as 256K or 1T"))?;
-    value.checked_mul(1 << shift).filter(|&v| v > 0).ok_or_else(|| format!("{text:?}: out of range"))
+    match nvme_report::size::parse_size(text) {
+        Ok(0) => Err(format!("{text:?}: out of range")),
+        Ok(bytes) => Ok(bytes),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn parse() -> Result<Args, String> {

@@ -4,7 +4,7 @@
 //! `plot --title T --out chart.svg ours=ours_bw.1.log btrfs=btrfs_bw.1.log`
 
 use clap::Parser;
-use nvme_examples::svg::{line_chart, Series};
+use nvme_report::svg::{line_chart, Series};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -14,10 +14,11 @@ use nvme_examples::args::{
 use nvme_examples::checksums::ChecksumsArg;
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
-use nvme_examples::histogram::Histogram;
 use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
-use nvme_examples::svg::{line_chart, Series};
+use nvme_report::histogram::Histogram;
+use nvme_report::series::flatness;
+use nvme_report::svg::{line_chart, Series};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -819,17 +820,6 @@ fn prepare(sequence: u64, mut data: Data, bs: usize) -> Prepared {
     let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
     checksum::block_crcs(bytes, &mut crcs);
     Prepared { sequence, data, crcs }
-}
-
-/// Mean of the last 10% of `values` over the mean of the first 10%.
-fn flatness(values: &[f64]) -> Option<f64> {
-    if values.len() < 2 {
-        return None;
-    }
-    let k = (values.len() / 10).max(1);
-    let first: f64 = values[..k].iter().sum::<f64>() / k as f64;
-    let last: f64 = values[values.len() - k..].iter().sum::<f64>() / k as f64;
-    (first > 0.0).then(|| last / first)
 }
 
 /// Deterministic data for write `sequence`: a fixed random pattern with

@@ -5,8 +5,8 @@
 //! (QEMU `block/blkdebug.c`, `docs/devel/testing/blkdebug.rst`), which fails
 //! reads of chosen sectors: see [`Controller::read_errors`].
 
-use crate::size::{format_size, parse_size};
 use crate::Error;
+use crate::{format_size, parse_size};
 
 /// What the backing drive does with a deallocate (DSM) request. With
 /// `Ignore` (QEMU's default) deallocated blocks keep their old data although

@@ -26,10 +26,15 @@
 
 mod devices;
 mod initramfs;
-mod size;
 
 pub use devices::{Controller, Discard, Zoned};
-pub use size::{format_size, parse_size};
+pub use nvme_report::size::format_size;
+
+/// Parses a byte size as the rig's command lines write it (`512`, `4K`,
+/// `64M`, `1G`, `2T`; binary multiples, as QEMU reads them).
+pub fn parse_size(text: &str) -> Result<u64, Error> {
+    nvme_report::size::parse_size(text).map_err(|e| Error::Spec(e.to_string()))
+}
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -6,7 +6,7 @@ use super::{Args, Engine};
 use nvme_driver::clock::Clock;
 use nvme_driver::queue::{PhaseTicks, QueueStats};
 use nvme_driver::{Controller, Namespace};
-use nvme_examples::histogram::Histogram;
+use nvme_report::histogram::Histogram;
 use serde_json::json;
 use std::time::Duration;
 

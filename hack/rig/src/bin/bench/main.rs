@@ -25,12 +25,8 @@
 mod resilver;
 mod scale;
 mod zoned;
-// The chart code the tools use (`plot`, `seqwrite --plot`); the rig does
-// not depend on the tools' crate, which builds the driver.
-#[path = "../../../../../examples/src/svg.rs"]
-#[allow(dead_code)]
-mod svg;
 
+use nvme_report::svg;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

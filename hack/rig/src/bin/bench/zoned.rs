@@ -22,6 +22,7 @@
 //! followed by the step's output when a step fails (the script then ends).
 
 use super::{Row, Unit};
+use nvme_report::series::{flatness, steady};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -356,18 +357,6 @@ fn fio_side(report: &Value, direction: &str) -> Option<(f64, u64)> {
     Some((side.get("bw_bytes")?.as_f64()? / f64::from(1 << 20), side.get("io_bytes")?.as_u64()?))
 }
 
-/// The flatness of a bandwidth series: the mean of the last 10% of
-/// intervals over the mean of the first 10%.
-pub fn flatness(values: &[f64]) -> Option<f64> {
-    if values.len() < 2 {
-        return None;
-    }
-    let k = (values.len() / 10).max(1);
-    let first: f64 = values[..k].iter().sum::<f64>() / k as f64;
-    let last: f64 = values[values.len() - k..].iter().sum::<f64>() / k as f64;
-    (first > 0.0).then(|| last / first)
-}
-
 /// The write runs whose steady state is reported.
 const WRITE_RUNS: [&str; 11] = [
     "ours",
@@ -382,15 +371,6 @@ const WRITE_RUNS: [&str; 11] = [
     "btrfs-qd",
     "raw-zbd",
 ];
-
-/// The steady state of a bandwidth series: the mean of its second half.
-/// Writes here run fast for their first seconds and then level off, for
-/// the raw path as for ours (BENCHMARKS.md), so a whole-run mean mixes two
-/// regimes.
-pub fn steady(values: &[f64]) -> Option<f64> {
-    let half = &values[values.len() / 2..];
-    (values.len() >= 2).then(|| half.iter().sum::<f64>() / half.len() as f64)
-}
 
 /// What the zoned half measured, from the guest's output.
 #[derive(Debug, Default)]
