@@ -1,0 +1,487 @@
+//! seqwrite: sequential writes through the zoned allocator, like
+//! `fio --rw=write`, with fio-format bandwidth, IOPS and latency logs, a
+//! flatness figure and an SVG plot. It owns the namespace(s): a volume is
+//! created when none is found, and `--format` recreates it.
+
+mod feed;
+mod report;
+
+use clap::{Parser, ValueEnum};
+use feed::{fill_lookahead, Feed};
+use nvme_driver::sim::{SimConfig, Simulator};
+use nvme_driver::{Controller, ControllerOptions, Transport};
+use nvme_examples::args::{
+    self, human_size, Amount, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX,
+    THREADS_MAX,
+};
+use nvme_examples::checksums::ChecksumsArg;
+use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::logging;
+use nvme_examples::profile::ProfileArg;
+use report::{report, Run, Tally};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zoned_allocator::{Device, DeviceOptions, Error, Profile, Volume, VolumeOptions, WriteMode};
+
+/// Sequential writes through the zoned allocator (fio --rw=write style).
+/// WARNING: the tool owns the namespaces it is given and overwrites them.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Controller PCI address: one, or two for a mirror across controllers.
+    /// Default: the first NVMe function bound to vfio-pci.
+    #[arg(long = "pci", value_name = "BDF")]
+    pci: Vec<String>,
+    /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
+    /// mirror on one controller takes two (--ns 1,2); with two --pci, one
+    /// ID serves both. Default: 1 (1,2 for a mirror on --sim).
+    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid)]
+    ns: Vec<u32>,
+    /// Copies: single, dup (two on one namespace) or mirror (two devices,
+    /// both given: two --pci, or one --pci and two --ns).
+    #[arg(long, value_enum, default_value = "single")]
+    profile: ProfileArg,
+    /// Recreate the volume (destroys its contents; asks first, see --yes).
+    #[arg(long)]
+    format: bool,
+    /// With --format: where the volume keeps its blocks' checksums. auto:
+    /// block tags on namespaces with per-block metadata, zone checksum
+    /// areas otherwise; area: after each zone's data, on any namespace;
+    /// map: in memory and the journal; tags.
+    #[arg(long, value_enum, default_value = "auto")]
+    checksums: ChecksumsArg,
+    /// Open a mirror with a member missing, blank or failing, on the one
+    /// left (the member is recorded failed, and what is written has one
+    /// copy until `volume replace` and its resilver); with --profile
+    /// mirror, one device may then be given.
+    #[arg(long)]
+    degraded: bool,
+    /// Don't ask before --format destroys the volume (without a terminal
+    /// to ask on, --format needs it).
+    #[arg(long)]
+    yes: bool,
+    /// Block size of each write: a multiple of 4k, 4k..=64M, and at most
+    /// the volume's largest extent (1M on volumes this tool formats).
+    #[arg(long, default_value = "256k", value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, IO_BYTES_MAX))]
+    bs: u64,
+    /// Bytes to write (at least --bs), or a percentage of the volume's
+    /// capacity, more than 0 and at most 100 ("95%").
+    #[arg(long, default_value = "95%", value_parser = args::amount)]
+    size: Amount,
+    /// Writes in flight, 1..=1024.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
+    iodepth: usize,
+    /// Stop after this many seconds (more than 0, at most a year) even if
+    /// --size is not reached.
+    #[arg(long, value_name = "SECONDS", value_parser = args::runtime_s, allow_negative_numbers = true)]
+    runtime: Option<f64>,
+    /// Zone Append on zoned namespaces (the default when the device has it).
+    #[arg(long, conflicts_with = "ordered")]
+    zone_append: bool,
+    /// Writes at the write pointer, one in flight per zone.
+    #[arg(long)]
+    ordered: bool,
+    /// Stream (lifetime class) to write to, 0..=63: one of the volume's
+    /// streams.
+    #[arg(long, default_value_t = 0, value_parser = args::int_in::<u8>(0, STREAMS_MAX - 1))]
+    stream: u8,
+    /// Streams of a new volume, 1..=64.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<u8>(1, STREAMS_MAX))]
+    streams: u8,
+    /// Software zone size on conventional namespaces, a multiple of 4k
+    /// (default: from the capacity).
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
+    software_zone: Option<u64>,
+    /// Interval of the logs and the flatness figure, in milliseconds,
+    /// 1..=3600000.
+    #[arg(long, default_value_t = 1000, value_parser = args::int_in::<u64>(1, LOG_INTERVAL_MS_MAX))]
+    log_interval: u64,
+    /// Write fio-format logs PREFIX_bw.1.log, PREFIX_iops.1.log and PREFIX_lat.1.log.
+    #[arg(long, value_name = "PREFIX")]
+    write_log: Option<String>,
+    /// Draw bandwidth over time to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Threads computing checksums ahead of the writer, 0..=64; 0
+    /// checksums on the submitting thread.
+    #[arg(long, default_value_t = 1, value_parser = args::int_in::<usize>(0, THREADS_MAX))]
+    checksum_threads: usize,
+    /// Commit after every this many bytes (and at the end), at least 4k.
+    #[arg(long, default_value = "256M", value_parser = args::size_in(1, BLOCK_BYTES, u64::MAX))]
+    commit_every: u64,
+    /// crc32c implementation: auto (the faster one on this CPU, measured),
+    /// hardware (SSE4.2) or table (slicing-by-8).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hardware", "table"])]
+    crc32c: String,
+    /// When a poll finds nothing, sleep this many microseconds before the
+    /// next, 0..=1000000 (0 spins). Under an emulator a spinning vCPU takes
+    /// host CPU from the emulated device; on hardware, spin.
+    #[arg(long, default_value_t = 0, value_parser = args::int_in::<u64>(0, POLL_SLEEP_US_MAX))]
+    poll_sleep_us: u64,
+    /// Make each write in place, in a buffer the volume lends (memory the
+    /// device may only read), instead of copying it into DMA memory: needs
+    /// VFIO or --sim. The second copy of a dup or mirror is still copied.
+    #[arg(long)]
+    zero_copy: bool,
+    /// Write the same bytes every time, with their checksums computed
+    /// once before the run: no per-write data generation or checksum
+    /// work (and, with --zero-copy, no copy either), so what is left is
+    /// the allocator and the device. The volume still stores and checks
+    /// every block's checksum. --checksum-threads is ignored.
+    #[arg(long)]
+    same_data: bool,
+    /// Read everything back and verify it afterwards.
+    #[arg(long)]
+    verify: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+    /// Run on the in-process simulator instead of a device.
+    #[arg(long, conflicts_with = "pci")]
+    sim: bool,
+    /// Simulated namespace size: a multiple of 512, 1M..=1T.
+    #[arg(long, default_value = "1G", value_parser = args::size_in(SIM_LBA_BYTES, 1 << 20, SIM_BYTES_MAX), requires = "sim")]
+    sim_capacity: u64,
+    /// Simulated zone size, a multiple of 512 and at most --sim-capacity; 0
+    /// simulates a conventional namespace.
+    #[arg(long, default_value = "64M", value_parser = args::size_in(SIM_LBA_BYTES, 0, SIM_BYTES_MAX), requires = "sim")]
+    sim_zone: u64,
+    /// Metadata bytes per simulated LBA: 0, 8, 16 or 64 (8 or more: the
+    /// volume keeps checksums in block tags).
+    #[arg(long, default_value_t = 0, value_parser = parse_sim_metadata, requires = "sim")]
+    sim_metadata: u16,
+}
+
+fn parse_sim_metadata(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(bytes) if nvme_driver::sim::METADATA_BYTES_ALLOWED.contains(&bytes) => Ok(bytes),
+        _ => Err(format!("{text}: expected one of {:?}", nvme_driver::sim::METADATA_BYTES_ALLOWED)),
+    }
+}
+
+/// The allocator's most streams per volume (`Volume::format` checks it).
+const STREAMS_MAX: u64 = 64;
+/// Longest log interval: an hour.
+const LOG_INTERVAL_MS_MAX: u64 = 3_600_000;
+/// Longest sleep between polls: a second.
+const POLL_SLEEP_US_MAX: u64 = 1_000_000;
+/// The simulator's logical block.
+const SIM_LBA_BYTES: u64 = 512;
+
+fn main() -> ExitCode {
+    logging::init("seqwrite");
+    let args = Args::parse();
+    if let Err(message) = check_args(&args) {
+        args::exit_usage_error::<Args>("seqwrite", &message);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("seqwrite: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks what can be checked without a device, against the other options.
+/// What needs the volume (--size against its free space, --bs against its
+/// largest extent, --stream against its streams) is checked once it is
+/// open, before the first write.
+fn check_args(args: &Args) -> Result<(), String> {
+    device_choices(args)?;
+    if let Amount::Bytes(bytes) = args.size {
+        if bytes < args.bs {
+            return Err(format!("--size {}: less than one --bs {} write", human_size(bytes), human_size(args.bs)));
+        }
+    }
+    if args.format {
+        check_new_volume(args)?;
+    }
+    if args.sim && args.sim_zone > args.sim_capacity {
+        return Err(format!(
+            "--sim-zone {}: more than --sim-capacity {}",
+            human_size(args.sim_zone),
+            human_size(args.sim_capacity)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the options against the volume a format would make, before
+/// it exists: for `--format`, and for blank devices that seqwrite formats.
+fn check_new_volume(args: &Args) -> Result<(), String> {
+    // The new volume's limits are known before it exists.
+    let largest = VolumeOptions::default().max_extent_bytes as u64;
+    if args.bs > largest {
+        return Err(format!(
+            "--bs {}: --format makes a volume whose largest extent is {}",
+            human_size(args.bs),
+            human_size(largest)
+        ));
+    }
+    if args.stream >= args.streams {
+        return Err(format!(
+            "--stream {}: --format makes a volume of --streams {} (streams 0..={})",
+            args.stream,
+            args.streams,
+            args.streams - 1
+        ));
+    }
+    Ok(())
+}
+
+/// The devices the volume is on, exactly as --pci and --ns give them. The
+/// simulator's namespaces are the tool's own: a mirror on --sim without
+/// --ns is on its namespaces 1 and 2.
+fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
+    let mut wanted = Profile::from(args.profile).devices();
+    // A mirror opened degraded may be given the one device left.
+    if args.degraded && !args.format && args.pci.len().max(args.ns.len()) == 1 {
+        wanted = 1;
+    }
+    let ns = if args.sim && args.ns.is_empty() { (1..=wanted as u32).collect() } else { args.ns.clone() };
+    choose_devices(&args.pci, &ns, wanted).map_err(|e| {
+        let profile = args.profile.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+        format!("--profile {profile}: {e}")
+    })
+}
+
+/// The devices, in words: "namespace 1 of 0000:01:00.0 and namespace 2 of ...".
+fn describe_devices(args: &Args, choices: &[DeviceChoice]) -> String {
+    let names: Vec<String> = choices
+        .iter()
+        .map(|choice| match args.pci.get(choice.controller) {
+            Some(bdf) => format!("namespace {} of {bdf}", choice.nsid),
+            None => format!("namespace {} of the default controller", choice.nsid),
+        })
+        .collect();
+    names.join(" and ")
+}
+
+fn open_devices(args: &Args, controllers: &[Controller]) -> Result<Vec<Device>, String> {
+    // Lent buffers: those in flight, and those being filled ahead.
+    let fill_buffers = if args.zero_copy { fill_lookahead(args) as u32 + args.iodepth as u32 + 2 } else { 0 };
+    let options = DeviceOptions {
+        queue_depth: 256,
+        buffers: (args.iodepth as u32 * 2).max(64),
+        fill_buffers,
+        ..DeviceOptions::default()
+    };
+    let mut devices = Vec::new();
+    for choice in device_choices(args)? {
+        let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
+        let nsid = choice.nsid;
+        devices.push(Device::open(controller, nsid, options).map_err(|e| format!("namespace {nsid}: {e}"))?);
+    }
+    Ok(devices)
+}
+
+fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
+    let options = ControllerOptions::default();
+    if args.sim {
+        let lba = 512u64;
+        let blocks = args.sim_capacity / lba;
+        let config = if args.sim_zone == 0 {
+            SimConfig::nvm(blocks, lba as u32)
+        } else {
+            let zone = args.sim_zone / lba;
+            SimConfig::zoned(blocks / zone * zone, lba as u32, zone, zone)
+        };
+        let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
+        let namespace = config.namespaces[0].clone().metadata_bytes(args.sim_metadata);
+        let mut config = SimConfig { namespaces: Vec::new(), ..config.clone() }.with_namespace(namespace);
+        if namespaces == 2 {
+            config = config.clone().with_namespace(config.namespaces[0].clone());
+        }
+        let transport: Arc<dyn Transport> = Simulator::new(config);
+        return Ok(vec![Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?]);
+    }
+    if args.pci.is_empty() {
+        return Ok(vec![device::open_controller(None, options)?]);
+    }
+    args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect()
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.format {
+        // Asked before any device is opened.
+        let what = format!("--format destroys everything on {}", describe_devices(args, &device_choices(args)?));
+        confirm_on_stdin("seqwrite", &what, args.yes || args.sim)?;
+    }
+    if args.crc32c != "auto" {
+        // Read once, at the first checksum: set before any.
+        std::env::set_var("ZONED_CRC32C", &args.crc32c);
+    }
+    let controllers = controllers(args)?;
+    let options = volume_options(args);
+    let (mut volume, created) = open_volume(args, &controllers, &options)?;
+    let target = check_against(args, &volume)?;
+    // Where the first data zone starts (after the metadata segments), on
+    // the first copy in use.
+    let lane = (0..volume.lanes()).find(|&l| volume.lane_online(l)).unwrap_or(0);
+    let (data_offset_bytes, namespace_bytes) = {
+        let lba = volume.data_start_lba(lane).ok_or("no data zone on the first copy in use")?;
+        let device = volume.lane_device(lane);
+        let ns = volume.devices_mut()[device].as_ref().ok_or("no device in use")?.namespace();
+        (lba * u64::from(ns.block_size()), ns.capacity_blocks() * u64::from(ns.block_size()))
+    };
+    let (checksum_before, copied_before) = (volume.stats().checksum_ns, volume.stats().copied_in_bytes);
+    let mut feed = Feed::start(args, target / args.bs);
+    let mut tally = Tally::new();
+    let failure = write(args, &mut volume, &mut feed, &mut tally, target).err();
+    feed.stop();
+    let t = Instant::now();
+    let committed = volume.commit();
+    tally.commit_time += t.elapsed();
+    let elapsed = tally.started.elapsed();
+    if progress_bar(args) {
+        eprintln!();
+    }
+    if let Some(message) = failure {
+        return Err(message);
+    }
+    committed.map_err(|e| format!("final commit: {e}"))?;
+    tally.commits += 1;
+    tally.finish(elapsed);
+    let run = Run {
+        tally,
+        elapsed,
+        created,
+        write_mode: options.write_mode,
+        capacity: volume.capacity_bytes(),
+        namespace_bytes,
+        data_offset_bytes,
+        checksum_before,
+        copied_before,
+    };
+    report(args, &mut volume, &run)?;
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(())
+}
+
+/// The volume's options, as the arguments give them.
+fn volume_options(args: &Args) -> VolumeOptions {
+    VolumeOptions {
+        profile: Profile::from(args.profile),
+        streams: args.streams,
+        software_zone_bytes: args.software_zone,
+        checksums: args.checksums.into(),
+        degraded: args.degraded,
+        write_mode: if args.ordered {
+            WriteMode::Ordered
+        } else if args.zone_append {
+            WriteMode::Append
+        } else {
+            WriteMode::Auto
+        },
+        ..VolumeOptions::default()
+    }
+}
+
+/// Formats (with --format, or on devices that all read back blank) or
+/// opens the volume; whether it is new.
+fn open_volume(args: &Args, controllers: &[Controller], options: &VolumeOptions) -> Result<(Volume, bool), String> {
+    let format = || Volume::format(open_devices(args, controllers)?, options).map_err(|e| format!("format: {e}"));
+    if args.format {
+        return Ok((format()?, true));
+    }
+    match Volume::open(open_devices(args, controllers)?, options) {
+        Ok(volume) => Ok((volume, false)),
+        // Every device read back blank (no label anywhere, every read
+        // whole): nothing can be lost, so a volume is made. Any other
+        // error (unreadable, damaged, foreign, another version) stops
+        // here with its reason: seqwrite never formats by inference.
+        Err(Error::NoVolume) => {
+            check_new_volume(args)?;
+            log::info!("no volume found and every device is blank: formatting");
+            Ok((format()?, true))
+        }
+        Err(e @ Error::Degraded { .. }) => {
+            Err(format!("open: {e}; pass --degraded to write to it on the devices left"))
+        }
+        Err(e) => {
+            Err(format!("open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)"))
+        }
+    }
+}
+
+/// Checks --size, --bs and --stream against the open volume, before the
+/// first write; the bytes to write.
+fn check_against(args: &Args, volume: &Volume) -> Result<u64, String> {
+    let capacity = volume.capacity_bytes();
+    let free = capacity.saturating_sub(volume.stats().valid_bytes);
+    let target = args.size.bytes(capacity, args.bs);
+    if target == 0 {
+        return Err(format!(
+            "--size {}: less than one --bs {} write on a volume of {capacity} bytes",
+            args.size, args.bs
+        ));
+    }
+    if target > free {
+        return Err(format!(
+            "--size {}: {} bytes asked, {} free of {} (free extents, or --format)",
+            args.size, target, free, capacity
+        ));
+    }
+    if args.bs as usize > volume.max_extent_bytes() {
+        return Err(format!("--bs {}: the volume's largest extent is {}", args.bs, volume.max_extent_bytes()));
+    }
+    if args.stream >= volume.streams() {
+        return Err(format!("--stream {}: the volume has {} stream(s)", args.stream, volume.streams()));
+    }
+    Ok(target)
+}
+
+/// Whether a progress bar goes to stderr.
+fn progress_bar(args: &Args) -> bool {
+    std::io::stderr().is_terminal() && !args.json && !args.no_progress
+}
+
+/// Writes `target` bytes (or until --runtime) with --iodepth in flight,
+/// committing every --commit-every bytes.
+fn write(args: &Args, volume: &mut Volume, feed: &mut Feed, tally: &mut Tally, target: u64) -> Result<(), String> {
+    let progress = progress_bar(args);
+    let interval = Duration::from_millis(args.log_interval);
+    let runtime = args.runtime.map(Duration::from_secs_f64);
+    while tally.written < target {
+        if runtime.is_some_and(|limit| tally.started.elapsed() >= limit) {
+            break;
+        }
+        while tally.in_flight() < args.iodepth && tally.submitted < target {
+            let id = feed
+                .submit(args, volume, tally.submitted / args.bs)
+                .map_err(|e| format!("at {}: {e}", tally.submitted))?;
+            tally.submitted(id, args.bs);
+        }
+        if volume.poll() == 0 && args.poll_sleep_us > 0 {
+            std::thread::sleep(Duration::from_micros(args.poll_sleep_us));
+        }
+        let now = Instant::now();
+        while let Some(done) = volume.next_done() {
+            tally.completed(done, now, args.bs, false)?;
+        }
+        tally.roll(now, interval);
+        if tally.since_commit >= args.commit_every {
+            let t = Instant::now();
+            volume.commit().map_err(|e| format!("commit: {e}"))?;
+            // Writes completed during the commit's wait count now.
+            while let Some(done) = volume.next_done() {
+                tally.completed(done, now, args.bs, true)?;
+            }
+            tally.commit_time += t.elapsed();
+            tally.since_commit = 0;
+            tally.commits += 1;
+        }
+        if progress {
+            tally.progress(now, target);
+        }
+    }
+    Ok(())
+}
