@@ -1,7 +1,8 @@
 //! Shared pieces of the tools (identify, perf, zeroout, seqwrite, scrub,
-//! volume, plot): a latency histogram, size and option parsing, device
-//! choice, confirmation before destroying data, and the volume tool's
-//! views (text, Prometheus exposition, controller health).
+//! volume, plot): option parsing, device choice, confirmation before
+//! destroying data, the volume tool's views (text, Prometheus exposition,
+//! controller health), and the conformance scenarios. Sizes, charts and
+//! histograms are in `nvme-report`, which the bench shares.
 
 pub mod args;
 pub mod checksums;
