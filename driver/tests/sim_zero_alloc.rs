@@ -3,57 +3,13 @@
 //! counted by a global allocator. (One test in this binary, so no other
 //! test allocates concurrently.)
 
+mod counting_alloc;
 mod sim_support;
 
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::sim::SimConfig;
 use nvme_driver::{IoBuffer, IoCompletion};
 use sim_support::Rig;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Only the measuring thread counts: the test harness's own thread may
-    /// allocate at any moment (say, when the machine is busy and it gets
-    /// scheduled late), and that is not the I/O path.
-    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn count() {
-    if COUNTING.try_with(std::cell::Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 #[test]
 fn the_command_path_allocates_nothing_once_warm() {
@@ -88,10 +44,10 @@ fn the_command_path_allocates_nothing_once_warm() {
     for _ in 0..4 {
         cycle(&mut rig, &mut completions);
     }
-    COUNTING.with(|c| c.set(true));
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..100 {
-        cycle(&mut rig, &mut completions);
-    }
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "allocations on the command path");
+    let allocations = counting_alloc::allocations_during(|| {
+        for _ in 0..100 {
+            cycle(&mut rig, &mut completions);
+        }
+    });
+    assert_eq!(allocations, 0, "allocations on the command path");
 }
