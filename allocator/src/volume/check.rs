@@ -3,7 +3,7 @@
 //! map against the zones on every copy), reported, with what open would
 //! repair or change, and nothing written.
 
-use super::open::ZoneAction;
+use super::zone_plan::ZoneAction;
 use super::Volume;
 use crate::device::Device;
 use crate::error::Result;

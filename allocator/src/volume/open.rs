@@ -1,21 +1,20 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
+use super::identify::{identify, read_images, Identified};
+use super::zone_plan::ZoneAction;
 use super::{describe_misplaced, ChecksumStore, OpenPhases, RecoveryReport, Volume, VolumeOptions, WriteMode};
-use crate::device::{zone_has_write_pointer, Device};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::journal::layout::{
-    default_software_zone_bytes, meta_copies, meta_zones_per_segment, placed_copies, read_segment_image,
-    segment_capacity, write_segment, MetaCopy, SegmentImage, COPIES, LABEL_BLOCKS,
+    default_software_zone_bytes, meta_copies, meta_zones_per_segment, write_segment, SegmentImage, LABEL_BLOCKS,
 };
-use crate::journal::recovery::{chain_end, probe, recover, Probe};
+use crate::journal::recovery::{probe, recover, Probe};
 use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
 use crate::table::{split, Entry, ZoneCensus};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
-use nvme_driver::spec::zns::{ZoneDescriptor, ZoneState};
-use serde::Serialize;
 use std::time::Instant;
 
 impl Volume {
@@ -525,225 +524,6 @@ impl Volume {
             Err(Error::Corrupt(format!("lane {lane}: {blocks} blocks at {location:?} lie outside its zones")))
         }
     }
-
-    /// Rebuilds zone states from the device and the extents, checking that
-    /// every committed extent lies within what its zone holds. Writes
-    /// nothing: returns the zone actions to take once every check passed,
-    /// and whether the metadata log must move to a fresh segment.
-    pub(super) fn plan_zones(
-        &mut self,
-        descriptors: &[Vec<ZoneDescriptor>],
-        census: &[ZoneCensus],
-    ) -> Result<(Vec<ZoneAction>, bool)> {
-        let mut actions = Vec::new();
-        for lane_index in 0..self.lanes.len() {
-            actions.extend(self.plan_lane(lane_index, descriptors, false, census.get(lane_index))?);
-        }
-        // The metadata segments: on every zoned copy, the write pointers
-        // must stand where the log ends, and the other segment is reset
-        // unless the current checkpoint, not yet sealed, builds on it. A
-        // copy on a device away is left as it is.
-        let g = self.journal.g;
-        let current = self.journal.segment;
-        let mut rotate = false;
-        for copy in self.journal.copies {
-            let Some(device) = self.devices[copy.device].as_ref() else { continue };
-            if !device.is_zoned() {
-                continue;
-            }
-            let lpb = device.lbas_per_block;
-            let mut expected_left = self.journal.offset;
-            for segment in 0..2 {
-                for zone in copy.segments[segment as usize]..copy.segments[segment as usize] + g {
-                    let d = descriptors[copy.device][zone as usize];
-                    if segment != current {
-                        if !self.journal.other_needed && d.state != ZoneState::Empty && !unwritable(d.state) {
-                            // An older checkpoint, or a torn rotation.
-                            actions.push((copy.device, zone, ZoneSendAction::Reset));
-                        }
-                        continue;
-                    }
-                    let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
-                    let expected = expected_left.min(capacity);
-                    expected_left -= expected;
-                    // In LBAs: a power cut can leave the write pointer
-                    // inside a 4 KiB block, and the next record must start
-                    // at a block.
-                    let written_lbas = match d.state {
-                        ZoneState::Empty => 0,
-                        ZoneState::Full => capacity * lpb,
-                        state if zone_has_write_pointer(state) => d.wp - d.zslba,
-                        _ => u64::MAX,
-                    };
-                    if written_lbas != expected * lpb {
-                        rotate = true;
-                    }
-                }
-            }
-        }
-        Ok((actions, rotate))
-    }
-}
-
-impl Volume {
-    /// Rebuilds lane `lane_index`'s zone table from its device's zones
-    /// (`descriptors`, by device place) and the extents. Returns the zone
-    /// actions to take. A committed copy beyond what its zone holds is
-    /// corruption, except on a device that was away (`returning`, or
-    /// recorded failed): its copy is then missing, for a resilver.
-    pub(super) fn plan_lane(
-        &mut self,
-        lane_index: usize,
-        descriptors: &[Vec<ZoneDescriptor>],
-        returning: bool,
-        census: Option<&ZoneCensus>,
-    ) -> Result<Vec<ZoneAction>> {
-        let device_index = self.lanes[lane_index].device;
-        let returning = returning || self.members[device_index].record.failed;
-        let present = self.devices[device_index].is_some();
-        let zoned = self.lane_is_zoned(lane_index);
-        let zone_count = self.lanes[lane_index].table.zone_count() as usize;
-        let capacities: Vec<u32> = match &self.devices[device_index] {
-            Some(device) => super::data_capacities(device, &self.superblock),
-            None => vec![super::member::UNKNOWN_CAPACITY; zone_count],
-        };
-        if present && capacities.len() != zone_count {
-            return Err(Error::Corrupt(format!(
-                "lane {lane_index}: {zone_count} zones recorded, the device has {}",
-                capacities.len()
-            )));
-        }
-        let allocated_on_device = |volume: &Self, zone: usize| -> (u32, bool) {
-            let capacity = capacities[zone];
-            if !present || !zoned {
-                return (0, false);
-            }
-            let d = &descriptors[device_index][zone];
-            let lpb = volume.dev(device_index).lbas_per_block;
-            match d.state {
-                ZoneState::Empty => (0, false),
-                ZoneState::Full | ZoneState::ReadOnly | ZoneState::Offline => (capacity, false),
-                // Rounded up: a power cut can leave the write pointer
-                // inside a 4 KiB block, and that block is used (the next
-                // Zone Append would land after it).
-                _ => ((d.wp.saturating_sub(d.zslba)).div_ceil(lpb).min(u64::from(capacity)) as u32, true),
-            }
-        };
-        // A copy on a returning device beyond what its zone holds (or
-        // outside its zones) never reached it: missing.
-        let mut moved = false;
-        if present && returning {
-            let stale: Vec<(Location, ExtentId, Entry)> = self
-                .table
-                .iter()
-                .filter_map(|(id, entry)| {
-                    let location = entry.locations[lane_index];
-                    if location.is_missing() {
-                        return None;
-                    }
-                    let zone = location.zone as usize;
-                    let end = location.offset + entry.blocks;
-                    let gone = zone >= capacities.len()
-                        || end > capacities[zone]
-                        || (zoned && end > allocated_on_device(self, zone).0);
-                    gone.then_some((location, id, entry))
-                })
-                .collect();
-            moved = !stale.is_empty();
-            for (location, id, entry) in stale {
-                log::warn!("lane {lane_index}: extent {id}'s copy at {location:?} is not on the device: missing");
-                if entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
-                    return Err(Error::Corrupt(format!("extent {id}'s only copy is not on the returning device")));
-                }
-                self.move_extent(id, lane_index, Location::MISSING, true);
-            }
-        }
-        // Per zone: the end of its furthest live extent, and live blocks
-        // (counted again when copies were just marked missing).
-        let counted;
-        let census = match census {
-            Some(census) if !moved => census,
-            _ => {
-                counted = self.table.census(lane_index, zone_count as u32);
-                &counted
-            }
-        };
-        let (live_end, valid) = (&census.live_end, &census.valid);
-        // Start over from empty tables; `apply` filled valid counts.
-        let old = &self.lanes[lane_index].table;
-        let owned: Vec<bool> = (0..old.zone_count()).map(|z| old.zone(z).usage != ZoneUse::NotOwned).collect();
-        let mut table = ZoneTable::new(
-            &capacities,
-            |z| owned[z as usize],
-            self.superblock.streams,
-            self.superblock.reserve_zones as usize,
-        );
-        table.set_finish_threshold(self.superblock.finish_threshold_blocks);
-        let mut actions = Vec::new();
-        for zone in 0..zone_count as u32 {
-            if !owned[zone as usize] {
-                continue;
-            }
-            let z = zone as usize;
-            let (allocated, needs_finish) =
-                if present && zoned { allocated_on_device(self, z) } else { (live_end[z], false) };
-            if live_end[z] > allocated {
-                return Err(Error::Corrupt(format!(
-                    "lane {lane_index} zone {zone}: committed data reaches block {} but the zone holds {allocated}",
-                    live_end[z]
-                )));
-            }
-            table.restore(zone, allocated, valid[z]);
-            self.lanes[lane_index].written[z] = allocated;
-            if allocated == 0 || valid[z] == 0 {
-                // A seal of the zone's last use, whose reset a power cut
-                // kept from the journal (or that nothing lives in now).
-                self.unseal(lane_index, zone);
-            }
-            if !present {
-                // Away: nothing is done to its zones until it is back.
-                continue;
-            }
-            let unsealed =
-                self.area && self.lanes[lane_index].sealed[z] == 0 && valid[z] > 0 && (!zoned || needs_finish);
-            if zoned && unwritable(descriptors[device_index][z].state) {
-                // Worn out on the device: nothing is reset, finished or
-                // written there again; reclaim moves its live data off.
-                log::warn!("lane {lane_index} zone {zone} is {:?}", descriptors[device_index][z].state);
-                table.wear_out(zone);
-                self.stats.zones_worn += 1;
-            } else if allocated > 0 && valid[z] == 0 {
-                // Nothing committed lives here: uncommitted writes or a
-                // reset that a power cut interrupted.
-                if zoned {
-                    actions.push((device_index, zone, ZoneSendAction::Reset));
-                }
-                self.lanes[lane_index].zone_emptied(zone);
-                table.reset(zone);
-                self.stats.zones_reset += 1;
-            } else if unsealed {
-                // Reopened volumes do not append to old zones: its checksum
-                // area goes after its data, and it is finished, once open
-                // has written its first commit (`process_retiring`).
-                self.retiring.push((lane_index, zone));
-            } else if needs_finish && allocated > 0 {
-                // Reopened volumes do not append to old zones: finish it,
-                // releasing its active resource.
-                actions.push((device_index, zone, ZoneSendAction::Finish));
-                self.stats.zones_finished += 1;
-            }
-        }
-        if !present {
-            // Its tables hold no zone open or active while away.
-            table.retire_all();
-            for zone in 0..table.zone_count() {
-                table.deactivate(zone);
-            }
-        }
-        self.lanes[lane_index].table = table;
-        self.lanes[lane_index].appended.clear();
-        Ok(actions)
-    }
 }
 
 /// The lanes that lie on device place `device`.
@@ -837,15 +617,6 @@ fn new_volume_id() -> u64 {
     hasher.finish() | 1
 }
 
-/// A zone action open takes once the state is known whole.
-pub(super) type ZoneAction = (usize, u32, ZoneSendAction);
-
-/// Zones that take no write, reset or finish (ZNS Command Set 1.1 §2.1.1:
-/// Read Only and Offline are reached only by the device).
-fn unwritable(state: ZoneState) -> bool {
-    matches!(state, ZoneState::ReadOnly | ZoneState::Offline)
-}
-
 /// Segments (two per metadata copy) on device `device`.
 fn segments_on(profile: Profile, device: usize) -> u32 {
     2 * super::meta_copies_on(profile, device)
@@ -868,150 +639,6 @@ pub(super) struct Loaded {
     pub log_mismatch: bool,
 }
 
-/// How open places the devices it was given.
-struct Identified {
-    /// The label to open with (the newest).
-    label: Label,
-    /// For each of the volume's places, the index of the given device that
-    /// takes it, if any.
-    order: Vec<Option<usize>>,
-    /// Places taken by devices without a label (which must then prove to
-    /// hold the volume's data).
-    unlabelled: Vec<usize>,
-    /// Places left empty (allowed only when opening degraded), and why.
-    absent: Vec<(usize, String)>,
-}
-
-/// Places the given devices by their labels. A place no given device can
-/// take is absent when `degraded` allows it ([`Error::Degraded`]
-/// otherwise); at least one must be taken.
-fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> Result<Identified> {
-    for (device, probe) in probes.iter().enumerate() {
-        if let Probe::OtherVersion(version) = probe {
-            return Err(Error::UnsupportedVersion { device, version: *version });
-        }
-    }
-    // The newest label (it says where the segments are now); on a tie the
-    // first given, so that a device of another volume is the one named.
-    let labels = probes.iter().filter_map(|p| if let Probe::Label(l) = p { Some(l) } else { None });
-    let newest = labels.fold(None::<&Label>, |best, l| match best {
-        Some(b) if b.generation >= l.generation => Some(b),
-        _ => Some(l),
-    });
-    let Some(label) = newest.cloned() else {
-        for (device, probe) in probes.iter().enumerate() {
-            match probe {
-                Probe::Unreadable(what) => return Err(Error::Unreadable { device, what: what.clone() }),
-                Probe::Unrecognized => return Err(Error::Unrecognized { device }),
-                _ => {}
-            }
-        }
-        return Err(Error::NoVolume);
-    };
-    let count = label.superblock.devices.len();
-    if devices.len() > count {
-        return Err(Error::InvalidConfig(format!("the volume spans {count} namespace(s), {} given", devices.len())));
-    }
-    let mut order: Vec<Option<usize>> = vec![None; count];
-    for (given, probe) in probes.iter().enumerate() {
-        let Probe::Label(other) = probe else { continue };
-        if other.volume_id != label.volume_id {
-            return Err(Error::ForeignDevice { device: given, found: other.volume_id, expected: label.volume_id });
-        }
-        let slot = usize::from(other.device_index);
-        match order.get(slot) {
-            Some(None) => order[slot] = Some(given),
-            _ => {
-                return Err(Error::Corrupt(format!(
-                    "device {given} claims place {slot} of a volume of {count} device(s), which is taken"
-                )))
-            }
-        }
-    }
-    let mut unlabelled_given = (0..probes.len()).filter(|&i| !matches!(probes[i], Probe::Label(_)));
-    let mut unlabelled = Vec::new();
-    let mut absent = Vec::new();
-    for (slot, place) in order.iter_mut().enumerate() {
-        if place.is_none() {
-            *place = unlabelled_given.next();
-            match place {
-                Some(_) => unlabelled.push(slot),
-                None => absent.push((slot, "not given".to_string())),
-            }
-        }
-    }
-    for (slot, place) in order.clone().into_iter().enumerate() {
-        let Some(given) = place else { continue };
-        let (nsid, lba, capacity, zoned) = label.superblock.devices[slot];
-        let device = &devices[given];
-        let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
-        if found == (nsid, lba, capacity, zoned) {
-            continue;
-        }
-        let error = match &probes[given] {
-            Probe::Unreadable(what) => Error::Unreadable { device: given, what: what.clone() },
-            Probe::Blank => Error::BlankDevice { device: given, volume_id: label.volume_id },
-            Probe::Unrecognized => Error::Unrecognized { device: given },
-            _ => Error::InvalidConfig(format!(
-                "device {given}: the volume expects NSID {nsid}, {lba}-byte LBAs, {capacity} LBAs, zoned {zoned} \
-                 in its place {slot}; found {found:?}"
-            )),
-        };
-        // Only a device without a label may be left out: a labelled one
-        // that does not fit its place is not the device it claims to be.
-        if !degraded || matches!(probes[given], Probe::Label(_)) {
-            return Err(error);
-        }
-        order[slot] = None;
-        unlabelled.retain(|&s| s != slot);
-        absent.push((slot, error.to_string()));
-    }
-    if order.iter().all(Option::is_none) {
-        return Err(Error::NoDevices);
-    }
-    if !absent.is_empty() && !degraded {
-        let why = absent.iter().map(|(slot, why)| format!("place {slot}: {why}")).collect::<Vec<_>>().join("; ");
-        return Err(Error::Degraded { missing: absent.iter().map(|&(slot, _)| slot).collect(), why });
-    }
-    Ok(Identified { label, order, unlabelled, absent })
-}
-
-/// Reads both segments of every metadata copy: what was written of each
-/// (up to the write pointers on zoned namespaces, the whole segment on
-/// conventional ones). With `every_copy` false, the first copy present is
-/// read whole and each other one only where it may hold what the first
-/// lacks: its labels, the head of each segment, and, when that head is the
-/// first copy's, the blocks past the end of the first copy's chain there
-/// (see `read_segment_image`). What an image skipped is its `skipped`.
-pub(super) fn read_images(
-    devices: &mut [Option<Device>],
-    descriptors: &[Vec<ZoneDescriptor>],
-    superblock: &Superblock,
-    volume_id: u64,
-    every_copy: bool,
-) -> Vec<Option<[SegmentImage; 2]>> {
-    let g = superblock.meta_zones_per_segment;
-    let mut images: Vec<Option<[SegmentImage; 2]>> = Vec::with_capacity(COPIES);
-    for copy in placed_copies(superblock) {
-        let Some(device) = devices[copy.device].as_mut() else {
-            images.push(None);
-            continue;
-        };
-        let first = images.iter().flatten().next().filter(|_| !every_copy);
-        let mut read = |segment: u32| {
-            let (blocks, ends_full) = written_blocks(device, &descriptors[copy.device], copy, g, segment);
-            let beside = first.map(|first| {
-                let first = &first[segment as usize];
-                (first, chain_end(first, volume_id))
-            });
-            read_segment_image(device, copy, g, segment, blocks, ends_full, beside)
-        };
-        let pair = [read(0), read(1)];
-        images.push(Some(pair));
-    }
-    images
-}
-
 /// Microseconds since `since`, which moves to now.
 fn lap(since: &mut Instant) -> u64 {
     let now = Instant::now();
@@ -1025,99 +652,8 @@ fn blocks_read(images: &[Option<[SegmentImage; 2]>]) -> u64 {
     images.iter().flatten().flatten().map(SegmentImage::blocks_read).sum()
 }
 
-/// How many blocks of a segment open reads, and whether they end in a
-/// full zone (see [`written_extent`]): the whole segment on a conventional
-/// namespace.
-fn written_blocks(
-    device: &Device,
-    descriptors: &[ZoneDescriptor],
-    copy: MetaCopy,
-    g: u32,
-    segment: u32,
-) -> (u64, bool) {
-    if !device.is_zoned() {
-        return (segment_capacity(device, copy, g, segment), false);
-    }
-    let zones = copy.segments[segment as usize]..copy.segments[segment as usize] + g;
-    let written: Vec<(u64, u64, bool)> = zones
-        .map(|zone| {
-            let d = &descriptors[zone as usize];
-            let capacity = u64::from(device.zones[zone as usize].capacity_blocks);
-            let written = match d.state {
-                ZoneState::Full => capacity,
-                state if zone_has_write_pointer(state) => (d.wp - d.zslba) / device.lbas_per_block,
-                _ => 0,
-            };
-            (written, capacity, d.state == ZoneState::Full)
-        })
-        .collect();
-    written_extent(&written)
-}
-
-/// How far a zoned segment is written, from each of its zones' (blocks
-/// written, capacity, full): the log runs through full zones and ends in
-/// the first that is not. Also whether it ends in a full zone, whose
-/// write pointer no longer says where the log ends (a rotation finishes
-/// the zone the log leaves): `read_segment_image` then stops at a run of
-/// zero blocks.
-fn written_extent(zones: &[(u64, u64, bool)]) -> (u64, bool) {
-    let (mut blocks, mut ends_full) = (0, false);
-    for &(written, capacity, full) in zones {
-        if written == 0 {
-            break;
-        }
-        blocks += written;
-        ends_full = full;
-        if written < capacity {
-            break;
-        }
-    }
-    (blocks, ends_full)
-}
-
-/// What a device holds, for tools deciding whether it may be formatted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum DeviceState {
-    /// No label anywhere, and every place a label could be was read.
-    Blank,
-    /// A member of a volume.
-    Member {
-        /// The volume ([`Volume::id`]).
-        volume_id: u64,
-        /// Its place in the volume.
-        device_index: u8,
-        /// The volume's profile.
-        profile: Profile,
-    },
-    /// No label found, and reads failed: it may hold a volume.
-    Unreadable(String),
-    /// No label found, and it holds data: not blank.
-    Unrecognized,
-    /// A volume of another format version.
-    OtherVersion(u8),
-}
-
-impl Volume {
-    /// What `device` holds: blank, a member of some volume, unreadable, or
-    /// a volume of another format. Reads only.
-    pub fn probe(device: &mut Device) -> DeviceState {
-        match probe(device, None) {
-            Probe::Label(label) => DeviceState::Member {
-                volume_id: label.volume_id,
-                device_index: label.device_index,
-                profile: label.superblock.profile,
-            },
-            Probe::Blank => DeviceState::Blank,
-            Probe::Unreadable(what) => DeviceState::Unreadable(what),
-            Probe::Unrecognized => DeviceState::Unrecognized,
-            Probe::OtherVersion(version) => DeviceState::OtherVersion(version),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::written_extent;
     use crate::journal::{ExtentRecord, Op};
     use crate::{Device, DeviceOptions, Error, Location, Volume, VolumeOptions, BLOCK_SIZE};
     use nvme_driver::sim::{SimConfig, Simulator};
@@ -1158,16 +694,5 @@ mod tests {
                 other => panic!("{case}: open gave {:?}, not a refusal", other.map(|v| v.recovery().clone())),
             }
         }
-    }
-
-    #[test]
-    fn a_segment_is_written_through_its_full_zones_to_the_first_that_is_not() {
-        let full = (64, 64, true);
-        assert_eq!(written_extent(&[(0, 64, false), (0, 64, false)]), (0, false), "empty");
-        assert_eq!(written_extent(&[(10, 64, false), (0, 64, false)]), (10, false), "open or closed");
-        assert_eq!(written_extent(&[full, (0, 64, false), (0, 64, false)]), (64, true), "finished, then empty");
-        assert_eq!(written_extent(&[full, full, (0, 64, false)]), (128, true));
-        assert_eq!(written_extent(&[full, (5, 64, false), full]), (69, false), "ends in a closed zone");
-        assert_eq!(written_extent(&[full, full]), (128, true), "every zone full");
     }
 }

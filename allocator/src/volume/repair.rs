@@ -2,7 +2,7 @@
 //! namespaces, relocated on zoned ones; the metadata's own scrub; and
 //! quiescing for scrub.
 
-use super::open::read_images;
+use super::identify::read_images;
 use super::Volume;
 use crate::checksum::mismatches;
 use crate::error::{Error, Result};

@@ -3,7 +3,7 @@
 //! the metadata rewritten on every copy; what it lacks is for a resilver.
 
 use super::member::Member;
-use super::open::ZoneAction;
+use super::zone_plan::ZoneAction;
 use super::Volume;
 use crate::device::Device;
 use crate::error::{Error, Result};
