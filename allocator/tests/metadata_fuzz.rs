@@ -5,9 +5,10 @@
 //! value or a typed error, never a panic. `METADATA_FUZZ_ROUNDS=N` runs
 //! more.
 
-mod support;
+use nvme_testkit::harness as support;
 
-use support::{pattern, volume_options, zns, Harness, Rng};
+use nvme_testkit::{data::pattern, Prng};
+use support::{volume_options, zns, Harness};
 use zoned_allocator::fuzz;
 
 /// LBAs of the four metadata zones of a single ZNS volume over 32 zones of
@@ -38,14 +39,14 @@ fn metadata_image() -> (Vec<u8>, u64) {
 fn recovery_and_decoders_survive_mutated_metadata() {
     let rounds: u64 = std::env::var("METADATA_FUZZ_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     let (image, volume_id) = metadata_image();
-    let mut rng = Rng::new(7);
+    let mut rng = Prng::new(7);
     for round in 0..rounds {
         let mut mutated = image.clone();
         for _ in 0..1 + rng.below(16) {
             let at = rng.below(mutated.len() as u64) as usize;
             match rng.below(4) {
                 0 => mutated[at] ^= 1 << rng.below(8),
-                1 => mutated[at] = rng.next() as u8,
+                1 => mutated[at] = rng.next_u64() as u8,
                 2 => {
                     let block = at / 4096 * 4096;
                     mutated[block..block + 4096].fill(0);
@@ -58,7 +59,7 @@ fn recovery_and_decoders_survive_mutated_metadata() {
                 }
             }
         }
-        let mut input = vec![rng.next() as u8];
+        let mut input = vec![rng.next_u64() as u8];
         input.extend(volume_id.to_le_bytes());
         input.extend(&mutated);
         fuzz::recovery(&input);

@@ -4,10 +4,11 @@
 //! a damaged area fails its copy, which the other repairs. (Every other
 //! allocator and scrub suite runs on areas too, `ZONED_TEST_CHECKSUMS=area`.)
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::SimConfig;
-use support::{conventional, pattern, volume_options, zns, Harness, Model};
+use nvme_testkit::data::pattern;
+use support::{conventional, volume_options, zns, Harness, Model};
 use zoned_allocator::{ChecksumStore, Location, Profile, Volume, VolumeOptions};
 
 /// The namespaces of `config` without per-block metadata, whatever the

@@ -17,10 +17,11 @@
 //! `CAMPAIGN_SEEDS=N` runs more (`hack/test --long` runs 20,000);
 //! `CAMPAIGN_SEED=S` replays one. A failure prints its seed.
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::{Fault, FaultConfig, Simulator};
-use support::{conventional, pattern, volume_options, zns, Harness, Model, Rng};
+use nvme_testkit::{data::pattern, Prng};
+use support::{conventional, volume_options, zns, Harness, Model};
 use zoned_allocator::{Error, Profile, ReclaimProgress, Volume, VolumeOptions};
 
 /// 512-byte LBAs per 4 KiB block, and LBAs per 256 KiB zone.
@@ -49,7 +50,7 @@ struct Setup {
     zoned: Vec<bool>,
 }
 
-fn setup(seed: u64, rng: &mut Rng) -> Setup {
+fn setup(seed: u64, rng: &mut Prng) -> Setup {
     let keep = [0.0, 0.5, 1.0][rng.below(3) as usize];
     let faults = FaultConfig { power_cut_keep_probability: keep, ..FaultConfig::default() };
     // The volume waits longer than the driver takes to end a command of a
@@ -92,7 +93,7 @@ fn setup(seed: u64, rng: &mut Rng) -> Setup {
     }
 }
 
-fn fault_kind(setup: &Setup, rng: &mut Rng) -> FaultKind {
+fn fault_kind(setup: &Setup, rng: &mut Prng) -> FaultKind {
     let metadata = rng.chance(0.5);
     loop {
         let kind = match rng.below(7) {
@@ -132,12 +133,12 @@ struct Work {
 
 /// Random writes, frees, commits and reclaim steps, until one fails for a
 /// reason other than space, or `steps` are done.
-fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, state: &mut Work) -> bool {
+fn work(volume: &mut Volume, rng: &mut Prng, steps: usize, state: &mut Work) -> bool {
     for _ in 0..steps {
         match rng.below(100) {
             0..=54 => {
                 let blocks = 1 + rng.below(8) as usize;
-                let data_seed = rng.next();
+                let data_seed = rng.next_u64();
                 match volume.write(0, &pattern(data_seed, blocks), data_seed) {
                     Ok(id) => {
                         state.current.insert(id, (data_seed, blocks));
@@ -181,7 +182,7 @@ enum Area {
     DataZone(u64),
 }
 
-fn area(setup: &Setup, sim: usize, metadata: bool, rng: &mut Rng) -> Area {
+fn area(setup: &Setup, sim: usize, metadata: bool, rng: &mut Prng) -> Area {
     let meta = setup.meta_zones[sim];
     if metadata {
         Area::MetadataCopy(rng.below(meta / 2))
@@ -191,7 +192,7 @@ fn area(setup: &Setup, sim: usize, metadata: bool, rng: &mut Rng) -> Area {
 }
 
 /// A random 4 KiB-aligned LBA within `area`.
-fn random_lba(area: Area, rng: &mut Rng) -> u64 {
+fn random_lba(area: Area, rng: &mut Prng) -> u64 {
     let zone = match area {
         Area::MetadataCopy(copy) => copy * 2 + rng.below(2),
         Area::DataZone(zone) => zone,
@@ -209,7 +210,7 @@ struct Outcome {
 
 fn run(seed: u64) {
     support::set_timeout(support::CRASH_TIMEOUT);
-    let mut rng = Rng::new(seed);
+    let mut rng = Prng::new(seed);
     let mut setup = setup(seed, &mut rng);
     let kind = fault_kind(&setup, &mut rng);
     let context = format!("seed {seed} ({:?}, zoned {:?}, {kind:?})", setup.profile, setup.zoned);

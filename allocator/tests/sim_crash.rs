@@ -9,10 +9,11 @@
 //! while a checkpoint of several pages is spread over commits
 //! (`CHECKPOINT_CRASH_SEEDS`, `CHECKPOINT_CRASH_SEED`).
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::{Fault, FaultConfig};
-use support::{conventional, pattern, volume_options, zns, Harness, Model, Rng};
+use nvme_testkit::{data::pattern, Prng};
+use support::{conventional, volume_options, zns, Harness, Model};
 use zoned_allocator::{Profile, ReclaimProgress, Volume, VolumeOptions};
 
 struct Outcome {
@@ -46,13 +47,13 @@ fn setup(seed: u64) -> (Harness, VolumeOptions) {
 /// Random work until an operation fails (the power is gone) or `steps`
 /// are done. `committed` tracks the durable state; `pending` the state a
 /// commit in progress would make durable.
-fn work(volume: &mut Volume, rng: &mut Rng, steps: usize, committed: &mut Model, current: &mut Model) -> Outcome {
+fn work(volume: &mut Volume, rng: &mut Prng, steps: usize, committed: &mut Model, current: &mut Model) -> Outcome {
     let mut outcome = Outcome { cut_inside_commit: false, commits: 0 };
     for _ in 0..steps {
         match rng.below(100) {
             0..=54 => {
                 let blocks = 1 + rng.below(12) as usize;
-                let data_seed = rng.next();
+                let data_seed = rng.next_u64();
                 match volume.write(0, &pattern(data_seed, blocks), owner_of(data_seed)) {
                     Ok(id) => {
                         current.insert(id, (data_seed, blocks));
@@ -115,7 +116,7 @@ static INSIDE_COMMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 
 fn crash_once(seed: u64) {
     support::set_timeout(support::CRASH_TIMEOUT);
-    let mut rng = Rng::new(seed);
+    let mut rng = Prng::new(seed);
     let (mut harness, options) = setup(seed);
     let mut committed = Model::new();
     let mut current = Model::new();
@@ -195,13 +196,13 @@ fn paged_setup(seed: u64) -> (Harness, VolumeOptions) {
 
 fn checkpoint_cut_once(seed: u64) {
     support::set_timeout(support::CRASH_TIMEOUT);
-    let mut rng = Rng::new(seed ^ 0xC4EC);
+    let mut rng = Prng::new(seed ^ 0xC4EC);
     let (mut harness, options) = paged_setup(seed);
     let mut committed = Model::new();
     let mut volume = harness.format(&options);
     let extents = 3000 + rng.below(1000);
     for i in 0..extents {
-        let data_seed = rng.next();
+        let data_seed = rng.next_u64();
         let id = volume
             .write(0, &pattern(data_seed, 1), owner_of(data_seed))
             .unwrap_or_else(|e| panic!("seed {seed}: fill: {e}"));
@@ -217,7 +218,7 @@ fn checkpoint_cut_once(seed: u64) {
     let mut current = committed.clone();
     let mut steps = 0;
     while volume.stats().checkpoints == begun {
-        let data_seed = rng.next();
+        let data_seed = rng.next_u64();
         let id = volume
             .write(0, &pattern(data_seed, 1), owner_of(data_seed))
             .unwrap_or_else(|e| panic!("seed {seed}: write: {e}"));

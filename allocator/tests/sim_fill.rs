@@ -2,10 +2,11 @@
 //! nothing copied on the way to the device, checksums from the same
 //! memory, every profile, and the buffers always come back.
 
-mod support;
+use nvme_testkit::harness as support;
 
+use nvme_testkit::data::pattern;
 use std::time::Duration;
-use support::{conventional, device_options, pattern, volume_options, zns, Harness};
+use support::{conventional, device_options, volume_options, zns, Harness};
 use zoned_allocator::{Device, DeviceOptions, Error, ExtentId, Profile, Volume, VolumeOptions, BLOCK_SIZE};
 
 const FILL_BUFFERS: u32 = 4;

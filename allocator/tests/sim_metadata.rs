@@ -5,11 +5,12 @@
 //! After each, every committed extent reads back exactly, or open fails
 //! with a typed error that names what is lost and writes nothing.
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::{Fault, Simulator};
+use nvme_testkit::data::pattern;
 use std::collections::BTreeMap;
-use support::{conventional, pattern, volume_options, zns, Harness};
+use support::{conventional, volume_options, zns, Harness};
 use zoned_allocator::{DeviceState, Error, Profile, Volume, VolumeOptions};
 
 /// 512-byte LBAs per 4 KiB block in these simulators.

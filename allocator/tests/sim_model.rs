@@ -3,10 +3,11 @@
 //! the volume holds exactly the committed extents, and every extent the
 //! model holds reads back byte for byte.
 
-mod support;
+use nvme_testkit::harness as support;
 
+use nvme_testkit::{data::pattern, Prng};
 use std::collections::BTreeMap;
-use support::{conventional, pattern, volume_options, zns, Harness, Rng};
+use support::{conventional, volume_options, zns, Harness};
 use zoned_allocator::{Error, Profile, ReclaimProgress, Volume, VolumeOptions};
 
 /// Extent ID → (seed of its data, blocks).
@@ -21,7 +22,7 @@ fn check_reads(volume: &mut Volume, model: &Model, seed: u64) {
 }
 
 fn run(seed: u64, steps: usize) {
-    let mut rng = Rng::new(seed);
+    let mut rng = Prng::new(seed);
     let (mut harness, options) = match seed % 4 {
         0 => (Harness::single(zns(40, 256)), volume_options()),
         1 => (
@@ -42,7 +43,7 @@ fn run(seed: u64, steps: usize) {
         match rng.below(100) {
             0..=49 => {
                 let blocks = 1 + rng.below(16) as usize;
-                let data_seed = rng.next();
+                let data_seed = rng.next_u64();
                 let stream = rng.below(u64::from(v.streams())) as u8;
                 match v.write(stream, &pattern(data_seed, blocks), data_seed) {
                     Ok(id) => {

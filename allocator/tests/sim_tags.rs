@@ -4,13 +4,14 @@
 //! every kind is caught by the tag read with the data; volumes over
 //! namespaces without metadata keep checksums in the extent map.
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::dma::DmaPool;
 use nvme_driver::sim::SimConfig;
 use nvme_driver::IoBuffer;
+use nvme_testkit::data::pattern;
 use std::time::Duration;
-use support::{conventional, pattern, zns, Harness, Model};
+use support::{conventional, zns, Harness, Model};
 use zoned_allocator::{ChecksumStore, Error, Profile, ReclaimProgress, Volume, VolumeOptions};
 
 /// The namespaces of `config` formatted with `bytes` of metadata per LBA.

@@ -1,10 +1,11 @@
 //! The volume on the simulator: each profile and kind of namespace, zone
 //! limits, checksums and repair, free and reclaim, reopening.
 
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::{Fault, NamespaceConfig, SimConfig};
-use support::{conventional, pattern, volume_options, zns, Harness};
+use nvme_testkit::data::pattern;
+use support::{conventional, volume_options, zns, Harness};
 use zoned_allocator::{Error, Profile, ReclaimProgress, Volume, VolumeOptions, WriteMode, BLOCK_SIZE};
 
 fn write_read_reopen(harness: &mut Harness, options: &VolumeOptions) {

@@ -39,7 +39,7 @@ fn bench(c: &mut Criterion) {
     let reads = DmaPool::new(controller.transport(), 4096, QUEUE_DEPTH as u32).unwrap();
     let mut free: Vec<IoBuffer> = (0..QUEUE_DEPTH).map(|_| IoBuffer::new(reads.get().unwrap())).collect();
     let blocks_per_read = 4096 / u64::from(BLOCK);
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = nvme_driver::prng::Prng::new(0x2545_F491_4F6C_DD1D);
 
     let mut group = c.benchmark_group("sim");
     group.throughput(Throughput::Elements(1));
@@ -54,10 +54,7 @@ fn bench(c: &mut Criterion) {
                 let mut completed = 0u64;
                 while completed < iterations {
                     while submitted < iterations && !free.is_empty() {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        let lba = (state % slots) * blocks_per_read;
+                        let lba = rng.below(slots) * blocks_per_read;
                         let request = ns.read(lba, free.pop().unwrap(), submitted).unwrap();
                         pair.submit(request).map_err(|(error, _)| error).unwrap();
                         submitted += 1;

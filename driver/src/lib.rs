@@ -14,6 +14,8 @@
 //! - [`namespace`]: geometry, limits and validated request builders.
 //! - [`loopback`]: the queue-pair logic over host memory, for benchmarks
 //!   and tests without hardware.
+//! - [`prng`]: the one seeded PRNG, for the simulator, the tests and the
+//!   tools.
 //! - [`sim`]: a deterministic simulated NVMe/ZNS controller behind the
 //!   [`Transport`] seam, with seeded faults and power cuts.
 //!
@@ -105,6 +107,7 @@ mod identity;
 pub mod loopback;
 pub mod mmio;
 pub mod namespace;
+pub mod prng;
 pub mod queue;
 pub mod quirks;
 pub mod sim;

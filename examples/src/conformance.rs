@@ -36,6 +36,7 @@
 use nvme_driver::cmd::nvm;
 use nvme_driver::cmd::zns::{self as zns_cmd, ReportFilter, ZoneSendAction};
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, PAGE_SIZE};
+use nvme_driver::prng::{mix, Prng};
 use nvme_driver::queue::SubmitError;
 use nvme_driver::spec::identify::Oncs;
 use nvme_driver::spec::status::{
@@ -206,44 +207,8 @@ fn check<T>(name: &str, body: impl FnOnce() -> Outcome<T>) -> Outcome<T> {
 }
 
 // ---------------------------------------------------------------------------
-// Data: seeded randomness and self-describing blocks.
-
-/// xorshift64*: small, fast and reproducible from `--seed`.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, stream: u64) -> Self {
-        Rng(mix(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform enough in `0..bound` for picking LBAs and lengths.
-    fn below(&mut self, bound: u64) -> u64 {
-        assert!(bound > 0);
-        self.next() % bound
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
-/// SplitMix64's finalizer.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+// Data: seeded randomness (`nvme_driver::prng`, streams named per check)
+// and self-describing blocks.
 
 /// What a stamped block says about itself: its first 16 bytes are `tag`
 /// (u64 LE; the block's LBA, or an append's id) and `generation` (u64 LE);
@@ -273,7 +238,7 @@ impl Stamp {
             3 => (self.generation >> 32) as u32,
             _ => {
                 let seed = self.tag ^ self.generation.rotate_left(29);
-                (mix(seed ^ (index as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 16) as u32
+                (mix(seed, index as u64) >> 16) as u32
             }
         }
     }
@@ -401,7 +366,7 @@ fn lba_stamp(lba: u64, generation: u64) -> Expect {
 
 /// Splits `[base, base + blocks)` into extents of 1..=`max_blocks` blocks,
 /// in random order.
-fn random_extents(rng: &mut Rng, base: u64, blocks: u64, max_blocks: u32) -> Vec<(u64, u32)> {
+fn random_extents(rng: &mut Prng, base: u64, blocks: u64, max_blocks: u32) -> Vec<(u64, u32)> {
     let mut extents = Vec::new();
     let end = base + blocks;
     let mut at = base;
@@ -654,7 +619,7 @@ fn verify_region(
     ns: &Namespace,
     pool: &DmaPool,
     model: &mut Model,
-    rng: &mut Rng,
+    rng: &mut Prng,
     max_blocks: u32,
     depth: usize,
 ) -> Outcome<BatchReport> {

@@ -14,6 +14,7 @@
 //! waits (lines `volume-check: corrupt-me`, `overwrite-me`, `restore-me`;
 //! [`Vm::on_line`]).
 
+use nvme_testkit::scenarios::Scenario as Shared;
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::Hasher;
@@ -45,13 +46,14 @@ struct Scenario<'a> {
     /// `volume-check` arguments, one run each, the next only if the last
     /// succeeded.
     runs: Vec<String>,
-    expect: Vec<(&'a str, &'a [&'a str])>,
+    expect: Vec<(&'a str, Vec<&'a str>)>,
 }
 
 impl<'a> Scenario<'a> {
-    /// `volume-check ARGS`, whose scenario prints as `label`.
-    fn new(label: &'a str, args: String, checks: &'a [&'a str]) -> Self {
-        Scenario { runs: vec![args], expect: vec![(label, checks)] }
+    /// `volume-check ARGS` running `shared`, one of the scenarios the
+    /// simulator runs too, with the checks it names.
+    fn shared(shared: Shared, args: String) -> Self {
+        Scenario { runs: vec![args], expect: vec![(shared.label(), shared.checks())] }
     }
 
     fn command(&self) -> String {
@@ -87,7 +89,7 @@ fn run(vm: Vm, scenarios: &[Scenario<'_>]) -> Outcome {
     };
     let mut missing = Vec::new();
     for (label, checks) in scenarios.iter().flat_map(|s| &s.expect) {
-        for check in *checks {
+        for check in checks {
             let line = format!("volume-check: {label} {check}: ok (");
             if !outcome.output.lines().any(|l| l.starts_with(&line)) {
                 missing.push(line);
@@ -118,25 +120,6 @@ fn detail<'a>(outcome: &'a Outcome, label: &str, check: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output))
 }
 
-/// The checks of the `repair` scenarios (`tags-repair`, `area-repair`).
-const REPAIR: &[&str] =
-    &["geometry", "format", "commit", "corrupted", "read", "commit rewrite", "rewrite", "verify", "invariants"];
-
-const WORKLOAD: &[&str] = &[
-    "geometry",
-    "format",
-    "write",
-    "streams",
-    "commit",
-    "free",
-    "commit frees",
-    "reclaim",
-    "commit reclaim",
-    "verify",
-    "lba",
-    "invariants",
-];
-
 /// Single-copy volumes on a ZNS namespace, a conventional one (software
 /// zones), ZNS with zone capacity below zone size, and ZNS with 4 KiB
 /// LBAs: a few hundred extents on two streams, frees, reclaim until idle,
@@ -148,14 +131,13 @@ fn zns_conventional_zone_capacity_and_4k_lbas() {
         .controller(Controller::nvme(512 * MIB))
         .controller(Controller::zns(256 * MIB, 16 * MIB).zone_capacity(12 * MIB))
         .controller(Controller::zns(256 * MIB, 16 * MIB).lba(4096));
-    let zcap_checks: Vec<&str> = WORKLOAD.iter().copied().chain(["capacity"]).collect();
     let outcome = run(
         vm,
         &[
-            Scenario::new("zns", format!("zns --pci {FIRST}"), WORKLOAD),
-            Scenario::new("conventional", format!("conventional --pci {SECOND}"), WORKLOAD),
-            Scenario::new("zcap", format!("zcap --pci {THIRD}"), &zcap_checks),
-            Scenario::new("4k", format!("4k --pci {FOURTH}"), WORKLOAD),
+            Scenario::shared(Shared::Zns, format!("zns --pci {FIRST}")),
+            Scenario::shared(Shared::Conventional, format!("conventional --pci {SECOND}")),
+            Scenario::shared(Shared::Zcap, format!("zcap --pci {THIRD}")),
+            Scenario::shared(Shared::FourK, format!("4k --pci {FOURTH}")),
         ],
     );
     assert!(detail(&outcome, "zns", "geometry").starts_with("ZNS, 512-byte LBAs, 512 MiB, 32 zones of 16 MiB"));
@@ -184,11 +166,7 @@ fn zone_limits_and_reopening_in_a_new_process() {
     let outcome = run(
         vm,
         &[
-            Scenario::new(
-                "limits",
-                format!("limits --pci {FIRST}"),
-                &["geometry", "two streams refused", "fill", "free", "reclaim", "write again", "verify", "invariants"],
-            ),
+            Scenario::shared(Shared::Limits, format!("limits --pci {FIRST}")),
             // Two processes in one boot: the second opens what the first
             // committed.
             Scenario {
@@ -196,10 +174,7 @@ fn zone_limits_and_reopening_in_a_new_process() {
                     format!("reopen --phase write --pci {SECOND}"),
                     format!("reopen --phase verify --pci {SECOND}"),
                 ],
-                expect: vec![
-                    ("reopen write", &["geometry", "commit", "commit second", "committed", "uncommitted"]),
-                    ("reopen verify", &["geometry", "open", "committed state", "invariants", "keeps working"]),
-                ],
+                expect: [Shared::ReopenWrite, Shared::ReopenVerify].map(|s| (s.label(), s.checks())).into(),
             },
         ],
     );
@@ -261,17 +236,11 @@ fn mirror_across_controllers_and_repair_after_host_corruption() {
             .images(&images.0)
             .on_line(flip_on_request(image, flipped))
     };
-    let mut mirror_checks: Vec<&str> = WORKLOAD.to_vec();
-    mirror_checks.push("lanes");
     let outcome = run(
         vm,
         &[
-            Scenario::new("mirror", format!("mirror --pci {FIRST} --pci {THIRD}"), &mirror_checks),
-            Scenario::new(
-                "repair",
-                format!("repair --pci {FIRST} --pci {SECOND}"),
-                &["geometry", "commit", "corrupted", "read", "commit rewrite", "rewrite", "verify", "invariants"],
-            ),
+            Scenario::shared(Shared::Mirror, format!("mirror --pci {FIRST} --pci {THIRD}")),
+            Scenario::shared(Shared::Repair, format!("repair --pci {FIRST} --pci {SECOND}")),
         ],
     );
     let flipped = flipped.lock().unwrap().clone();
@@ -315,13 +284,11 @@ fn block_tags_on_namespaces_with_metadata_and_repair_after_host_corruption() {
             .images(&images.0)
             .on_line(flip_on_request(image, flipped))
     };
-    let mut tags_checks: Vec<&str> = WORKLOAD.to_vec();
-    tags_checks.push("tagged");
     let outcome = run(
         vm,
         &[
-            Scenario::new("tags", format!("tags --pci {THIRD}"), &tags_checks),
-            Scenario::new("tags repair", format!("tags-repair --pci {FIRST} --pci {SECOND}"), REPAIR),
+            Scenario::shared(Shared::Tags, format!("tags --pci {THIRD}")),
+            Scenario::shared(Shared::TagsRepair, format!("tags-repair --pci {FIRST} --pci {SECOND}")),
         ],
     );
     let flipped = flipped.lock().unwrap().clone();
@@ -353,14 +320,11 @@ fn zone_checksum_areas_on_zns_and_repair_after_host_corruption() {
             .images(&images.0)
             .on_line(flip_on_request(image, flipped))
     };
-    let mut area_checks: Vec<&str> = WORKLOAD.to_vec();
-    let after_commit = area_checks.iter().position(|&c| c == "commit").unwrap() + 1;
-    area_checks.insert(after_commit, "areas");
     let outcome = run(
         vm,
         &[
-            Scenario::new("area", format!("area --pci {THIRD}"), &area_checks),
-            Scenario::new("area repair", format!("area-repair --pci {FIRST} --pci {SECOND}"), REPAIR),
+            Scenario::shared(Shared::Area, format!("area --pci {THIRD}")),
+            Scenario::shared(Shared::AreaRepair, format!("area-repair --pci {FIRST} --pci {SECOND}")),
         ],
     );
     let flipped = flipped.lock().unwrap().clone();
@@ -425,16 +389,8 @@ fn parse_ranges(dir: &Path, words: &str) -> Result<Vec<ImageRange>, String> {
 /// Random bytes for `range` (seeded by its place, so a rerun writes the
 /// same), never all zeroes: what a failing or foreign writer leaves.
 fn garbage(range: &ImageRange) -> Vec<u8> {
-    let mut state = range.offset ^ 0x6A09_E667_F3BC_C908;
-    let mut bytes = Vec::with_capacity(range.len + 8);
-    while bytes.len() < range.len {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    bytes.truncate(range.len);
+    let mut bytes = vec![0u8; range.len];
+    nvme_driver::prng::Prng::new(range.offset ^ 0x6A09_E667_F3BC_C908).fill(&mut bytes);
     bytes
 }
 
@@ -637,7 +593,7 @@ fn mirror_metadata_survives_garbage_swaps_and_foreign_devices_and_seqwrite_refus
     // One chain: each phase needs the one before it.
     let scenario = Scenario {
         runs: phases.iter().map(|(phase, pci, _)| format!("metadata --phase {phase} {pci}")).collect(),
-        expect: phases.iter().zip(&labels).map(|((_, _, checks), label)| (label.as_str(), *checks)).collect(),
+        expect: phases.iter().zip(&labels).map(|((_, _, checks), label)| (label.as_str(), checks.to_vec())).collect(),
     };
     let outcome = run(vm, &[scenario]);
     let host = host.lock().unwrap();

@@ -4,13 +4,13 @@
 //! comes back and gets only what it missed, and a resilver cut by a power
 //! loss that resumes from the volume's own metadata.
 
-#[path = "../../allocator/tests/support/mod.rs"]
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::Fault;
 use nvme_scrub::{resilver, Control, Outcome, Resilver, ResilverOptions, ResilverReport};
+use nvme_testkit::data::pattern;
 use std::collections::BTreeMap;
-use support::{device_options, pattern, volume_options, zns, Harness};
+use support::{device_options, volume_options, zns, Harness};
 use zoned_allocator::{Device, Error, MemberState, Profile, Volume, VolumeOptions, VolumeState};
 
 /// extent → data

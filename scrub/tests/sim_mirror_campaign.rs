@@ -16,13 +16,13 @@
 //! `MIRROR_CAMPAIGN_SEEDS=N` runs more (`hack/test --long` runs 10,000);
 //! `MIRROR_CAMPAIGN_SEED=S` replays one. A failure names its seed.
 
-#[path = "../../allocator/tests/support/mod.rs"]
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::{Fault, FaultConfig, SimConfig};
 use nvme_scrub::{Resilver, ResilverOptions};
+use nvme_testkit::{data::pattern, Prng};
 use std::collections::{BTreeMap, BTreeSet};
-use support::{conventional, device_options, pattern, volume_options, zns, Harness, Rng};
+use support::{conventional, device_options, volume_options, zns, Harness};
 use zoned_allocator::{Device, Error, Profile, Volume, VolumeOptions, VolumeState};
 
 /// LBAs of every namespace (8 MiB of 512-byte LBAs).
@@ -51,7 +51,7 @@ enum Return {
 
 struct Run {
     seed: u64,
-    rng: Rng,
+    rng: Prng,
     harness: Harness,
     options: VolumeOptions,
     /// Simulator of each place now (the spare's after a replace).
@@ -72,7 +72,7 @@ fn namespace(zoned: bool, seed: u64) -> SimConfig {
 
 impl Run {
     fn new(seed: u64) -> Run {
-        let mut rng = Rng::new(seed);
+        let mut rng = Prng::new(seed);
         let zoned: Vec<bool> = (0..3).map(|_| rng.chance(0.5)).collect();
         let configs = zoned.iter().enumerate().map(|(i, &z)| namespace(z, seed * 3 + i as u64)).collect();
         let harness = Harness::new(configs, vec![(0, 1), (1, 1)]);

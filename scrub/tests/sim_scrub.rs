@@ -5,14 +5,14 @@
 //! ablation, and thousands of seeded fault patterns with exactly predicted
 //! reports.
 
-#[path = "../../allocator/tests/support/mod.rs"]
-mod support;
+use nvme_testkit::harness as support;
 
 use nvme_driver::sim::Fault;
 use nvme_scrub::{scrub, Checkpoint, Control, Outcome, RepairError, Report, ScrubOptions};
+use nvme_testkit::{data::pattern, Prng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use support::{conventional, pattern, volume_options, zns, Harness, Rng};
+use support::{conventional, volume_options, zns, Harness};
 use zoned_allocator::zones::ZoneUse;
 use zoned_allocator::{Location, Profile, Volume, VolumeOptions};
 
@@ -22,7 +22,7 @@ fn run(volume: &mut Volume, options: &ScrubOptions) -> Report {
 
 /// Writes `count` extents of 1..=`max_blocks` blocks; returns id → data.
 fn fill(volume: &mut Volume, count: u64, max_blocks: u64, seed: u64) -> BTreeMap<u64, Vec<u8>> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Prng::new(seed);
     let mut extents = BTreeMap::new();
     for i in 0..count {
         let data = pattern(seed * 1000 + i, 1 + rng.below(max_blocks) as usize);
@@ -615,7 +615,7 @@ fn a_relocation_after_a_failed_one_in_the_same_copy_succeeds() {
 /// copy of one extent on a conventional namespace); the report must be
 /// exactly what they predict, and no good data may change.
 fn fault_pattern(seed: u64) {
-    let mut rng = Rng::new(seed);
+    let mut rng = Prng::new(seed);
     let zoned = seed.is_multiple_of(2);
     let (harness, options) = if zoned {
         (
@@ -649,7 +649,7 @@ fn fault_pattern(seed: u64) {
         let other = bad.get(&(id, 1 - lane));
         bad[&(id, lane)].iter().all(|b| !other.is_some_and(|o| o.contains(b)))
     };
-    let mut write_rng = Rng::new(seed ^ 0x5752_4954_4546_4c54);
+    let mut write_rng = Prng::new(seed ^ 0x5752_4954_4546_4c54);
     let mut fails: BTreeSet<(u64, usize)> = BTreeSet::new();
     if write_rng.below(3) == 0 {
         if zoned {

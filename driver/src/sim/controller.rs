@@ -7,7 +7,7 @@ use super::config::{FaultConfig, SimConfig};
 use super::dma::{DmaTable, HostRange, PAGE_SIZE};
 use super::fault::{PowerCutReport, RangeFaults, RangeKind, SimStats, ZoneRewind};
 use super::namespace::Namespace;
-use super::prng::{mix, Prng};
+use crate::prng::{mix, Prng};
 use crate::spec::command::{Command, SQE_SIZE};
 use crate::spec::completion::{Completion, CQE_SIZE, STATUS_WORD_OFFSET};
 use crate::spec::registers::{self as reg, Aqa, Cc, Shn, CC_CSS_ALL_IO, CC_CSS_NVM};

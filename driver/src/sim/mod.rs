@@ -90,7 +90,6 @@ mod dma;
 mod fault;
 mod io;
 mod namespace;
-mod prng;
 mod storage;
 pub mod synthetic;
 mod zones;

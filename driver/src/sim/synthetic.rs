@@ -17,7 +17,9 @@
 //! block starting with the magic can do is be stored in full.
 
 use super::storage::{MetadataSource, Run};
+use crate::prng::Prng;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
 
 /// The first eight bytes of every synthetic block.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMSYNTH");
@@ -27,23 +29,13 @@ pub const STAMP_BYTES: usize = 16;
 const PATTERN_BYTES: usize = 4096;
 
 /// The body of every synthetic block: bytes that no zero fill, no repeated
-/// byte and no small counter produce.
-static PATTERN: [u8; PATTERN_BYTES] = pattern();
-
-const fn pattern() -> [u8; PATTERN_BYTES] {
+/// byte and no small counter produce, drawn once from the project's PRNG
+/// with a fixed seed.
+static PATTERN: LazyLock<[u8; PATTERN_BYTES]> = LazyLock::new(|| {
     let mut bytes = [0u8; PATTERN_BYTES];
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut i = 0;
-    while i < PATTERN_BYTES {
-        // xorshift64: a fixed, well-spread sequence.
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        bytes[i] = state as u8;
-        i += 1;
-    }
+    Prng::new(0x5359_4E54_4845_5449).fill(&mut bytes);
     bytes
-}
+});
 
 /// Writes the synthetic block of `seed` into `block` (16 to 4096 bytes).
 pub fn fill(block: &mut [u8], seed: u64) {

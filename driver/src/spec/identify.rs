@@ -1452,35 +1452,21 @@ mod tests {
         assert_eq!(nvm.verify_size_limit_bytes(1 << 27), Some(u64::MAX));
     }
 
-    /// xorshift64: a tiny deterministic PRNG for the property test below.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-    }
-
     #[test]
     fn random_buffers_never_panic() {
-        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        let mut rng = crate::prng::Prng::new(0x9E37_79B9_7F4A_7C15);
         let mut buf = vec![0u8; IDENTIFY_DATA_SIZE + 64];
         for round in 0..2000 {
             // Mostly full pages; some short or long ones.
             let len = match round % 4 {
-                0 => (rng.next() as usize) % buf.len(),
+                0 => (rng.next_u64() as usize) % buf.len(),
                 _ => IDENTIFY_DATA_SIZE,
             };
             // Sparse pages reach more interesting paths (list terminators,
             // small NIDLs) than uniformly random ones.
-            let density = rng.next() % 4;
+            let density = rng.next_u64() % 4;
             for byte in buf.iter_mut() {
-                let r = rng.next();
+                let r = rng.next_u64();
                 *byte = if r % 4 <= density { r as u8 } else { 0 };
             }
             let page = &buf[..len];
@@ -1507,7 +1493,7 @@ mod tests {
             if let Ok(zns) = IdentifyNamespaceZns::parse(page) {
                 let _ = zns.max_active_resources();
                 let _ = zns.max_open_resources();
-                let _ = zns.zone_size_blocks(rng.next() as usize % 80);
+                let _ = zns.zone_size_blocks(rng.next_u64() as usize % 80);
             }
         }
     }

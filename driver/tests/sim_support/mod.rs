@@ -122,15 +122,9 @@ impl Rig {
 
 /// `len` bytes of a pattern that differs per seed and per position.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
+    let mut data = vec![0u8; len];
+    nvme_driver::prng::Prng::new(seed).fill(&mut data);
+    data
 }
 
 /// The device's status of a completion; panics on any other failure.

@@ -91,7 +91,7 @@ fn integrity_phase(
     depth: usize,
 ) -> Outcome<(PhaseReport, String)> {
     let ns = &target.ns;
-    let mut rng = Rng::new(target.seed, base ^ depth as u64);
+    let mut rng = Prng::with_stream(target.seed, base ^ depth as u64);
     let mut model = Model::new(base, INTEGRITY_REGION_BLOCKS, Expect::Zeroes);
     let mut report = PhaseReport { blocks: INTEGRITY_REGION_BLOCKS, ..PhaseReport::default() };
     for generation in 1..=INTEGRITY_GENERATIONS {

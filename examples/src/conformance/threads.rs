@@ -278,7 +278,7 @@ fn thread_worker(target: &Target, index: usize, io_bytes: usize, gate: &StartGat
     worker.sweep(true).map_err(|e| format!("fill: {e}"))?;
     gate.wait()?;
 
-    let mut rng = Rng::new(target.seed, 0x7468_7265_6164 + index as u64);
+    let mut rng = Prng::with_stream(target.seed, 0x7468_7265_6164 + index as u64);
     let (mut reads, mut writes) = (0, 0);
     for _ in 0..THREAD_MIXED_IOS {
         worker.wait_below(THREAD_QUEUE_DEPTH).map_err(|e| format!("mixed: {e}"))?;

@@ -23,7 +23,7 @@ pub(super) fn zeroes(target: &Target) -> Outcome {
     let depth = qpair.capacity();
     let extent_bytes = ZEROES_EXTENT_BLOCKS_MAX as usize * block_bytes;
     let pool = target.pool(extent_bytes.max(PAGE_SIZE), depth)?;
-    let mut rng = Rng::new(target.seed, 0x7a65_726f);
+    let mut rng = Prng::with_stream(target.seed, 0x7a65_726f);
     let mut model = Model::new(0, region_blocks, Expect::Zeroes);
 
     check("zeroes fill", || {

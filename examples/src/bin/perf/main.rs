@@ -12,6 +12,7 @@ use clap::{Parser, ValueEnum};
 use nvme_driver::clock::{Clock, ClockSource};
 use nvme_driver::cmd::nvm;
 use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, HUGE_PAGE_SIZE};
+use nvme_driver::prng::Prng;
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespace, RawQueue, Request, Transport};
 use nvme_examples::args::{
@@ -334,18 +335,6 @@ fn zoned_shares(
 /// The least time a zoned job's zone resets are given, in seconds.
 const ZONE_RESET_TIMEOUT_S: u64 = 30;
 
-/// A small, fast PRNG (xorshift64*), seeded per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 /// When a worker stops submitting (at --time, or after --io-bytes), and
 /// what it still has in flight; the first --qd I/Os are already submitted.
 struct Pace {
@@ -430,7 +419,7 @@ enum Io {
 struct Picker {
     rw: Rw,
     rwmixread: u64,
-    rng: Rng,
+    rng: Prng,
     random: bool,
     region_start: u64,
     slots: u64,
@@ -452,7 +441,7 @@ impl Picker {
         Picker {
             rw: args.rw,
             rwmixread: u64::from(args.rwmixread),
-            rng: Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(job.index) + 1) | 1),
+            rng: Prng::with_stream(args.seed, u64::from(job.index)),
             random: matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw),
             region_start,
             slots: job.region_blocks / io_blocks,
@@ -477,7 +466,7 @@ impl Picker {
             });
         }
         let lba = if self.random {
-            self.region_start + (self.rng.next() % self.slots) * self.io_blocks
+            self.region_start + self.rng.below(self.slots) * self.io_blocks
         } else {
             let lba = self.slice_start + self.next_sequential;
             self.next_sequential = (self.next_sequential + self.io_blocks) % self.slice_blocks.max(self.io_blocks);
@@ -486,7 +475,7 @@ impl Picker {
         let is_read = match self.rw {
             Rw::Read | Rw::Randread => true,
             Rw::Write | Rw::Randwrite => false,
-            Rw::Randrw => self.rng.next() % 100 < self.rwmixread,
+            Rw::Randrw => self.rng.below(100) < self.rwmixread,
         };
         Some(if is_read { Io::Read(lba) } else { Io::Write(lba) })
     }

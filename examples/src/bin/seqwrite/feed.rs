@@ -214,13 +214,7 @@ fn prepare(sequence: u64, mut data: Data, bs: usize) -> Prepared {
 /// no two blocks are equal.
 pub(crate) fn fill(data: &mut [u8], sequence: u64) {
     if data.iter().take(64).all(|&b| b == 0) {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        for chunk in data.chunks_exact_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            chunk.copy_from_slice(&state.to_le_bytes());
-        }
+        nvme_driver::prng::Prng::new(0x9E37_79B9_7F4A_7C15).fill(data);
     }
     for (index, block) in data.chunks_exact_mut(BLOCK_SIZE).enumerate() {
         block[..8].copy_from_slice(&sequence.to_le_bytes());

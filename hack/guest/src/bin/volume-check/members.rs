@@ -33,12 +33,13 @@
 //! the volume's status as JSON, `volume-check: members PHASE status NAME
 //! {...}`, and its extents per batch, for the host to check.
 
-use super::{
-    commit, describe_mismatch, extent_data, invariants, mib, open_devices, plan, volume_options, write_all, Check,
-    Geometry, Model, Planned, WRITE_DEPTH,
-};
 use nvme_driver::Controller;
 use nvme_scrub::{resilver, Control, Outcome, ResilverOptions, ResilverReport};
+use nvme_testkit::data::describe_mismatch;
+use nvme_testkit::scenarios::{
+    commit, extent_data, invariants, mib, open_devices, plan, volume_options, write_all, Check, Geometry, Model,
+    Planned, WRITE_DEPTH,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use zoned_allocator::{

@@ -1,12 +1,16 @@
-//! The simulator's one source of randomness: xoshiro256** seeded through
-//! SplitMix64 (both public domain algorithms by Blackman and Vigna). Every
-//! random choice the simulator makes draws from one `Prng`, so a seed and a
-//! sequence of driver actions determine everything.
+//! The project's one seeded PRNG: xoshiro256** seeded through SplitMix64
+//! (both public domain algorithms by Blackman and Vigna).
+//!
+//! The simulator draws every random choice from one [`Prng`], so a seed and
+//! a sequence of driver actions determine everything. The tests, the fault
+//! campaigns, the conformance scenarios, the QEMU guest checks and `perf`'s
+//! random offsets draw from it too, so a seed printed by any of them
+//! replays the same way everywhere. It is not a cryptographic generator.
 
 /// xoshiro256**: fast, 256 bits of state, good enough statistics for fault
 /// injection and shuffles.
 #[derive(Clone, Debug)]
-pub(crate) struct Prng {
+pub struct Prng {
     state: [u64; 4],
 }
 
@@ -19,15 +23,17 @@ fn splitmix64(seed: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Folds `value` into `hash` (used for the completion trace): a SplitMix64
-/// finalizer over the running hash.
-pub(crate) fn mix(hash: u64, value: u64) -> u64 {
+/// Folds `value` into `hash`: a SplitMix64 step over the running hash.
+/// The simulator's completion trace uses it, and so do callers that need a
+/// seed per item (`mix(seed, index)`) without a generator.
+pub fn mix(hash: u64, value: u64) -> u64 {
     let mut state = hash ^ value;
     splitmix64(&mut state)
 }
 
 impl Prng {
-    pub(crate) fn new(seed: u64) -> Self {
+    /// A generator for `seed`. Every seed is valid, 0 included.
+    pub fn new(seed: u64) -> Self {
         let mut sm = seed;
         let state = [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
         // SplitMix64 never yields four zero words in a row, the one state
@@ -36,7 +42,15 @@ impl Prng {
         Prng { state }
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    /// One of independent streams from one seed: `stream` names the
+    /// stream (a job, a thread, an owner), so each draws its own sequence
+    /// and adding a stream never perturbs another.
+    pub fn with_stream(seed: u64, stream: u64) -> Self {
+        Prng::new(mix(seed, stream.wrapping_mul(0xD6E8_FEB8_6659_FD93)))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.state;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
         let t = s[1] << 17;
@@ -51,13 +65,13 @@ impl Prng {
 
     /// Uniform in `0..bound` (Lemire's multiply-shift; the bias is below
     /// 2^-64 per draw, irrelevant here). `bound` must not be 0.
-    pub(crate) fn below(&mut self, bound: u64) -> u64 {
+    pub fn below(&mut self, bound: u64) -> u64 {
         assert!(bound > 0, "an empty range has no values");
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
     }
 
     /// Uniform in `min..=max`.
-    pub(crate) fn between(&mut self, min: u64, max: u64) -> u64 {
+    pub fn between(&mut self, min: u64, max: u64) -> u64 {
         assert!(min <= max);
         if min == max {
             return min;
@@ -70,7 +84,7 @@ impl Prng {
 
     /// True with probability `p`. Draws nothing for `p <= 0` or `p >= 1`,
     /// so a knob left at 0 does not perturb the stream of other choices.
-    pub(crate) fn chance(&mut self, p: f64) -> bool {
+    pub fn chance(&mut self, p: f64) -> bool {
         if p <= 0.0 {
             return false;
         }
@@ -83,10 +97,24 @@ impl Prng {
     }
 
     /// Fisher-Yates.
-    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i as u64 + 1) as usize;
             items.swap(i, j);
+        }
+    }
+
+    /// Fills `bytes` with random bytes, eight at a time in little-endian
+    /// order (a short tail takes the low bytes of one more draw).
+    pub fn fill(&mut self, bytes: &mut [u8]) {
+        let mut words = bytes.chunks_exact_mut(8);
+        for word in &mut words {
+            word.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let tail = words.into_remainder();
+        if !tail.is_empty() {
+            let last = self.next_u64().to_le_bytes();
+            tail.copy_from_slice(&last[..tail.len()]);
         }
     }
 }
@@ -124,6 +152,25 @@ mod tests {
         let mut quiet = rng.clone();
         assert!(!rng.chance(0.0) && rng.chance(1.0));
         assert_eq!(rng.next_u64(), quiet.next_u64(), "certain outcomes draw nothing");
+    }
+
+    #[test]
+    fn streams_differ_and_fill_covers_every_byte() {
+        let mut a = Prng::with_stream(9, 1);
+        let mut b = Prng::with_stream(9, 2);
+        assert_ne!(a.next_u64(), b.next_u64());
+        assert_eq!(Prng::with_stream(9, 1).next_u64(), Prng::with_stream(9, 1).next_u64());
+        for len in [0usize, 1, 7, 8, 13, 4096] {
+            let mut bytes = vec![0u8; len];
+            let mut rng = Prng::new(len as u64);
+            rng.fill(&mut bytes);
+            let mut again = vec![0u8; len];
+            Prng::new(len as u64).fill(&mut again);
+            assert_eq!(bytes, again);
+            if len >= 8 {
+                assert!(bytes[len - 8..].iter().any(|b| *b != 0), "the tail is filled");
+            }
+        }
     }
 
     #[test]

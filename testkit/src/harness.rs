@@ -1,6 +1,7 @@
-//! Helpers for the allocator's simulator tests: controllers with short
-//! bounds, devices, restarts and power cuts, data patterns.
-#![allow(dead_code)]
+//! Volumes on the simulator: controllers with short bounds, devices,
+//! restarts and power cuts, and the reference model a reopened volume is
+//! checked against. The allocator's and the scrub engine's simulator
+//! suites share it.
 
 use nvme_driver::sim::{SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions};
@@ -71,6 +72,7 @@ pub fn suite_checksums() -> zoned_allocator::ChecksumStore {
 }
 
 /// Simulated controllers and the namespaces a volume uses.
+#[derive(Debug)]
 pub struct Harness {
     pub sims: Vec<Arc<Simulator>>,
     pub controllers: Vec<Controller>,
@@ -153,40 +155,6 @@ fn suite_metadata(mut config: SimConfig) -> SimConfig {
         namespace.metadata_bytes = bytes;
     }
     config
-}
-
-/// `blocks` 4 KiB blocks of data that differ per seed.
-pub fn pattern(seed: u64, blocks: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut data = vec![0u8; blocks * 4096];
-    for chunk in data.chunks_exact_mut(8) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        chunk.copy_from_slice(&state.to_le_bytes());
-    }
-    data
-}
-
-/// A small seeded PRNG (xorshift64*).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
-    }
 }
 
 /// Extents as a test knows them: ID → (pattern seed, 4 KiB blocks).

@@ -1,0 +1,17 @@
+//! What the project's tests share, so that no suite writes its own:
+//!
+//! - [`Prng`]: the one seeded PRNG (the driver's, re-exported), so a seed
+//!   printed by any campaign replays the same way;
+//! - [`data`]: the data patterns tests write and check;
+//! - [`harness`]: volumes on simulated controllers, with restarts and
+//!   power cuts, and the reference model a reopened volume must match;
+//! - [`scenarios`]: the zoned allocator's scenarios, one body for the
+//!   simulator and for QEMU.
+
+#![deny(missing_debug_implementations)]
+
+pub mod data;
+pub mod harness;
+pub mod scenarios;
+
+pub use nvme_driver::prng::{mix, Prng};
