@@ -3,14 +3,14 @@
 //! on them; the guest does the I/O and the checking, and prints one line
 //! per passed check, which the tests here require by name.
 
-use vm_rig::{Controller, Discard, Outcome, Vm};
+use vm_rig::{Controller, Discard, Outcome, Vm, GUEST_BDFS};
 
 const MIB: u64 = 1 << 20;
 
 /// The controllers' addresses in the guest, in the order they are given.
-const FIRST: &str = "0000:00:10.0";
-const SECOND: &str = "0000:00:11.0";
-const THIRD: &str = "0000:00:12.0";
+const FIRST: &str = GUEST_BDFS[0];
+const SECOND: &str = GUEST_BDFS[1];
+const THIRD: &str = GUEST_BDFS[2];
 
 /// Runs `io-check SCENARIO --pci ...` and requires status 0, the final
 /// `io-check: SCENARIO ok`, and every `(controller, check)` in `checks` as
@@ -21,39 +21,19 @@ fn io_check(vm: Vm, scenario: &str, pci: &[&str], checks: &[(&str, &str)]) -> Ou
         command.extend(["--pci", bdf]);
     }
     let outcome = vm.run(&command).unwrap_or_else(|e| panic!("VM run failed: {e}"));
-    let report = || {
-        format!(
-            "io-check {scenario} exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
-            outcome.status,
-            outcome.elapsed.as_secs_f64(),
-            outcome.output,
-            tail(&outcome.console, 30)
-        )
-    };
-    assert_eq!(outcome.status, 0, "{}", report());
     let last = outcome.output.lines().last().unwrap_or_default();
-    assert_eq!(last, format!("io-check: {scenario} ok"), "{}", report());
+    assert!(outcome.status == 0 && last == format!("io-check: {scenario} ok"), "{}", outcome.report());
     for (bdf, check) in checks {
         let line = format!("io-check: {bdf} {check}: ok (");
-        assert!(outcome.output.lines().any(|l| l.starts_with(&line)), "no line starting {line:?}\n{}", report());
+        assert!(outcome.line_after(&line).is_some(), "no line starting {line:?}\n{}", outcome.report());
     }
     eprintln!("io-check {scenario}: {:.1} s in the VM", outcome.elapsed.as_secs_f64());
     outcome
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// The text of the passed check line for `bdf` and `check`.
 fn detail<'a>(outcome: &'a Outcome, bdf: &str, check: &str) -> &'a str {
-    let prefix = format!("io-check: {bdf} {check}: ok (");
-    outcome
-        .output
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output))
+    outcome.detail("io-check", bdf, check)
 }
 
 /// Random writes and reads at queue depth 1 and at the queue pair's full
@@ -216,7 +196,7 @@ fn deallocate_beyond_the_range_size_limit_is_refused() {
 /// (`sim_conformance.rs`).
 #[test]
 fn metadata_in_a_separate_buffer() {
-    const FOURTH: &str = "0000:00:13.0";
+    const FOURTH: &str = GUEST_BDFS[3];
     let vm = Vm::new()
         .controller(Controller::nvme(64 * MIB).metadata(8))
         .controller(Controller::nvme(64 * MIB).lba(4096).metadata(64))

@@ -21,15 +21,15 @@
 
 use serde_json::Value;
 use std::time::Duration;
-use vm_rig::{Controller, Outcome, Vm};
+use vm_rig::{Controller, Outcome, Vm, GUEST_BDFS};
 
 const MIB: u64 = 1 << 20;
 
 /// The controllers in the guest: the first behind a PCIe root port of its
 /// own (so it can be unplugged), the others on the root bus.
 const PULLED: &str = "0000:01:00.0";
-const ZONED: &str = "0000:00:11.0";
-const SPARE: &str = "0000:00:12.0";
+const ZONED: &str = GUEST_BDFS[1];
+const SPARE: &str = GUEST_BDFS[2];
 
 /// What QEMU's monitor is told when the guest asks for the unplug.
 const UNPLUG_MARKER: &str = "volume-check: unplug-me";
@@ -163,17 +163,9 @@ fn boot() -> Outcome {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// The detail of phase `phase`'s passed check `check`.
 fn detail<'a>(outcome: &'a Outcome, phase: &str, check: &str) -> &'a str {
-    let prefix = format!("volume-check: members {phase} {check}: ok (");
-    let line = outcome.output.lines().find_map(|l| l.strip_prefix(&prefix));
-    let line = line.unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output));
-    line.strip_suffix(')').unwrap_or(line)
+    outcome.detail("volume-check", &format!("members {phase}"), check)
 }
 
 /// The status phase `phase` printed as `name`.
@@ -218,29 +210,11 @@ fn number_before(text: &str, phrase: &str) -> u64 {
 #[test]
 fn a_mirror_loses_a_device_mid_write_is_rebuilt_on_a_new_one_and_takes_back_one_that_returns() {
     let outcome = boot();
-    let report = || {
-        format!(
-            "the guest exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
-            outcome.status,
-            outcome.elapsed.as_secs_f64(),
-            outcome.output,
-            tail(&outcome.console, 30)
-        )
-    };
-    let mut missing = Vec::new();
-    for (phase, _, checks) in phases() {
-        for check in checks {
-            let line = format!("volume-check: members {phase} {check}: ok (");
-            if !outcome.output.lines().any(|l| l.starts_with(&line)) {
-                missing.push(line);
-            }
-        }
-        let last = format!("volume-check: members {phase} ok");
-        if !outcome.output.lines().any(|l| l == last) {
-            missing.push(last);
-        }
-    }
-    assert!(missing.is_empty() && outcome.status == 0, "missing lines {missing:#?}\n{}", report());
+    let missing: Vec<String> = phases()
+        .into_iter()
+        .flat_map(|(phase, _, checks)| outcome.missing_checks("volume-check", &format!("members {phase}"), checks))
+        .collect();
+    assert!(missing.is_empty() && outcome.status == 0, "missing lines {missing:#?}\n{}", outcome.report());
     eprintln!("{:.1} s in the VM:\n{}", outcome.elapsed.as_secs_f64(), outcome.output);
 
     // 1. Pulled mid-write: writes went on after device 0 was given up, and

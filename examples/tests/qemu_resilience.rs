@@ -22,13 +22,7 @@ fn run(vm: Vm, scenario: &str, pci: &str) -> Outcome {
         }
         result => result.unwrap_or_else(|e| panic!("VM run failed: {e}")),
     };
-    let report = format!(
-        "resilience-check {scenario} exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
-        outcome.status,
-        outcome.elapsed.as_secs_f64(),
-        outcome.output,
-        outcome.console.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
-    );
+    let report = format!("resilience-check {scenario}: {}", outcome.report());
     assert_eq!(outcome.status, 0, "{report}");
     let last = outcome.output.lines().last().unwrap_or_default();
     assert_eq!(last, format!("resilience-check: {scenario} ok"), "{report}");

@@ -22,7 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vm_rig::{Controller, Outcome, Vm};
+use vm_rig::{Controller, Outcome, Vm, GUEST_BDFS};
 
 const MIB: u64 = 1 << 20;
 
@@ -37,10 +37,10 @@ const WRITE_BYTES: u64 = 256 << 10;
 const WRITE_BLOCKS: u64 = WRITE_BYTES / BLOCK;
 
 /// The controllers' addresses in the guest, in the order they are given.
-const FIRST: &str = "0000:00:10.0";
-const SECOND: &str = "0000:00:11.0";
-const THIRD: &str = "0000:00:12.0";
-const FOURTH: &str = "0000:00:13.0";
+const FIRST: &str = GUEST_BDFS[0];
+const SECOND: &str = GUEST_BDFS[1];
+const THIRD: &str = GUEST_BDFS[2];
+const FOURTH: &str = GUEST_BDFS[3];
 
 /// Read-only scrubs the guest runs at most while waiting for the host's
 /// damage to show (one second apart).
@@ -143,20 +143,9 @@ impl Step {
 
 /// The step named `name`, which must have exited with `status`.
 fn step<'a>(steps: &'a BTreeMap<String, Step>, outcome: &Outcome, name: &str, status: i32) -> &'a Step {
-    let step = steps.get(name).unwrap_or_else(|| panic!("no step {name}\n{}", context(outcome)));
-    assert_eq!(step.status, status, "step {name}: {step:?}\n{}", context(outcome));
+    let step = steps.get(name).unwrap_or_else(|| panic!("no step {name}\n{}", outcome.report()));
+    assert_eq!(step.status, status, "step {name}: {step:?}\n{}", outcome.report());
     step
-}
-
-fn context(outcome: &Outcome) -> String {
-    let all: Vec<&str> = outcome.console.lines().collect();
-    format!(
-        "guest exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
-        outcome.status,
-        outcome.elapsed.as_secs_f64(),
-        outcome.output,
-        all[all.len().saturating_sub(30)..].join("\n")
-    )
 }
 
 /// Error counts of a scrub report: (checksum blocks, media blocks by
@@ -486,7 +475,7 @@ step rescrub-b scrub $B --json
     );
     let (outcome, steps) = run_script(vm, &script);
     let host = host.lock().unwrap();
-    assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, context(&outcome));
+    assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, outcome.report());
     let total = 2 * DATA_BYTES;
 
     // One copy damaged: detected, repaired by relocation, then clean.
@@ -642,7 +631,7 @@ step stuck-readonly-d scrub $D --readonly --json
     );
     let (outcome, steps) = run_script(vm, &script);
     let host = host.lock().unwrap();
-    assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, context(&outcome));
+    assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, outcome.report());
     let total = 2 * DATA_BYTES;
     let bad = ONE_COPY_BAD.len() as u64;
 

@@ -22,15 +22,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vm_rig::{Controller, Outcome, Vm};
+use vm_rig::{Controller, Outcome, Vm, GUEST_BDFS};
 
 const MIB: u64 = 1 << 20;
 
 /// The controllers' addresses in the guest, in the order they are given.
-const FIRST: &str = "0000:00:10.0";
-const SECOND: &str = "0000:00:11.0";
-const THIRD: &str = "0000:00:12.0";
-const FOURTH: &str = "0000:00:13.0";
+const FIRST: &str = GUEST_BDFS[0];
+const SECOND: &str = GUEST_BDFS[1];
+const THIRD: &str = GUEST_BDFS[2];
+const FOURTH: &str = GUEST_BDFS[3];
 
 /// How long one `volume-check` run may take in the guest (each takes a
 /// few seconds). The guest's `timeout` ends a run that hangs, so the VM
@@ -78,46 +78,19 @@ fn run(vm: Vm, scenarios: &[Scenario<'_>]) -> Outcome {
         .timeout(Duration::from_secs(BOOT_LIMIT_S + runs * RUN_LIMIT_S))
         .run(&["sh", "-c", &script])
         .unwrap_or_else(|e| panic!("VM run failed: {e}"));
-    let report = || {
-        format!(
-            "the guest exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
-            outcome.status,
-            outcome.elapsed.as_secs_f64(),
-            outcome.output,
-            tail(&outcome.console, 30)
-        )
-    };
-    let mut missing = Vec::new();
-    for (label, checks) in scenarios.iter().flat_map(|s| &s.expect) {
-        for check in checks {
-            let line = format!("volume-check: {label} {check}: ok (");
-            if !outcome.output.lines().any(|l| l.starts_with(&line)) {
-                missing.push(line);
-            }
-        }
-        let last = format!("volume-check: {label} ok");
-        if !outcome.output.lines().any(|l| l == last) {
-            missing.push(last);
-        }
-    }
-    assert!(missing.is_empty() && outcome.status == 0, "missing lines {missing:#?}\n{}", report());
+    let missing: Vec<String> = scenarios
+        .iter()
+        .flat_map(|s| &s.expect)
+        .flat_map(|(label, checks)| outcome.missing_checks("volume-check", label, checks))
+        .collect();
+    assert!(missing.is_empty() && outcome.status == 0, "missing lines {missing:#?}\n{}", outcome.report());
     eprintln!("{:.1} s in the VM:\n{}", outcome.elapsed.as_secs_f64(), outcome.output);
     outcome
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// The detail of a passed check line.
 fn detail<'a>(outcome: &'a Outcome, label: &str, check: &str) -> &'a str {
-    let prefix = format!("volume-check: {label} {check}: ok (");
-    outcome
-        .output
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", outcome.output))
+    outcome.detail("volume-check", label, check)
 }
 
 /// Single-copy volumes on a ZNS namespace, a conventional one (software

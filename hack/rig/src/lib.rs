@@ -137,7 +137,73 @@ impl Outcome {
         let start = self.output.find(['{', '['])?;
         Some(self.output[start..].trim_end())
     }
+
+    /// What a failed assertion should show: the status, the time, the
+    /// whole output and the console's last lines.
+    pub fn report(&self) -> String {
+        let console: Vec<&str> = self.console.lines().collect();
+        format!(
+            "the guest exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
+            self.status,
+            self.elapsed.as_secs_f64(),
+            self.output,
+            console[console.len().saturating_sub(CONSOLE_TAIL_LINES)..].join("\n")
+        )
+    }
+
+    /// The rest of the first output line that starts with `prefix`.
+    pub fn line_after(&self, prefix: &str) -> Option<&str> {
+        self.output.lines().find_map(|line| line.strip_prefix(prefix))
+    }
+
+    /// The detail of a guest tool's passed check: the line
+    /// `TOOL: LABEL CHECK: ok (DETAIL)` gives `DETAIL`. Panics, showing the
+    /// output, when there is none.
+    pub fn detail(&self, tool: &str, label: &str, check: &str) -> &str {
+        let prefix = format!("{tool}: {label} {check}: ok (");
+        let line = self.line_after(&prefix).unwrap_or_else(|| panic!("no {prefix:?} line in\n{}", self.output));
+        line.strip_suffix(')').unwrap_or(line)
+    }
+
+    /// Of the lines a guest tool prints for a passing run of `label`, each
+    /// `TOOL: LABEL CHECK: ok (` of `checks` and the final `TOOL: LABEL ok`,
+    /// the ones the output lacks.
+    pub fn missing_checks(&self, tool: &str, label: &str, checks: &[&str]) -> Vec<String> {
+        let mut missing: Vec<String> = checks
+            .iter()
+            .map(|check| format!("{tool}: {label} {check}: ok ("))
+            .filter(|line| self.line_after(line).is_none())
+            .collect();
+        let last = format!("{tool}: {label} ok");
+        if !self.output.lines().any(|line| line == last) {
+            missing.push(last);
+        }
+        missing
+    }
 }
+
+/// Console lines [`Outcome::report`] shows.
+const CONSOLE_TAIL_LINES: usize = 30;
+
+/// The guest's PCI address of each controller, in the order
+/// [`Vm::controller`] added them (slot [`FIRST_SLOT`] + its index).
+pub const GUEST_BDFS: [&str; MAX_CONTROLLERS] = [
+    "0000:00:10.0",
+    "0000:00:11.0",
+    "0000:00:12.0",
+    "0000:00:13.0",
+    "0000:00:14.0",
+    "0000:00:15.0",
+    "0000:00:16.0",
+    "0000:00:17.0",
+    "0000:00:18.0",
+    "0000:00:19.0",
+    "0000:00:1a.0",
+    "0000:00:1b.0",
+    "0000:00:1c.0",
+    "0000:00:1d.0",
+    "0000:00:1e.0",
+];
 
 /// Called with each line of the guest command's output as it arrives
 /// (without its line ending); see [`Vm::on_line`].
@@ -1117,6 +1183,29 @@ fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_addresses_follow_the_slots() {
+        for (index, bdf) in GUEST_BDFS.iter().enumerate() {
+            assert_eq!(*bdf, format!("0000:00:{:02x}.0", usize::from(FIRST_SLOT) + index));
+        }
+    }
+
+    #[test]
+    fn an_outcome_tells_checks_details_and_what_is_missing() {
+        let outcome = Outcome {
+            status: 0,
+            output: "tool: a one: ok (1 thing)\ntool: a ok\n".into(),
+            console: (0..40).map(|n| format!("c{n}\n")).collect(),
+            elapsed: Duration::from_secs(2),
+        };
+        assert_eq!(outcome.detail("tool", "a", "one"), "1 thing");
+        assert_eq!(outcome.missing_checks("tool", "a", &["one"]), Vec::<String>::new());
+        assert_eq!(outcome.missing_checks("tool", "a", &["two"]), ["tool: a two: ok ("]);
+        assert_eq!(outcome.missing_checks("tool", "b", &[]), ["tool: b ok"]);
+        let report = outcome.report();
+        assert!(report.contains("c39") && report.contains("c10") && !report.contains("c9\n"), "{report}");
+    }
 
     #[test]
     fn shell_command_quotes_every_word() {
