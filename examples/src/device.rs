@@ -1,9 +1,13 @@
-//! Opening a controller the way every tool does, and choosing a volume's
-//! devices from `--pci` and `--ns`.
+//! Opening controllers, devices and volumes the way every tool does:
+//! one VFIO container, the devices chosen from `--pci` and `--ns`
+//! ([`VolumeLocation`], which the volume tools share), each device told
+//! its address.
 
+use crate::args::{self, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX};
 use nvme_driver::vfio::{self, Vfio};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use std::sync::Arc;
+use zoned_allocator::{Device, DeviceOptions, Error, Volume, VolumeOptions};
 
 /// The VFIO container every controller a tool opens goes into: one IOMMU
 /// address space, so a DMA buffer of one controller is reachable by the
@@ -31,6 +35,16 @@ pub fn open_controller(pci: Option<&str>, options: ControllerOptions) -> Result<
     let device = container()?.open(&bdf).map_err(|e| e.to_string())?;
     let transport: Arc<dyn Transport> = device;
     Controller::init(transport, options).map_err(|e| format!("{bdf}: {e}"))
+}
+
+/// Brings up the controllers `pci` names, in order, or the first NVMe
+/// function bound to vfio-pci when it names none.
+pub fn open_controllers(pci: &[String]) -> Result<Vec<Controller>, String> {
+    let options = ControllerOptions::default();
+    if pci.is_empty() {
+        return Ok(vec![open_controller(None, options)?]);
+    }
+    pci.iter().map(|bdf| open_controller(Some(bdf), options.clone())).collect()
 }
 
 /// One device of a volume: which controller (an index into the `--pci`
@@ -74,6 +88,95 @@ pub fn choose_devices(pci: &[String], ns: &[u32], wanted: usize) -> Result<Vec<D
     };
     assert_eq!(choices.len(), wanted, "one choice per device");
     Ok(choices)
+}
+
+/// Devices a volume is on, at most: two, for a mirror.
+pub const VOLUME_DEVICES_MAX: usize = 2;
+
+/// Where a volume is, as every volume tool takes it (flattened into the
+/// tool's arguments; the tool has a `--sim` these conflict with).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct VolumeLocation {
+    /// Controller PCI address of the volume's devices: one, or two for a
+    /// mirror across controllers. Default: the first NVMe function bound
+    /// to vfio-pci.
+    #[arg(long = "pci", value_name = "BDF")]
+    pub pci: Vec<String>,
+    /// Namespace IDs (1..=4294967294), comma-separated, one per device, in
+    /// any order: a mirror on one controller takes two (--ns 1,2); with
+    /// two --pci, one ID serves both. Default: 1.
+    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
+    pub ns: Vec<u32>,
+    /// Software zone size the volume was formatted with (conventional
+    /// namespaces), a multiple of 4k.
+    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
+    pub software_zone: Option<u64>,
+    /// Open a mirror with a member missing, blank or failing, on the one
+    /// left; the member is recorded failed (`volume replace` puts a new
+    /// device in its place).
+    #[arg(long)]
+    pub degraded: bool,
+}
+
+impl VolumeLocation {
+    /// The volume's devices, exactly as --pci and --ns give them (one or
+    /// two; the volume finds each one's place from its label).
+    pub fn device_choices(&self) -> Result<Vec<DeviceChoice>, String> {
+        let wanted = self.pci.len().max(self.ns.len()).max(1);
+        if wanted > VOLUME_DEVICES_MAX {
+            return Err(format!(
+                "a volume is on one or two devices: {} --pci and {} --ns given",
+                self.pci.len(),
+                self.ns.len()
+            ));
+        }
+        choose_devices(&self.pci, &self.ns, wanted)
+    }
+
+    /// Brings up the controllers --pci names, in order (or the first
+    /// vfio-pci NVMe function).
+    pub fn open_controllers(&self) -> Result<Vec<Controller>, String> {
+        open_controllers(&self.pci)
+    }
+
+    /// Opens the devices [`VolumeLocation::device_choices`] names on
+    /// `controllers`, each told its controller's address.
+    pub fn open_devices(&self, controllers: &[Controller], options: DeviceOptions) -> Result<Vec<Device>, String> {
+        let chosen = self.device_choices()?;
+        chosen.into_iter().map(|choice| open_device(controllers, choice, options)).collect()
+    }
+
+    /// The options to open the volume with.
+    pub fn volume_options(&self, degraded: bool) -> VolumeOptions {
+        VolumeOptions { software_zone_bytes: self.software_zone, degraded, ..VolumeOptions::default() }
+    }
+
+    /// Opens the volume on `devices` (degraded when asked).
+    pub fn open_volume(&self, devices: Vec<Device>, degraded: bool) -> Result<Volume, String> {
+        Volume::open(devices, &self.volume_options(degraded)).map_err(|e| format!("open: {}", explain(e)))
+    }
+}
+
+/// Opens the device `choice` names on `controllers`, told its address.
+pub fn open_device(controllers: &[Controller], choice: DeviceChoice, options: DeviceOptions) -> Result<Device, String> {
+    let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
+    let name = controller.transport().name().to_string();
+    let nsid = choice.nsid;
+    let mut device = Device::open(controller, nsid, options).map_err(|e| format!("{name} namespace {nsid}: {e}"))?;
+    device.set_identity(&name);
+    Ok(device)
+}
+
+/// An error from opening (or checking) a volume, with what to do about it
+/// when there is something.
+pub fn explain(error: Error) -> String {
+    match error {
+        Error::Degraded { .. } => format!(
+            "{error}; pass --degraded to open it on the devices left (then `volume replace` puts a new device in \
+             the missing one's place)"
+        ),
+        error => error.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -8,10 +8,8 @@
 use clap::Parser;
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
-use nvme_examples::args::{
-    self, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX, THREADS_MAX,
-};
-use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::args::{self, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX};
+use nvme_examples::device::VolumeLocation;
 use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
 use nvme_scrub::{scrub, Checkpoint, Control, Outcome, ScrubOptions};
@@ -37,24 +35,8 @@ use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOp
                   Exit status: 0 clean or incomplete, 3 damaged, 1 the scrub failed, 2 a bad argument."
 )]
 struct Args {
-    /// Controller PCI address: one, or two for a mirror across controllers.
-    /// Default: the first NVMe function bound to vfio-pci.
-    #[arg(long = "pci", value_name = "BDF")]
-    pci: Vec<String>,
-    /// Namespace IDs (1..=4294967294), comma-separated, one per device, in
-    /// the volume's order: a mirror on one controller takes two (--ns 1,2);
-    /// with two --pci, one ID serves both. Default: 1.
-    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
-    ns: Vec<u32>,
-    /// Software zone size the volume was formatted with (conventional
-    /// namespaces), a multiple of 4k.
-    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
-    software_zone: Option<u64>,
-    /// Open a mirror with a member missing, blank or failing, on the one
-    /// left (the member is recorded failed; `volume replace` puts a new
-    /// device in its place).
-    #[arg(long)]
-    degraded: bool,
+    #[command(flatten)]
+    volume: VolumeLocation,
     /// Reads in flight, 1..=1024.
     #[arg(long, default_value_t = 64, value_parser = args::int_in::<usize>(1, QUEUE_DEPTH_MAX))]
     qd: usize,
@@ -112,7 +94,7 @@ struct Args {
 fn main() -> ExitCode {
     logging::init("scrub");
     let args = Args::parse();
-    if let Err(message) = device_choices(&args) {
+    if let Err(message) = args.volume.device_choices() {
         args::exit_usage_error::<Args>("scrub", &message);
     }
     match run(&args) {
@@ -123,20 +105,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The devices the volume is on, exactly as --pci and --ns give them (one
-/// or two; the volume checks they are the ones it was formatted on).
-fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
-    let wanted = args.pci.len().max(args.ns.len()).max(1);
-    if wanted > 2 {
-        return Err(format!(
-            "a volume is on one or two devices: {} --pci and {} --ns given",
-            args.pci.len(),
-            args.ns.len()
-        ));
-    }
-    choose_devices(&args.pci, &args.ns, wanted)
 }
 
 fn device_options(args: &Args) -> DeviceOptions {
@@ -186,25 +154,9 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
     if let Some(bytes) = args.sim {
         return sim_volume(args, bytes);
     }
-    let options = ControllerOptions::default();
-    let controllers: Vec<Controller> = if args.pci.is_empty() {
-        vec![device::open_controller(None, options)?]
-    } else {
-        args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect::<Result<_, _>>()?
-    };
-    let mut devices = Vec::new();
-    for choice in device_choices(args)? {
-        let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
-        let nsid = choice.nsid;
-        devices
-            .push(Device::open(controller, nsid, device_options(args)).map_err(|e| format!("namespace {nsid}: {e}"))?);
-    }
-    let options =
-        VolumeOptions { software_zone_bytes: args.software_zone, degraded: args.degraded, ..VolumeOptions::default() };
-    let volume = Volume::open(devices, &options).map_err(|e| match e {
-        zoned_allocator::Error::Degraded { .. } => format!("open: {e}; pass --degraded to scrub what is left"),
-        e => format!("open: {e}"),
-    })?;
+    let controllers = args.volume.open_controllers()?;
+    let devices = args.volume.open_devices(&controllers, device_options(args))?;
+    let volume = args.volume.open_volume(devices, args.volume.degraded)?;
     Ok((controllers, volume))
 }
 

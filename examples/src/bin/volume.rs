@@ -7,9 +7,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
-use nvme_examples::args::{self, BLOCK_BYTES, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, SOFTWARE_ZONE_BYTES_MAX};
+use nvme_examples::args::{self, BLOCK_BYTES, QUEUE_DEPTH_MAX, SIM_BYTES_MAX};
 use nvme_examples::confirm::confirm_on_stdin;
-use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::device::{self, explain, DeviceChoice, VolumeLocation};
 use nvme_examples::health::Health;
 use nvme_examples::logging;
 use nvme_examples::prometheus;
@@ -19,9 +19,7 @@ use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
-use zoned_allocator::{
-    Device, DeviceOptions, DeviceState, Error, Profile, Volume, VolumeOptions, VolumeState, VolumeStatus,
-};
+use zoned_allocator::{Device, DeviceOptions, DeviceState, Profile, Volume, VolumeOptions, VolumeState, VolumeStatus};
 
 /// The status for "done, but the volume needs attention": degraded,
 /// resilvering or failed, copies left missing, a check that is not clean.
@@ -95,24 +93,8 @@ enum Command {
 /// Where the volume is.
 #[derive(Args, Debug)]
 struct VolumeArgs {
-    /// Controller PCI address of the volume's devices: one, or two for a
-    /// mirror across controllers. Default: the first NVMe function bound
-    /// to vfio-pci.
-    #[arg(long = "pci", value_name = "BDF")]
-    pci: Vec<String>,
-    /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
-    /// mirror on one controller takes two (--ns 1,2); with two --pci, one
-    /// ID serves both. Default: 1.
-    #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
-    ns: Vec<u32>,
-    /// Software zone size the volume was formatted with (conventional
-    /// namespaces), a multiple of 4k.
-    #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
-    software_zone: Option<u64>,
-    /// Open a mirror with a member missing, blank or failing, on the one
-    /// left; the member is recorded failed (implied by replace).
-    #[arg(long)]
-    degraded: bool,
+    #[command(flatten)]
+    location: VolumeLocation,
     /// Run on the in-process simulator: a mirrored ZNS volume (controllers
     /// sim0 and sim1, and a blank sim2 to replace with) holding this much
     /// data (e.g. 64M, 4k..=1T).
@@ -292,8 +274,10 @@ fn check_args(command: &Command) -> Result<(), String> {
                 }
             } else {
                 let new = a.new_pci.as_deref().expect("clap requires --new-pci without --sim");
-                for choice in device_choices(&a.volume)? {
-                    if a.volume.pci.get(choice.controller).map(String::as_str) == Some(new) && choice.nsid == a.new_ns {
+                for choice in a.volume.location.device_choices()? {
+                    if a.volume.location.pci.get(choice.controller).map(String::as_str) == Some(new)
+                        && choice.nsid == a.new_ns
+                    {
                         return Err(format!(
                             "--new-pci {new} --new-ns {}: a device given as the volume's (--pci, --ns)",
                             a.new_ns
@@ -305,23 +289,9 @@ fn check_args(command: &Command) -> Result<(), String> {
         }
     };
     if volume.sim.is_none() {
-        device_choices(volume)?;
+        volume.location.device_choices()?;
     }
     Ok(())
-}
-
-/// The volume's devices, exactly as --pci and --ns give them (one or two;
-/// the volume finds each one's place from its label).
-fn device_choices(volume: &VolumeArgs) -> Result<Vec<DeviceChoice>, String> {
-    let wanted = volume.pci.len().max(volume.ns.len()).max(1);
-    if wanted > PLACES_MAX as usize {
-        return Err(format!(
-            "a volume is on one or two devices: {} --pci and {} --ns given",
-            volume.pci.len(),
-            volume.ns.len()
-        ));
-    }
-    choose_devices(&volume.pci, &volume.ns, wanted)
 }
 
 /// A controller and what the views call it: its PCI address, or `simN`.
@@ -346,12 +316,7 @@ fn open_controllers(volume: &VolumeArgs) -> Result<Vec<Named>, String> {
     if let Some(bytes) = volume.sim {
         return sim_controllers(bytes, volume.sim_state);
     }
-    let options = ControllerOptions::default();
-    let controllers = if volume.pci.is_empty() {
-        vec![device::open_controller(None, options)?]
-    } else {
-        volume.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect::<Result<_, _>>()?
-    };
+    let controllers = volume.location.open_controllers()?;
     Ok(controllers
         .into_iter()
         .map(|controller| Named { name: controller.transport().name().to_string(), controller })
@@ -364,7 +329,7 @@ fn new_controller(volume: &VolumeArgs, controllers: &mut Vec<Named>, bdf: &str) 
     if volume.sim.is_some() {
         return sim_index(bdf).ok_or_else(|| format!("--new-pci {bdf}: not a simulated controller"));
     }
-    let given = volume.pci.iter().position(|p| p == bdf);
+    let given = volume.location.pci.iter().position(|p| p == bdf);
     if let Some(index) = given.or_else(|| controllers.iter().position(|n| n.name == bdf)) {
         return Ok(index);
     }
@@ -379,7 +344,7 @@ fn open_devices(volume: &VolumeArgs, controllers: &[Named], options: DeviceOptio
         // sim1 is left out when the story has it pulled.
         Some(_) if volume.sim_state == SimState::Degraded => vec![DeviceChoice { controller: 0, nsid: 1 }],
         Some(_) => vec![DeviceChoice { controller: 0, nsid: 1 }, DeviceChoice { controller: 1, nsid: 1 }],
-        None => device_choices(volume)?,
+        None => volume.location.device_choices()?,
     };
     let mut devices = Vec::new();
     for choice in choices {
@@ -394,27 +359,6 @@ fn open_device(named: &Named, nsid: u32, options: DeviceOptions) -> Result<Devic
         Device::open(&named.controller, nsid, options).map_err(|e| format!("{} namespace {nsid}: {e}", named.name))?;
     device.set_identity(&named.name);
     Ok(device)
-}
-
-fn volume_options(volume: &VolumeArgs, degraded: bool) -> VolumeOptions {
-    VolumeOptions { software_zone_bytes: volume.software_zone, degraded, ..VolumeOptions::default() }
-}
-
-/// An error from opening (or checking) the volume, with what to do about
-/// it when there is something.
-fn explain(error: Error) -> String {
-    match error {
-        Error::Degraded { .. } => format!(
-            "{error}; pass --degraded to open it on the devices left (then `volume replace` puts a new device in \
-             the missing one's place)"
-        ),
-        error => error.to_string(),
-    }
-}
-
-/// Opens the volume on `devices`.
-fn open_volume(volume: &VolumeArgs, devices: Vec<Device>, degraded: bool) -> Result<Volume, String> {
-    Volume::open(devices, &volume_options(volume, degraded)).map_err(|e| format!("open: {}", explain(e)))
 }
 
 /// Device options for a resilver at `qd` reads in flight: room for the
@@ -478,7 +422,7 @@ fn health_state(state: VolumeState) -> Done {
 fn status(a: &StatusArgs) -> Result<Done, String> {
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
-    let volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    let volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
     let status = volume.status();
     let health = health_of(&status, &controllers);
     if a.json {
@@ -534,7 +478,7 @@ fn resilver_place(
 fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, resilver_device_options(a.resilver.qd))?;
-    let mut volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
     let place = a.place.or_else(|| volume.status().resilver.first().map(|r| r.place));
     let Some(place) = place else {
         let status = volume.status();
@@ -590,7 +534,7 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     let options = resilver_device_options(a.resilver.qd);
     let devices = open_devices(&a.volume, &controllers, options)?;
     // The place replaced is failed or missing: the volume opens without it.
-    let mut volume = open_volume(&a.volume, devices, true)?;
+    let mut volume = a.volume.location.open_volume(devices, true)?;
     let mut new_device = open_device(&controllers[new_index], a.new_ns, options)?;
     if !a.force {
         if let Some(holds) = not_blank(&Volume::probe(&mut new_device), volume.id()) {
@@ -666,7 +610,7 @@ fn not_blank(state: &DeviceState, volume_id: u64) -> Option<String> {
 fn check(a: &CheckArgs) -> Result<Done, String> {
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
-    let (report, devices) = Volume::check(devices, &volume_options(&a.volume, a.volume.degraded))
+    let (report, devices) = Volume::check(devices, &a.volume.location.volume_options(a.volume.location.degraded))
         .map_err(|e| format!("check: {}", explain(e)))?;
     drop(devices);
     if a.json {
@@ -686,7 +630,7 @@ fn fail(a: &FailArgs) -> Result<Done, String> {
     confirm_on_stdin("volume", &what, a.yes || a.volume.sim.is_some())?;
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
-    let mut volume = open_volume(&a.volume, devices, a.volume.degraded)?;
+    let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
     // The allocator logs a member given up as an error; here it is what
     // was asked for, and the status below shows it.
     let level = log::max_level();

@@ -274,13 +274,7 @@ fn open_devices(args: &Args, controllers: &[Controller]) -> Result<Vec<Device>, 
         fill_buffers,
         ..DeviceOptions::default()
     };
-    let mut devices = Vec::new();
-    for choice in device_choices(args)? {
-        let controller = controllers.get(choice.controller).ok_or("a device on a controller not opened")?;
-        let nsid = choice.nsid;
-        devices.push(Device::open(controller, nsid, options).map_err(|e| format!("namespace {nsid}: {e}"))?);
-    }
-    Ok(devices)
+    device_choices(args)?.into_iter().map(|choice| device::open_device(controllers, choice, options)).collect()
 }
 
 fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
@@ -303,10 +297,7 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
         let transport: Arc<dyn Transport> = Simulator::new(config);
         return Ok(vec![Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?]);
     }
-    if args.pci.is_empty() {
-        return Ok(vec![device::open_controller(None, options)?]);
-    }
-    args.pci.iter().map(|bdf| device::open_controller(Some(bdf), options.clone())).collect()
+    device::open_controllers(&args.pci)
 }
 
 fn run(args: &Args) -> Result<(), String> {
