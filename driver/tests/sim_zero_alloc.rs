@@ -3,7 +3,10 @@
 //! counted by a global allocator. (One test in this binary, so no other
 //! test allocates concurrently.)
 
-mod counting_alloc;
+use nvme_testkit::alloc::{allocations_during, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 mod sim_support;
 
 use nvme_driver::dma::DmaMemory;
@@ -44,7 +47,7 @@ fn the_command_path_allocates_nothing_once_warm() {
     for _ in 0..4 {
         cycle(&mut rig, &mut completions);
     }
-    let allocations = counting_alloc::allocations_during(|| {
+    let allocations = allocations_during(|| {
         for _ in 0..100 {
             cycle(&mut rig, &mut completions);
         }

@@ -2,7 +2,10 @@
 //! hand-back, with and without data buffers, counted by a global allocator.
 //! (One test in this binary, so no other test allocates concurrently.)
 
-mod counting_alloc;
+use nvme_testkit::alloc::{allocations_during, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 use nvme_driver::cmd::nvm;
 use nvme_driver::dma::DmaPool;
@@ -39,7 +42,7 @@ fn submit_and_poll_allocate_nothing() {
     // loop is asserted).
     cycle(&mut pair, &mut completions);
 
-    let allocations = counting_alloc::allocations_during(|| {
+    let allocations = allocations_during(|| {
         for _ in 0..10_000 {
             cycle(&mut pair, &mut completions);
         }

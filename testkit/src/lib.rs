@@ -2,6 +2,7 @@
 //!
 //! - [`Prng`]: the one seeded PRNG (the driver's, re-exported), so a seed
 //!   printed by any campaign replays the same way;
+//! - [`alloc`]: a counting global allocator for the zero-allocation tests;
 //! - [`data`]: the data patterns tests write and check;
 //! - [`harness`]: volumes on simulated controllers, with restarts and
 //!   power cuts, and the reference model a reopened volume must match;
@@ -10,6 +11,7 @@
 
 #![deny(missing_debug_implementations)]
 
+pub mod alloc;
 pub mod data;
 pub mod harness;
 pub mod scenarios;
