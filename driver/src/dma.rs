@@ -331,6 +331,11 @@ impl DmaPool {
         self.inner.buffer_len
     }
 
+    /// Buffers in the pool, free or not.
+    pub fn capacity(&self) -> usize {
+        self.inner.free.capacity()
+    }
+
     /// Buffers free right now (a snapshot: other threads may take or return
     /// buffers meanwhile).
     pub fn available(&self) -> usize {

@@ -42,6 +42,7 @@ use crate::table::{split, Entry, LaneOrder, LocationBits, Misplaced, Table, PAGE
 use crate::tags::TagLayout;
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
+use nvme_driver::dma::DmaPool;
 use nvme_driver::spec::identify::Oncs;
 use nvme_driver::IoCompletion;
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +61,9 @@ struct Lane {
     /// caught (the device chose the LBA). Dropped once the zone takes no
     /// more, so its size is bounded by the zones open.
     appended: HashMap<u32, Vec<u64>>,
+    /// Maps of zones done with appends, for the next zones' (see
+    /// `claim_appended`): a zone's first append allocates nothing.
+    spare_maps: Vec<Vec<u64>>,
 }
 
 impl Lane {
@@ -69,8 +73,12 @@ impl Lane {
     /// the zone's head when this is its first append since open.
     fn claim_appended(&mut self, zone: u32, offset: u32, blocks: u32, before: u32) -> bool {
         let capacity = self.table.zone(zone).capacity;
+        let spare = &mut self.spare_maps;
         let map = self.appended.entry(zone).or_insert_with(|| {
-            let mut map = vec![0u64; capacity.div_ceil(64) as usize];
+            // A map a finished zone gave back, or a new one.
+            let mut map = spare.pop().unwrap_or_default();
+            map.clear();
+            map.resize(capacity.div_ceil(64) as usize, 0);
             (0..before.min(capacity)).for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
             map
         });
@@ -81,7 +89,7 @@ impl Lane {
         range.for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
         let entry = self.table.zone(zone);
         if entry.inflight == 0 && !matches!(entry.usage, ZoneUse::Open(_)) {
-            self.appended.remove(&zone);
+            self.forget_appends(zone);
         }
         true
     }
@@ -89,7 +97,16 @@ impl Lane {
     /// Zone `zone` holds nothing now (reset, or found so at open).
     fn zone_emptied(&mut self, zone: u32) {
         self.written[zone as usize] = 0;
-        self.appended.remove(&zone);
+        self.forget_appends(zone);
+    }
+
+    /// Drops zone `zone`'s map of appended blocks, kept for the next zone.
+    fn forget_appends(&mut self, zone: u32) {
+        if let Some(map) = self.appended.remove(&zone) {
+            if self.spare_maps.len() < SPARE_MAPS_MAX {
+                self.spare_maps.push(map);
+            }
+        }
     }
 
     /// Whether the checksum area of `zone` covers `blocks` blocks at
@@ -98,6 +115,13 @@ impl Lane {
         self.sealed.get(zone as usize).is_some_and(|&sealed| offset + blocks <= sealed)
     }
 }
+
+/// Copies an extent has at most: a mirror's or a dup's two.
+const COPIES_MAX: usize = 2;
+
+/// Spare maps of appended blocks a lane keeps at most (one per zone it
+/// may have open at once is enough).
+const SPARE_MAPS_MAX: usize = 8;
 
 #[derive(Debug)]
 struct PendingWrite {
@@ -112,10 +136,13 @@ struct PendingWrite {
     /// Its blocks' tags go with the data, its checksums to no map (see
     /// [`Volume::tagged`]).
     tagged: bool,
-    zones: Vec<u32>,
-    locations: Vec<Option<Location>>,
+    /// Lanes, the first `copies` of each array below: fixed arrays, so
+    /// that a write allocates nothing for them.
+    copies: u8,
+    zones: [u32; COPIES_MAX],
+    locations: [Option<Location>; COPIES_MAX],
     /// Per lane: a command is in flight there.
-    in_flight: Vec<bool>,
+    in_flight: [bool; COPIES_MAX],
     remaining: u8,
     error: Option<Error>,
     /// The submitter already got the error; don't report it again.
@@ -135,6 +162,7 @@ impl PendingWrite {
         crcs: Vec<u32>,
         copies: usize,
     ) -> Self {
+        assert!((1..=COPIES_MAX).contains(&copies), "a write of {copies} copies");
         PendingWrite {
             copy_of,
             id,
@@ -143,9 +171,10 @@ impl PendingWrite {
             blocks,
             crcs,
             tagged: false,
-            zones: vec![u32::MAX; copies],
-            locations: vec![None; copies],
-            in_flight: vec![false; copies],
+            copies: copies as u8,
+            zones: [u32::MAX; COPIES_MAX],
+            locations: [None; COPIES_MAX],
+            in_flight: [false; COPIES_MAX],
             remaining: 0,
             error: None,
             reported: false,
@@ -230,6 +259,9 @@ pub struct Volume {
     scratch: Vec<IoCompletion>,
     /// A write's tags, built before they are copied to its metadata buffer.
     tag_scratch: Vec<u8>,
+    /// Checksum lists of finished writes that kept none (their checksums
+    /// went to block tags), for the next writes: no allocation per write.
+    crc_pool: Vec<Vec<u32>>,
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
@@ -324,7 +356,7 @@ impl Volume {
             }
             let written = vec![0; capacities.len()];
             let sealed = vec![0; capacities.len()];
-            lanes.push(Lane { device, table, written, sealed, appended: HashMap::new() });
+            lanes.push(Lane { device, table, written, sealed, appended: HashMap::new(), spare_maps: Vec::new() });
         }
         // Zone budget per device. Active: every stream's zone and
         // reclaim's in each of its lanes, plus one per metadata copy on the
@@ -370,6 +402,15 @@ impl Volume {
             superblock.members.iter().map(|&record| member::Member::new(record)).collect();
         members.resize_with(devices.len(), || member::Member::new(MemberRecord::default()));
         let device_writes = vec![0; devices.len()];
+        // Writes in flight at most: each holds a DMA buffer (its own, or
+        // one the volume lent) on every device it writes. The pending
+        // writes' slab and the queues of their outcomes are sized for
+        // them here, so that no write grows them.
+        let writes_max: usize = devices
+            .iter()
+            .flatten()
+            .map(|d| d.pool.capacity() + d.fill_pool.as_ref().map_or(0, DmaPool::capacity))
+            .sum();
         let stats = VolumeStats {
             zones: lanes.iter().map(|l| u64::from(l.table.zone_count())).sum(),
             ..VolumeStats::default()
@@ -395,9 +436,9 @@ impl Volume {
             mapped: HashMap::new(),
             live_blocks: 0,
             ops: Vec::new(),
-            writes: Vec::new(),
-            free_slots: Vec::new(),
-            done: VecDeque::new(),
+            writes: Vec::with_capacity(writes_max),
+            free_slots: Vec::with_capacity(writes_max),
+            done: VecDeque::with_capacity(writes_max),
             retiring: Vec::new(),
             held_zone: None,
             bad_blocks: Vec::new(),
@@ -410,6 +451,7 @@ impl Volume {
             stats,
             scratch: Vec::new(),
             tag_scratch: Vec::new(),
+            crc_pool: Vec::new(),
             loading: false,
             read_only: None,
         })

@@ -2,7 +2,7 @@
 //! ordered writes, completions, and the waits that bound them.
 
 use super::member::Failed;
-use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode};
+use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode, COPIES_MAX};
 use crate::checksum::block_crcs;
 use crate::device;
 use crate::error::{Error, Result};
@@ -11,6 +11,10 @@ use crate::tags::TagLayout;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
+
+/// Checksum lists kept for reuse at most: more than the writes a volume
+/// keeps in flight, so a steady stream of tagged writes allocates none.
+const CRC_POOL_MAX: usize = 1024;
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::dma::{DmaMemory, FillBuffer};
 use nvme_driver::{IoBuffer, IoCompletion};
@@ -100,7 +104,9 @@ impl Volume {
             Some(crcs) => crcs,
             None => {
                 let started = Instant::now();
-                let mut crcs = Vec::with_capacity(blocks as usize);
+                // A list a tagged write gave back, or a new one.
+                let mut crcs = self.crc_pool.pop().unwrap_or_default();
+                crcs.clear();
                 block_crcs(source.bytes(), &mut crcs);
                 self.stats.checksum_ns += started.elapsed().as_nanos() as u64;
                 crcs
@@ -635,7 +641,8 @@ impl Volume {
         self.free_slots.push(index);
         // A copy that completed on a device given up since is not durable
         // there: missing, as `give_up` marks the copies it journals.
-        for (lane, location) in pending.locations.iter_mut().enumerate() {
+        let copies = usize::from(pending.copies);
+        for (lane, location) in pending.locations[..copies].iter_mut().enumerate() {
             if self.devices[self.lanes[lane].device].is_none() && location.is_some() {
                 *location = Some(Location::MISSING);
             }
@@ -649,14 +656,26 @@ impl Volume {
             None if pending.reported => {
                 Err(Error::InvalidArgument("write abandoned (it failed at submission, or its wait timed out)".into()))
             }
-            None if pending.locations.iter().all(|l| l.is_none_or(Location::is_missing)) => Err(Error::NoDevices),
+            None if pending.locations[..copies].iter().all(|l| l.is_none_or(Location::is_missing)) => {
+                Err(Error::NoDevices)
+            }
             None => {
-                let locations: Vec<Location> =
-                    pending.locations.iter().map(|l| l.expect("every copy placed")).collect();
-                let entry = Entry::new(pending.blocks, &locations);
+                let mut locations = [Location::MISSING; COPIES_MAX];
+                for (to, from) in locations.iter_mut().zip(&pending.locations[..copies]) {
+                    *to = from.expect("every copy placed");
+                }
+                let entry = Entry::new(pending.blocks, &locations[..copies]);
                 // A tagged extent's checksums live on the devices, with the
-                // data.
-                let crcs = if pending.tagged { Vec::new() } else { pending.crcs };
+                // data; its list goes back for the next write.
+                let crcs = if pending.tagged {
+                    let list = std::mem::take(&mut pending.crcs);
+                    if self.crc_pool.len() < CRC_POOL_MAX {
+                        self.crc_pool.push(list);
+                    }
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut pending.crcs)
+                };
                 self.insert_extent(pending.id, entry, pending.owner, crcs, true)
             }
         };

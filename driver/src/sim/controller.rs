@@ -185,6 +185,9 @@ pub(crate) struct State {
     pub(crate) config: SimConfig,
     pub(crate) rng: Prng,
     pub(crate) now: u64,
+    /// A write's metadata on its way to storage (see `io::store`), kept so
+    /// that writes allocate nothing.
+    pub(crate) metadata_scratch: Vec<u8>,
     // Registers.
     cc: u32,
     aqa: u32,
@@ -277,6 +280,7 @@ impl State {
         State {
             rng: Prng::new(config.seed),
             now: 0,
+            metadata_scratch: Vec::new(),
             cc: 0,
             aqa: 0,
             asq: 0,

@@ -78,8 +78,10 @@ fn fua(command: &Command) -> bool {
 
 /// Stores a Write's or Zone Append's data from the host `segments`, and its
 /// metadata from the host `metadata` buffer, or keeps the blocks' metadata
-/// without one.
+/// without one; `scratch` holds the metadata on its way (kept by the
+/// controller, so that a write allocates nothing).
 fn store(
+    scratch: &mut Vec<u8>,
     storage: &mut Storage,
     slba: u64,
     blocks: u64,
@@ -93,8 +95,9 @@ fn store(
         Some(buffer) => {
             // What the blocks hold now, under what the host buffer moves
             // (all of it, or QEMU 7.2's truncated head).
-            let mut metadata = Vec::new();
-            storage.read_metadata(slba, blocks, |run| run.append_to(&mut metadata));
+            let metadata = scratch;
+            metadata.clear();
+            storage.read_metadata(slba, blocks, |run| run.append_to(metadata));
             buffer.take(0, &mut metadata[..buffer.len()]);
             let mut at = 0;
             let mut fill_metadata = |destination: &mut [u8]| {
@@ -411,7 +414,7 @@ impl State {
             if let (Some(zones), Some(zone)) = (&mut namespace.zones, zone) {
                 zones.advance(zone, blocks);
             }
-            store(&mut namespace.storage, slba, blocks, durable, &segments, metadata);
+            store(&mut self.metadata_scratch, &mut namespace.storage, slba, blocks, durable, &segments, metadata);
             self.after_write(index, slba, blocks, fua);
             if append {
                 self.appended_lba(slba)
