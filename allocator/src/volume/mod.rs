@@ -15,6 +15,7 @@ mod fill;
 mod identify;
 mod member;
 mod open;
+mod placement;
 mod read;
 mod reclaim;
 mod repair;

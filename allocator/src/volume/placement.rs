@@ -1,0 +1,169 @@
+//! Where a write goes: a zone placed for it within the device's open and
+//! active zone limits, and the zones it filled (or a failed write left
+//! behind) retired, finished and, on checksum areas, sealed.
+
+use super::member::Failed;
+use super::Volume;
+use crate::error::{Error, Result};
+use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
+use nvme_driver::cmd::zns::ZoneSendAction;
+use std::time::Instant;
+
+impl Volume {
+    /// After a write into `zone` failed, the zone's write pointer no longer
+    /// stands where the next allocation in it would write: retire it from
+    /// `slot` (it is finished once idle, see `process_retiring`), so that
+    /// the next write goes to a fresh zone instead of failing with Zone
+    /// Invalid Write. What was committed in it stays readable.
+    pub(super) fn abandon_zone(&mut self, lane: usize, slot: Slot, zone: u32) {
+        if !self.lane_is_zoned(lane) {
+            return;
+        }
+        let table = &mut self.lanes[lane].table;
+        if table.open_zone(slot) == Some(zone) {
+            if let Some(retired) = table.retire_slot(slot) {
+                log::warn!("lane {lane} zone {zone}: a write failed; the zone is retired");
+                self.retiring.push((lane, retired.zone));
+            }
+        }
+    }
+
+    /// Allocates `blocks` in `lane` for `slot`, keeping within the
+    /// device's open and active zone limits: when a new zone is needed and
+    /// the device is at a limit, the slot's old zone is retired first and
+    /// its writes drained and finished.
+    pub(super) fn place(&mut self, lane: usize, slot: Slot, blocks: u32) -> Result<(u32, u32)> {
+        let device = self.lanes[lane].device;
+        if self.lanes[lane].table.would_open(slot, blocks) && self.over_limits(device, slot) {
+            if let Some(retired) = self.lanes[lane].table.retire_slot(slot) {
+                self.retiring.push((lane, retired.zone));
+            }
+            let deadline = Instant::now() + self.options.timeout;
+            loop {
+                self.process_retiring()?;
+                if !self.over_limits(device, slot) {
+                    break;
+                }
+                if self.retiring.is_empty() {
+                    return Err(Error::InvalidConfig(format!(
+                        "namespace {}: no zone to retire within its open/active limits",
+                        self.dev(device).ns.nsid()
+                    )));
+                }
+                self.poll_devices();
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout { what: "an active zone to retire" });
+                }
+            }
+        }
+        let placement = match self.lanes[lane].table.allocate(slot, blocks) {
+            Ok(placement) => placement,
+            Err(PlaceError::NoSpace) => return Err(Error::NoSpace),
+            Err(PlaceError::TooLarge) => {
+                return Err(Error::InvalidArgument(format!("{blocks} blocks exceed a zone")));
+            }
+        };
+        // Retired zones are finished once their writes, including the one
+        // about to be submitted here, complete (see `poll`). The zone this
+        // placement retired waits until that write is in flight (see
+        // `release_held_zone`): a poll before it, say for a buffer, would
+        // otherwise finish or seal the zone under it.
+        for Retired { zone, .. } in placement.retired.into_iter().flatten() {
+            if zone == placement.zone {
+                debug_assert!(self.held_zone.is_none(), "a zone held from an earlier placement");
+                self.held_zone = Some((lane, zone));
+            } else {
+                self.retiring.push((lane, zone));
+            }
+        }
+        Ok((placement.zone, placement.offset))
+    }
+
+    /// The zone the last placement retired goes to the retiring list, once
+    /// its write is in flight (or written, or failed).
+    pub(super) fn release_held_zone(&mut self) {
+        if let Some(held) = self.held_zone.take() {
+            self.retiring.push(held);
+        }
+    }
+
+    /// Whether opening one more zone for `slot` on `device` would pass its
+    /// limits. Active: every zone the lanes hold, plus the metadata zone.
+    /// Open: the streams' zones plus one for metadata or reclaim, which
+    /// take turns (each is closed when its work is done).
+    pub(super) fn over_limits(&self, device: usize, slot: Slot) -> bool {
+        let Some((open_limit, active_limit)) = self.zone_limits[device] else { return false };
+        let lanes = self.lanes.iter().filter(|l| l.device == device);
+        let active: u32 = lanes.clone().map(|l| l.table.active_zones()).sum();
+        let reclaim_held = lanes.filter(|l| l.table.open_zone(Slot::Reclaim).is_some()).count() as u32;
+        let meta = super::meta_copies_on(self.superblock.profile, device);
+        let streams_active = active - reclaim_held;
+        let open_after = match slot {
+            Slot::Stream(_) => streams_active + 1 + 1,
+            Slot::Reclaim => streams_active + 1,
+        };
+        active + meta + 1 > active_limit || open_after > open_limit
+    }
+
+    /// Finishes (or just deactivates) retired zones whose writes are done.
+    pub(super) fn process_retiring(&mut self) -> Result<()> {
+        let mut index = 0;
+        while index < self.retiring.len() {
+            let (lane, zone) = self.retiring[index];
+            let entry = *self.lanes[lane].table.zone(zone);
+            // A write whose command here is done may still wait on its
+            // other copy, and only a finished write puts its extent's
+            // checksums where the zone's area is made from: its seal waits.
+            if entry.inflight > 0 || (self.area && self.unfinished_write_in(lane, zone)) {
+                index += 1;
+                continue;
+            }
+            self.retiring.swap_remove(index);
+            let device = self.lanes[lane].device;
+            if self.devices[device].is_none() {
+                continue;
+            }
+            // Sealing writes to the zone: open on the device, whatever the
+            // table says (a zone left open before a reopen is not active).
+            let mut open_on_device = entry.active;
+            if entry.usage == ZoneUse::Full && self.area {
+                match self.seal_zone(lane, zone) {
+                    Ok(wrote) => open_on_device |= wrote,
+                    Err(error) => {
+                        if self.absorb(device, Failed::Write, &error) {
+                            continue;
+                        }
+                        open_on_device = true;
+                        self.stats.area_writes_failed += 1;
+                        log::warn!(
+                            "lane {lane} zone {zone}: its checksum area was not written ({error}); its extents keep \
+                             their checksums in the map"
+                        );
+                    }
+                }
+            }
+            let capacity = self.dev(device).zones[zone as usize].capacity_blocks;
+            if entry.usage == ZoneUse::Full
+                && self.dev(device).is_zoned()
+                && open_on_device
+                && self.lanes[lane].written[zone as usize] < capacity
+            {
+                if let Err(error) = self.dev_mut(device).zone_action(zone, ZoneSendAction::Finish) {
+                    if self.absorb(device, Failed::Write, &error) {
+                        continue;
+                    }
+                    return Err(error);
+                }
+                self.stats.zones_finished += 1;
+            }
+            self.lanes[lane].table.deactivate(zone);
+        }
+        Ok(())
+    }
+
+    /// Whether a write not yet finished (a new extent's, or a resilver's
+    /// copy) has a copy in zone `zone` of lane `lane`.
+    pub(super) fn unfinished_write_in(&self, lane: usize, zone: u32) -> bool {
+        self.writes.iter().flatten().any(|pending| pending.zones.get(lane) == Some(&zone))
+    }
+}
