@@ -168,6 +168,33 @@ const MEMBER_STATES: [MemberState; 3] = [MemberState::Online, MemberState::Resil
 /// `place`, `pci` and `serial` (empty when the device is absent).
 pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String {
     let mut out = Exposition::new();
+    volume_figures(&mut out, status);
+    let labels = DeviceLabels::of(status);
+    device_figures(&mut out, status, &labels);
+    if let Some(scrub) = &status.last_scrub {
+        scrub_figures(&mut out, scrub);
+    }
+    health_figures(&mut out, health, &labels);
+    out.finish()
+}
+
+/// Each device place's identifying labels: place, PCI address, serial.
+struct DeviceLabels(Vec<[String; 3]>);
+
+impl DeviceLabels {
+    fn of(status: &VolumeStatus) -> DeviceLabels {
+        DeviceLabels(status.devices.iter().map(|d| [d.place.to_string(), d.pci.clone(), d.serial.clone()]).collect())
+    }
+
+    /// Device `index`'s labels, to extend with the figure's own.
+    fn at(&self, index: usize) -> Vec<(&str, &str)> {
+        let [place, pci, serial] = &self.0[index];
+        vec![("place", place.as_str()), ("pci", pci.as_str()), ("serial", serial.as_str())]
+    }
+}
+
+/// The volume as a whole: identity, state, space and redundancy.
+fn volume_figures(out: &mut Exposition, status: &VolumeStatus) {
     let volume_id = format!("{:#018x}", status.volume_id);
     let profile = format!("{:?}", status.profile).to_lowercase();
     out.family("nvme_volume_info", Kind::Gauge, "The volume's identity and profile (always 1).");
@@ -190,30 +217,28 @@ pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String
     out.sample(&[], status.redundancy.bytes_at_risk);
     out.family("nvme_volume_extents_at_risk", Kind::Gauge, "Extents with a copy missing.");
     out.sample(&[], status.redundancy.extents_at_risk);
+}
 
-    let labels: Vec<[String; 3]> =
-        status.devices.iter().map(|d| [d.place.to_string(), d.pci.clone(), d.serial.clone()]).collect();
-    let device_labels = |index: usize| -> Vec<(&str, &str)> {
-        let [place, pci, serial] = &labels[index];
-        vec![("place", place.as_str()), ("pci", pci.as_str()), ("serial", serial.as_str())]
-    };
+/// Each device place: its role, state, errors, zones, space, and what a
+/// resilver has left to copy to it.
+fn device_figures(out: &mut Exposition, status: &VolumeStatus, labels: &DeviceLabels) {
     let per_device = |out: &mut Exposition, name: &str, kind: Kind, help: &str, value: fn(&DeviceStatus) -> u64| {
         out.family(name, kind, help);
         for (index, device) in status.devices.iter().enumerate() {
-            out.sample(&device_labels(index), value(device));
+            out.sample(&labels.at(index), value(device));
         }
     };
     out.family("nvme_volume_device_info", Kind::Gauge, "A device place: its role, namespace and model (always 1).");
     for (index, device) in status.devices.iter().enumerate() {
         let nsid = device.nsid.to_string();
-        let mut labels = device_labels(index);
+        let mut labels = labels.at(index);
         labels.extend([("role", device.role.as_str()), ("nsid", nsid.as_str()), ("model", device.model.as_str())]);
         out.sample(&labels, 1u64);
     }
     out.family("nvme_volume_device_state", Kind::Gauge, "1 for the device place's current state, 0 for the others.");
     for (index, device) in status.devices.iter().enumerate() {
         for state in MEMBER_STATES {
-            let mut labels = device_labels(index);
+            let mut labels = labels.at(index);
             labels.push(("state", member_state_name(state)));
             out.sample(&labels, state == device.state);
         }
@@ -234,7 +259,7 @@ pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String
             ("reset", errors.resets),
         ];
         for (kind, count) in kinds {
-            let mut labels = device_labels(index);
+            let mut labels = labels.at(index);
             labels.push(("kind", kind));
             out.sample(&labels, count);
         }
@@ -248,17 +273,17 @@ pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String
             ("worn", device.zones_worn),
         ];
         for (state, count) in zones {
-            let mut labels = device_labels(index);
+            let mut labels = labels.at(index);
             labels.push(("state", state));
             out.sample(&labels, count);
         }
     }
-    per_device(&mut out, "nvme_volume_device_used_bytes", Kind::Gauge, "Bytes of live copies held.", |d| d.used_bytes);
-    per_device(&mut out, "nvme_volume_device_capacity_bytes", Kind::Gauge, "Bytes its copies can take.", |d| {
+    per_device(out, "nvme_volume_device_used_bytes", Kind::Gauge, "Bytes of live copies held.", |d| d.used_bytes);
+    per_device(out, "nvme_volume_device_capacity_bytes", Kind::Gauge, "Bytes its copies can take.", |d| {
         d.capacity_bytes
     });
     per_device(
-        &mut out,
+        out,
         "nvme_volume_device_missing_bytes",
         Kind::Gauge,
         "Bytes of copies it should hold but lacks.",
@@ -271,34 +296,40 @@ pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String
     );
     for resilver in &status.resilver {
         let index = status.devices.iter().position(|d| d.place == resilver.place).expect("a place of the volume");
-        out.sample(&device_labels(index), resilver.bytes_left);
+        out.sample(&labels.at(index), resilver.bytes_left);
     }
-    if let Some(scrub) = &status.last_scrub {
-        out.family(
-            "nvme_volume_last_scrub_timestamp_seconds",
-            Kind::Gauge,
-            "When the last scrub pass ended (Unix time).",
-        );
-        out.sample(&[], scrub.finished_unix_s);
-        out.family("nvme_volume_last_scrub_bytes_verified", Kind::Gauge, "Bytes the last scrub pass verified.");
-        out.sample(&[], scrub.bytes_verified);
-        out.family("nvme_volume_last_scrub_bad_blocks", Kind::Gauge, "Bad blocks the last scrub pass found.");
-        out.sample(&[], scrub.bad_blocks);
-        out.family("nvme_volume_last_scrub_repaired_blocks", Kind::Gauge, "Blocks the last scrub pass repaired.");
-        out.sample(&[], scrub.repaired_blocks);
-        out.family(
-            "nvme_volume_last_scrub_uncorrectable_blocks",
-            Kind::Gauge,
-            "Blocks the last scrub pass found with no good copy.",
-        );
-        out.sample(&[], scrub.uncorrectable_blocks);
-        out.family(
-            "nvme_volume_last_scrub_clean",
-            Kind::Gauge,
-            "1 when the last scrub pass read and verified everything and left nothing bad.",
-        );
-        out.sample(&[], scrub.clean);
-    }
+}
+
+/// The last scrub pass, as the volume recorded it.
+fn scrub_figures(out: &mut Exposition, scrub: &zoned_allocator::ScrubRecord) {
+    out.family(
+        "nvme_volume_last_scrub_timestamp_seconds",
+        Kind::Gauge,
+        "When the last scrub pass ended (Unix time).",
+    );
+    out.sample(&[], scrub.finished_unix_s);
+    out.family("nvme_volume_last_scrub_bytes_verified", Kind::Gauge, "Bytes the last scrub pass verified.");
+    out.sample(&[], scrub.bytes_verified);
+    out.family("nvme_volume_last_scrub_bad_blocks", Kind::Gauge, "Bad blocks the last scrub pass found.");
+    out.sample(&[], scrub.bad_blocks);
+    out.family("nvme_volume_last_scrub_repaired_blocks", Kind::Gauge, "Blocks the last scrub pass repaired.");
+    out.sample(&[], scrub.repaired_blocks);
+    out.family(
+        "nvme_volume_last_scrub_uncorrectable_blocks",
+        Kind::Gauge,
+        "Blocks the last scrub pass found with no good copy.",
+    );
+    out.sample(&[], scrub.uncorrectable_blocks);
+    out.family(
+        "nvme_volume_last_scrub_clean",
+        Kind::Gauge,
+        "1 when the last scrub pass read and verified everything and left nothing bad.",
+    );
+    out.sample(&[], scrub.clean);
+}
+
+/// What each controller says of its health, where it was read.
+fn health_figures(out: &mut Exposition, health: &[Option<Health>], labels: &DeviceLabels) {
     let known: Vec<(usize, &Health)> =
         health.iter().enumerate().filter_map(|(index, h)| h.as_ref().map(|h| (index, h))).collect();
     if !known.is_empty() {
@@ -335,11 +366,10 @@ pub fn volume_status(status: &VolumeStatus, health: &[Option<Health>]) -> String
         for (name, kind, help, figure) in figures {
             out.family(name, kind, help);
             for &(index, health) in &known {
-                out.sample(&device_labels(index), figure(health));
+                out.sample(&labels.at(index), figure(health));
             }
         }
     }
-    out.finish()
 }
 
 #[cfg(test)]

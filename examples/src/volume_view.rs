@@ -108,6 +108,17 @@ fn or_dash(text: &str) -> String {
 /// `status.devices[i]`'s controller health when known, at `now_unix_s`.
 pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s: u64) -> String {
     let mut out = String::new();
+    state_text(&mut out, status);
+    summary_text(&mut out, status, now_unix_s);
+    out.push('\n');
+    devices_text(&mut out, status);
+    health_text(&mut out, status, health);
+    out
+}
+
+/// The volume, its state, and what to do about a state that is not
+/// online: a place given up, a resilver owed, bytes at risk.
+fn state_text(out: &mut String, status: &VolumeStatus) {
     let profile = format!("{:?}", status.profile).to_lowercase();
     let _ = writeln!(
         out,
@@ -152,6 +163,10 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
             human_bytes(resilver.bytes_left)
         );
     }
+}
+
+/// The last scrub, the space used and where the checksums live.
+fn summary_text(out: &mut String, status: &VolumeStatus, now_unix_s: u64) {
     match &status.last_scrub {
         Some(scrub) => {
             let _ = writeln!(
@@ -188,7 +203,10 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
         None => "in the extent map".into(),
     };
     let _ = writeln!(out, "   crc: {checksums}");
-    out.push('\n');
+}
+
+/// One row per device place, then timeouts and resets since open.
+fn devices_text(out: &mut String, status: &VolumeStatus) {
     let header = [
         "PLACE",
         "ROLE",
@@ -238,6 +256,10 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
             );
         }
     }
+}
+
+/// Each controller's health, once per controller.
+fn health_text(out: &mut String, status: &VolumeStatus, health: &[Option<Health>]) {
     out.push_str("\nhealth:\n");
     let mut shown: Vec<&str> = Vec::new();
     for (index, device) in status.devices.iter().enumerate() {
@@ -254,7 +276,6 @@ pub fn status_text(status: &VolumeStatus, health: &[Option<Health>], now_unix_s:
     if shown.is_empty() {
         out.push_str("  no device present\n");
     }
-    out
 }
 
 /// What a read-only check found, in words.
