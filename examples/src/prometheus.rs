@@ -302,11 +302,7 @@ fn device_figures(out: &mut Exposition, status: &VolumeStatus, labels: &DeviceLa
 
 /// The last scrub pass, as the volume recorded it.
 fn scrub_figures(out: &mut Exposition, scrub: &zoned_allocator::ScrubRecord) {
-    out.family(
-        "nvme_volume_last_scrub_timestamp_seconds",
-        Kind::Gauge,
-        "When the last scrub pass ended (Unix time).",
-    );
+    out.family("nvme_volume_last_scrub_timestamp_seconds", Kind::Gauge, "When the last scrub pass ended (Unix time).");
     out.sample(&[], scrub.finished_unix_s);
     out.family("nvme_volume_last_scrub_bytes_verified", Kind::Gauge, "Bytes the last scrub pass verified.");
     out.sample(&[], scrub.bytes_verified);

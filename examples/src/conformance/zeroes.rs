@@ -96,45 +96,7 @@ pub(super) fn zeroes(target: &Target) -> Outcome {
         Ok(())
     })?;
 
-    check("zeroes compare", || {
-        let slba = 600 * p;
-        let blocks = 4usize;
-        let len = blocks * block_bytes;
-        let matching = take(&pool)?;
-        for i in 0..blocks {
-            let Expect::Stamp(stamp) = model.expect(slba + i as u64) else {
-                return Err(format!("LBA {} is not stamped", slba + i as u64));
-            };
-            stamp_block(&matching, i * block_bytes, block_bytes, stamp);
-        }
-        let completion =
-            run_ok(&mut qpair, ns.compare(slba, IoBuffer::range(matching, 0, len), 0), "compare of matching data")?;
-        // The same data with its very last byte changed.
-        let differing = completion.buffer.ok_or("the compare came back without its buffer")?;
-        let last = differing.offset() + len - 1;
-        let byte = differing.buffer().read::<u8>(last);
-        differing.buffer().write::<u8>(last, !byte);
-        let status = run_expecting(
-            &mut qpair,
-            ns.compare(slba, differing, 0),
-            StatusCode::Media(MediaStatus::CompareFailure),
-            "compare of data differing in the last byte",
-        )?;
-        expect_raw(status, StatusCodeType::MediaAndDataIntegrity, 0x85)?;
-        // Zeroes compare equal to a zeroed range.
-        let zeroed = take(&pool)?;
-        zeroed.fill(0, len, 0);
-        run_ok(
-            &mut qpair,
-            ns.compare(16 * p, IoBuffer::range(zeroed, 0, len), 0),
-            "compare of zeroes with a zeroed range",
-        )?;
-        target.ok(
-            &format!("zeroes lba={block_bytes} compare"),
-            format!("matching data and a zeroed range compare equal; one changed byte gives {status}"),
-        );
-        Ok(())
-    })?;
+    check("zeroes compare", || compare(target, &mut qpair, &pool, &model, p))?;
 
     check("zeroes read back", || {
         let report = verify_region(&mut qpair, ns, &pool, &mut model, &mut rng, ZEROES_EXTENT_BLOCKS_MAX, depth)?;
@@ -148,4 +110,44 @@ pub(super) fn zeroes(target: &Target) -> Outcome {
         );
         Ok(())
     })
+}
+
+/// Compare: the data the model says is there compares equal, the same
+/// with its last byte changed fails with Compare Failure, and zeroes
+/// compare equal to a zeroed range.
+fn compare(target: &Target, qpair: &mut QueuePair, pool: &DmaPool, model: &Model, p: u64) -> Outcome {
+    let ns = &target.ns;
+    let block_bytes = target.block_bytes;
+    let slba = 600 * p;
+    let blocks = 4usize;
+    let len = blocks * block_bytes;
+    let matching = take(pool)?;
+    for i in 0..blocks {
+        let Expect::Stamp(stamp) = model.expect(slba + i as u64) else {
+            return Err(format!("LBA {} is not stamped", slba + i as u64));
+        };
+        stamp_block(&matching, i * block_bytes, block_bytes, stamp);
+    }
+    let completion = run_ok(qpair, ns.compare(slba, IoBuffer::range(matching, 0, len), 0), "compare of matching data")?;
+    // The same data with its very last byte changed.
+    let differing = completion.buffer.ok_or("the compare came back without its buffer")?;
+    let last = differing.offset() + len - 1;
+    let byte = differing.buffer().read::<u8>(last);
+    differing.buffer().write::<u8>(last, !byte);
+    let status = run_expecting(
+        qpair,
+        ns.compare(slba, differing, 0),
+        StatusCode::Media(MediaStatus::CompareFailure),
+        "compare of data differing in the last byte",
+    )?;
+    expect_raw(status, StatusCodeType::MediaAndDataIntegrity, 0x85)?;
+    // Zeroes compare equal to a zeroed range.
+    let zeroed = take(pool)?;
+    zeroed.fill(0, len, 0);
+    run_ok(qpair, ns.compare(16 * p, IoBuffer::range(zeroed, 0, len), 0), "compare of zeroes with a zeroed range")?;
+    target.ok(
+        &format!("zeroes lba={block_bytes} compare"),
+        format!("matching data and a zeroed range compare equal; one changed byte gives {status}"),
+    );
+    Ok(())
 }

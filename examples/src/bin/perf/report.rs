@@ -186,65 +186,135 @@ pub(super) fn report(
     zone_count: Option<usize>,
     total: &WorkerResult,
 ) {
-    let zoned_mode = if args.zone_append { "zone-append" } else { "write-pointer" };
-    let clock = if Clock::new(args.clock).is_tsc() { "tsc" } else { "os" };
-    let seconds = total.elapsed.as_secs_f64().max(1e-9);
-    let ios = total.reads.count() + total.writes.count();
-    let iops = ios as f64 / seconds;
-    let mib_s = total.bytes as f64 / seconds / (1024.0 * 1024.0);
-    let mut all = total.reads.clone();
-    all.merge(&total.writes);
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let lat = |h: &Histogram| {
-        json!({
-            "mean": h.mean() / 1000.0,
-            "p50": us(h.quantile(0.50)),
-            "p99": us(h.quantile(0.99)),
-            "p999": us(h.quantile(0.999)),
-            "min": us(h.min()),
-            "max": us(h.max()),
-        })
-    };
-    let per_io = |n: u64| if ios == 0 { 0.0 } else { n as f64 / ios as f64 };
-    let rw = format!("{:?}", args.rw).to_lowercase();
-    // Each second's MiB/s; the last second is partial and left out.
-    let per_second: Option<Vec<f64>> = total.per_second.as_ref().map(|series| {
-        let whole = series.bytes.len().saturating_sub(1);
-        series.bytes[..whole].iter().map(|&b| b as f64 / f64::from(1 << 20)).collect()
-    });
+    let run = Run { args, controller, ns, entries, zone_count, total };
     if args.json {
-        let out = json!({
-            "iops": iops,
-            "mib_s": mib_s,
-            "lat_us": lat(&all),
-            "read": { "ios": total.reads.count(), "lat_us": lat(&total.reads) },
-            "write": { "ios": total.writes.count(), "lat_us": lat(&total.writes) },
-            "ios": ios,
-            "errors": total.errors,
-            "seconds": seconds,
-            "rw": rw,
-            "engine": format!("{:?}", args.engine).to_lowercase(),
-            "bs": args.bs,
-            "qd": args.qd,
-            "qpairs": args.qpairs,
-            "pci": controller.transport().name(),
-            "nsid": ns.nsid(),
-            "shadow_doorbells": controller.shadow_doorbells(),
-            "sgl_mode": args.sgl,
-            "clock": clock,
-            "queue_entries": entries,
-            "io_timeout_s": args.io_timeout,
-            "sgl_above_bytes": controller.sgl_threshold(),
-            "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
-            "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
-            "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
-            "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
-            "mib_s_per_second": per_second,
-            "copy_in": args.copy_in,
-        });
-        println!("{out}");
-        return;
+        report_json(&run);
+    } else {
+        report_text(&run);
     }
+}
+
+/// What one run's report is made from.
+struct Run<'a> {
+    args: &'a Args,
+    controller: &'a Controller,
+    ns: &'a Namespace,
+    entries: u16,
+    zone_count: Option<usize>,
+    total: &'a WorkerResult,
+}
+
+/// The run's figures, as both reports give them.
+struct Figures {
+    zoned_mode: &'static str,
+    clock: &'static str,
+    seconds: f64,
+    ios: u64,
+    iops: f64,
+    mib_s: f64,
+    /// Reads and writes together.
+    all: Histogram,
+    rw: String,
+    /// Each whole second's MiB/s.
+    per_second: Option<Vec<f64>>,
+}
+
+impl Figures {
+    fn of(args: &Args, total: &WorkerResult) -> Figures {
+        let seconds = total.elapsed.as_secs_f64().max(1e-9);
+        let ios = total.reads.count() + total.writes.count();
+        let mut all = total.reads.clone();
+        all.merge(&total.writes);
+        Figures {
+            zoned_mode: if args.zone_append { "zone-append" } else { "write-pointer" },
+            clock: if Clock::new(args.clock).is_tsc() { "tsc" } else { "os" },
+            seconds,
+            ios,
+            iops: ios as f64 / seconds,
+            mib_s: total.bytes as f64 / seconds / (1024.0 * 1024.0),
+            all,
+            rw: format!("{:?}", args.rw).to_lowercase(),
+            // The last second is partial and left out.
+            per_second: total.per_second.as_ref().map(|series| {
+                let whole = series.bytes.len().saturating_sub(1);
+                series.bytes[..whole].iter().map(|&b| b as f64 / f64::from(1 << 20)).collect()
+            }),
+        }
+    }
+
+    /// `n` per I/O.
+    fn per_io(&self, n: u64) -> f64 {
+        if self.ios == 0 {
+            0.0
+        } else {
+            n as f64 / self.ios as f64
+        }
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn lat(h: &Histogram) -> serde_json::Value {
+    json!({
+        "mean": h.mean() / 1000.0,
+        "p50": us(h.quantile(0.50)),
+        "p99": us(h.quantile(0.99)),
+        "p999": us(h.quantile(0.999)),
+        "min": us(h.min()),
+        "max": us(h.max()),
+    })
+}
+
+/// The report as one JSON object.
+fn report_json(run: &Run<'_>) {
+    let Run { args, controller, ns, entries, zone_count, total } = *run;
+    let f = Figures::of(args, total);
+    let (iops, mib_s, all, ios, seconds, rw, clock, zoned_mode) =
+        (f.iops, f.mib_s, &f.all, f.ios, f.seconds, &f.rw, f.clock, f.zoned_mode);
+    let per_io = |n: u64| f.per_io(n);
+    let per_second = &f.per_second;
+    let out = json!({
+        "iops": iops,
+        "mib_s": mib_s,
+        "lat_us": lat(all),
+        "read": { "ios": total.reads.count(), "lat_us": lat(&total.reads) },
+        "write": { "ios": total.writes.count(), "lat_us": lat(&total.writes) },
+        "ios": ios,
+        "errors": total.errors,
+        "seconds": seconds,
+        "rw": rw,
+        "engine": format!("{:?}", args.engine).to_lowercase(),
+        "bs": args.bs,
+        "qd": args.qd,
+        "qpairs": args.qpairs,
+        "pci": controller.transport().name(),
+        "nsid": ns.nsid(),
+        "shadow_doorbells": controller.shadow_doorbells(),
+        "sgl_mode": args.sgl,
+        "clock": clock,
+        "queue_entries": entries,
+        "io_timeout_s": args.io_timeout,
+        "sgl_above_bytes": controller.sgl_threshold(),
+        "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
+        "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
+        "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
+        "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
+        "mib_s_per_second": per_second,
+        "copy_in": args.copy_in,
+    });
+    println!("{out}");
+}
+
+/// The report in words and a table.
+fn report_text(run: &Run<'_>) {
+    let Run { args, controller, ns, entries, zone_count, total } = *run;
+    let f = Figures::of(args, total);
+    let (iops, mib_s, all, ios, seconds, rw, clock, zoned_mode) =
+        (f.iops, f.mib_s, &f.all, f.ios, f.seconds, &f.rw, f.clock, f.zoned_mode);
+    let per_io = |n: u64| f.per_io(n);
+    let per_second = &f.per_second;
     println!(
         "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s ({} engine, shadow doorbells {}, {}, \
          {entries}-entry queues, {clock} clock)",
