@@ -1,13 +1,13 @@
 //! Shared pieces of the tools (identify, perf, zeroout, seqwrite, scrub,
 //! volume, plot): option parsing, device choice, confirmation before
 //! destroying data, the volume tool's views (text, Prometheus exposition,
-//! controller health), and the conformance scenarios. Sizes, charts and
+//! controller health). The conformance scenarios the tests run are in
+//! `nvme-testkit`. Sizes, charts and
 //! histograms are in `nvme-report`, which the bench shares.
 
 pub mod args;
 pub mod checksums;
 pub mod confirm;
-pub mod conformance;
 pub mod device;
 #[cfg(test)]
 mod fixtures;

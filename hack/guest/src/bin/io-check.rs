@@ -1,5 +1,5 @@
 //! `io-check SCENARIO [--pci BDF]... [--seed N]`: runs one conformance
-//! scenario (see `nvme_examples::conformance`) on each named controller (by
+//! scenario (see `nvme_testkit::conformance`) on each named controller (by
 //! default the first NVMe function bound to vfio-pci), printing one line per
 //! check. The QEMU integration tests (`examples/tests/qemu_io.rs`) run it in
 //! the rig's guest and read those lines.
@@ -10,8 +10,8 @@
 //! exit with status 2.
 
 use nvme_driver::ControllerOptions;
-use nvme_examples::conformance::{self, Scenario};
 use nvme_examples::device::open_controller;
+use nvme_testkit::conformance::{self, Scenario};
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: io-check integrity|sizes|threads|zns|zns-active|zeroes|dsm-limit [--pci BDF]... [--seed N]";

@@ -3,12 +3,12 @@
 //! same device shapes, once with completions in order and once delayed and
 //! reordered. If the simulator drifts from QEMU's device model, these fail.
 //!
-//! A failure prints its seed; `SIM_SEED=N cargo test -p nvme-examples --test
+//! A failure prints its seed; `SIM_SEED=N cargo test -p nvme-testkit --test
 //! sim_conformance` replays it exactly (single-threaded scenarios).
 
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
-use nvme_examples::conformance::{self, Scenario};
+use nvme_testkit::conformance::{self, Scenario};
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
