@@ -193,6 +193,19 @@ impl State {
     }
 
     /// MDTS: Invalid Field in Command for a larger transfer.
+    /// The `len` bytes of range descriptors a command's data pointer names
+    /// (Dataset Management's ranges, Copy's sources), in the controller's
+    /// reused buffer: hand it back to `self.buffer` when done.
+    pub(super) fn fetch_descriptors(&mut self, c: &Command, len: usize) -> Result<Vec<u8>, Status> {
+        let segments = self.resolve(c, len, false)?;
+        let mut descriptors = std::mem::take(&mut self.buffer);
+        descriptors.clear();
+        descriptors.resize(len, 0);
+        Transfer::new(&segments).take(&mut descriptors);
+        self.segments = segments;
+        Ok(descriptors)
+    }
+
     fn check_transfer(&self, bytes: u64) -> Result<(), Status> {
         match self.config.max_transfer_bytes() {
             Some(max) if bytes > max => Err(invalid_field()),
@@ -548,13 +561,7 @@ impl State {
         if self.config.dmrl != 0 && ranges > usize::from(self.config.dmrl) {
             return Err(invalid_field());
         }
-        let len = ranges * DSM_RANGE_SIZE;
-        let segments = self.resolve(c, len, false)?;
-        let mut descriptors = std::mem::take(&mut self.buffer);
-        descriptors.clear();
-        descriptors.resize(len, 0);
-        Transfer::new(&segments).take(&mut descriptors);
-        self.segments = segments;
+        let descriptors = self.fetch_descriptors(c, ranges * DSM_RANGE_SIZE)?;
         let range = |i: usize| {
             let bytes: &[u8; DSM_RANGE_SIZE] =
                 descriptors[i * DSM_RANGE_SIZE..(i + 1) * DSM_RANGE_SIZE].try_into().expect("sized");

@@ -481,18 +481,8 @@ fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
     let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
     let place = a.place.or_else(|| volume.status().resilver.first().map(|r| r.place));
     let Some(place) = place else {
-        let status = volume.status();
         if a.json {
-            let health = health_of(&status, &controllers);
-            let value = json!({
-                "tool": "volume",
-                "command": "resilver",
-                "place": null,
-                "report": null,
-                "complete": true,
-                "status": status_json(&status, &health),
-            });
-            println!("{value}");
+            println!("{}", resilver_json(&volume, &controllers, None, None));
         } else {
             println!("nothing to resilver: every device in use holds every copy it should");
         }
@@ -500,23 +490,33 @@ fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
         return Ok(Done::Healthy);
     };
     let report = resilver_place(&mut volume, place, &a.resilver, a.json)?;
-    let status = volume.status();
     if a.json {
-        let health = health_of(&status, &controllers);
-        let value = json!({
-            "tool": "volume",
-            "command": "resilver",
-            "place": place,
-            "report": report,
-            "complete": report.complete(),
-            "status": status_json(&status, &health),
-        });
-        println!("{value}");
+        println!("{}", resilver_json(&volume, &controllers, Some(place), Some(&report)));
     } else {
         print!("{}", resilver_text(&report));
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
     Ok(if report.complete() { Done::Healthy } else { Done::Attention })
+}
+
+/// `volume resilver --json`: the place resilvered and its report (none
+/// when nothing was owed), and the volume's status after it.
+fn resilver_json(
+    volume: &Volume,
+    controllers: &[Named],
+    place: Option<usize>,
+    report: Option<&ResilverReport>,
+) -> Value {
+    let status = volume.status();
+    let health = health_of(&status, controllers);
+    json!({
+        "tool": "volume",
+        "command": "resilver",
+        "place": place,
+        "report": report,
+        "complete": report.is_none_or(ResilverReport::complete),
+        "status": status_json(&status, &health),
+    })
 }
 
 fn replace(a: &ReplaceArgs) -> Result<Done, String> {

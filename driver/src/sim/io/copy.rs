@@ -19,13 +19,7 @@ impl State {
         if ranges > usize::from(self.namespaces[index].config.msrc) + 1 {
             return Err(size_limit_exceeded());
         }
-        let len = ranges * COPY_SOURCE_RANGE_SIZE;
-        let segments = self.resolve(c, len, false)?;
-        let mut descriptors = std::mem::take(&mut self.buffer);
-        descriptors.clear();
-        descriptors.resize(len, 0);
-        Transfer::new(&segments).take(&mut descriptors);
-        self.segments = segments;
+        let descriptors = self.fetch_descriptors(c, ranges * COPY_SOURCE_RANGE_SIZE)?;
         let result = self.copy_ranges(index, &descriptors, ranges, sdlba, fua);
         self.buffer = descriptors;
         let total = result?;
