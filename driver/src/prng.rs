@@ -50,6 +50,7 @@ impl Prng {
     }
 
     /// The next 64 random bits.
+    #[inline]
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.state;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
@@ -65,6 +66,7 @@ impl Prng {
 
     /// Uniform in `0..bound` (Lemire's multiply-shift; the bias is below
     /// 2^-64 per draw, irrelevant here). `bound` must not be 0.
+    #[inline]
     pub fn below(&mut self, bound: u64) -> u64 {
         assert!(bound > 0, "an empty range has no values");
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
