@@ -13,14 +13,14 @@ const MIB: u64 = 1 << 20;
 
 /// The runs, in order: (engine, arguments).
 const RUNS: [(&str, &str); 6] = [
-    ("raw", "--pci 00:10.0 --time 1 --size 16M --rw write --bs 128k --qd 8 --sgl never"),
+    ("raw", "--pci 00:10.0 --time 1 --size 16M --rw write --yes --bs 128k --qd 8 --sgl never"),
     ("raw", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 1"),
     ("raw", "--pci 00:10.0 --time 1 --size 16M --rw read --bs 128k --qd 8 --sgl always"),
     ("driver", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 4 --profile"),
     // The ZNS controller (00:11.0): four 16 MiB zones of 12 MiB capacity,
     // which end the run once full.
-    ("driver", "--pci 00:11.0 --rw write --bs 128k --qd 4 --size 64M --offset 16M --time 60"),
-    ("driver", "--pci 00:11.0 --rw write --bs 128k --qd 8 --size 64M --zone-append --time 60"),
+    ("driver", "--pci 00:11.0 --rw write --yes --bs 128k --qd 4 --size 64M --offset 16M --time 60"),
+    ("driver", "--pci 00:11.0 --rw write --yes --bs 128k --qd 8 --size 64M --zone-append --time 60"),
 ];
 
 /// What each zoned run writes: four zones of 12 MiB.
@@ -30,12 +30,24 @@ const ZONED_BYTES: u64 = 4 * 12 * MIB;
 fn the_floor_and_the_profile_run_on_qemu() {
     let zns = Controller::zns(128 * MIB, 16 * MIB).zone_capacity(12 * MIB).max_open(4).max_active(4);
     let vm = Vm::new().controller(Controller::nvme(64 * MIB)).controller(zns);
-    let mut script = String::from("set -e; ");
+    // A write job without --yes, and no terminal to ask on: refused
+    // before the device is opened.
+    let mut script = String::from(
+        "perf --pci 00:10.0 --rw randwrite --time 1 --size 16M </dev/null 2>&1 && echo 'refusal: none' \
+         || echo \"refusal: exit $?\"; set -e; ",
+    );
     for (engine, args) in RUNS {
         script += &format!("perf --engine {engine} {args} --json; ");
     }
     let outcome = vm.run(&["sh", "-c", &script]).expect("VM run");
     assert_eq!(outcome.status, 0, "{}\nconsole:\n{}", outcome.output, outcome.console);
+    assert!(outcome.output.contains("refusal: exit 1"), "{}", outcome.output);
+    assert!(
+        outcome.output.contains("perf: --rw randwrite overwrites the data of namespace 1 of 00:10.0")
+            && outcome.output.contains("pass --yes to go on"),
+        "{}",
+        outcome.output
+    );
     let reports: Vec<Value> = outcome
         .output
         .lines()

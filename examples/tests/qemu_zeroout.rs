@@ -22,7 +22,7 @@ fn zeroout_reads_back_zeroes_everywhere_with_the_right_strategy() {
     let mut script = String::from("set -e; identify --json > /tmp/id.json; cat /tmp/id.json; ");
     for bdf in ["00:10.0", "00:11.0", "00:12.0", "00:13.0"] {
         script += &format!(
-            "perf --pci {bdf} --rw write --bs 128k --qd 8 --time 1 --size 16M --json > /dev/null; \
+            "perf --pci {bdf} --rw write --yes --bs 128k --qd 8 --time 1 --size 16M --json > /dev/null; \
              zeroout --pci {bdf} --offset 1M --length 4M --verify --json; \
              zeroout --pci {bdf} --offset 5M --length 4M --allow-unmap --verify --json; "
         );

@@ -18,6 +18,7 @@ use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespa
 use nvme_examples::args::{
     self, BLOCK_BYTES, IO_BYTES_MAX, LBA_BYTES_MIN, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX,
 };
+use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::open_controller;
 use report::{report, PerSecond, ProfileNs, RawTimes, WorkerResult};
 use std::process::ExitCode;
@@ -41,6 +42,13 @@ enum Rw {
     Randread,
     Randwrite,
     Randrw,
+}
+
+impl Rw {
+    /// Whether the job writes, and so destroys what the region held.
+    fn writes(self) -> bool {
+        matches!(self, Rw::Write | Rw::Randwrite | Rw::Randrw)
+    }
 }
 
 /// Measure a namespace's IOPS, bandwidth and latency through polled queue pairs.
@@ -124,6 +132,11 @@ struct Args {
     /// Run against the in-process simulator instead of a device.
     #[arg(long, conflicts_with = "pci")]
     sim: bool,
+    /// Go on without asking: a write job (--rw write, randwrite, randrw)
+    /// overwrites what the namespace holds in its region. Without it, a
+    /// write job on a device asks on a terminal and refuses otherwise.
+    #[arg(long)]
+    yes: bool,
     /// Simulated namespace size: a multiple of 4k, 1M..=1T.
     #[arg(long, default_value = "1G", value_parser = args::size_in(BLOCK_BYTES, 1 << 20, SIM_BYTES_MAX), requires = "sim")]
     sim_capacity: u64,
@@ -188,6 +201,13 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.rw.writes() && !args.sim {
+        // Asked before any device is opened.
+        let device = args.pci.as_deref().unwrap_or("the first vfio-pci controller");
+        let rw = args.rw.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+        let what = format!("--rw {rw} overwrites the data of namespace {} of {device}", args.ns);
+        confirm_on_stdin("perf", &what, args.yes)?;
+    }
     let options = ControllerOptions {
         shadow_doorbells: !args.no_shadow_doorbells,
         sgl: args.sgl,

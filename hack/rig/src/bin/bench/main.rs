@@ -952,6 +952,10 @@ mod tests {
             perf_command("randread", "4k", 32, 10).join(" "),
             "perf --rw randread --bs 4k --qd 32 --time 10 --clock tsc --pci 0000:00:10.0 --json"
         );
+        assert!(
+            perf_command("write", "256k", 1, 10).join(" ").ends_with("--json --yes"),
+            "a write job goes on unasked"
+        );
     }
 
     #[test]

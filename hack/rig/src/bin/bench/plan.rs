@@ -78,7 +78,10 @@ pub(super) fn perf_command(rw: &str, bs: &str, qd: u16, time_s: u64) -> Vec<Stri
         "--json",
     ]
     .map(str::to_owned)
-    .to_vec()
+    .into_iter()
+    // A write job overwrites the scratch namespace, which is the bench's.
+    .chain(rw.contains("write").then(|| "--yes".to_owned()))
+    .collect()
 }
 
 pub(super) fn fio_command(job: &Job, side: Side, time_s: u64) -> Vec<String> {

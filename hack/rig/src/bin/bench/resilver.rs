@@ -214,7 +214,7 @@ finish() {
     );
     let region = format!("--offset $offset --size {data}");
     let read = format!("perf --pci {a} --rw read --bs {read_k}k --qd {qd} {region}");
-    let write = format!("perf --pci {c} --rw write --bs {write_k}k --qd {qd} {region}");
+    let write = format!("perf --pci {c} --rw write --yes --bs {write_k}k --qd {qd} {region}");
     let replace =
         format!("volume replace --pci {a} --place 1 --new-pci {c} --yes --force --qd {qd} --no-progress --json");
     for round in 1..=options.rounds {
@@ -636,7 +636,7 @@ mod tests {
             script.contains(&format!("step fail.2 60 volume fail --pci {SURVIVOR_PCI} --pci {SPARE_PCI} --place 1"))
         );
         assert!(script.contains("--force --qd 64 --no-progress --json --no-verify --no-verify-after\n"), "{script}");
-        assert!(script.contains(&format!("perf --pci {SPARE_PCI} --rw write --bs 256k --qd 64 --offset $offset")));
+        assert!(script.contains(&format!("perf --pci {SPARE_PCI} --rw write --yes --bs 256k --qd 64 --offset $offset")));
         assert!(script.contains("finish perf-both-read.3 $reading"));
     }
 

@@ -254,7 +254,7 @@ bwlog() { sed "s/^/BWLOG $1 /" "$2"; }
     for (key, depth) in [("perf-zoned", 1), ("perf-zoned-qd", qd)] {
         let _ = writeln!(
             script,
-            "step {key} {write_limit} perf --pci {OURS_PCI} --rw write --zone-append --bs 256k --qd {depth} \
+            "step {key} {write_limit} perf --pci {OURS_PCI} --rw write --yes --zone-append --bs 256k --qd {depth} \
              --io-bytes {ours} --time {write_limit} --per-second --json"
         );
     }
