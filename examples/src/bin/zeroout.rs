@@ -6,8 +6,8 @@
 use clap::Parser;
 use nvme_driver::dma::{DmaMemory, DmaPool};
 use nvme_driver::quirks::QuirkOverride;
-use nvme_driver::zeroout::ZeroStrategy;
-use nvme_driver::{ControllerOptions, IoBuffer};
+use nvme_driver::zeroout::{ZeroStats, ZeroStrategy};
+use nvme_driver::{ControllerOptions, IoBuffer, Namespace};
 use nvme_examples::args::{self, LBA_BYTES_MIN, QUEUE_DEPTH_MAX};
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::open_controller;
@@ -92,22 +92,7 @@ fn run(args: &Args) -> Result<(), String> {
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
     let capacity = ns.capacity_blocks() * block;
-    if args.offset >= capacity {
-        return Err(format!(
-            "--offset {}: at or past the end of namespace {} ({capacity} bytes)",
-            args.offset, args.ns
-        ));
-    }
-    let length = args.length.unwrap_or(capacity - args.offset);
-    if !args.offset.is_multiple_of(block) || !length.is_multiple_of(block) {
-        return Err(format!("--offset and --length must be multiples of the {block}-byte block"));
-    }
-    if args.offset.checked_add(length).is_none_or(|end| end > capacity) {
-        return Err(format!(
-            "--offset {} --length {length}: past the end of namespace {} ({capacity} bytes)",
-            args.offset, args.ns
-        ));
-    }
+    let length = checked_length(args, block, capacity)?;
     if args.length.is_some() && args.offset == 0 && length == capacity {
         // A --length of the whole namespace: asked before the first write.
         let what = format!("this zeroes all of namespace {} of {}", args.ns, controller.transport().name());
@@ -129,6 +114,45 @@ fn run(args: &Args) -> Result<(), String> {
         None
     };
 
+    report(args, &controller, &ns, (&before, &after), length, elapsed, verified);
+    match verified {
+        Some(false) => Err("the range does not read back as zeroes".into()),
+        _ => Ok(()),
+    }
+}
+
+/// The length of the range --offset and --length give, checked against
+/// the namespace (`capacity` bytes of `block`-byte blocks).
+fn checked_length(args: &Args, block: u64, capacity: u64) -> Result<u64, String> {
+    if args.offset >= capacity {
+        return Err(format!(
+            "--offset {}: at or past the end of namespace {} ({capacity} bytes)",
+            args.offset, args.ns
+        ));
+    }
+    let length = args.length.unwrap_or(capacity - args.offset);
+    if !args.offset.is_multiple_of(block) || !length.is_multiple_of(block) {
+        return Err(format!("--offset and --length must be multiples of the {block}-byte block"));
+    }
+    if args.offset.checked_add(length).is_none_or(|end| end > capacity) {
+        return Err(format!(
+            "--offset {} --length {length}: past the end of namespace {} ({capacity} bytes)",
+            args.offset, args.ns
+        ));
+    }
+    Ok(length)
+}
+
+/// What was zeroed, how, and how fast: JSON or a line of text.
+fn report(
+    args: &Args,
+    controller: &nvme_driver::Controller,
+    ns: &Namespace,
+    (before, after): (&ZeroStats, &ZeroStats),
+    length: u64,
+    elapsed: Duration,
+    verified: Option<bool>,
+) {
     let per_strategy: Vec<_> = after
         .per_strategy
         .iter()
@@ -181,10 +205,6 @@ fn run(args: &Args) -> Result<(), String> {
         if let Some(ok) = verified {
             println!("zeroout: read back: {}", if ok { "all zeroes" } else { "NOT ZERO" });
         }
-    }
-    match verified {
-        Some(false) => Err("the range does not read back as zeroes".into()),
-        _ => Ok(()),
     }
 }
 
