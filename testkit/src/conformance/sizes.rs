@@ -62,13 +62,21 @@ pub(super) fn sizes(target: &Target) -> Outcome {
         })?;
     }
 
+    too_large(target, &mut qpair, &pool, mdts_bytes)?;
+    buffer_shape(target, &pool)
+}
+
+/// One block over MDTS: refused before submission, and by the device too.
+fn too_large(target: &Target, qpair: &mut QueuePair, pool: &DmaPool, mdts_bytes: usize) -> Outcome {
+    let ns = &target.ns;
+    let block_bytes = target.block_bytes;
     let name = format!("sizes lba={block_bytes} mdts+1 block");
     check(&name, || {
         let too_large = mdts_bytes + block_bytes;
         let want = RequestError::TooLarge { bytes: too_large as u64, max_bytes: mdts_bytes as u64 };
-        let buffer = take(&pool)?;
+        let buffer = take(pool)?;
         expect_refused(ns.write(0, IoBuffer::range(buffer, 0, too_large), false, 0), &want, "write")?;
-        let buffer = take(&pool)?;
+        let buffer = take(pool)?;
         expect_refused(ns.read(0, IoBuffer::range(buffer, 0, too_large), 0), &want, "read")?;
         // The device enforces the same limit (NVMe Base 2.0 §5.17.2.1,
         // MDTS): a hand-built command one block over fails without moving
@@ -78,13 +86,9 @@ pub(super) fn sizes(target: &Target) -> Outcome {
             ("hand-built write", nvm::write(ns.nsid(), 0, blocks, false)),
             ("hand-built read", nvm::read(ns.nsid(), 0, blocks)),
         ] {
-            let request = Request {
-                command,
-                buffer: Some(IoBuffer::range(take(&pool)?, 0, too_large)),
-                metadata: None,
-                token: 0,
-            };
-            run_expecting(&mut qpair, Ok(request), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), what)?;
+            let request =
+                Request { command, buffer: Some(IoBuffer::range(take(pool)?, 0, too_large)), metadata: None, token: 0 };
+            run_expecting(qpair, Ok(request), StatusCode::Generic(GenericStatus::InvalidFieldInCommand), what)?;
         }
         target.ok(
             &name,
@@ -93,18 +97,23 @@ pub(super) fn sizes(target: &Target) -> Outcome {
             ),
         );
         Ok(())
-    })?;
+    })
+}
 
+/// Buffers of the wrong shape: misaligned, not whole blocks, past the end.
+fn buffer_shape(target: &Target, pool: &DmaPool) -> Outcome {
+    let ns = &target.ns;
+    let block_bytes = target.block_bytes;
     let name = format!("sizes lba={block_bytes} buffer shape");
     check(&name, || {
-        let buffer = take(&pool)?;
+        let buffer = take(pool)?;
         let iova = buffer.iova() + 2;
         expect_refused(
             ns.read(0, IoBuffer::range(buffer, 2, block_bytes), 0),
             &RequestError::Misaligned { iova },
             "read into a buffer at offset 2",
         )?;
-        let buffer = take(&pool)?;
+        let buffer = take(pool)?;
         expect_refused(
             ns.read(0, IoBuffer::range(buffer, 0, block_bytes + WORD_BYTES), 0),
             &RequestError::NotBlockMultiple {
@@ -113,7 +122,7 @@ pub(super) fn sizes(target: &Target) -> Outcome {
             },
             "read of a block and a dword",
         )?;
-        let buffer = take(&pool)?;
+        let buffer = take(pool)?;
         let capacity = ns.capacity_blocks();
         expect_refused(
             ns.write(capacity - 1, IoBuffer::range(buffer, 0, 2 * block_bytes), false, 0),
