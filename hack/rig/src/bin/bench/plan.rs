@@ -80,7 +80,7 @@ pub(super) fn perf_command(rw: &str, bs: &str, qd: u16, time_s: u64) -> Vec<Stri
     .map(str::to_owned)
     .into_iter()
     // A write job overwrites the scratch namespace, which is the bench's.
-    .chain(rw.contains("write").then(|| "--yes".to_owned()))
+    .chain(matches!(rw, "write" | "randwrite" | "randrw").then(|| "--yes".to_owned()))
     .collect()
 }
 
