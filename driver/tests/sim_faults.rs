@@ -78,6 +78,23 @@ fn silent_bit_flips_on_read_and_at_rest() {
 }
 
 #[test]
+fn an_overwrite_at_rest_is_what_reads_and_the_media_hold_after_it() {
+    let mut rig = Rig::new(SimConfig::nvm(1 << 16, 4096));
+    let data = pattern(3, 4 * 4096);
+    // Cached, not yet durable: the overwrite must not leave the cached
+    // copy over it.
+    rig.write(20, &data, false).unwrap();
+    let garbage = pattern(4, 2 * 4096);
+    rig.sim.write_at_rest(1, 21, &garbage);
+    let read = rig.read(20, 4 * 4096).unwrap();
+    assert_eq!(read[..4096], data[..4096], "block 20 as written");
+    assert_eq!(read[4096..3 * 4096], garbage[..], "blocks 21 and 22 as overwritten");
+    assert_eq!(read[3 * 4096..], data[3 * 4096..], "block 23 as written");
+    assert_eq!(rig.sim.durable_block(1, 22), garbage[4096..], "on the media");
+    assert_eq!(rig.sim.stats().faults.overwritten_at_rest_blocks, 2);
+}
+
+#[test]
 fn write_faults_write_nothing() {
     let mut rig = Rig::new(SimConfig::nvm(1 << 16, 512));
     rig.write(0, &[1u8; 4096], true).unwrap();

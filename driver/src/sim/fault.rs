@@ -247,6 +247,8 @@ pub struct FaultStats {
     pub aborted_commands: u64,
     /// Bits flipped at rest by [`super::Simulator::corrupt_at_rest`].
     pub corrupted_at_rest: u64,
+    /// Blocks overwritten at rest by [`super::Simulator::write_at_rest`].
+    pub overwritten_at_rest_blocks: u64,
 }
 
 /// What the simulator did, for tests and benchmarks.

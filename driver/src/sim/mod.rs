@@ -284,6 +284,30 @@ impl Simulator {
         state.stats.faults.corrupted_at_rest += 1;
     }
 
+    /// Overwrites whole blocks from `lba` with `data`, on the media, with no
+    /// cached copy left over them, and keeps their metadata: what a host
+    /// writing a controller's backing image does (a test's "someone
+    /// overwrote the disk"). Zone state is untouched. Panics outside the
+    /// namespace or on a partial block.
+    pub fn write_at_rest(&self, nsid: u32, lba: u64, data: &[u8]) {
+        let mut state = self.lock();
+        let namespace = state.namespaces.get_mut((nsid as usize).wrapping_sub(1)).expect("no such namespace");
+        let block = namespace.block_size as usize;
+        assert!(data.len().is_multiple_of(block), "{} bytes are not whole {block}-byte blocks", data.len());
+        let blocks = (data.len() / block) as u64;
+        assert!(
+            lba.checked_add(blocks).is_some_and(|end| end <= namespace.capacity_blocks),
+            "{blocks} blocks at LBA {lba} outside namespace {nsid}"
+        );
+        let mut at = 0;
+        let fill = |destination: &mut [u8]| {
+            destination.copy_from_slice(&data[at..at + destination.len()]);
+            at += destination.len();
+        };
+        namespace.storage.write(lba, blocks, true, fill, storage::MetadataSource::Keep);
+        state.stats.faults.overwritten_at_rest_blocks += blocks;
+    }
+
     /// Cuts the power and turns it back on: see the [module
     /// documentation](self#power-cuts). The surprise removal and fatal
     /// status of the old power cycle are gone too.
