@@ -271,20 +271,16 @@ fn lat(h: &Histogram) -> serde_json::Value {
 fn report_json(run: &Run<'_>) {
     let Run { args, controller, ns, entries, zone_count, total } = *run;
     let f = Figures::of(args, total);
-    let (iops, mib_s, all, ios, seconds, rw, clock, zoned_mode) =
-        (f.iops, f.mib_s, &f.all, f.ios, f.seconds, &f.rw, f.clock, f.zoned_mode);
-    let per_io = |n: u64| f.per_io(n);
-    let per_second = &f.per_second;
     let out = json!({
-        "iops": iops,
-        "mib_s": mib_s,
-        "lat_us": lat(all),
+        "iops": f.iops,
+        "mib_s": f.mib_s,
+        "lat_us": lat(&f.all),
         "read": { "ios": total.reads.count(), "lat_us": lat(&total.reads) },
         "write": { "ios": total.writes.count(), "lat_us": lat(&total.writes) },
-        "ios": ios,
+        "ios": f.ios,
         "errors": total.errors,
-        "seconds": seconds,
-        "rw": rw,
+        "seconds": f.seconds,
+        "rw": f.rw,
         "engine": format!("{:?}", args.engine).to_lowercase(),
         "bs": args.bs,
         "qd": args.qd,
@@ -293,15 +289,15 @@ fn report_json(run: &Run<'_>) {
         "nsid": ns.nsid(),
         "shadow_doorbells": controller.shadow_doorbells(),
         "sgl_mode": args.sgl,
-        "clock": clock,
+        "clock": f.clock,
         "queue_entries": entries,
         "io_timeout_s": args.io_timeout,
         "sgl_above_bytes": controller.sgl_threshold(),
-        "sq_mmio_per_io": per_io(total.stats.sq_doorbell_mmio_writes),
-        "cq_mmio_per_io": per_io(total.stats.cq_doorbell_mmio_writes),
-        "profile_ns_per_io": total.profile.map(|p| profile_json(&p, ios)),
-        "zoned": zone_count.map(|zones| json!({ "mode": zoned_mode, "zones": zones })),
-        "mib_s_per_second": per_second,
+        "sq_mmio_per_io": f.per_io(total.stats.sq_doorbell_mmio_writes),
+        "cq_mmio_per_io": f.per_io(total.stats.cq_doorbell_mmio_writes),
+        "profile_ns_per_io": total.profile.map(|p| profile_json(&p, f.ios)),
+        "zoned": zone_count.map(|zones| json!({ "mode": f.zoned_mode, "zones": zones })),
+        "mib_s_per_second": f.per_second,
         "copy_in": args.copy_in,
     });
     println!("{out}");
