@@ -167,6 +167,24 @@ pub fn open_device(controllers: &[Controller], choice: DeviceChoice, options: De
     Ok(device)
 }
 
+/// Opens the volume on `devices` for a tool that writes to it, without
+/// `--format`: `Ok(None)` when there is none and every device reads back
+/// blank (nothing can be lost, so the tool may make one); any other error
+/// (unreadable, damaged, foreign, another version, degraded) is a refusal
+/// with its reason. A tool never formats by inference.
+pub fn open_for_writing(devices: Vec<Device>, options: &VolumeOptions) -> Result<Option<Volume>, String> {
+    match Volume::open(devices, options) {
+        Ok(volume) => Ok(Some(volume)),
+        Err(Error::NoVolume) => Ok(None),
+        Err(e @ Error::Degraded { .. }) => {
+            Err(format!("open: {e}; pass --degraded to write to it on the devices left"))
+        }
+        Err(e) => {
+            Err(format!("open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)"))
+        }
+    }
+}
+
 /// An error from opening (or checking) a volume, with what to do about it
 /// when there is something.
 pub fn explain(error: Error) -> String {

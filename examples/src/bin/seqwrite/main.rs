@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use zoned_allocator::{Device, DeviceOptions, Error, Profile, Volume, VolumeOptions, WriteMode};
+use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions, WriteMode};
 
 /// Sequential writes through the zoned allocator (fio --rw=write style).
 /// WARNING: the tool owns the namespaces it is given and overwrites them.
@@ -383,22 +383,14 @@ fn open_volume(args: &Args, controllers: &[Controller], options: &VolumeOptions)
     if args.format {
         return Ok((format()?, true));
     }
-    match Volume::open(open_devices(args, controllers)?, options) {
-        Ok(volume) => Ok((volume, false)),
+    match device::open_for_writing(open_devices(args, controllers)?, options)? {
+        Some(volume) => Ok((volume, false)),
         // Every device read back blank (no label anywhere, every read
-        // whole): nothing can be lost, so a volume is made. Any other
-        // error (unreadable, damaged, foreign, another version) stops
-        // here with its reason: seqwrite never formats by inference.
-        Err(Error::NoVolume) => {
+        // whole): nothing can be lost, so a volume is made.
+        None => {
             check_new_volume(args)?;
             log::info!("no volume found and every device is blank: formatting");
             Ok((format()?, true))
-        }
-        Err(e @ Error::Degraded { .. }) => {
-            Err(format!("open: {e}; pass --degraded to write to it on the devices left"))
-        }
-        Err(e) => {
-            Err(format!("open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)"))
         }
     }
 }
