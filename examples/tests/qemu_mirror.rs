@@ -1,6 +1,8 @@
 //! QEMU integration test of a mirror's members through their life, in one
-//! boot, one `volume-check members` process per phase (hack/guest; its
-//! `volume-check/members.rs` says what each phase does and checks):
+//! boot, one `volume-check members` process per phase (hack/guest), the
+//! bodies of `nvme_testkit::scenarios::MembersPhase`, whose docs say what
+//! each phase does and checks (the simulator runs them too,
+//! `testkit/tests/sim_scenarios.rs`):
 //!
 //! 1. `unplug`: a mirror across a conventional controller behind a hot-plug
 //!    port (device 0) and a ZNS one (device 1), written in bursts while
@@ -19,6 +21,7 @@
 //! The host checks each phase's passed checks, its extents per batch,
 //! and the status JSON it prints (`Volume::status`).
 
+use nvme_testkit::scenarios::MembersPhase;
 use serde_json::Value;
 use std::time::Duration;
 use vm_rig::{Controller, Outcome, Vm, GUEST_BDFS};
@@ -47,43 +50,19 @@ const BOOT_LIMIT_S: u64 = 60;
 /// (bursts of 16).
 const WRITES_AFTER_GIVE_UP_MIN: u64 = 4 * 16;
 
-/// Per phase: its `--pci` (and `--gone`) arguments and the checks it must
-/// pass.
-fn phases() -> [(&'static str, String, &'static [&'static str]); 5] {
-    [
-        (
-            "unplug",
-            format!("--pci {PULLED} --pci {ZONED}"),
-            &["geometry", "commit", "given up", "commit degraded", "verify", "extents", "invariants"],
-        ),
-        (
-            "degraded",
-            format!("--pci {ZONED} --gone {PULLED}"),
-            &["removed", "geometry", "refused", "open", "verify", "extents", "invariants"],
-        ),
-        (
-            "replace",
-            format!("--pci {ZONED} --pci {SPARE}"),
-            &["geometry", "blank", "replace", "resilver", "verify", "extents", "invariants", "reopen"],
-        ),
-        (
-            "rejoin",
-            format!("--pci {SPARE} --pci {ZONED}"),
-            &[
-                "geometry",
-                "degraded on",
-                "given up",
-                "commit away",
-                "rejoin",
-                "missing",
-                "resilver",
-                "verify",
-                "extents",
-                "invariants",
-            ],
-        ),
-        ("final", format!("--pci {SPARE} --pci {ZONED}"), &["geometry", "verify", "extents", "invariants"]),
-    ]
+/// Per phase: its name, its `--pci` (and `--gone`) arguments, and the
+/// checks it must pass (`nvme_testkit::scenarios::MembersPhase`, which the
+/// simulator runs too).
+fn phases() -> [(&'static str, String, Vec<&'static str>); 5] {
+    MembersPhase::ALL.map(|phase| {
+        let args = match phase {
+            MembersPhase::Unplug => format!("--pci {PULLED} --pci {ZONED}"),
+            MembersPhase::Degraded => format!("--pci {ZONED} --gone {PULLED}"),
+            MembersPhase::Replace => format!("--pci {ZONED} --pci {SPARE}"),
+            MembersPhase::Rejoin | MembersPhase::Final => format!("--pci {SPARE} --pci {ZONED}"),
+        };
+        (phase.name(), args, phase.checks())
+    })
 }
 
 fn vm() -> Vm {
@@ -212,7 +191,7 @@ fn a_mirror_loses_a_device_mid_write_is_rebuilt_on_a_new_one_and_takes_back_one_
     let outcome = boot();
     let missing: Vec<String> = phases()
         .into_iter()
-        .flat_map(|(phase, _, checks)| outcome.missing_checks("volume-check", &format!("members {phase}"), checks))
+        .flat_map(|(phase, _, checks)| outcome.missing_checks("volume-check", &format!("members {phase}"), &checks))
         .collect();
     assert!(missing.is_empty() && outcome.status == 0, "missing lines {missing:#?}\n{}", outcome.report());
     eprintln!("{:.1} s in the VM:\n{}", outcome.elapsed.as_secs_f64(), outcome.output);

@@ -14,7 +14,7 @@
 //! waits (lines `volume-check: corrupt-me`, `overwrite-me`, `restore-me`;
 //! [`Vm::on_line`]).
 
-use nvme_testkit::scenarios::Scenario as Shared;
+use nvme_testkit::scenarios::{MetadataPhase, Scenario as Shared};
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::Hasher;
@@ -525,48 +525,16 @@ fn mirror_metadata_survives_garbage_swaps_and_foreign_devices_and_seqwrite_refus
             .images(&images.0)
             .on_line(move |line| host.lock().unwrap_or_else(|p| p.into_inner()).on_line(&dir, line))
     };
-    let pair = format!("--pci {FIRST} --pci {SECOND}");
-    let phases: Vec<(&str, String, &[&str])> = vec![
-        ("format", pair.clone(), &["geometry", "commit", "commit frees", "commit second", "committed", "overwritten"]),
-        ("garbage", pair.clone(), &["geometry", "open", "invariants", "labels"]),
-        ("reopen", pair.clone(), &["geometry", "open", "invariants", "labels"]),
-        ("swapped", format!("--pci {SECOND} --pci {FIRST}"), &["geometry", "open", "invariants", "labels"]),
-        (
-            "foreign",
-            format!("{pair} --pci {THIRD}"),
-            &[
-                "geometry",
-                "commit other",
-                "other volume",
-                "foreign refused",
-                "other volume intact",
-                "volume intact",
-                "invariants",
-                "labels",
-            ],
-        ),
-        (
-            "damage",
-            pair.clone(),
-            &[
-                "geometry",
-                "open",
-                "damaged",
-                "open refused",
-                "seqwrite refused",
-                "not formatted",
-                "restored",
-                "invariants",
-                "reopen",
-                "labels",
-            ],
-        ),
-    ];
-    let labels: Vec<String> = phases.iter().map(|(phase, _, _)| format!("metadata {phase}")).collect();
+    // The devices each phase takes, in its order.
+    let pci = |phase: MetadataPhase| match phase {
+        MetadataPhase::Swapped => format!("--pci {SECOND} --pci {FIRST}"),
+        MetadataPhase::Foreign => format!("--pci {FIRST} --pci {SECOND} --pci {THIRD}"),
+        _ => format!("--pci {FIRST} --pci {SECOND}"),
+    };
     // One chain: each phase needs the one before it.
     let scenario = Scenario {
-        runs: phases.iter().map(|(phase, pci, _)| format!("metadata --phase {phase} {pci}")).collect(),
-        expect: phases.iter().zip(&labels).map(|((_, _, checks), label)| (label.as_str(), checks.to_vec())).collect(),
+        runs: MetadataPhase::ALL.map(|phase| format!("metadata --phase {} {}", phase.name(), pci(phase))).into(),
+        expect: MetadataPhase::ALL.map(|phase| (phase.label(), phase.checks())).into(),
     };
     let outcome = run(vm, &[scenario]);
     let host = host.lock().unwrap();

@@ -41,12 +41,20 @@
 //! - `area repair` (two): `repair` on checksum areas, the victim in a
 //!   sealed zone with no checksums in memory.
 //!
+//! Two more run as phases, one process each, on controllers the [`Host`]
+//! brings up: [`MetadataPhase`] (format 2's metadata under overwritten
+//! media, swapped and foreign devices) and [`MembersPhase`] (a mirror's
+//! members pulled, replaced and rejoined).
+//!
 //! Passed checks print `PREFIX: SCENARIO CHECK: ok (DETAIL)` (see
 //! [`Check`]); a failure is an `Err` naming what was wrong.
 
 mod checks;
 mod devices;
 mod drive;
+mod host;
+mod members;
+mod metadata;
 mod reopen;
 mod repair;
 mod workload;
@@ -54,6 +62,9 @@ mod workload;
 pub use checks::*;
 pub use devices::*;
 pub use drive::*;
+pub use host::*;
+pub use members::{run_members, MembersPhase};
+pub use metadata::{run_metadata, MetadataPhase};
 use reopen::{reopen_verify, reopen_write};
 use repair::repair;
 use workload::{limits, workload};
@@ -116,17 +127,6 @@ impl Check {
     pub fn passed(&self) -> Vec<String> {
         self.passed.borrow().clone()
     }
-}
-
-/// What stands outside the device: the one who damages its media at rest.
-/// On QEMU that is the host, which the guest asks by printing a line and
-/// which writes the backing image; on the simulator, the simulated media.
-pub trait Host {
-    /// Inverts `len` bytes at byte `offset` of namespace 1 of the first
-    /// controller (an LBA times the LBA size, plus an offset in the
-    /// block). May return before the change shows: the scenario reads
-    /// until it does, for at most [`CORRUPTION_WAIT_MAX`].
-    fn corrupt(&mut self, offset: u64, len: usize) -> Result<(), String>;
 }
 
 /// The scenarios written once for every device model.
