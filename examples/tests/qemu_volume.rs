@@ -14,7 +14,7 @@
 //! waits (lines `volume-check: corrupt-me`, `overwrite-me`, `restore-me`;
 //! [`Vm::on_line`]).
 
-use nvme_testkit::scenarios::{MetadataPhase, Scenario as Shared};
+use nvme_testkit::scenarios::{garbage, MetadataPhase, SavedRanges, Scenario as Shared};
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::Hasher;
@@ -331,8 +331,8 @@ struct ImageRange {
 /// guest's output).
 #[derive(Debug, Default)]
 struct MetadataHost {
-    /// The bytes each overwrite replaced, latest last.
-    saved: Vec<(ImageRange, Vec<u8>)>,
+    /// The bytes each overwrite replaced, per image.
+    saved: SavedRanges<PathBuf>,
     /// Per image of the last overwrite, the hash of what it must hold
     /// until the next restore: nothing may write to it in between.
     expected: Vec<(PathBuf, u64)>,
@@ -357,14 +357,6 @@ fn parse_ranges(dir: &Path, words: &str) -> Result<Vec<ImageRange>, String> {
             Ok(ImageRange { image: dir.join(format!("nvme{index}.img")), offset: number(triple[1])?, len })
         })
         .collect()
-}
-
-/// Random bytes for `range` (seeded by its place, so a rerun writes the
-/// same), never all zeroes: what a failing or foreign writer leaves.
-fn garbage(range: &ImageRange) -> Vec<u8> {
-    let mut bytes = vec![0u8; range.len];
-    nvme_driver::prng::Prng::new(range.offset ^ 0x6A09_E667_F3BC_C908).fill(&mut bytes);
-    bytes
 }
 
 /// Writes `bytes` at `offset` of `image` one block at a time, from the
@@ -419,7 +411,7 @@ impl MetadataHost {
     /// First, while the guest still waits, notes the hash each image will
     /// have.
     fn overwrite(&mut self, ranges: &[ImageRange]) -> Result<(), String> {
-        let garbage: Vec<Vec<u8>> = ranges.iter().map(garbage).collect();
+        let garbage: Vec<Vec<u8>> = ranges.iter().map(|r| garbage(r.offset, r.len)).collect();
         let mut images: Vec<&PathBuf> = ranges.iter().map(|r| &r.image).collect();
         images.sort();
         images.dedup();
@@ -436,7 +428,7 @@ impl MetadataHost {
         for (range, garbage) in ranges.iter().zip(&garbage) {
             let original = read_range(range)?;
             write_back_to_front(&range.image, range.offset, garbage)?;
-            self.saved.push((range.clone(), original));
+            self.saved.keep(range.image.clone(), range.offset, original);
         }
         Ok(())
     }
@@ -450,18 +442,12 @@ impl MetadataHost {
             }
         }
         for range in ranges {
-            let (saved, bytes) = self
-                .saved
-                .iter()
-                .rev()
-                .find(|(s, _)| {
-                    s.image == range.image
-                        && s.offset <= range.offset
-                        && range.offset + range.len as u64 <= s.offset + s.len as u64
-                })
-                .ok_or_else(|| format!("nothing saved for {range:?}"))?;
-            let start = (range.offset - saved.offset) as usize;
-            write_back_to_front(&range.image, range.offset, &bytes[start..start + range.len])?;
+            let held = self.saved.held(&range.image, range.offset, range.len as u64);
+            write_back_to_front(
+                &range.image,
+                range.offset,
+                held.ok_or_else(|| format!("nothing saved for {range:?}"))?,
+            )?;
         }
         Ok(())
     }

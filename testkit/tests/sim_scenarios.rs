@@ -9,8 +9,9 @@
 use nvme_driver::sim::{Fault, NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions};
 use nvme_examples::device::open_for_writing;
-use nvme_testkit::scenarios::{self, Check, Host, MediaRange, MembersPhase, MetadataPhase, Scenario, MIB};
-use nvme_testkit::Prng;
+use nvme_testkit::scenarios::{
+    self, garbage, Check, Host, MediaRange, MembersPhase, MetadataPhase, SavedRanges, Scenario, MIB,
+};
 use std::sync::Arc;
 use zoned_allocator::{Profile, VolumeOptions};
 
@@ -39,8 +40,8 @@ struct SimHost {
     sims: Vec<(&'static str, Arc<Simulator>)>,
     /// Bytes flipped by `corrupt`.
     corrupted: usize,
-    /// Each overwritten range, with what it held.
-    saved: Vec<(MediaRange, Vec<u8>)>,
+    /// What the overwrites replaced, per device.
+    saved: SavedRanges<usize>,
     /// Per simulator, its commands that change media at the last
     /// overwrite: none may follow until the restore.
     mutations: Option<Vec<u64>>,
@@ -54,20 +55,12 @@ struct SimHost {
 /// Dataset Management, Copy, Zone Management Send, Zone Append.
 const MEDIA_OPCODES: [usize; 6] = [0x01, 0x08, 0x09, 0x19, 0x79, 0x7d];
 
-/// Random bytes for `range` (seeded by its place), as the QEMU host
-/// writes them.
-fn garbage(range: &MediaRange) -> Vec<u8> {
-    let mut bytes = vec![0u8; range.len as usize];
-    Prng::new(range.offset ^ 0x6A09_E667_F3BC_C908).fill(&mut bytes);
-    bytes
-}
-
 impl SimHost {
     fn new(sims: &[(&'static str, Arc<Simulator>)]) -> SimHost {
         SimHost {
             sims: sims.to_vec(),
             corrupted: 0,
-            saved: Vec::new(),
+            saved: SavedRanges::default(),
             mutations: None,
             done: Vec::new(),
             pulled: None,
@@ -132,8 +125,8 @@ impl Host for SimHost {
             let (_, first, count) = self.blocks(range)?;
             let sim = self.sim(range.device)?;
             let held: Vec<u8> = (first..first + count).flat_map(|lba| sim.read_block(1, lba)).collect();
-            self.write_back_to_front(range, &garbage(range))?;
-            self.saved.push((*range, held));
+            self.write_back_to_front(range, &garbage(range.offset, range.len as usize))?;
+            self.saved.keep(range.device, range.offset, held);
         }
         self.mutations = Some(self.mutations());
         self.done.push("overwrite");
@@ -146,16 +139,8 @@ impl Host for SimHost {
             return Err("the devices were written to after the overwrite".into());
         }
         for range in ranges {
-            let (saved, bytes) = self
-                .saved
-                .iter()
-                .rev()
-                .find(|(s, _)| {
-                    s.device == range.device && s.offset <= range.offset && range.offset + range.len <= s.offset + s.len
-                })
-                .ok_or_else(|| format!("nothing saved for {range:?}"))?;
-            let start = (range.offset - saved.offset) as usize;
-            self.write_back_to_front(range, &bytes[start..start + range.len as usize])?;
+            let held = self.saved.held(&range.device, range.offset, range.len);
+            self.write_back_to_front(range, held.ok_or_else(|| format!("nothing saved for {range:?}"))?)?;
         }
         self.done.push("restore");
         Ok(())

@@ -72,3 +72,69 @@ pub trait Host {
         drop((device, controller));
     }
 }
+
+/// Random bytes for `len` bytes at byte `offset` of a device, seeded by
+/// the place so that a rerun writes the same: what a failing or foreign
+/// writer leaves. Both hosts overwrite with these.
+pub fn garbage(offset: u64, len: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    crate::Prng::new(offset ^ 0x6A09_E667_F3BC_C908).fill(&mut bytes);
+    bytes
+}
+
+/// What a host's overwrites replaced, for its restores: per place `K` (a
+/// device, a backing image), each range's offset and the bytes it held,
+/// latest last.
+#[derive(Debug)]
+pub struct SavedRanges<K> {
+    saved: Vec<(K, u64, Vec<u8>)>,
+}
+
+impl<K> Default for SavedRanges<K> {
+    fn default() -> Self {
+        SavedRanges { saved: Vec::new() }
+    }
+}
+
+impl<K: PartialEq> SavedRanges<K> {
+    /// Keeps what `offset..offset + held.len()` of `place` held.
+    pub fn keep(&mut self, place: K, offset: u64, held: Vec<u8>) {
+        self.saved.push((place, offset, held));
+    }
+
+    /// What `len` bytes at `offset` of `place` held before the latest
+    /// overwrite that covered them all.
+    pub fn held(&self, place: &K, offset: u64, len: u64) -> Option<&[u8]> {
+        let (_, start, bytes) =
+            self.saved.iter().rev().find(|(p, start, bytes)| {
+                p == place && *start <= offset && offset + len <= start + bytes.len() as u64
+            })?;
+        let at = (offset - start) as usize;
+        Some(&bytes[at..at + len as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_covering_overwrite_answers() {
+        let mut saved = SavedRanges::default();
+        saved.keep(0usize, 100, vec![1; 50]);
+        saved.keep(1usize, 100, vec![2; 50]);
+        saved.keep(0usize, 120, vec![3; 10]);
+        assert_eq!(saved.held(&0, 120, 10), Some(&[3u8; 10][..]));
+        assert_eq!(saved.held(&0, 110, 20), Some(&[1u8; 20][..]));
+        assert_eq!(saved.held(&1, 140, 10), Some(&[2u8; 10][..]));
+        assert_eq!(saved.held(&0, 140, 11), None, "past the end");
+        assert_eq!(saved.held(&2, 100, 1), None, "another place");
+    }
+
+    #[test]
+    fn garbage_is_a_function_of_its_place() {
+        assert_eq!(garbage(4096, 64), garbage(4096, 64));
+        assert_ne!(garbage(4096, 64), garbage(8192, 64));
+        assert!(garbage(0, 4096).iter().any(|&b| b != 0));
+    }
+}
