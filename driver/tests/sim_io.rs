@@ -248,9 +248,19 @@ fn a_second_simulator_does_not_see_the_first_ones_data() {
 
 #[test]
 fn queue_pairs_on_several_threads() {
-    // Correct under concurrency (one lock inside the simulator); only the
-    // single-threaded runs are deterministic.
-    let rig = Rig::new(SimConfig::nvm(1 << 16, 512).with_completion_delay(0, 2));
+    // Correct under concurrency; only the single-threaded runs are
+    // deterministic. With delays every read moves its data under the
+    // simulator's lock; without, outside it (`sim/deferred.rs`), while
+    // the other threads' commands run.
+    for config in [SimConfig::nvm(1 << 16, 512).with_completion_delay(0, 2), SimConfig::nvm(1 << 16, 512)] {
+        let deferred = config.completion_delay_ticks == (0, 0);
+        let rig = Rig::new(config);
+        pairs_on_threads(&rig);
+        assert_eq!(rig.sim.stats().deferred_reads > 0, deferred);
+    }
+}
+
+fn pairs_on_threads(rig: &Rig) {
     std::thread::scope(|scope| {
         for thread in 0..4u64 {
             let mut pair = rig.controller.create_queue_pair(16).unwrap();
@@ -275,6 +285,7 @@ fn queue_pairs_on_several_threads() {
         }
     });
     assert_eq!(rig.sim.stats().io(0x01), 200);
+    assert_eq!(rig.sim.stats().io(0x02), 200);
 }
 
 #[test]

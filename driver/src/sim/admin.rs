@@ -425,7 +425,7 @@ impl State {
                 if !enable {
                     // Turning the cache off writes it back first.
                     for namespace in &mut self.namespaces {
-                        namespace.storage.flush();
+                        namespace.storage_mut().flush();
                     }
                 }
                 self.features.volatile_write_cache = enable;

@@ -307,6 +307,11 @@ pub struct SimConfig {
     /// buffer untouched on a read. Off by default; the driver's quirk
     /// `METADATA_DMA_TRUNCATED` keeps its requests clear of it.
     pub metadata_dma_truncation: bool,
+    /// Move every read's data under the controller's lock, as the
+    /// simulator did before reads moved outside it (`sim/deferred.rs`):
+    /// what a single thread sees is the same either way, which a test
+    /// checks with this.
+    pub reads_under_lock: bool,
     /// Fault probabilities.
     pub faults: FaultConfig,
     /// Sparse storage may hold at most this many bytes per namespace.
@@ -349,6 +354,7 @@ impl Default for SimConfig {
             completion_delay_ticks: (0, 0),
             reorder: false,
             metadata_dma_truncation: false,
+            reads_under_lock: false,
             faults: FaultConfig::default(),
             memory_limit_bytes: 8 << 30,
             namespaces: vec![NamespaceConfig::nvm((1 << 30) / 512, 512)],
@@ -394,6 +400,14 @@ impl SimConfig {
     /// `min_ticks..=max_ticks` for each command.
     pub fn with_completion_delay(mut self, min_ticks: u32, max_ticks: u32) -> Self {
         self.completion_delay_ticks = (min_ticks, max_ticks);
+        self
+    }
+
+    #[must_use]
+    /// Moves every read's data under the controller's lock (see
+    /// [`SimConfig::reads_under_lock`]).
+    pub fn with_reads_under_lock(mut self, under_lock: bool) -> Self {
+        self.reads_under_lock = under_lock;
         self
     }
 

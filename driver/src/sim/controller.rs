@@ -4,6 +4,7 @@
 //! `io.rs`; host memory is reached only through `dma.rs`.
 
 use super::config::{FaultConfig, SimConfig};
+use super::deferred::{Deferred, DmaGate};
 use super::dma::{DmaTable, HostRange, PAGE_SIZE};
 use super::fault::{PowerCutReport, RangeFaults, RangeKind, SimStats, ZoneRewind};
 use super::namespace::Namespace;
@@ -14,7 +15,8 @@ use crate::spec::registers::{self as reg, Aqa, Cc, Shn, CC_CSS_ALL_IO, CC_CSS_NV
 use crate::spec::status::Status;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 mod registers;
 
@@ -179,12 +181,38 @@ impl Outcome {
     }
 }
 
+/// Simulated time: ticks, one per queue-pair poll pass, counted outside the
+/// lock so that a pass with nothing due takes no lock.
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    now: AtomicU64,
+    /// Whether completions wait for a later tick (kept by the state, under
+    /// its lock).
+    pending: AtomicBool,
+}
+
+impl Clock {
+    pub(crate) fn now(&self) -> u64 {
+        self.now.load(Ordering::Acquire)
+    }
+
+    /// One tick; whether completions may be due.
+    pub(crate) fn advance(&self) -> bool {
+        self.now.fetch_add(1, Ordering::AcqRel);
+        self.pending.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_pending(&self, pending: bool) {
+        self.pending.store(pending, Ordering::Release);
+    }
+}
+
 /// Everything behind the simulator's lock.
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) config: SimConfig,
     pub(crate) rng: Prng,
-    pub(crate) now: u64,
+    pub(crate) clock: Arc<Clock>,
     /// A write's metadata on its way to storage (see `io::store`), kept so
     /// that writes allocate nothing.
     pub(crate) metadata_scratch: Vec<u8>,
@@ -247,6 +275,15 @@ pub(crate) struct State {
     pub(crate) smart: Smart,
     pub(crate) stats: SimStats,
     pub(crate) trace: u64,
+    // Reads moved outside the lock (`sim/deferred.rs`).
+    /// Set while `Simulator::write32` carries out a doorbell.
+    pub(crate) defer_reads: bool,
+    pub(crate) deferred: Deferred,
+    /// Empty lists for the next batch while one moves.
+    pub(crate) spare_deferred: Deferred,
+    /// Range lists of finished reads, for the next ones.
+    pub(crate) segment_pool: Vec<Vec<HostRange>>,
+    pub(crate) gate: Arc<DmaGate>,
     // Scratch, reused by every command.
     pub(crate) segments: Vec<HostRange>,
     pub(crate) buffer: Vec<u8>,
@@ -256,11 +293,14 @@ pub(crate) struct State {
     pub(crate) copy_metadata: Vec<u8>,
 }
 
-// SAFETY: the raw pointers inside (`HostRange`s of queue rings, the DMA
-// table's host addresses) point into memory the driver mapped for the
-// device and keeps allocated until `unmap_dma`; they are only used with
-// the state's mutex held (see `dma::HostRange`), so moving the state to
-// another thread, and with it the right to use them, is sound.
+// SAFETY: the raw pointers inside (`HostRange`s of queue rings and
+// deferred reads, the DMA table's host addresses) point into memory the
+// driver mapped for the device and keeps allocated until `unmap_dma`.
+// They are used with the state's mutex held, except by a deferred read's
+// copy (`sim/deferred.rs`), and `unmap_dma` waits, with the mutex held so
+// that no other batch starts, until no deferred batch is in flight; so
+// moving the state to another thread, and with it the right to use them,
+// is sound.
 unsafe impl Send for State {}
 
 fn status_word_for(entry: &Entry, phase: bool) -> u16 {
@@ -279,7 +319,7 @@ impl State {
         let queues = usize::from(config.max_io_queue_pairs) + 1;
         State {
             rng: Prng::new(config.seed),
-            now: 0,
+            clock: Arc::default(),
             metadata_scratch: Vec::new(),
             cc: 0,
             aqa: 0,
@@ -321,6 +361,11 @@ impl State {
             smart: Smart { power_cycles: 1, ..Smart::default() },
             stats: SimStats::default(),
             trace: 0,
+            defer_reads: false,
+            deferred: Deferred::default(),
+            spare_deferred: Deferred::default(),
+            segment_pool: Vec::new(),
+            gate: Arc::new(DmaGate::new(queues)),
             segments: Vec::with_capacity(PAGE_SIZE / 8 + 2),
             buffer: Vec::with_capacity(2 * PAGE_SIZE),
             copy_data: Vec::new(),
@@ -410,6 +455,14 @@ impl State {
             sq.head = (sq.head + 1) % sq.size;
             let command = Command::from_bytes(&bytes);
             let sqid = qid as u16;
+            self.deferred.sq = qid;
+            // Reads deferred so far move before anything that might change
+            // what they read.
+            if !self.deferred.reads.is_empty()
+                && (qid == 0 || command.opcode != crate::spec::command::opcode::nvm::READ)
+            {
+                self.run_deferred();
+            }
             let outcome = if qid == 0 { self.admin(&command) } else { self.io(&command) };
             if let Outcome::Complete { status, dw0, dw1 } = outcome {
                 self.complete(sqid, &command, Entry { sqid, cid: command.cid, status, dw0, dw1 });
@@ -448,7 +501,12 @@ impl State {
         let (min, max) = self.config.completion_delay_ticks;
         let delay = self.rng.between(u64::from(min), u64::from(max));
         if delay == 0 && !self.config.reorder {
-            self.post(cqid, entry);
+            if self.deferred.reads.is_empty() {
+                self.post(cqid, entry);
+            } else {
+                // After the reads before it (`sim/deferred.rs`).
+                self.deferred.posts.push((cqid, entry));
+            }
             return;
         }
         assert!(
@@ -456,7 +514,8 @@ impl State {
             "more than {WAITING_COMPLETIONS_MAX} completions waiting"
         );
         self.seq += 1;
-        self.pending.push(Pending { due: self.now + delay, seq: self.seq, cqid, entry });
+        self.pending.push(Pending { due: self.clock.now() + delay, seq: self.seq, cqid, entry });
+        self.clock.set_pending(true);
     }
 
     /// Whether `command`, an I/O command, is a read that a
@@ -529,7 +588,7 @@ impl State {
         }
         self.stats.completions_posted += 1;
         for value in [
-            self.now,
+            self.clock.now(),
             u64::from(entry.sqid),
             u64::from(entry.cid),
             u64::from(entry.status.to_field()),
@@ -551,16 +610,16 @@ impl State {
         }
     }
 
-    /// One tick of the clock: every completion due by now is posted (in a
-    /// seeded random order with `reorder`).
-    pub(crate) fn tick(&mut self) {
-        self.now += 1;
-        self.stats.ticks = self.now;
+    /// After a tick of the clock ([`Clock::advance`]): every completion due
+    /// by now is posted (in a seeded random order with `reorder`).
+    pub(crate) fn post_due(&mut self) {
+        self.clock.set_pending(!self.pending.is_empty());
         if !self.processing() || self.pending.is_empty() {
             return;
         }
+        let now = self.clock.now();
         let mut due = std::mem::take(&mut self.due);
-        while self.pending.peek().is_some_and(|pending| pending.due <= self.now) {
+        while self.pending.peek().is_some_and(|pending| pending.due <= now) {
             due.push(self.pending.pop().expect("peeked"));
         }
         if self.config.reorder {
@@ -596,6 +655,8 @@ impl State {
     /// with Command Aborted due to SQ Deletion (NVMe Base 2.0, "Delete I/O
     /// Submission Queue command").
     pub(crate) fn delete_sq(&mut self, qid: u16) {
+        // Its reads in flight outside the lock finish first.
+        self.gate.end_dma(Some(usize::from(qid)));
         let sq = self.sqs[usize::from(qid)].take().expect("checked");
 
         let mut aborted = Vec::new();
@@ -677,7 +738,7 @@ impl State {
             let nsid = namespace.nsid;
             let mut first_lost: Vec<(usize, u64)> = Vec::new();
             match &namespace.zones {
-                None => namespace.storage.power_loss(|lba| {
+                None => namespace.storage_mut().power_loss(|lba| {
                     let keep = rng.chance(keep_probability);
                     if keep {
                         report.kept_blocks += 1;
@@ -688,7 +749,7 @@ impl State {
                 }),
                 Some(zones) => {
                     let mut zone_losing: Option<usize> = None;
-                    namespace.storage.power_loss(|lba| {
+                    namespace.storage_mut().power_loss(|lba| {
                         let index = zones.index(lba);
                         let keep = zone_losing != Some(index) && rng.chance(keep_probability);
                         if keep {
@@ -722,7 +783,7 @@ impl State {
                     // written (in a zone finished for lack of an active
                     // resource, the blocks up to its boundary neither).
                     let boundary = zones.write_boundary(index);
-                    namespace.storage.zero(lost_lba, boundary - lost_lba, true);
+                    super::namespace::write(&namespace.storage).zero(lost_lba, boundary - lost_lba, true);
                 }
                 zones.check_invariants();
             }

@@ -282,6 +282,9 @@ pub struct SimStats {
     pub dma_errors: u64,
     /// I/O commands whose data an SGL described (PSDT 01b), resolved.
     pub sgl_transfers: u64,
+    /// Reads whose data moved after the controller's lock was let go
+    /// (`sim/deferred.rs`).
+    pub deferred_reads: u64,
     /// Doorbell writes naming a queue that does not exist or a value out of
     /// range (ignored, as the spec lets a controller do).
     pub doorbell_errors: u64,
@@ -304,6 +307,7 @@ impl Default for SimStats {
             power_cuts: 0,
             dma_errors: 0,
             sgl_transfers: 0,
+            deferred_reads: 0,
             doorbell_errors: 0,
             ticks: 0,
         }

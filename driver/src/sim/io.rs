@@ -37,6 +37,7 @@
 
 use super::admin::{invalid_field, invalid_namespace, invalid_opcode, TRANSFER_BYTES_MAX};
 use super::controller::{Outcome, State};
+use super::deferred::ReadJob;
 use super::dma::{resolve_prps, resolve_sgl, HostRange, Transfer, PAGE_SIZE};
 use super::fault::RangeKind;
 use super::storage::{MetadataSource, Run, Storage};
@@ -114,14 +115,6 @@ fn store(
 fn source_range(descriptors: &[u8], index: usize) -> CopySourceRange {
     let bytes = &descriptors[index * COPY_SOURCE_RANGE_SIZE..(index + 1) * COPY_SOURCE_RANGE_SIZE];
     CopySourceRange::from_bytes(bytes.try_into().expect("a whole descriptor"))
-}
-
-/// Copies a run of stored data (or metadata) to the host.
-fn put_run(transfer: &mut Transfer<'_>, run: Run<'_>) {
-    match run {
-        Run::Data(bytes) => transfer.put(bytes),
-        Run::Zeroes(count) => transfer.put_zeroes(count),
-    }
 }
 
 fn size_limit_exceeded() -> Status {
@@ -334,7 +327,7 @@ impl State {
         if fua {
             if let Some(zones) = &namespace.zones {
                 let zslba = zones.zslba(zones.index(slba));
-                namespace.storage.persist(zslba, slba + blocks - zslba);
+                namespace.storage_mut().persist(zslba, slba + blocks - zslba);
             }
         }
         if !self.faults.is_empty() {
@@ -357,26 +350,30 @@ impl State {
             zones.check_read(slba, blocks)?;
         }
         let (segments, metadata) = self.resolve_with_metadata(index, c, blocks, true)?;
-        let result = self.read_fault(nsid, slba, blocks).map(|()| {
-            let storage = &self.namespaces[index].storage;
-            let mut transfer = Transfer::new(&segments);
-            storage.read(slba, blocks, |run| put_run(&mut transfer, run));
-            if let Some(buffer) = metadata {
-                // All of it, or the head QEMU 7.2 moves (see
-                // `metadata_dma_truncation`).
-                let moved = buffer.len() as u64 / u64::from(self.namespaces[index].config.metadata_bytes);
-                let mut metadata_transfer = Transfer::new(std::slice::from_ref(&buffer));
-                storage.read_metadata(slba, moved, |run| put_run(&mut metadata_transfer, run));
-            }
-            // Bit flips stay in the data.
-            self.flip_on_read(nsid, slba, blocks, block_size, &transfer);
-            self.smart.host_reads += 1;
-            self.smart.read_bytes += u128::from(blocks * block_size);
-            self.stats.lbas_read += blocks;
-            (0, 0)
-        });
-        self.segments = segments;
-        result
+        if let Err(status) = self.read_fault(nsid, slba, blocks) {
+            self.segments = segments;
+            return Err(status);
+        }
+        self.smart.host_reads += 1;
+        self.smart.read_bytes += u128::from(blocks * block_size);
+        self.stats.lbas_read += blocks;
+        // All of the metadata, or the head QEMU 7.2 moves (see
+        // `metadata_dma_truncation`).
+        let metadata_bytes = u64::from(self.namespaces[index].config.metadata_bytes);
+        let metadata = metadata.map(|buffer| (buffer, buffer.len() as u64 / metadata_bytes));
+        let job = ReadJob { namespace: index, slba, blocks, segments, metadata };
+        if self.may_defer_read() {
+            // The data moves after the lock is let go (`sim/deferred.rs`).
+            self.deferred.reads.push(job);
+            self.stats.deferred_reads += 1;
+            self.segments = self.segment_pool.pop().unwrap_or_default();
+            return Ok((0, 0));
+        }
+        job.run(&self.namespaces[index].storage());
+        // Bit flips stay in the data.
+        self.flip_on_read(nsid, slba, blocks, block_size, &Transfer::new(&job.segments));
+        self.segments = job.segments;
+        Ok((0, 0))
     }
 
     /// A silent bit flip in the data a read returned: in an injected range,
@@ -427,7 +424,7 @@ impl State {
             if let (Some(zones), Some(zone)) = (&mut namespace.zones, zone) {
                 zones.advance(zone, blocks);
             }
-            store(&mut self.metadata_scratch, &mut namespace.storage, slba, blocks, durable, &segments, metadata);
+            store(&mut self.metadata_scratch, &mut namespace.storage_mut(), slba, blocks, durable, &segments, metadata);
             self.after_write(index, slba, blocks, fua);
             if append {
                 self.appended_lba(slba)
@@ -471,7 +468,7 @@ impl State {
         }
         // With or without DEAC the blocks read as zeroes afterwards; whole
         // chunks are freed either way.
-        namespace.storage.zero(slba, blocks, durable);
+        namespace.storage_mut().zero(slba, blocks, durable);
         self.after_write(index, slba, blocks, fua);
         Ok((0, 0))
     }
@@ -479,12 +476,12 @@ impl State {
     fn flush(&mut self, c: &Command) -> Result<(u32, u32), Status> {
         if c.nsid == NSID_BROADCAST {
             for namespace in &mut self.namespaces {
-                namespace.storage.flush();
+                namespace.storage_mut().flush();
             }
             return Ok((0, 0));
         }
         let index = self.namespace_index(c.nsid)?;
-        self.namespaces[index].storage.flush();
+        self.namespaces[index].storage_mut().flush();
         Ok((0, 0))
     }
 
@@ -523,7 +520,7 @@ impl State {
             Transfer::new(&segments).take(&mut host);
             let mut at = 0;
             let mut equal = true;
-            self.namespaces[index].storage.read(slba, blocks, |run| {
+            self.namespaces[index].storage().read(slba, blocks, |run| {
                 let stored_len = match run {
                     Run::Data(stored) => {
                         equal &= host[at..at + stored.len()] == *stored;
@@ -590,7 +587,7 @@ impl State {
             for i in 0..ranges {
                 let range = range(i);
                 if range.nlb > 0 {
-                    self.namespaces[index].storage.zero(range.slba, u64::from(range.nlb), durable);
+                    self.namespaces[index].storage_mut().zero(range.slba, u64::from(range.nlb), durable);
                 }
             }
         }

@@ -86,6 +86,7 @@
 mod admin;
 mod config;
 mod controller;
+mod deferred;
 mod dma;
 mod fault;
 mod io;
@@ -105,16 +106,23 @@ pub use fault::{Fault, FaultStats, LostRange, PowerCutReport, SimStats, ZoneRewi
 use crate::error::{Error, Result};
 use crate::spec::zns::ZoneDescriptor;
 use crate::transport::{PciId, Transport};
-use controller::State;
+use controller::{Clock, State};
+use deferred::DmaGate;
 use fault::RangeKind;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use storage::Storage;
 use zones::Condition;
 
 /// A simulated NVMe controller. See the [module documentation](self).
 pub struct Simulator {
     state: Mutex<State>,
+    /// Each namespace's storage, and what ends DMA: the state's own, for
+    /// reads that move data outside its lock (`sim/deferred.rs`).
+    storages: Vec<Arc<RwLock<Storage>>>,
+    gate: Arc<DmaGate>,
+    clock: Arc<Clock>,
     seed: u64,
     pci_id: PciId,
 }
@@ -125,7 +133,7 @@ impl fmt::Debug for Simulator {
         f.debug_struct("Simulator")
             .field("seed", &self.seed)
             .field("pci_id", &self.pci_id)
-            .field("tick", &state.now)
+            .field("tick", &state.clock.now())
             .field("namespaces", &state.namespaces.len())
             .finish_non_exhaustive()
     }
@@ -138,7 +146,11 @@ impl Simulator {
     pub fn new(config: SimConfig) -> Arc<Self> {
         let seed = config.seed;
         let pci_id = config.pci_id;
-        Arc::new(Simulator { state: Mutex::new(State::new(config)), seed, pci_id })
+        let state = State::new(config);
+        let storages = state.namespaces.iter().map(|namespace| Arc::clone(&namespace.storage)).collect();
+        let gate = Arc::clone(&state.gate);
+        let clock = Arc::clone(&state.clock);
+        Arc::new(Simulator { state: Mutex::new(state), storages, gate, clock, seed, pci_id })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -154,7 +166,7 @@ impl Simulator {
 
     /// Ticks so far.
     pub fn now(&self) -> u64 {
-        self.lock().now
+        self.clock.now()
     }
 
     /// A hash of every completion posted so far (tick, SQ, CID, status, DW0,
@@ -166,7 +178,8 @@ impl Simulator {
     /// Counters of what the simulator did so far (commands, faults injected,
     /// power cuts), for tests to check against.
     pub fn stats(&self) -> SimStats {
-        self.lock().stats.clone()
+        let state = self.lock();
+        SimStats { ticks: state.clock.now(), ..state.stats.clone() }
     }
 
     /// DMA mappings currently made.
@@ -207,6 +220,7 @@ impl Simulator {
                 state.stats.faults.controller_fatal += 1;
             }
             Fault::SurpriseRemoval => {
+                state.gate.end_dma(None);
                 state.removed = true;
                 state.stats.faults.surprise_removals += 1;
             }
@@ -280,7 +294,7 @@ impl Simulator {
         let mut state = self.lock();
         let namespace = state.namespaces.get_mut((nsid as usize).wrapping_sub(1)).expect("no such namespace");
         assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
-        namespace.storage.flip_bit(lba, bit);
+        namespace.storage_mut().flip_bit(lba, bit);
         state.stats.faults.corrupted_at_rest += 1;
     }
 
@@ -304,7 +318,7 @@ impl Simulator {
             destination.copy_from_slice(&data[at..at + destination.len()]);
             at += destination.len();
         };
-        namespace.storage.write(lba, blocks, true, fill, storage::MetadataSource::Keep);
+        namespace.storage_mut().write(lba, blocks, true, fill, storage::MetadataSource::Keep);
         state.stats.faults.overwritten_at_rest_blocks += blocks;
     }
 
@@ -351,7 +365,8 @@ impl Simulator {
         let state = self.lock();
         let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
         assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
-        namespace.storage.block(lba, media_only)
+        let block = namespace.storage().block(lba, media_only);
+        block
     }
 
     /// Block `lba`'s metadata (MS bytes; none on a namespace without
@@ -370,20 +385,25 @@ impl Simulator {
         let state = self.lock();
         let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
         assert!(lba < namespace.capacity_blocks, "LBA {lba} outside namespace {nsid}");
-        namespace.storage.metadata(lba, media_only)
+        let metadata = namespace.storage().metadata(lba, media_only);
+        metadata
     }
 
     /// Host memory `nsid`'s stored data takes (chunks of bytes, and runs of
     /// synthetic blocks): what a benchmark subtracts as the simulator's own.
     pub fn storage_bytes(&self, nsid: u32) -> u64 {
         let state = self.lock();
-        state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage.host_bytes()
+        let bytes =
+            state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage().host_bytes();
+        bytes
     }
 
     /// Blocks of `nsid` in the write cache, not yet durable.
     pub fn dirty_blocks(&self, nsid: u32) -> u64 {
         let state = self.lock();
-        state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage.dirty_blocks()
+        let blocks =
+            state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace").storage().dirty_blocks();
+        blocks
     }
 }
 
@@ -392,12 +412,34 @@ impl Transport for Simulator {
         self.lock().read_register(offset)
     }
 
+    /// Carries out the write; a doorbell's deferred reads then move their
+    /// data with the lock let go, and their completions are posted under
+    /// it again (`sim/deferred.rs`).
     fn write32(&self, offset: usize, value: u32) {
-        self.lock().write_register(offset, value);
+        let mut state = self.lock();
+        state.defer_reads = true;
+        state.write_register(offset, value);
+        state.defer_reads = false;
+        if state.deferred.is_empty() {
+            return;
+        }
+        let batch = state.take_deferred();
+        drop(state);
+        let moved = self.gate.moving(&batch, || {
+            // One storage lock for each run of reads of one namespace.
+            for run in batch.reads.chunk_by(|a, b| a.namespace == b.namespace) {
+                let storage = namespace::read(&self.storages[run[0].namespace]);
+                run.iter().for_each(|job| job.run(&storage));
+            }
+        });
+        self.lock().finish_deferred(batch, moved);
     }
 
+    /// A pass with no completion waiting for a tick takes no lock.
     fn tick(&self) {
-        self.lock().tick();
+        if self.clock.advance() {
+            self.lock().post_due();
+        }
     }
 
     fn removal_requested(&self) -> bool {
@@ -421,7 +463,14 @@ impl Transport for Simulator {
     }
 
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
+        // No read may be moving into the memory (`sim/deferred.rs`): the
+        // lock held, none starts; those in flight finish in a copy's time.
         let mut state = self.lock();
+        while !self.gate.idle() {
+            drop(state);
+            std::thread::yield_now();
+            state = self.lock();
+        }
         let mapping = state.dma.unmap(iova, len).map_err(Error::Dma)?;
         state.unmapped(mapping);
         Ok(())

@@ -6,6 +6,7 @@ use super::storage::Storage;
 use super::zones::Zones;
 use crate::spec::identify::{CSI_NVM, CSI_ZONED};
 use crate::spec::status::{GenericStatus, Status};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[derive(Debug)]
 pub(crate) struct Namespace {
@@ -13,7 +14,10 @@ pub(crate) struct Namespace {
     pub(crate) config: NamespaceConfig,
     pub(crate) block_size: u64,
     pub(crate) capacity_blocks: u64,
-    pub(crate) storage: Storage,
+    /// Behind its own lock, so that reads move data while the controller's
+    /// state is free for other queues (see `Simulator::write32`); the
+    /// controller's lock is always taken first.
+    pub(crate) storage: Arc<RwLock<Storage>>,
     pub(crate) zones: Option<Zones>,
 }
 
@@ -23,10 +27,23 @@ impl Namespace {
             nsid,
             block_size: u64::from(config.block_size),
             capacity_blocks: config.capacity_blocks,
-            storage: Storage::new(config.block_size, config.metadata_bytes, memory_limit_bytes, config.synthetic_data),
+            storage: Arc::new(RwLock::new(Storage::new(
+                config.block_size,
+                config.metadata_bytes,
+                memory_limit_bytes,
+                config.synthetic_data,
+            ))),
             zones: config.zoned.as_ref().map(|zoned| Zones::new(zoned, config.capacity_blocks)),
             config: config.clone(),
         }
+    }
+
+    pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
+        read(&self.storage)
+    }
+
+    pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
+        write(&self.storage)
     }
 
     pub(crate) fn csi(&self) -> u8 {
@@ -49,4 +66,15 @@ impl Namespace {
     pub(crate) fn deallocate_zeroes(&self) -> bool {
         self.config.deallocate == DeallocateBehavior::Zeroes
     }
+}
+
+/// A namespace's storage to read (a panic while it was held poisons
+/// nothing: the simulator's invariants are asserted before it changes).
+pub(crate) fn read(storage: &RwLock<Storage>) -> RwLockReadGuard<'_, Storage> {
+    storage.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A namespace's storage to change.
+pub(crate) fn write(storage: &RwLock<Storage>) -> RwLockWriteGuard<'_, Storage> {
+    storage.write().unwrap_or_else(PoisonError::into_inner)
 }

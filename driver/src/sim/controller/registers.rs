@@ -158,6 +158,8 @@ impl State {
     /// Queues, waiting completions and held requests go; returns how many
     /// completions were never posted.
     pub(super) fn drop_queues(&mut self) -> u64 {
+        // Reads in flight outside the lock finish first (`sim/deferred.rs`).
+        self.gate.end_dma(None);
         let mut discarded = self.pending.len() as u64 + self.aers.len() as u64;
         self.pending.clear();
         self.aers.clear();
@@ -178,7 +180,7 @@ impl State {
     /// and open zones close.
     pub(super) fn shutdown(&mut self) {
         for namespace in &mut self.namespaces {
-            namespace.storage.flush();
+            namespace.storage_mut().flush();
             if let Some(zones) = &mut namespace.zones {
                 zones.close_open_zones();
             }

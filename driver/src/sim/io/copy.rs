@@ -85,8 +85,8 @@ impl State {
         for i in 0..ranges {
             let source = source_range(descriptors, i);
             let blocks = u64::from(source.blocks());
-            namespace.storage.read(source.slba, blocks, |run| run.append_to(&mut data));
-            namespace.storage.read_metadata(source.slba, blocks, |run| run.append_to(&mut metadata));
+            namespace.storage().read(source.slba, blocks, |run| run.append_to(&mut data));
+            namespace.storage().read_metadata(source.slba, blocks, |run| run.append_to(&mut metadata));
             total += blocks;
         }
         let metadata_bytes = u64::from(namespace.config.metadata_bytes);
@@ -102,7 +102,7 @@ impl State {
             metadata_at += destination.len();
         };
         let source = if metadata_bytes == 0 { MetadataSource::Keep } else { MetadataSource::Fill(&mut fill_metadata) };
-        namespace.storage.write(sdlba, total, durable, fill, source);
+        namespace.storage_mut().write(sdlba, total, durable, fill, source);
         assert!(at == data.len() && metadata_at == metadata.len(), "everything read was written");
         self.copy_data = data;
         self.copy_metadata = metadata;

@@ -36,7 +36,7 @@ impl State {
             for zone in 0..zones.count() {
                 if zones.selected_by_all(zone, action) {
                     let effect = zones.apply(zone, action).expect("selected zones accept the action");
-                    healed.extend(discard(&mut namespace.storage, effect));
+                    healed.extend(discard(&mut crate::sim::namespace::write(&namespace.storage), effect));
                 }
             }
         } else {
@@ -46,7 +46,7 @@ impl State {
             }
             let zone = zones.start(slba)?;
             let effect = zones.apply(zone, action)?;
-            healed.extend(discard(&mut namespace.storage, effect));
+            healed.extend(discard(&mut crate::sim::namespace::write(&namespace.storage), effect));
         }
         if cfg!(debug_assertions) {
             zones.check_invariants();
