@@ -562,8 +562,10 @@ impl State {
     /// the command. A command hung inside the controller (its completion
     /// dropped by a fault) is aborted: it completes on its CQ with Command
     /// Abort Requested and the Abort's DW0 bit 0 is clear. Every other
-    /// command has already completed here (commands execute when fetched),
-    /// so the answer is "not aborted", DW0 bit 0 set, as it is for every
+    /// command has already executed here (commands execute when fetched;
+    /// a read on another thread may still be moving its data,
+    /// `sim/deferred.rs`), so the answer is "not aborted", DW0 bit 0 set,
+    /// as it is for every
     /// command under [`crate::sim::Fault::DeclineAborts`]. A queue that
     /// does not exist is Invalid Field in Command (QEMU answers the same).
     fn abort(&mut self, command: &Command) -> Result<(u32, u32), Status> {

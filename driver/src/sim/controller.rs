@@ -279,8 +279,8 @@ pub(crate) struct State {
     /// Set while `Simulator::write32` carries out a doorbell.
     pub(crate) defer_reads: bool,
     pub(crate) deferred: Deferred,
-    /// Empty lists for the next batch while one moves.
-    pub(crate) spare_deferred: Deferred,
+    /// Empty lists for the next batches while some move.
+    pub(crate) spare_deferred: Vec<Deferred>,
     /// Range lists of finished reads, for the next ones.
     pub(crate) segment_pool: Vec<Vec<HostRange>>,
     pub(crate) gate: Arc<DmaGate>,
@@ -363,7 +363,7 @@ impl State {
             trace: 0,
             defer_reads: false,
             deferred: Deferred::default(),
-            spare_deferred: Deferred::default(),
+            spare_deferred: Vec::new(),
             segment_pool: Vec::new(),
             gate: Arc::new(DmaGate::new(queues)),
             segments: Vec::with_capacity(PAGE_SIZE / 8 + 2),
@@ -505,7 +505,8 @@ impl State {
                 self.post(cqid, entry);
             } else {
                 // After the reads before it (`sim/deferred.rs`).
-                self.deferred.posts.push((cqid, entry));
+                let sq_head = self.sqs[usize::from(sqid)].as_ref().map_or(0, |sq| sq.head as u16);
+                self.deferred.posts.push((cqid, entry, sq_head));
             }
             return;
         }
@@ -552,6 +553,12 @@ impl State {
     /// Writes a completion to its CQ, or queues it behind earlier ones when
     /// the CQ is full (a full CQ is never overwritten).
     pub(crate) fn post(&mut self, cqid: u16, entry: Entry) {
+        self.post_with_head(cqid, entry, None);
+    }
+
+    /// [`State::post`], the entry carrying `sq_head` (what its SQ's head
+    /// was when it completed) rather than the head now.
+    pub(crate) fn post_with_head(&mut self, cqid: u16, entry: Entry, sq_head: Option<u16>) {
         let Some(cq) = &mut self.cqs[usize::from(cqid)] else {
             // Its queue was deleted: the completion has nowhere to go.
             return;
@@ -562,11 +569,12 @@ impl State {
             self.stats.completions_held_cq_full += 1;
             return;
         }
-        self.write_entry(usize::from(cqid), entry);
+        self.write_entry(usize::from(cqid), entry, sq_head);
     }
 
-    fn write_entry(&mut self, cqid: usize, entry: Entry) {
-        let sq_head = self.sqs[usize::from(entry.sqid)].as_ref().map_or(0, |sq| sq.head as u16);
+    fn write_entry(&mut self, cqid: usize, entry: Entry, sq_head: Option<u16>) {
+        let head_now = || self.sqs[usize::from(entry.sqid)].as_ref().map_or(0, |sq| sq.head as u16);
+        let sq_head = sq_head.unwrap_or_else(head_now);
         let cq = self.cqs[cqid].as_mut().expect("posting to a live CQ");
         debug_assert!(!cq.is_full());
         let at = cq.tail as usize * CQE_SIZE;
@@ -606,7 +614,7 @@ impl State {
                 return;
             }
             let Some(entry) = cq.backlog.pop_front() else { return };
-            self.write_entry(cqid, entry);
+            self.write_entry(cqid, entry, None);
         }
     }
 

@@ -12,14 +12,26 @@
 //! nothing it changes shows in them. After the doorbell, `write32` takes
 //! the batch, lets the lock go, moves the data under the namespaces'
 //! storage locks only, and takes the lock again to post the completions,
-//! in order: one thread sees exactly what it saw before, completion for
-//! completion (the trace hash is unchanged), and two threads copy at once.
+//! in order, each with the SQ head it would have carried: one thread sees
+//! exactly what it saw before, completion for completion (the trace hash
+//! is unchanged), and two threads copy at once.
 //!
 //! The host's memory stays the device's to write only while the driver
-//! says so: every change that ends the device's DMA (a disable or reset,
-//! a power cut, a deleted queue, an unmapping, a removal) first waits, at
-//! [`DmaGate::end_dma`], for batches moving data, and any batch that had
-//! not started by then moves nothing and posts nothing.
+//! says so. Every change that ends the device's DMA (a disable or reset, a
+//! power cut, a deleted queue, a removal) first waits, at
+//! [`DmaGate::end_dma`], for batches moving data, and a batch of a stopped
+//! queue that had not started by then moves nothing and posts nothing:
+//! its commands end with their queue, uncounted, as a disabled
+//! controller's do (a deleted queue's other commands complete as aborted;
+//! the driver deletes a pair's queues from the pair's own thread, so none
+//! of its batches is then in flight). An unmapping stops new batches and
+//! waits until none is in flight ([`DmaGate::idle`]).
+//!
+//! Within one doorbell a Read does not flush the reads before it, so a
+//! later Read whose PRP list or SGL sits in an earlier Read's buffer sees
+//! that memory as it was (the spec leaves such a host undefined). Two
+//! commands in flight whose buffers overlap are a host error the simulator
+//! does not detect.
 
 use super::controller::{Entry, State};
 use super::dma::{HostRange, Transfer};
@@ -63,8 +75,9 @@ pub(crate) fn put_run(transfer: &mut Transfer<'_>, run: Run<'_>) {
 #[derive(Debug, Default)]
 pub(crate) struct Deferred {
     pub(crate) reads: Vec<ReadJob>,
-    /// (CQ, entry), in the order they are posted.
-    pub(crate) posts: Vec<(u16, Entry)>,
+    /// (CQ, entry, the SQ head when it completed), in the order they are
+    /// posted.
+    pub(crate) posts: Vec<(u16, Entry, u16)>,
     /// The submission queue the doorbell rang for, and its
     /// [`DmaGate`] generation when the batch was taken.
     pub(crate) sq: usize,
@@ -86,8 +99,11 @@ pub(crate) struct DmaGate {
     /// Per submission queue, advanced when its commands end (the queue is
     /// deleted, or every queue goes at a reset).
     generations: Box<[AtomicU64]>,
-    /// Batches taken and not yet finished.
+    /// Batches taken and not yet moved.
     in_flight: AtomicUsize,
+    /// Unmappings waiting for [`DmaGate::idle`]: no read is deferred
+    /// meanwhile, so the wait ends within one batch's copy.
+    unmapping: AtomicUsize,
 }
 
 impl DmaGate {
@@ -96,6 +112,7 @@ impl DmaGate {
             moving: RwLock::new(()),
             generations: (0..queues).map(|_| AtomicU64::new(0)).collect(),
             in_flight: AtomicUsize::new(0),
+            unmapping: AtomicUsize::new(0),
         }
     }
 
@@ -114,16 +131,35 @@ impl DmaGate {
         drop(self.moving.write().unwrap_or_else(PoisonError::into_inner));
     }
 
-    /// Whether no batch is between [`State::take_deferred`] and
-    /// [`State::finish_deferred`]: with the controller's lock held, none
-    /// can start, so host memory may be unmapped.
+    /// Whether no batch is between [`State::take_deferred`] and the end of
+    /// its copy: with the controller's lock held, none can start, so host
+    /// memory may be unmapped.
     pub(crate) fn idle(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) == 0
     }
 
+    /// An unmapping begins (under the controller's lock): reads are moved
+    /// under the lock until [`DmaGate::unmapped`].
+    pub(crate) fn unmapping(&self) {
+        self.unmapping.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn unmapped(&self) {
+        self.unmapping.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Runs `move_data` unless `batch`'s queue stopped since it was taken;
-    /// whether it ran.
+    /// whether it ran. The batch is no longer in flight afterwards, even if
+    /// the copy panics (a failed assertion), so an unmapping never waits
+    /// for it.
     pub(crate) fn moving(&self, batch: &Deferred, move_data: impl FnOnce()) -> bool {
+        struct Landed<'a>(&'a AtomicUsize);
+        impl Drop for Landed<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _landed = Landed(&self.in_flight);
         let _moving = self.moving.read().unwrap_or_else(PoisonError::into_inner);
         if self.generation(batch.sq) != batch.generation {
             return false;
@@ -142,6 +178,7 @@ impl State {
     pub(crate) fn may_defer_read(&self) -> bool {
         self.defer_reads
             && !self.config.reads_under_lock
+            && self.gate.unmapping.load(Ordering::Acquire) == 0
             && self.faults.is_empty()
             && self.drop_io == 0
             && self.power_cut_after.is_none()
@@ -165,7 +202,7 @@ impl State {
     /// The deferred batch, to move outside the lock; the state keeps empty
     /// lists for the next.
     pub(crate) fn take_deferred(&mut self) -> Deferred {
-        let spare = std::mem::take(&mut self.spare_deferred);
+        let spare = self.spare_deferred.pop().unwrap_or_default();
         let mut batch = std::mem::replace(&mut self.deferred, spare);
         batch.generation = self.gate.generation(batch.sq);
         self.gate.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -176,17 +213,17 @@ impl State {
     /// since it was taken (the queue is gone, or a new one took its ID);
     /// keeps its lists and ranges for later batches.
     pub(crate) fn finish_deferred(&mut self, mut batch: Deferred, moved: bool) {
-        self.gate.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if moved && self.gate.generation(batch.sq) == batch.generation {
+        if moved && self.gate.generation(batch.sq) == batch.generation && self.processing() {
             self.post_deferred(&mut batch);
         }
         self.recycle(&mut batch);
-        self.spare_deferred = batch;
+        // One spare per thread with a batch out at once, at most.
+        self.spare_deferred.push(batch);
     }
 
     fn post_deferred(&mut self, batch: &mut Deferred) {
-        for (cqid, entry) in batch.posts.drain(..) {
-            self.post(cqid, entry);
+        for (cqid, entry, sq_head) in batch.posts.drain(..) {
+            self.post_with_head(cqid, entry, Some(sq_head));
         }
         self.recycle(batch);
     }

@@ -43,10 +43,11 @@ struct Mapping {
 /// Invariant (what every `unsafe` block below relies on): a `HostRange` is
 /// only made by [`DmaTable::translate`] from a mapping whose memory the
 /// `map_dma` caller keeps allocated until `unmap_dma` returns; it is used
-/// only while the simulator's state lock is held, which `unmap_dma` takes
-/// too; and a `HostRange` kept across calls (a queue's ring) is dropped by
-/// the simulator when its mapping is unmapped. So the memory is allocated
-/// for every access made through it.
+/// while the simulator's state lock is held, which `unmap_dma` takes too,
+/// or by a deferred read's copy, for which `unmap_dma` waits
+/// (`sim/deferred.rs`); and a `HostRange` kept across calls (a queue's
+/// ring) is dropped by the simulator when its mapping is unmapped. So the
+/// memory is allocated for every access made through it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HostRange {
     ptr: NonNull<u8>,

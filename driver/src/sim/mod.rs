@@ -13,9 +13,12 @@
 //!
 //! # Determinism and threads
 //!
-//! Registers, queues and media sit behind one mutex, so the driver may use
-//! the simulator from several threads (each queue pair on its own). The
-//! results are then correct but depend on how the threads interleave. With
+//! Registers, queues and the commands' checks sit behind one mutex, and
+//! each namespace's media behind a lock of its own, so the driver may use
+//! the simulator from several threads (each queue pair on its own); a
+//! read's data moves after the mutex is let go, so two queues' copies run
+//! at once (`sim/deferred.rs`). The results are then correct but depend on
+//! how the threads interleave. With
 //! one thread, the same seed, configuration and sequence of driver calls
 //! give bit-identical results: [`Simulator::trace_hash`] folds every
 //! completion posted (tick, SQ, CID, status, DW0, DW1) into one number to
@@ -466,13 +469,15 @@ impl Transport for Simulator {
         // No read may be moving into the memory (`sim/deferred.rs`): the
         // lock held, none starts; those in flight finish in a copy's time.
         let mut state = self.lock();
+        self.gate.unmapping();
         while !self.gate.idle() {
             drop(state);
             std::thread::yield_now();
             state = self.lock();
         }
-        let mapping = state.dma.unmap(iova, len).map_err(Error::Dma)?;
-        state.unmapped(mapping);
+        let unmapped = state.dma.unmap(iova, len).map_err(Error::Dma);
+        self.gate.unmapped();
+        state.unmapped(unmapped?);
         Ok(())
     }
 
