@@ -91,10 +91,11 @@ fn another_seed_gives_another_run() {
     assert_ne!(first.completions, second.completions);
 }
 
-/// A run with no fault, delay or reordering, where reads may move their
-/// data outside the simulator's lock (`sim/deferred.rs`), or not: each
-/// batch reads blocks and then writes the same blocks, so a read that
-/// moved late would return the write's data.
+/// A run with no fault, delay or reordering, where reads (of 16 KiB, large
+/// enough) may move their data outside the simulator's lock
+/// (`sim/deferred.rs`), or not: each batch reads blocks and then writes
+/// the same blocks, so a read that moved late would return the write's
+/// data.
 fn run_reads(under_lock: bool) -> (Outcome, u64) {
     let config = SimConfig::nvm(1 << 12, 512).with_seed(7).with_reads_under_lock(under_lock);
     let mut rig = Rig::new(config);
@@ -106,9 +107,9 @@ fn run_reads(under_lock: bool) -> (Outcome, u64) {
             // Pairs of tokens share an LBA: the read first, then the write.
             let lba = (token / 2 * 37) % 4000;
             let request = if token % 2 == 0 {
-                rig.ns.read(lba, rig.buffer(4096), token).unwrap()
+                rig.ns.read(lba, rig.buffer(16384), token).unwrap()
             } else {
-                rig.ns.write(lba, rig.buffer_with(&pattern(token, 4096)), false, token).unwrap()
+                rig.ns.write(lba, rig.buffer_with(&pattern(token, 16384)), false, token).unwrap()
             };
             rig.pair.submit(request).map_err(|(error, _)| error).unwrap();
         }
@@ -117,7 +118,7 @@ fn run_reads(under_lock: bool) -> (Outcome, u64) {
                 let status = sim_support::device(done.status).map_or_else(|status| status.to_field(), |()| 0);
                 completions.push((done.token, status));
                 if let Some(buffer) = done.buffer {
-                    let mut bytes = vec![0u8; 4096];
+                    let mut bytes = vec![0u8; 16384];
                     buffer.buffer().copy_out(0, &mut bytes);
                     for word in bytes.chunks(8) {
                         next = next.wrapping_mul(31).wrapping_add(u64::from_le_bytes(word.try_into().unwrap()));

@@ -268,16 +268,17 @@ fn pairs_on_threads(rig: &Rig) {
             let pool = rig.pool.clone();
             scope.spawn(move || {
                 for round in 0..50u64 {
-                    let lba = thread * 4096 + round * 8;
-                    let data = pattern(thread * 1000 + round, 4096);
-                    let buffer = IoBuffer::range(pool.get().unwrap(), 0, 4096);
+                    // 16 KiB: reads this large move outside the lock.
+                    let lba = thread * 4096 + round * 32;
+                    let data = pattern(thread * 1000 + round, 16384);
+                    let buffer = IoBuffer::range(pool.get().unwrap(), 0, 16384);
                     buffer.buffer().copy_in(0, &data);
                     let done = pair.execute(ns.write(lba, buffer, false, 0).unwrap(), Duration::from_secs(5)).unwrap();
                     done.status.unwrap();
-                    let buffer = IoBuffer::range(pool.get().unwrap(), 0, 4096);
+                    let buffer = IoBuffer::range(pool.get().unwrap(), 0, 16384);
                     let done = pair.execute(ns.read(lba, buffer, 0).unwrap(), Duration::from_secs(5)).unwrap();
                     done.status.unwrap();
-                    let mut read = vec![0u8; 4096];
+                    let mut read = vec![0u8; 16384];
                     done.buffer.unwrap().buffer().copy_out(0, &mut read);
                     assert_eq!(read, data);
                 }

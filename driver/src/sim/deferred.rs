@@ -39,6 +39,14 @@ use super::storage::{Run, Storage};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 
+/// The smallest read whose data moves outside the lock. Deferring costs
+/// about 380 instructions per doorbell (the batch handed over, the lock
+/// taken again, the gate), which a 4 KiB copy does not repay: one pair at
+/// 4 KiB QD1 would run 6% more instructions per I/O (hack/io-instructions),
+/// and two pairs at 4 KiB gain nothing from it (BENCHMARKS.md). From 16
+/// KiB the copy is most of a read's cost.
+pub(crate) const DEFER_READ_BYTES_MIN: u64 = 16 * 1024;
+
 /// One Read's data, to move from its namespace's storage to the host.
 #[derive(Debug)]
 pub(crate) struct ReadJob {
@@ -170,13 +178,14 @@ impl DmaGate {
 }
 
 impl State {
-    /// Whether a Read that passed its checks may move its data after the
-    /// lock is let go: in a doorbell `write32` carries out, with nothing
-    /// that draws or changes state between its execution and its
-    /// completion (faults, drops, delays, reordering, a scheduled power
-    /// cut).
-    pub(crate) fn may_defer_read(&self) -> bool {
-        self.defer_reads
+    /// Whether a Read of `bytes` that passed its checks may move its data
+    /// after the lock is let go: at least [`DEFER_READ_BYTES_MIN`], in a
+    /// doorbell `write32` carries out, with nothing that draws or changes
+    /// state between its execution and its completion (faults, drops,
+    /// delays, reordering, a scheduled power cut).
+    pub(crate) fn may_defer_read(&self, bytes: u64) -> bool {
+        bytes >= DEFER_READ_BYTES_MIN
+            && self.defer_reads
             && !self.config.reads_under_lock
             && self.gate.unmapping.load(Ordering::Acquire) == 0
             && self.faults.is_empty()

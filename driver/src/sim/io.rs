@@ -362,7 +362,7 @@ impl State {
         let metadata_bytes = u64::from(self.namespaces[index].config.metadata_bytes);
         let metadata = metadata.map(|buffer| (buffer, buffer.len() as u64 / metadata_bytes));
         let job = ReadJob { namespace: index, slba, blocks, segments, metadata };
-        if self.may_defer_read() {
+        if self.may_defer_read(blocks * block_size) {
             // The data moves after the lock is let go (`sim/deferred.rs`).
             self.deferred.reads.push(job);
             self.stats.deferred_reads += 1;
