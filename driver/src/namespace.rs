@@ -280,7 +280,7 @@ impl Namespace {
 
     // ---- validation ----
 
-    fn check_range(&self, slba: u64, blocks: u64) -> Checked<()> {
+    pub(crate) fn check_range(&self, slba: u64, blocks: u64) -> Checked<()> {
         if blocks == 0 {
             return Err(RequestError::Empty);
         }

@@ -62,6 +62,22 @@ pub(crate) const fn cdw12_fua(fua: bool) -> u32 {
     }
 }
 
+/// The blocks CDW12's NLB field (0's based) addresses.
+pub(crate) const fn cdw12_blocks(cdw12: u32) -> u32 {
+    (cdw12 & CDW12_NLB_MASK) + 1
+}
+
+/// Makes `command` the `opcode` command over `blocks` blocks from `slba`
+/// with CDW12 flags `flags`, as [`read`] or [`write`] would build it, with
+/// its namespace, data pointer and metadata pointer kept: a command sent
+/// again from its slot with the same buffers.
+pub(crate) fn retarget(command: &mut Command, opcode: u8, slba: u64, blocks: u32, flags: u32) {
+    (command.cdw10, command.cdw11) = lba_dwords(slba);
+    command.opcode = opcode;
+    command.cdw12 = flags | cdw12_nlb(blocks);
+    (command.cdw2, command.cdw3, command.cdw13, command.cdw14, command.cdw15) = (0, 0, 0, 0, 0);
+}
+
 /// A 64-bit LBA split into (CDW10, CDW11): bits 31:0 and 63:32.
 pub(crate) const fn lba_dwords(lba: u64) -> (u32, u32) {
     (lba as u32, (lba >> 32) as u32)
@@ -355,6 +371,29 @@ mod tests {
     const SLBA: u64 = 0x0000_0012_3456_789A;
     const SLBA_LOW: [u8; 4] = [0x9A, 0x78, 0x56, 0x34];
     const SLBA_HIGH: [u8; 4] = [0x12, 0x00, 0x00, 0x00];
+
+    #[test]
+    fn a_command_retargeted_is_the_one_built_new_with_its_pointers_kept() {
+        let pointed = |mut command: Command| {
+            (command.flags, command.mptr, command.prp1, command.prp2) = (0x40, 0x1000, 0x2000, 0x3000);
+            command
+        };
+        let mut command = pointed(compare(1, 0, 1));
+        command.cdw13 = 0x55;
+        command.cdw2 = 7;
+        for (opcode, flags, fresh) in [
+            (op::READ, 0, read(1, SLBA, 8)),
+            (op::WRITE, CDW12_FUA, write(1, SLBA, 8, true)),
+            (op::WRITE, 0, write(1, 3, 65536, false)),
+        ] {
+            let blocks = cdw12_blocks(fresh.cdw12);
+            let slba = u64::from(fresh.cdw11) << 32 | u64::from(fresh.cdw10);
+            retarget(&mut command, opcode, slba, blocks, flags);
+            assert_eq!(command, pointed(fresh));
+        }
+        assert_eq!(cdw12_blocks(read(1, 0, 1).cdw12), 1);
+        assert_eq!(cdw12_blocks(read(1, 0, MAX_BLOCKS).cdw12), MAX_BLOCKS);
+    }
 
     #[test]
     fn read_bytes() {

@@ -52,7 +52,7 @@ pub mod sgl;
 
 pub(crate) use doorbell::{ShadowPages, ShadowPolicy};
 pub(crate) use host::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost};
-pub use pair::{QueuePair, QueueStats, DEFAULT_IO_TIMEOUT};
+pub use pair::{Finished, QueuePair, QueueStats, Submitter, DEFAULT_IO_TIMEOUT};
 pub use profile::PhaseTicks;
 pub(crate) use quarantine::{Held, Quarantine};
 pub(crate) use raw::layout as raw_layout;

@@ -12,6 +12,7 @@
 //! own:
 //! - `submission`: checks, the data pointer, the SQE, the SQ doorbell;
 //! - `completion`: reaping by phase tag and announcing the CQ head;
+//! - `in_place`: completions handled in their slots, and sent again;
 //! - `recovery`: deadlines, Abort, resets, removal, drop, quarantine;
 //! - `blocking`: `execute` and the admin queue's bounded waits.
 //!
@@ -20,6 +21,9 @@
 
 mod blocking;
 mod completion;
+mod in_place;
+
+pub use in_place::{Finished, Submitter};
 mod recovery;
 mod submission;
 
@@ -92,6 +96,9 @@ struct Tracker {
     deadline: Option<u64>,
     buffer: Option<IoBuffer>,
     metadata: Option<IoBuffer>,
+    /// The command as submitted (its data pointer included), for sending
+    /// it again from the same slot (`in_place`).
+    command: Command,
 }
 
 /// Polls between two deadline checks while completions keep coming: a
@@ -213,6 +220,9 @@ pub struct QueuePair {
     on_drop: Option<Box<dyn FnOnce(u16) -> bool + Send>>,
     /// Phase timings, when the owner asked for them.
     profiler: Option<Box<Profiler>>,
+    /// Commands the pair ended itself during a poll pass, for
+    /// `poll_in_place` to hand over after it: a slot's capacity each.
+    ended: Vec<IoCompletion>,
     /// One owner at a time: `Send`, never `Sync`.
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -289,6 +299,7 @@ impl QueuePair {
             host: None,
             on_drop: None,
             profiler: None,
+            ended: Vec::with_capacity(slots),
             _not_sync: PhantomData,
         })
     }
@@ -434,6 +445,15 @@ impl QueuePair {
     #[inline(always)]
     fn stamp<const PROFILE: bool>(&self) -> u64 {
         if PROFILE {
+            self.clock.now()
+        } else {
+            0
+        }
+    }
+
+    /// The clock if profiling is on, else 0.
+    fn clock_if_profiling(&self) -> u64 {
+        if self.profiler.is_some() {
             self.clock.now()
         } else {
             0

@@ -3,6 +3,47 @@
 
 use super::*;
 
+/// Where a poll pass hands the commands it finishes.
+pub(super) trait Delivery {
+    /// The device completed the command in busy `slot` with `entry`.
+    fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion);
+    /// The pair is about to check deadlines or recover, and may end
+    /// commands itself.
+    fn before_ending(&mut self, _pair: &mut QueuePair) {}
+    /// The pair ended a command itself (a deadline, a reset, removal); its
+    /// slot is free. Called with the pair borrowed: `after_ended` follows.
+    fn ended(&mut self, completion: IoCompletion);
+    /// After the pair ended commands, with the pair free again.
+    fn after_ended(&mut self, _pair: &mut QueuePair) {}
+}
+
+/// `poll`'s delivery: each command's [`IoCompletion`], by value, its slot
+/// free.
+pub(super) struct Classic<F>(pub(super) F);
+
+impl<F: FnMut(IoCompletion)> Delivery for Classic<F> {
+    #[inline(always)]
+    fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion) {
+        let tracker = &mut pair.trackers[usize::from(slot)];
+        tracker.busy = false;
+        let completion = IoCompletion {
+            token: tracker.token,
+            cid: slot,
+            status: if entry.is_success() { Ok(()) } else { Err(failure(entry.status(), tracker.timed_out)) },
+            dw0: entry.dw0,
+            dw1: entry.dw1,
+            buffer: tracker.buffer.take(),
+            metadata: tracker.metadata.take(),
+        };
+        pair.free.push(slot);
+        (self.0)(completion);
+    }
+
+    fn ended(&mut self, completion: IoCompletion) {
+        (self.0)(completion);
+    }
+}
+
 impl QueuePair {
     /// Completion queue entries consumed but not announced.
     #[inline]
@@ -28,24 +69,27 @@ impl QueuePair {
     /// the commands in flight and re-creates the queues (see the [type
     /// documentation](Self)).
     pub fn poll(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
+        let mut delivery = Classic(on_completion);
         if self.profiler.is_some() {
-            self.poll_profiled(on_completion)
+            self.poll_profiled(&mut delivery)
         } else {
-            self.poll_as::<false>(on_completion)
+            self.poll_as::<false, _>(&mut delivery)
         }
     }
 
     #[cold]
     #[inline(never)]
-    pub(super) fn poll_profiled(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
-        self.poll_as::<true>(on_completion)
+    pub(super) fn poll_profiled(&mut self, delivery: &mut impl Delivery) -> usize {
+        self.poll_as::<true, _>(delivery)
     }
 
     #[inline(always)]
-    pub(super) fn poll_as<const PROFILE: bool>(&mut self, mut on_completion: impl FnMut(IoCompletion)) -> usize {
+    pub(super) fn poll_as<const PROFILE: bool, D: Delivery>(&mut self, delivery: &mut D) -> usize {
         let mut reaped = 0;
         if self.epoch.generation() != self.generation {
-            reaped += self.recover(&mut on_completion);
+            delivery.before_ending(self);
+            reaped += self.recover(&mut |completion| delivery.ended(completion));
+            delivery.after_ended(self);
         }
         self.ring_as::<PROFILE>();
         let start = self.stamp::<PROFILE>();
@@ -79,30 +123,14 @@ impl QueuePair {
                     }
                 }
             }
-            match self.trackers.get_mut(slot) {
-                Some(tracker) if tracker.busy => {
-                    tracker.busy = false;
-                    let completion = IoCompletion {
-                        token: tracker.token,
-                        cid: entry.cid,
-                        status: if entry.is_success() {
-                            Ok(())
-                        } else {
-                            Err(failure(entry.status(), tracker.timed_out))
-                        },
-                        dw0: entry.dw0,
-                        dw1: entry.dw1,
-                        buffer: tracker.buffer.take(),
-                        metadata: tracker.metadata.take(),
-                    };
-                    self.free.push(entry.cid);
-                    self.stats.completed += 1;
-                    reaped += 1;
-                    let called = self.stamp::<PROFILE>();
-                    on_completion(completion);
-                    callback += self.stamp::<PROFILE>() - called;
-                }
-                _ => self.stats.spurious_completions += 1,
+            if self.trackers.get(slot).is_some_and(|tracker| tracker.busy) {
+                self.stats.completed += 1;
+                reaped += 1;
+                let called = self.stamp::<PROFILE>();
+                delivery.reaped(self, entry.cid, &entry);
+                callback += self.stamp::<PROFILE>() - called;
+            } else {
+                self.stats.spurious_completions += 1;
             }
         }
         // The CQ head doorbell only tells the controller which entries it
@@ -119,7 +147,9 @@ impl QueuePair {
         let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
             || (reaped == 0 && self.polls.is_multiple_of(IDLE_DEADLINE_CHECK_POLLS));
         if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
-            reaped += self.check_deadlines(&mut on_completion);
+            delivery.before_ending(self);
+            reaped += self.check_deadlines(&mut |completion| delivery.ended(completion));
+            delivery.after_ended(self);
         }
         if PROFILE {
             if let Some(profiler) = self.profiler.as_deref_mut() {

@@ -75,6 +75,7 @@ impl QueuePair {
         tracker.token = request.token;
         tracker.buffer = request.buffer;
         tracker.metadata = request.metadata;
+        tracker.command = command;
         self.push(command, slot);
         if PROFILE {
             if let Some(profiler) = self.profiler.as_deref_mut() {
@@ -109,6 +110,7 @@ impl QueuePair {
         tracker.token = token;
         tracker.buffer = None;
         tracker.metadata = None;
+        tracker.command = command;
         self.push(command, slot);
         Ok(())
     }
@@ -124,6 +126,7 @@ impl QueuePair {
         }
     }
 
+    #[inline]
     pub(super) fn fill_data_pointer(
         &mut self,
         command: &mut Command,

@@ -5,6 +5,7 @@
 //! On a zoned namespace, `--rw write` writes each zone of the region once,
 //! at its write pointer or by Zone Append (`--zone-append`): see [`zoned`].
 
+mod in_place;
 mod report;
 mod zoned;
 
@@ -28,8 +29,13 @@ use std::time::{Duration, Instant};
 /// What drives the queue: the driver's queue pairs, or the bare floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Engine {
-    /// `QueuePair`: validation, buffer ownership, deadlines, recovery.
+    /// `QueuePair`: validation, buffer ownership, deadlines, recovery; each
+    /// I/O sent again from its completion, in place
+    /// (`QueuePair::poll_in_place`).
     Driver,
+    /// `QueuePair` as `driver`, each I/O a new `Request` submitted after
+    /// the poll pass (`QueuePair::poll`, then `QueuePair::submit`).
+    Submit,
     /// `RawQueue`: commands written straight into the ring, the phase tag
     /// spun on, nothing else; what the platform costs by itself.
     Raw,
@@ -261,8 +267,8 @@ fn run(args: &Args) -> Result<(), String> {
             u32::from(args.qd) + 1
         ));
     }
-    if args.copy_in && args.engine != Engine::Driver {
-        return Err("--copy-in runs on the driver engine only".into());
+    if args.copy_in && args.engine == Engine::Raw {
+        return Err("--copy-in runs on the driver engines only".into());
     }
     let zones = zoned_shares(args, &controller, &ns, offset_blocks, region_blocks, io_blocks)?;
 
@@ -273,7 +279,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let zones = zones.as_ref().map(|shares| shares[usize::from(index)].clone());
                 let job = Job { args, entries, index, region_blocks, io_blocks, zones };
                 scope.spawn(move || match args.engine {
-                    Engine::Driver => worker(controller, ns, &job),
+                    Engine::Driver | Engine::Submit => worker(controller, ns, &job),
                     Engine::Raw => raw_worker(controller, ns, &job),
                 })
             })
@@ -333,8 +339,8 @@ fn zoned_shares(
         Rw::Read | Rw::Randread if args.zone_append => return Err("--zone-append needs --rw write".into()),
         Rw::Read | Rw::Randread => return Ok(None),
     }
-    if args.engine != Engine::Driver {
-        return Err("zoned write jobs run on the driver engine only".into());
+    if args.engine == Engine::Raw {
+        return Err("zoned write jobs run on the driver engines only".into());
     }
     let append_max = ns.zones().map_or(0, |z| z.zone_append_max_bytes);
     if args.zone_append && args.bs > append_max {
@@ -559,38 +565,56 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
 
     let mut pace = Pace::new(args, &clock);
     result.per_second = args.per_second.then(|| PerSecond::new(&clock));
-    while pace.in_flight > 0 {
-        qpair.poll(|completion| completions.push(completion));
-        if completions.is_empty() {
-            pace.idle(&clock);
-            continue;
-        }
-        let now = pace.now(&clock);
-        for completion in completions.drain(..) {
-            let token = completion.token as usize;
-            let mut status = completion.status.map_err(|status| status.to_string());
-            if let (Io::Append(zone), Ok(())) = (ios[token], &status) {
-                status = zoned::check_append(zones[zone], job.io_blocks, completion.result_u64());
-            }
-            let read = matches!(ios[token], Io::Read(_));
-            result.record(&clock, now, submitted_at[token], read, args.bs, status);
-            let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
-            if !pace.replace(args.bs) {
+    if args.engine == Engine::Driver {
+        let source = source.as_deref();
+        let mut run = in_place::Run::new(
+            job,
+            ns,
+            &clock,
+            zones,
+            source,
+            &request_for,
+            &mut pace,
+            &mut result,
+            &mut picker,
+            &mut ios,
+            &mut submitted_at,
+        );
+        run.run(&mut qpair)?;
+    } else {
+        while pace.in_flight > 0 {
+            qpair.poll(|completion| completions.push(completion));
+            if completions.is_empty() {
+                pace.idle(&clock);
                 continue;
             }
-            let Some(io) = picker.next(token) else {
-                pace.nothing_left(args.bs);
-                continue;
-            };
-            ios[token] = io;
-            submitted_at[token] = now;
-            if args.profile {
-                let built = clock.now();
-                let request = request_for(io, token, buffer)?;
-                request_ticks += clock.now() - built;
-                qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
-            } else {
-                qpair.submit(request_for(io, token, buffer)?).map_err(|(e, _)| format!("{e:?}"))?;
+            let now = pace.now(&clock);
+            for completion in completions.drain(..) {
+                let token = completion.token as usize;
+                let mut status = completion.status.map_err(|status| status.to_string());
+                if let (Io::Append(zone), Ok(())) = (ios[token], &status) {
+                    status = zoned::check_append(zones[zone], job.io_blocks, completion.result_u64());
+                }
+                let read = matches!(ios[token], Io::Read(_));
+                result.record(&clock, now, submitted_at[token], read, args.bs, status);
+                let buffer = completion.buffer.ok_or("a data command came back without its buffer")?;
+                if !pace.replace(args.bs) {
+                    continue;
+                }
+                let Some(io) = picker.next(token) else {
+                    pace.nothing_left(args.bs);
+                    continue;
+                };
+                ios[token] = io;
+                submitted_at[token] = now;
+                if args.profile {
+                    let built = clock.now();
+                    let request = request_for(io, token, buffer)?;
+                    request_ticks += clock.now() - built;
+                    qpair.submit(request).map_err(|(e, _)| format!("{e:?}"))?;
+                } else {
+                    qpair.submit(request_for(io, token, buffer)?).map_err(|(e, _)| format!("{e:?}"))?;
+                }
             }
         }
     }

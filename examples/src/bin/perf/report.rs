@@ -321,7 +321,7 @@ fn report_text(run: &Run<'_>) {
         ns.nsid(),
         seconds,
         format!("{:?}", args.engine).to_lowercase(),
-        if controller.shadow_doorbells() && args.engine == Engine::Driver { "on" } else { "off" },
+        if controller.shadow_doorbells() && args.engine != Engine::Raw { "on" } else { "off" },
         match controller.sgl_threshold() {
             None => "PRPs".to_string(),
             Some(0) => "SGLs".to_string(),
