@@ -1,5 +1,6 @@
 //! Submit + complete cost per command on the I/O path, over the loopback
-//! device (no hardware): at queue depth 1 and in batches of 32.
+//! device (no hardware): at queue depth 1, a 4 KiB read also sent again
+//! in place, and in batches of 32.
 //!
 //! Each iteration submits, lets the loopback device post completions, and
 //! polls them back, so the figure includes the device side's work (reading
@@ -45,6 +46,24 @@ fn bench(c: &mut Criterion) {
                 pair.ring();
                 device.complete_all();
                 pair.poll(|c| buffer = c.buffer);
+            })
+        });
+    }
+
+    // QD1: the same 4 KiB read sent again from its completion, in its
+    // slot (`poll_in_place`): no request built, the buffer never moved.
+    {
+        let (mut pair, mut device, transport) = loopback::queue_pair(64).unwrap();
+        let transport: Arc<dyn Transport> = transport;
+        let ns = loopback::namespace(1, 1 << 20, 512);
+        let pool = DmaPool::new(&transport, 4096, 1).unwrap();
+        let request = ns.read(8, IoBuffer::new(pool.get().unwrap()), 1).unwrap();
+        pair.submit(request).unwrap();
+        group.bench_function("qd1_read_4k_in_place", |b| {
+            b.iter(|| {
+                pair.ring();
+                device.complete_all();
+                pair.poll_in_place(|done| done.read(&ns, 8, 1).map_err(|(error, _)| error).unwrap());
             })
         });
     }

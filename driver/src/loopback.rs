@@ -254,6 +254,27 @@ mod tests {
     }
 
     #[test]
+    fn a_loopback_namespace_checks_requests_and_reads_go_again_in_place() {
+        let ns = namespace(3, 1 << 10, 4096);
+        assert_eq!((ns.nsid(), ns.block_size(), ns.capacity_blocks(), ns.metadata()), (3, 4096, 1 << 10, None));
+        let (mut pair, mut device, transport) = queue_pair(8).unwrap();
+        let transport: Arc<dyn Transport> = transport;
+        let pool = DmaPool::new(&transport, 8192, 1).unwrap();
+        assert!(ns.read(1023, IoBuffer::new(pool.get().unwrap()), 0).is_err(), "two blocks from the last");
+        pair.submit(ns.read(1022, IoBuffer::new(pool.get().unwrap()), 0).unwrap()).unwrap();
+        for lba in [0, 512, 1022] {
+            pair.ring();
+            assert_eq!(device.complete_all(), 1);
+            // The loopback echoes CDW10 (the LBA's low half) in DW0.
+            assert_eq!(pair.poll_in_place(|done| done.read(&ns, lba, lba).unwrap()), 1);
+        }
+        pair.ring();
+        device.complete_all();
+        pair.poll_in_place(|done| assert_eq!((done.token(), done.result_u64()), (1022, 1022)));
+        assert_eq!(pool.available(), 1);
+    }
+
+    #[test]
     fn a_full_queue_hands_the_request_back() {
         let (mut pair, mut device, _) = queue_pair(4).unwrap();
         for token in 0..3 {
@@ -365,4 +386,38 @@ mod tests {
         assert_eq!(transport.mappings(), 0);
         assert_eq!(device.complete_all(), 0);
     }
+}
+
+/// Namespace `nsid` of `capacity_blocks` blocks of `block_size` bytes, no
+/// metadata, on a controller with no limit but its data pointer's (no
+/// MDTS, no optional commands): for benchmarks and tests that build
+/// requests for the loopback device. Panics unless `block_size` is a
+/// power of two from 512 to 64 KiB.
+pub fn namespace(nsid: u32, capacity_blocks: u64, block_size: u32) -> crate::Namespace {
+    use crate::identity::{ControllerLimits, NamespaceInfo};
+    use crate::spec::identify::{IdentifyController, IdentifyNamespace};
+    assert!(block_size.is_power_of_two() && (512..=65536).contains(&block_size), "block size {block_size}");
+    let page = [0u8; 4096];
+    let identify = IdentifyController::parse(&page).expect("an all-zero Identify Controller parses");
+    let mut namespace_page = page;
+    // LBA format 0: LBADS (byte 130 of the first LBAF descriptor at 128).
+    namespace_page[128 + 2] = block_size.trailing_zeros() as u8;
+    let limits = ControllerLimits {
+        identify: &identify,
+        identify_nvm: None,
+        identify_zns: None,
+        min_page_size: PAGE_SIZE,
+        max_transfer_bytes: None,
+        data_pointer_max_bytes: crate::queue::prp::MAX_TRANSFER_BYTES,
+        quirks: crate::Quirks::empty(),
+    };
+    let info = NamespaceInfo {
+        nsid,
+        csi: 0,
+        block_size,
+        capacity_blocks,
+        identify: IdentifyNamespace::parse(&namespace_page).expect("an Identify Namespace of one LBA format parses"),
+        zoned: None,
+    };
+    crate::Namespace::new(&limits, &info)
 }
