@@ -222,6 +222,40 @@ pub fn queue_pair(depth: u16) -> Result<(QueuePair, LoopbackDevice, Arc<Loopback
     Ok((pair, device, transport))
 }
 
+/// Namespace `nsid` of `capacity_blocks` blocks of `block_size` bytes, no
+/// metadata, on a controller with no limit but its data pointer's (no
+/// MDTS, no optional commands): for benchmarks and tests that build
+/// requests for the loopback device. Panics unless `block_size` is a
+/// power of two from 512 to 64 KiB.
+pub fn namespace(nsid: u32, capacity_blocks: u64, block_size: u32) -> crate::Namespace {
+    use crate::identity::{ControllerLimits, NamespaceInfo};
+    use crate::spec::identify::{IdentifyController, IdentifyNamespace};
+    assert!(block_size.is_power_of_two() && (512..=65536).contains(&block_size), "block size {block_size}");
+    let page = [0u8; 4096];
+    let identify = IdentifyController::parse(&page).expect("an all-zero Identify Controller parses");
+    let mut namespace_page = page;
+    // LBA format 0: LBADS (byte 130 of the first LBAF descriptor at 128).
+    namespace_page[128 + 2] = block_size.trailing_zeros() as u8;
+    let limits = ControllerLimits {
+        identify: &identify,
+        identify_nvm: None,
+        identify_zns: None,
+        min_page_size: PAGE_SIZE,
+        max_transfer_bytes: None,
+        data_pointer_max_bytes: crate::queue::prp::MAX_TRANSFER_BYTES,
+        quirks: crate::Quirks::empty(),
+    };
+    let info = NamespaceInfo {
+        nsid,
+        csi: 0,
+        block_size,
+        capacity_blocks,
+        identify: IdentifyNamespace::parse(&namespace_page).expect("an Identify Namespace of one LBA format parses"),
+        zoned: None,
+    };
+    crate::Namespace::new(&limits, &info)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,38 +420,4 @@ mod tests {
         assert_eq!(transport.mappings(), 0);
         assert_eq!(device.complete_all(), 0);
     }
-}
-
-/// Namespace `nsid` of `capacity_blocks` blocks of `block_size` bytes, no
-/// metadata, on a controller with no limit but its data pointer's (no
-/// MDTS, no optional commands): for benchmarks and tests that build
-/// requests for the loopback device. Panics unless `block_size` is a
-/// power of two from 512 to 64 KiB.
-pub fn namespace(nsid: u32, capacity_blocks: u64, block_size: u32) -> crate::Namespace {
-    use crate::identity::{ControllerLimits, NamespaceInfo};
-    use crate::spec::identify::{IdentifyController, IdentifyNamespace};
-    assert!(block_size.is_power_of_two() && (512..=65536).contains(&block_size), "block size {block_size}");
-    let page = [0u8; 4096];
-    let identify = IdentifyController::parse(&page).expect("an all-zero Identify Controller parses");
-    let mut namespace_page = page;
-    // LBA format 0: LBADS (byte 130 of the first LBAF descriptor at 128).
-    namespace_page[128 + 2] = block_size.trailing_zeros() as u8;
-    let limits = ControllerLimits {
-        identify: &identify,
-        identify_nvm: None,
-        identify_zns: None,
-        min_page_size: PAGE_SIZE,
-        max_transfer_bytes: None,
-        data_pointer_max_bytes: crate::queue::prp::MAX_TRANSFER_BYTES,
-        quirks: crate::Quirks::empty(),
-    };
-    let info = NamespaceInfo {
-        nsid,
-        csi: 0,
-        block_size,
-        capacity_blocks,
-        identify: IdentifyNamespace::parse(&namespace_page).expect("an Identify Namespace of one LBA format parses"),
-        zoned: None,
-    };
-    crate::Namespace::new(&limits, &info)
 }
