@@ -1,7 +1,7 @@
 //! `perf` in QEMU, one VM: the floor (`--engine raw`) moves data through
 //! PRPs with and without a list and through an SGL descriptor on a
 //! controller with shadow doorbells (which QEMU reads the SQ tail from),
-//! and `--profile` breaks the driver engine's time into phases. On a ZNS
+//! and `--profile` breaks the driver engines' time into phases. On a ZNS
 //! controller whose zones hold less than their size and few may be open,
 //! zoned write jobs fill each zone once, at the write pointer and by Zone
 //! Append.
@@ -12,10 +12,11 @@ use vm_rig::{Controller, Vm};
 const MIB: u64 = 1 << 20;
 
 /// The runs, in order: (engine, arguments).
-const RUNS: [(&str, &str); 6] = [
+const RUNS: [(&str, &str); 7] = [
     ("raw", "--pci 00:10.0 --time 1 --size 16M --rw write --yes --bs 128k --qd 8 --sgl never"),
     ("raw", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 1"),
     ("raw", "--pci 00:10.0 --time 1 --size 16M --rw read --bs 128k --qd 8 --sgl always"),
+    ("submit", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 4 --profile"),
     ("driver", "--pci 00:10.0 --time 1 --size 16M --rw randread --bs 4k --qd 4 --profile"),
     // The ZNS controller (00:11.0): four 16 MiB zones of 12 MiB capacity,
     // which end the run once full.
@@ -64,11 +65,18 @@ fn the_floor_and_the_profile_run_on_qemu() {
     for phase in ["request", "checks", "data_pointer", "sqe", "doorbell", "reaping", "device", "total"] {
         assert!(profile[phase].as_f64().is_some_and(|ns| ns > 0.0), "{phase}: {profile}");
     }
+    // In place, no request is built and the data pointer stays: the
+    // checks and the SQE are what a command sent again costs.
+    let profile = &reports[4]["profile_ns_per_io"];
+    for phase in ["checks", "sqe", "doorbell", "reaping", "device", "total"] {
+        assert!(profile[phase].as_f64().is_some_and(|ns| ns > 0.0), "{phase}: {profile}");
+    }
+    assert_eq!(profile["request"].as_f64(), Some(0.0), "{profile}");
     assert!(reports[2]["profile_ns_per_io"].is_null(), "no profile unless asked");
     // QEMU fails a write that is not at its zone's write pointer and a
     // write past a zone's capacity: no errors, and the bytes of four full
     // zones, mean each was written once, in order, to its capacity.
-    for (report, mode) in reports[4..].iter().zip(["write-pointer", "zone-append"]) {
+    for (report, mode) in reports[5..].iter().zip(["write-pointer", "zone-append"]) {
         assert_eq!(report["zoned"]["mode"], mode, "{report}");
         assert_eq!(report["zoned"]["zones"], 4, "{report}");
         assert_eq!(report["ios"].as_u64().unwrap() * 128 * 1024, ZONED_BYTES, "{report}");

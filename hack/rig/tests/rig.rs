@@ -17,7 +17,10 @@ fn a_hung_guest_is_killed_at_the_timeout() {
     let started = std::time::Instant::now();
     let result = Vm::new().timeout(Duration::from_secs(20)).run(&["sleep", "600"]);
     assert!(matches!(result, Err(Error::Timeout { seconds: 20, .. })), "{result:?}");
-    assert!(started.elapsed() < Duration::from_secs(60));
+    // Killed near its 20 s, not after the guest's 600. The margin is for a
+    // slow host: on one (2026-12-04, under a full test run) this took just
+    // over 60 s.
+    assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
 }
 
 /// Controllers sit at 00:10.0, 00:11.0, ... in the order given; a `kernel`

@@ -160,6 +160,8 @@ impl<'a> Finished<'a> {
                 return Err((SubmitError::DeviceReadOnly.into(), self));
             }
         }
+        let checked = pair.clock_if_profiling();
+        let tracker = &mut pair.trackers[usize::from(slot)];
         nvm::retarget(&mut tracker.command, opcode, slba, blocks, flags);
         tracker.token = token;
         tracker.timed_out = false;
@@ -168,7 +170,8 @@ impl<'a> Finished<'a> {
         pair.push(command, slot);
         if let Some(profiler) = pair.profiler.as_deref_mut() {
             let end = pair.clock.now();
-            profiler.submitted(slot, [start, end, end, end]);
+            // No data pointer to build: the checks, then the SQE.
+            profiler.submitted(slot, [start, checked, checked, end]);
         }
         self.what = What::Done;
         Ok(())
