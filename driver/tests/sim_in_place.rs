@@ -87,7 +87,6 @@ fn refusals_hand_the_finished_command_back_unchanged() {
     let other = rig.controller.namespace(2).unwrap();
     let read_only = DmaPool::new_device_reads(rig.controller.transport(), 4096, 1).unwrap();
     let data = pattern(3, 4096);
-    read_only.get().unwrap().copy_in(0, &data);
     let buffer = IoBuffer::new(read_only.get().unwrap());
     buffer.buffer().copy_in(0, &data);
     let request = rig.ns.write(8, buffer, false, 1).unwrap();

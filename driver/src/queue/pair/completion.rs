@@ -24,18 +24,8 @@ pub(super) struct Classic<F>(pub(super) F);
 impl<F: FnMut(IoCompletion)> Delivery for Classic<F> {
     #[inline(always)]
     fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion) {
-        let tracker = &mut pair.trackers[usize::from(slot)];
-        tracker.busy = false;
-        let completion = IoCompletion {
-            token: tracker.token,
-            cid: slot,
-            status: if entry.is_success() { Ok(()) } else { Err(failure(entry.status(), tracker.timed_out)) },
-            dw0: entry.dw0,
-            dw1: entry.dw1,
-            buffer: tracker.buffer.take(),
-            metadata: tracker.metadata.take(),
-        };
-        pair.free.push(slot);
+        let status = status_of(entry, pair.trackers[usize::from(slot)].timed_out);
+        let completion = pair.release(slot, status, entry.dw0, entry.dw1);
         (self.0)(completion);
     }
 
@@ -44,7 +34,42 @@ impl<F: FnMut(IoCompletion)> Delivery for Classic<F> {
     }
 }
 
+/// A completed command's result: success, or why not.
+#[inline(always)]
+pub(super) fn status_of(entry: &Completion, timed_out: bool) -> std::result::Result<(), IoError> {
+    if entry.is_success() {
+        Ok(())
+    } else {
+        Err(failure(entry.status(), timed_out))
+    }
+}
+
 impl QueuePair {
+    /// Frees busy `slot`, whose command finished with `status`, `dw0` and
+    /// `dw1`, and gives its completion, buffers included.
+    #[inline(always)]
+    pub(super) fn release(
+        &mut self,
+        slot: u16,
+        status: std::result::Result<(), IoError>,
+        dw0: u32,
+        dw1: u32,
+    ) -> IoCompletion {
+        let tracker = &mut self.trackers[usize::from(slot)];
+        tracker.busy = false;
+        let completion = IoCompletion {
+            token: tracker.token,
+            cid: slot,
+            status,
+            dw0,
+            dw1,
+            buffer: tracker.buffer.take(),
+            metadata: tracker.metadata.take(),
+        };
+        self.free.push(slot);
+        completion
+    }
+
     /// Completion queue entries consumed but not announced.
     #[inline]
     pub(super) fn cq_unannounced(&self) -> usize {

@@ -15,7 +15,7 @@
 //! a Read into a buffer the device may only read is refused, the command
 //! gets a new deadline, and it completes exactly once like any other.
 
-use super::completion::Delivery;
+use super::completion::{status_of, Delivery};
 use super::*;
 use crate::cmd::nvm;
 use crate::namespace::Namespace;
@@ -190,19 +190,7 @@ impl<'a> Finished<'a> {
         match std::mem::replace(&mut self.what, What::Done) {
             What::InSlot(slot) => {
                 let pair = self.pair.as_deref_mut().expect("the pair stays until complete");
-                let tracker = &mut pair.trackers[usize::from(slot)];
-                tracker.busy = false;
-                let completion = IoCompletion {
-                    token: self.token,
-                    cid: slot,
-                    status: self.status,
-                    dw0: self.result as u32,
-                    dw1: (self.result >> 32) as u32,
-                    buffer: tracker.buffer.take(),
-                    metadata: tracker.metadata.take(),
-                };
-                pair.free.push(slot);
-                completion
+                pair.release(slot, self.status, self.result as u32, (self.result >> 32) as u32)
             }
             What::Ended(completion) => completion,
             What::Done => unreachable!("consumed"),
@@ -245,7 +233,7 @@ impl<F: FnMut(Finished<'_>)> Delivery for InPlace<F> {
     fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion) {
         let tracker = &pair.trackers[usize::from(slot)];
         let token = tracker.token;
-        let status = if entry.is_success() { Ok(()) } else { Err(failure(entry.status(), tracker.timed_out)) };
+        let status = status_of(entry, tracker.timed_out);
         let result = u64::from(entry.dw1) << 32 | u64::from(entry.dw0);
         (self.on_done)(Finished { pair: Some(pair), token, status, result, what: What::InSlot(slot) });
     }
