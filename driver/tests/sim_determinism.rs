@@ -93,11 +93,12 @@ fn another_seed_gives_another_run() {
 
 /// A run with no fault, delay or reordering, where reads (of 16 KiB, large
 /// enough) may move their data outside the simulator's lock
-/// (`sim/deferred.rs`), or not: each batch reads blocks and then writes
-/// the same blocks, so a read that moved late would return the write's
-/// data.
-fn run_reads(under_lock: bool) -> (Outcome, u64) {
-    let config = SimConfig::nvm(1 << 12, 512).with_seed(7).with_reads_under_lock(under_lock);
+/// (`sim/deferred.rs`), or not, and queues may be lent to lanes
+/// (`sim/lane.rs`), or not: each batch reads blocks and then writes the
+/// same blocks, so a read that moved late would return the write's data.
+/// Returns the reads deferred and the commands carried out in lanes.
+fn run_reads(under_lock: bool, lanes: bool) -> (Outcome, u64, u64) {
+    let config = SimConfig::nvm(1 << 12, 512).with_seed(7).with_reads_under_lock(under_lock).with_lanes(lanes);
     let mut rig = Rig::new(config);
     let mut completions = Vec::new();
     let mut next = 0u64;
@@ -128,7 +129,7 @@ fn run_reads(under_lock: bool) -> (Outcome, u64) {
         }
     }
     completions.push((next, 0));
-    let deferred = rig.sim.stats().deferred_reads;
+    let stats = rig.sim.stats();
     let mut data = Vec::new();
     for lba in (0..4096).step_by(256) {
         data.extend(rig.read(lba, 128 * 1024).unwrap_or_default());
@@ -140,13 +141,13 @@ fn run_reads(under_lock: bool) -> (Outcome, u64) {
         data,
         ticks: rig.sim.now(),
     };
-    (outcome, deferred)
+    (outcome, stats.deferred_reads, stats.lane_commands)
 }
 
 #[test]
 fn reads_moved_outside_the_lock_change_nothing_one_thread_sees() {
-    let (under_lock, none) = run_reads(true);
-    let (outside, deferred) = run_reads(false);
+    let (under_lock, none, _) = run_reads(true, false);
+    let (outside, deferred, _) = run_reads(false, false);
     assert_eq!(none, 0, "every read moved under the lock");
     assert!(deferred >= 24 * 8, "the reads moved outside the lock: {deferred}");
     assert_eq!(outside.trace_hash, under_lock.trace_hash);
@@ -154,4 +155,17 @@ fn reads_moved_outside_the_lock_change_nothing_one_thread_sees() {
     // Reads returned what was there before the write behind them: the
     // earlier round's pattern or zeroes, never their own batch's write.
     assert!(outside.completions.iter().all(|&(_, status)| status == 0));
+}
+
+#[test]
+fn queues_lent_to_lanes_change_nothing_one_thread_sees() {
+    let (under_lock, _, none) = run_reads(true, false);
+    let (lanes, _, lent) = run_reads(false, true);
+    assert_eq!(none, 0, "no lane without lanes");
+    // 24 rounds of 16 commands; the first doorbell of the queue is always
+    // the state's, which then lends it.
+    assert!(lent >= 24 * 16 - 16, "the reads and writes ran in the lane: {lent}");
+    assert_eq!(lanes.trace_hash, under_lock.trace_hash);
+    assert_eq!(lanes, under_lock);
+    assert!(lanes.completions.iter().all(|&(_, status)| status == 0));
 }

@@ -249,14 +249,22 @@ fn a_second_simulator_does_not_see_the_first_ones_data() {
 #[test]
 fn queue_pairs_on_several_threads() {
     // Correct under concurrency; only the single-threaded runs are
-    // deterministic. With delays every read moves its data under the
-    // simulator's lock; without, outside it (`sim/deferred.rs`), while
-    // the other threads' commands run.
-    for config in [SimConfig::nvm(1 << 16, 512).with_completion_delay(0, 2), SimConfig::nvm(1 << 16, 512)] {
-        let deferred = config.completion_delay_ticks == (0, 0);
+    // deterministic. With delays every command runs under the simulator's
+    // lock; without, the queues are lent to lanes and run at once
+    // (`sim/lane.rs`); without lanes, reads move their data outside the
+    // lock (`sim/deferred.rs`) while the other threads' commands run.
+    let plain = SimConfig::nvm(1 << 16, 512);
+    // (A queue's first doorbell, before it is lent, may defer a read.)
+    for (config, deferred, lanes) in [
+        (plain.clone().with_completion_delay(0, 2), Some(false), false),
+        (plain.clone().with_lanes(false), Some(true), false),
+        (plain, None, true),
+    ] {
         let rig = Rig::new(config);
         pairs_on_threads(&rig);
-        assert_eq!(rig.sim.stats().deferred_reads > 0, deferred);
+        let stats = rig.sim.stats();
+        assert!(deferred.is_none_or(|deferred| deferred == (stats.deferred_reads > 0)), "{stats:?}");
+        assert_eq!(stats.lane_commands > 0, lanes, "{stats:?}");
     }
 }
 
@@ -287,6 +295,40 @@ fn pairs_on_threads(rig: &Rig) {
     });
     assert_eq!(rig.sim.stats().io(0x01), 200);
     assert_eq!(rig.sim.stats().io(0x02), 200);
+}
+
+#[test]
+fn queues_called_back_from_their_lanes_mid_run_lose_nothing() {
+    // Four pairs on four threads with their queues lent to lanes, while a
+    // fifth thread keeps calling them back (`sim/lane.rs`): stats and
+    // trace reads, DMA mapped and unmapped, register reads. Every write
+    // reads back whole, and every command is counted once.
+    let rig = Rig::new(SimConfig::nvm(1 << 16, 512));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let transport = rig.controller.transport().clone();
+    std::thread::scope(|scope| {
+        let disturber = scope.spawn(|| {
+            let mut calls = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = rig.sim.stats();
+                let _ = rig.sim.trace_hash();
+                drop(nvme_driver::dma::DmaPool::new(&transport, 4096, 2).unwrap());
+                let _ = transport.read32(nvme_driver::spec::registers::CSTS);
+                calls += 1;
+                std::thread::yield_now();
+            }
+            calls
+        });
+        pairs_on_threads(&rig);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(disturber.join().unwrap() > 0);
+    });
+    let stats = rig.sim.stats();
+    assert!(stats.lane_commands > 0, "{stats:?}");
+    // Every admin command but the Asynchronous Event Requests (0Ch), which
+    // wait for an event, and the 400 I/O commands completed, once.
+    let admin = stats.admin_commands.iter().sum::<u64>() - stats.admin_commands[0x0C];
+    assert_eq!(stats.completions_posted, admin + 400);
 }
 
 #[test]

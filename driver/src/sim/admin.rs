@@ -100,6 +100,8 @@ fn put_ascii(page: &mut [u8], offset: usize, len: usize, text: &str) {
 impl State {
     /// Executes one admin command.
     pub(crate) fn admin(&mut self, command: &Command) -> Outcome {
+        // A namespace's geometry may change: lanes take it again.
+        self.lane_namespaces = None;
         self.stats.admin_commands[usize::from(command.opcode)] += 1;
         if command.psdt() != 0 || command.fuse() != 0 {
             // Admin commands describe data with PRPs (over PCIe they must);

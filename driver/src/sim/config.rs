@@ -312,6 +312,11 @@ pub struct SimConfig {
     /// what a single thread sees is the same either way, which a test
     /// checks with this.
     pub reads_under_lock: bool,
+    /// Lend each I/O queue pair to a lane of its own while nothing could
+    /// tell (`sim/lane.rs`), so that queues on several threads run at
+    /// once. On by default; what a single thread sees is the same either
+    /// way, which a test checks with this.
+    pub lanes: bool,
     /// Fault probabilities.
     pub faults: FaultConfig,
     /// Sparse storage may hold at most this many bytes per namespace.
@@ -355,6 +360,7 @@ impl Default for SimConfig {
             reorder: false,
             metadata_dma_truncation: false,
             reads_under_lock: false,
+            lanes: true,
             faults: FaultConfig::default(),
             memory_limit_bytes: 8 << 30,
             namespaces: vec![NamespaceConfig::nvm((1 << 30) / 512, 512)],
@@ -408,6 +414,14 @@ impl SimConfig {
     /// [`SimConfig::reads_under_lock`]).
     pub fn with_reads_under_lock(mut self, under_lock: bool) -> Self {
         self.reads_under_lock = under_lock;
+        self
+    }
+
+    #[must_use]
+    /// Lends queues to lanes, or keeps every command under the
+    /// controller's lock (see [`SimConfig::lanes`]).
+    pub fn with_lanes(mut self, lanes: bool) -> Self {
+        self.lanes = lanes;
         self
     }
 

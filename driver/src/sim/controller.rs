@@ -7,6 +7,7 @@ use super::config::{FaultConfig, SimConfig};
 use super::deferred::{Deferred, DmaGate};
 use super::dma::{DmaTable, HostRange, PAGE_SIZE};
 use super::fault::{PowerCutReport, RangeFaults, RangeKind, SimStats, ZoneRewind};
+use super::lane::{LaneCounters, LaneLimits, LaneNamespace, LaneQueues, LaneWork, Lease, Padded};
 use super::namespace::Namespace;
 use crate::prng::{mix, Prng};
 use crate::spec::command::{Command, SQE_SIZE};
@@ -35,7 +36,7 @@ pub(crate) const ERROR_LOG_ENTRIES: usize = 64;
 pub(crate) const AER_MAX: usize = 4;
 /// Bound on completions waiting (delayed or for room in their CQ): a
 /// backstop against a host that floods queues it never reaps.
-const WAITING_COMPLETIONS_MAX: usize = 1 << 22;
+pub(crate) const WAITING_COMPLETIONS_MAX: usize = 1 << 22;
 
 /// A completion on its way to a completion queue.
 #[derive(Clone, Copy, Debug)]
@@ -99,9 +100,57 @@ pub(crate) struct CompletionQueue {
 }
 
 impl CompletionQueue {
-    fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         (self.tail + 1) % self.size == self.head
     }
+
+    /// A CQ head doorbell: the new head, unless it would pass entries not
+    /// yet posted.
+    pub(crate) fn set_head(&mut self, value: u32) -> bool {
+        let valid = value < self.size
+            && (value + self.size - self.head) % self.size <= (self.tail + self.size - self.head) % self.size;
+        if valid {
+            self.head = value;
+        }
+        valid
+    }
+
+    /// Writes `entry`, which carries `sq_head`, at the tail (not full).
+    pub(crate) fn write(&mut self, entry: &Entry, sq_head: u16) {
+        debug_assert!(!self.is_full());
+        let at = self.tail as usize * CQE_SIZE;
+        let slot = self.ring.sub(at, CQE_SIZE);
+        // Everything but the status word first, then (Release) the status
+        // word with the phase tag: the host never sees a new phase tag
+        // before the rest of the entry.
+        slot.write_u32(0, entry.dw0);
+        slot.write_u32(4, entry.dw1);
+        slot.write_u16(8, sq_head);
+        slot.write_u16(10, entry.sqid);
+        slot.write_u16(12, entry.cid);
+        fence(Ordering::Release);
+        slot.write_u16(STATUS_WORD_OFFSET, status_word_for(entry, self.phase));
+        self.tail += 1;
+        if self.tail == self.size {
+            self.tail = 0;
+            self.phase = !self.phase;
+        }
+    }
+}
+
+/// `trace` with a posted completion folded in (see
+/// [`super::Simulator::trace_hash`]).
+pub(crate) fn fold_trace(trace: u64, now: u64, entry: &Entry) -> u64 {
+    [
+        now,
+        u64::from(entry.sqid),
+        u64::from(entry.cid),
+        u64::from(entry.status.to_field()),
+        u64::from(entry.dw0),
+        u64::from(entry.dw1),
+    ]
+    .into_iter()
+    .fold(trace, mix)
 }
 
 /// Feature values (Set/Get Features) that a reset restores.
@@ -274,7 +323,16 @@ pub(crate) struct State {
     pub(crate) error_count: u64,
     pub(crate) smart: Smart,
     pub(crate) stats: SimStats,
-    pub(crate) trace: u64,
+    /// Per completion queue, a hash of every completion posted to it (see
+    /// [`super::Simulator::trace_hash`]): apart, so that a queue lent to a
+    /// lane folds on its own (`sim/lane.rs`).
+    pub(crate) traces: Vec<u64>,
+    // Queues lent to lanes (`sim/lane.rs`).
+    /// The submission queues lent out now.
+    pub(crate) lent: Vec<u16>,
+    /// What lanes need of the namespaces, taken when first lent to and
+    /// dropped by every admin command and fault injection.
+    pub(crate) lane_namespaces: Option<Arc<[Padded<LaneNamespace>]>>,
     // Reads moved outside the lock (`sim/deferred.rs`).
     /// Set while `Simulator::write32` carries out a doorbell.
     pub(crate) defer_reads: bool,
@@ -360,7 +418,9 @@ impl State {
             error_count: 0,
             smart: Smart { power_cycles: 1, ..Smart::default() },
             stats: SimStats::default(),
-            trace: 0,
+            traces: vec![0; queues],
+            lent: Vec::with_capacity(queues),
+            lane_namespaces: None,
             defer_reads: false,
             deferred: Deferred::default(),
             spare_deferred: Vec::new(),
@@ -408,17 +468,7 @@ impl State {
             }
             self.process(qid);
         } else {
-            let valid = match &mut self.cqs[qid] {
-                // The new head may not pass entries not yet posted.
-                Some(cq)
-                    if value < cq.size
-                        && (value + cq.size - cq.head) % cq.size <= (cq.tail + cq.size - cq.head) % cq.size =>
-                {
-                    cq.head = value;
-                    true
-                }
-                _ => false,
-            };
+            let valid = self.cqs[qid].as_mut().is_some_and(|cq| cq.set_head(value));
             if valid {
                 self.drain_backlog(qid);
             } else {
@@ -575,36 +625,9 @@ impl State {
     fn write_entry(&mut self, cqid: usize, entry: Entry, sq_head: Option<u16>) {
         let head_now = || self.sqs[usize::from(entry.sqid)].as_ref().map_or(0, |sq| sq.head as u16);
         let sq_head = sq_head.unwrap_or_else(head_now);
-        let cq = self.cqs[cqid].as_mut().expect("posting to a live CQ");
-        debug_assert!(!cq.is_full());
-        let at = cq.tail as usize * CQE_SIZE;
-        let slot = cq.ring.sub(at, CQE_SIZE);
-        // Everything but the status word first, then (Release) the status
-        // word with the phase tag: the host never sees a new phase tag
-        // before the rest of the entry.
-        slot.write_u32(0, entry.dw0);
-        slot.write_u32(4, entry.dw1);
-        slot.write_u16(8, sq_head);
-        slot.write_u16(10, entry.sqid);
-        slot.write_u16(12, entry.cid);
-        fence(Ordering::Release);
-        slot.write_u16(STATUS_WORD_OFFSET, status_word_for(&entry, cq.phase));
-        cq.tail += 1;
-        if cq.tail == cq.size {
-            cq.tail = 0;
-            cq.phase = !cq.phase;
-        }
+        self.cqs[cqid].as_mut().expect("posting to a live CQ").write(&entry, sq_head);
         self.stats.completions_posted += 1;
-        for value in [
-            self.clock.now(),
-            u64::from(entry.sqid),
-            u64::from(entry.cid),
-            u64::from(entry.status.to_field()),
-            u64::from(entry.dw0),
-            u64::from(entry.dw1),
-        ] {
-            self.trace = mix(self.trace, value);
-        }
+        self.traces[cqid] = fold_trace(self.traces[cqid], self.clock.now(), &entry);
     }
 
     fn drain_backlog(&mut self, cqid: usize) {
@@ -637,6 +660,105 @@ impl State {
             self.post(pending.cqid, pending.entry);
         }
         self.due = due;
+    }
+
+    // ---- queues lent to lanes (`sim/lane.rs`) ----
+
+    /// Whether a lane could tell nothing apart from the state: processing,
+    /// and nothing that fails, drops, delays, reorders or draws.
+    pub(crate) fn plain(&self) -> bool {
+        let faults = &self.fault_config;
+        self.config.lanes
+            && self.processing()
+            && self.faults.is_empty()
+            && self.drop_io == 0
+            && self.power_cut_after.is_none()
+            && self.pending.is_empty()
+            && self.config.completion_delay_ticks == (0, 0)
+            && !self.config.reorder
+            && !self.rejected_opcodes[usize::from(crate::spec::command::opcode::nvm::READ)]
+            && !self.rejected_opcodes[usize::from(crate::spec::command::opcode::nvm::WRITE)]
+            && faults.unrecovered_read_probability <= 0.0
+            && faults.read_bit_flip_probability <= 0.0
+            && faults.write_fault_probability <= 0.0
+            && faults.dropped_completion_probability <= 0.0
+    }
+
+    /// Lends I/O submission queue `qid`, with the completion queue that
+    /// serves it alone, when the state is plain; `None` (lending nothing)
+    /// otherwise. Nothing is allocated but the namespaces' snapshot, once
+    /// per admin command.
+    pub(crate) fn lend(&mut self, qid: u16) -> Option<Lease> {
+        let index = usize::from(qid);
+        let sq = self.sqs.get(index)?.as_ref()?;
+        let cq = self.cqs.get(usize::from(sq.cqid))?.as_ref()?;
+        if qid == 0 || sq.cqid != qid || cq.sqs != 1 || !self.plain() {
+            return None;
+        }
+        let namespaces = match &self.lane_namespaces {
+            Some(namespaces) => Arc::clone(namespaces),
+            None => {
+                let namespaces: Arc<[Padded<LaneNamespace>]> = self
+                    .namespaces
+                    .iter()
+                    .map(|namespace| {
+                        Padded(LaneNamespace {
+                            block_size: namespace.block_size,
+                            capacity_blocks: namespace.capacity_blocks,
+                            metadata_bytes: u64::from(namespace.config.metadata_bytes),
+                            zoned: namespace.zones.is_some(),
+                            storage: Arc::clone(&namespace.storage),
+                        })
+                    })
+                    .collect();
+                self.lane_namespaces = Some(Arc::clone(&namespaces));
+                namespaces
+            }
+        };
+        let limits = LaneLimits {
+            nn: self.config.nn,
+            max_transfer_bytes: self.config.max_transfer_bytes(),
+            sgls: self.config.sgls & 0b11 != 0,
+            volatile_write_cache: self.features.volatile_write_cache,
+            metadata_dma_truncation: self.config.metadata_dma_truncation,
+        };
+        self.lent.push(qid);
+        let queues = LaneQueues {
+            sqid: qid,
+            sq: self.sqs[index].take().expect("checked"),
+            cq: self.cqs[index].take().expect("checked"),
+            trace: self.traces[index],
+            clock: Arc::clone(&self.clock),
+            completions_posted: 0,
+            completions_held_cq_full: 0,
+        };
+        let work = LaneWork { dma: self.dma.share(), limits, counters: LaneCounters::default() };
+        Some(Lease { queues, work, namespaces })
+    }
+
+    /// Takes a lent queue back, with what its lane counted.
+    pub(crate) fn take_back(&mut self, lease: Lease) {
+        let Lease { queues, work, .. } = lease;
+        let index = usize::from(queues.sqid);
+        let at = self.lent.iter().position(|&qid| qid == queues.sqid).expect("a queue lent out");
+        self.lent.swap_remove(at);
+        debug_assert!(self.sqs[index].is_none() && self.cqs[index].is_none());
+        self.sqs[index] = Some(queues.sq);
+        self.cqs[index] = Some(queues.cq);
+        self.traces[index] = queues.trace;
+        self.stats.completions_posted += queues.completions_posted;
+        self.stats.completions_held_cq_full += queues.completions_held_cq_full;
+        let counted = work.counters;
+        self.stats.io_commands[usize::from(crate::spec::command::opcode::nvm::READ)] += counted.reads;
+        self.stats.io_commands[usize::from(crate::spec::command::opcode::nvm::WRITE)] += counted.writes;
+        self.stats.lbas_read += counted.lbas_read;
+        self.stats.lbas_written += counted.lbas_written;
+        self.stats.sgl_transfers += counted.sgl_transfers;
+        self.stats.lane_commands += counted.reads + counted.writes;
+        self.smart.host_reads += u128::from(counted.reads);
+        self.smart.host_writes += u128::from(counted.writes);
+        self.smart.read_bytes += counted.read_bytes;
+        self.smart.written_bytes += counted.written_bytes;
     }
 
     /// Creates an I/O queue's bookkeeping (the admin command checked the

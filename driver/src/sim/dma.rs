@@ -17,6 +17,7 @@
 use crate::queue::sgl::{self, DATA_BLOCK, DESCRIPTOR_BYTES, LAST_SEGMENT, SEGMENT};
 use crate::spec::status::{GenericStatus, Status};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// The memory page size the simulator supports (CC.MPS = 0; CAP.MPSMIN =
 /// CAP.MPSMAX = 0).
@@ -28,7 +29,7 @@ pub const IOVA_BASE: u64 = 0x1_0000_0000;
 const MAPPINGS_MAX: usize = 1 << 16;
 
 /// One `map_dma` call.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Mapping {
     id: u64,
     iova: u64,
@@ -45,9 +46,11 @@ struct Mapping {
 /// `map_dma` caller keeps allocated until `unmap_dma` returns; it is used
 /// while the simulator's state lock is held, which `unmap_dma` takes too,
 /// or by a deferred read's copy, for which `unmap_dma` waits
-/// (`sim/deferred.rs`); and a `HostRange` kept across calls (a queue's
-/// ring) is dropped by the simulator when its mapping is unmapped. So the
-/// memory is allocated for every access made through it.
+/// (`sim/deferred.rs`), or by a lane with its mutex held, which
+/// `unmap_dma` takes too when it calls every lent queue back (`sim/lane.rs`);
+/// and a `HostRange` kept across calls (a queue's ring) is dropped by the
+/// simulator when its mapping is unmapped. So the memory is allocated for
+/// every access made through it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HostRange {
     ptr: NonNull<u8>,
@@ -142,23 +145,48 @@ impl HostRange {
 
 /// The IOVA space: every live mapping, in IOVA order (the bump allocator
 /// hands out increasing addresses, so pushing keeps the order).
-#[derive(Debug)]
-pub(crate) struct DmaTable {
-    mappings: Vec<Mapping>,
+#[derive(Clone, Debug)]
+struct Mappings {
+    list: Vec<Mapping>,
     next_iova: u64,
     next_id: u64,
+}
+
+// SAFETY: the table only records host addresses and compares IOVAs; it
+// never reads or writes through them. What may be reached through them is
+// governed by the `HostRange` invariant, wherever the table is. It is
+// changed only by its state, when no lane shares it (`Arc::make_mut` would
+// copy rather than change shared mappings).
+unsafe impl Send for Mappings {}
+// SAFETY: as above; shared, it is only read.
+unsafe impl Sync for Mappings {}
+
+/// The IOVA table as one holder sees it: the mappings, shared with the
+/// queues lent out to lanes (`sim/lane.rs`), and the holder's own hint of
+/// where its last translation hit, so that two threads translating never
+/// write one cache line. Only the controller's state maps and unmaps, after
+/// every lane is called back, so the mappings are never copied on write.
+#[derive(Debug)]
+pub(crate) struct DmaTable {
+    mappings: Arc<Mappings>,
     /// Index of the mapping the last translation hit.
     last: usize,
 }
 
 impl DmaTable {
     pub(crate) fn new() -> Self {
-        DmaTable { mappings: Vec::with_capacity(64), next_iova: IOVA_BASE, next_id: 1, last: 0 }
+        let mappings = Mappings { list: Vec::with_capacity(64), next_iova: IOVA_BASE, next_id: 1 };
+        DmaTable { mappings: Arc::new(mappings), last: 0 }
+    }
+
+    /// The same mappings, for a lane, with a hint of its own.
+    pub(crate) fn share(&self) -> DmaTable {
+        DmaTable { mappings: Arc::clone(&self.mappings), last: 0 }
     }
 
     /// Live mappings.
     pub(crate) fn len(&self) -> usize {
-        self.mappings.len()
+        self.mappings.list.len()
     }
 
     /// Records a mapping of `len` bytes at `host` and returns its IOVA.
@@ -168,17 +196,18 @@ impl DmaTable {
         if len == 0 || !len.is_multiple_of(PAGE_SIZE) || !(host.as_ptr() as usize).is_multiple_of(PAGE_SIZE) {
             return Err(format!("DMA mapping of {len} bytes at {host:p}: not whole pages"));
         }
-        if self.mappings.len() >= MAPPINGS_MAX {
+        let mappings = Arc::make_mut(&mut self.mappings);
+        if mappings.list.len() >= MAPPINGS_MAX {
             return Err(format!("more than {MAPPINGS_MAX} DMA mappings"));
         }
         let len = len as u64;
-        let iova = self.next_iova;
+        let iova = mappings.next_iova;
         // One unmapped guard page after each mapping catches overruns.
-        self.next_iova = iova.checked_add(len + PAGE).ok_or("IOVA space exhausted")?;
-        let id = self.next_id;
-        self.next_id += 1;
-        debug_assert!(self.mappings.last().is_none_or(|last| last.iova + last.len <= iova));
-        self.mappings.push(Mapping { id, iova, len, host, device_writes });
+        mappings.next_iova = iova.checked_add(len + PAGE).ok_or("IOVA space exhausted")?;
+        let id = mappings.next_id;
+        mappings.next_id += 1;
+        debug_assert!(mappings.list.last().is_none_or(|last| last.iova + last.len <= iova));
+        mappings.list.push(Mapping { id, iova, len, host, device_writes });
         Ok(iova)
     }
 
@@ -186,13 +215,14 @@ impl DmaTable {
     pub(crate) fn unmap(&mut self, iova: u64, len: usize) -> Result<u64, String> {
         let index = self
             .mappings
+            .list
             .binary_search_by_key(&iova, |mapping| mapping.iova)
             .map_err(|_| format!("unmap of IOVA {iova:#x}: not mapped"))?;
-        if self.mappings[index].len != len as u64 {
-            return Err(format!("unmap of IOVA {iova:#x}: mapped {} bytes, not {len}", self.mappings[index].len));
+        if self.mappings.list[index].len != len as u64 {
+            return Err(format!("unmap of IOVA {iova:#x}: mapped {} bytes, not {len}", self.mappings.list[index].len));
         }
         self.last = 0;
-        Ok(self.mappings.remove(index).id)
+        Ok(Arc::make_mut(&mut self.mappings).list.remove(index).id)
     }
 
     /// The host memory behind `[iova, iova + len)`, and its mapping's id, if
@@ -201,19 +231,20 @@ impl DmaTable {
         assert!(len > 0, "a translation of nothing");
         let end = iova.checked_add(len as u64)?;
         let covers = |mapping: &Mapping| iova >= mapping.iova && end <= mapping.iova + mapping.len;
-        let index = match self.mappings.get(self.last) {
+        let list = &self.mappings.list;
+        let index = match list.get(self.last) {
             Some(mapping) if covers(mapping) => self.last,
             _ => {
-                let after = self.mappings.partition_point(|mapping| mapping.iova <= iova);
+                let after = list.partition_point(|mapping| mapping.iova <= iova);
                 let index = after.checked_sub(1)?;
-                if !covers(&self.mappings[index]) {
+                if !covers(&list[index]) {
                     return None;
                 }
                 self.last = index;
                 index
             }
         };
-        let mapping = &self.mappings[index];
+        let mapping = &list[index];
         let offset = (iova - mapping.iova) as usize;
         let ptr = mapping.host.as_ptr().wrapping_add(offset);
         let device_writes = mapping.device_writes;

@@ -285,6 +285,9 @@ pub struct SimStats {
     /// Reads whose data moved after the controller's lock was let go
     /// (`sim/deferred.rs`).
     pub deferred_reads: u64,
+    /// Reads and Writes carried out in a queue's lane, outside the
+    /// controller's lock (`sim/lane.rs`).
+    pub lane_commands: u64,
     /// Doorbell writes naming a queue that does not exist or a value out of
     /// range (ignored, as the spec lets a controller do).
     pub doorbell_errors: u64,
@@ -308,6 +311,7 @@ impl Default for SimStats {
             dma_errors: 0,
             sgl_transfers: 0,
             deferred_reads: 0,
+            lane_commands: 0,
             doorbell_errors: 0,
             ticks: 0,
         }

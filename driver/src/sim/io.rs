@@ -38,7 +38,7 @@
 use super::admin::{invalid_field, invalid_namespace, invalid_opcode, TRANSFER_BYTES_MAX};
 use super::controller::{Outcome, State};
 use super::deferred::ReadJob;
-use super::dma::{resolve_prps, resolve_sgl, HostRange, Transfer, PAGE_SIZE};
+use super::dma::{resolve_prps, resolve_sgl, DmaTable, HostRange, Transfer, PAGE_SIZE};
 use super::fault::RangeKind;
 use super::storage::{MetadataSource, Run, Storage};
 use super::zones::{Action, Effect};
@@ -73,7 +73,7 @@ pub(super) fn blocks(command: &Command) -> u64 {
     u64::from(command.cdw12 & 0xFFFF) + 1
 }
 
-fn fua(command: &Command) -> bool {
+pub(super) fn fua(command: &Command) -> bool {
     command.cdw12 & CDW12_FUA != 0
 }
 
@@ -81,7 +81,7 @@ fn fua(command: &Command) -> bool {
 /// metadata from the host `metadata` buffer, or keeps the blocks' metadata
 /// without one; `scratch` holds the metadata on its way (kept by the
 /// controller, so that a write allocates nothing).
-fn store(
+pub(super) fn store(
     scratch: &mut Vec<u8>,
     storage: &mut Storage,
     slba: u64,
@@ -108,6 +108,58 @@ fn store(
             storage.write(slba, blocks, durable, fill, MetadataSource::Fill(&mut fill_metadata));
         }
         None => storage.write(slba, blocks, durable, fill, MetadataSource::Keep),
+    }
+}
+
+/// Resolves `command`'s data pointer (PRPs, or an SGL) for `len` bytes
+/// into `segments`.
+pub(super) fn resolve_pointer(
+    dma: &mut DmaTable,
+    command: &Command,
+    len: usize,
+    segments: &mut Vec<HostRange>,
+) -> Result<(), Status> {
+    if command.psdt() == PSDT_PRP {
+        resolve_prps(dma, command.prp1, command.prp2, len, segments)
+    } else {
+        resolve_sgl(dma, (command.prp1, command.prp2), len, segments)
+    }
+}
+
+/// A transfer `into_host` needs every segment's mapping to let the device
+/// write it; else the IOMMU faults: Data Transfer Error.
+pub(super) fn check_into_host(into_host: bool, segments: &[HostRange]) -> Result<(), Status> {
+    match into_host && !segments.iter().all(HostRange::device_writes) {
+        true => Err(Status::from(GenericStatus::DataTransferError)),
+        false => Ok(()),
+    }
+}
+
+/// The metadata buffer of `len` bytes at `command`'s MPTR: `None` when
+/// there is no metadata or MPTR is 0 (no metadata moves; see the [module
+/// documentation](self#metadata)); with `truncation`, QEMU 7.2's head of
+/// it (see `metadata_dma_truncation`).
+pub(super) fn metadata_buffer(
+    dma: &mut DmaTable,
+    command: &Command,
+    len: u64,
+    into_host: bool,
+    truncation: bool,
+) -> Result<Option<HostRange>, Status> {
+    if len == 0 || command.mptr == 0 {
+        return Ok(None);
+    }
+    if command.mptr & 0b11 != 0 {
+        return Err(Status::from(GenericStatus::PrpOffsetInvalid).with_dnr());
+    }
+    let len = len as usize;
+    match dma.translate(command.mptr, len) {
+        Some((buffer, _)) if into_host && !buffer.device_writes() => {
+            Err(Status::from(GenericStatus::DataTransferError))
+        }
+        Some((buffer, _)) if truncation && len >= 512 && !len.is_multiple_of(512) => Ok(Some(buffer.sub(0, len % 512))),
+        Some((buffer, _)) => Ok(Some(buffer)),
+        None => Err(Status::from(GenericStatus::DataTransferError)),
     }
 }
 
@@ -213,18 +265,11 @@ impl State {
     /// vector: hand them back with `self.segments = segments`.
     fn resolve(&mut self, command: &Command, len: usize, into_host: bool) -> Result<Vec<HostRange>, Status> {
         let mut segments = std::mem::take(&mut self.segments);
-        let resolved = if command.psdt() == PSDT_PRP {
-            resolve_prps(&mut self.dma, command.prp1, command.prp2, len, &mut segments)
-        } else {
-            let resolved = resolve_sgl(&mut self.dma, (command.prp1, command.prp2), len, &mut segments);
+        let resolved = resolve_pointer(&mut self.dma, command, len, &mut segments);
+        if command.psdt() != PSDT_PRP {
             self.stats.sgl_transfers += u64::from(resolved.is_ok());
-            resolved
-        };
-        let resolved = resolved.and_then(|()| match into_host && !segments.iter().all(HostRange::device_writes) {
-            true => Err(Status::from(GenericStatus::DataTransferError)),
-            false => Ok(()),
-        });
-        match resolved {
+        }
+        match resolved.and_then(|()| check_into_host(into_host, &segments)) {
             Ok(()) => Ok(segments),
             Err(status) => {
                 self.segments = segments;
@@ -268,27 +313,12 @@ impl State {
         into_host: bool,
     ) -> Result<Option<HostRange>, Status> {
         let metadata_bytes = u64::from(self.namespaces[index].config.metadata_bytes);
-        if metadata_bytes == 0 || command.mptr == 0 {
-            return Ok(None);
+        let truncation = self.config.metadata_dma_truncation;
+        let buffer = metadata_buffer(&mut self.dma, command, blocks * metadata_bytes, into_host, truncation);
+        if buffer.is_err_and(|status| status.sc == GenericStatus::DataTransferError.sc()) {
+            self.stats.dma_errors += 1;
         }
-        if command.mptr & 0b11 != 0 {
-            return Err(Status::from(GenericStatus::PrpOffsetInvalid).with_dnr());
-        }
-        let len = (blocks * metadata_bytes) as usize;
-        match self.dma.translate(command.mptr, len) {
-            Some((buffer, _)) if into_host && !buffer.device_writes() => {
-                self.stats.dma_errors += 1;
-                Err(Status::from(GenericStatus::DataTransferError))
-            }
-            Some((buffer, _)) if self.config.metadata_dma_truncation && len >= 512 && !len.is_multiple_of(512) => {
-                Ok(Some(buffer.sub(0, len % 512)))
-            }
-            Some((buffer, _)) => Ok(Some(buffer)),
-            None => {
-                self.stats.dma_errors += 1;
-                Err(Status::from(GenericStatus::DataTransferError))
-            }
-        }
+        buffer
     }
 
     /// An injected read failure on these blocks, or a random one.

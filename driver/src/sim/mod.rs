@@ -15,13 +15,16 @@
 //!
 //! Registers, queues and the commands' checks sit behind one mutex, and
 //! each namespace's media behind a lock of its own, so the driver may use
-//! the simulator from several threads (each queue pair on its own); a
-//! read's data moves after the mutex is let go, so two queues' copies run
-//! at once (`sim/deferred.rs`). The results are then correct but depend on
-//! how the threads interleave. With
-//! one thread, the same seed, configuration and sequence of driver calls
-//! give bit-identical results: [`Simulator::trace_hash`] folds every
-//! completion posted (tick, SQ, CID, status, DW0, DW1) into one number to
+//! the simulator from several threads (each queue pair on its own). While
+//! nothing could tell the difference (no fault, delay or reordering), each
+//! I/O queue pair is lent to a lane of its own, where its Reads and Writes
+//! run without the mutex, so queues on two threads run at once
+//! (`sim/lane.rs`); otherwise a read's data moves after the mutex is let
+//! go (`sim/deferred.rs`). The results are then correct but depend on how
+//! the threads interleave. With one thread, the same seed, configuration
+//! and sequence of driver calls give bit-identical results, lanes or not:
+//! [`Simulator::trace_hash`] folds every completion posted (tick, SQ, CID,
+//! status, DW0, DW1), each completion queue's apart, into one number to
 //! compare runs by.
 //!
 //! # What the device does
@@ -93,6 +96,7 @@ mod deferred;
 mod dma;
 mod fault;
 mod io;
+mod lane;
 mod namespace;
 mod storage;
 pub mod synthetic;
@@ -107,11 +111,13 @@ pub use dma::IOVA_BASE;
 pub use fault::{Fault, FaultStats, LostRange, PowerCutReport, SimStats, ZoneRewind};
 
 use crate::error::{Error, Result};
+use crate::spec::registers as reg;
 use crate::spec::zns::ZoneDescriptor;
 use crate::transport::{PciId, Transport};
 use controller::{Clock, State};
 use deferred::DmaGate;
 use fault::RangeKind;
+use lane::{Carried, Lane, Padded};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -121,6 +127,9 @@ use zones::Condition;
 /// A simulated NVMe controller. See the [module documentation](self).
 pub struct Simulator {
     state: Mutex<State>,
+    /// Per queue ID, the lane an I/O queue pair is lent to while the
+    /// state is plain (`sim/lane.rs`); always locked after `state`.
+    lanes: Box<[Padded<Mutex<Lane>>]>,
     /// Each namespace's storage, and what ends DMA: the state's own, for
     /// reads that move data outside its lock (`sim/deferred.rs`).
     storages: Vec<Arc<RwLock<Storage>>>,
@@ -153,13 +162,53 @@ impl Simulator {
         let storages = state.namespaces.iter().map(|namespace| Arc::clone(&namespace.storage)).collect();
         let gate = Arc::clone(&state.gate);
         let clock = Arc::clone(&state.clock);
-        Arc::new(Simulator { state: Mutex::new(state), storages, gate, clock, seed, pci_id })
+        let lanes = (0..state.sqs.len()).map(|_| Padded::default()).collect();
+        Arc::new(Simulator { state: Mutex::new(state), lanes, storages, gate, clock, seed, pci_id })
     }
 
+    /// The state, every queue lent to a lane called back first
+    /// (`sim/lane.rs`): what everything but I/O doorbells and register
+    /// reads takes.
     fn lock(&self) -> MutexGuard<'_, State> {
+        let mut state = self.lock_state();
+        while let Some(&qid) = state.lent.last() {
+            self.call_back(&mut state, qid);
+        }
+        state
+    }
+
+    /// The state alone, lent queues left where they are.
+    fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic under the lock (a failed assertion) already failed the
         // test; keep the state reachable for its report.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lane(&self, qid: usize) -> MutexGuard<'_, Lane> {
+        self.lanes[qid].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes queue `qid` back from its lane, once the lane is done with
+    /// any doorbell it is carrying out.
+    fn call_back(&self, state: &mut State, qid: u16) {
+        let lease = self.lane(usize::from(qid)).lease.take().expect("a lent queue is in its lane");
+        state.take_back(lease);
+    }
+
+    /// Lends queue `qid` to its lane if the state allows it.
+    fn lend(&self, state: &mut State, qid: usize) {
+        let Ok(qid) = u16::try_from(qid) else { return };
+        if let Some(lease) = state.lend(qid) {
+            self.lane(usize::from(qid)).lease = Some(lease);
+        }
+    }
+
+    /// The I/O queue and whether SQ tail (else CQ head) that a doorbell
+    /// write at `offset` names, if any.
+    fn io_doorbell(&self, offset: usize) -> Option<(usize, bool)> {
+        let index = offset.checked_sub(reg::DOORBELL_BASE)?;
+        let qid = index / 8;
+        (index.is_multiple_of(4) && qid > 0 && qid < self.lanes.len()).then_some((qid, index % 8 == 0))
     }
 
     /// The seed of every random choice.
@@ -175,7 +224,11 @@ impl Simulator {
     /// A hash of every completion posted so far (tick, SQ, CID, status, DW0,
     /// DW1, in posting order): equal for equal runs.
     pub fn trace_hash(&self) -> u64 {
-        self.lock().trace
+        // Each completion queue's own hash, in queue order: the same
+        // whichever thread or lane posted (`sim/lane.rs`).
+        let state = self.lock();
+        let queues = state.traces.iter().enumerate().filter(|&(_, &trace)| trace != 0);
+        queues.fold(0, |hash, (qid, &trace)| crate::prng::mix(crate::prng::mix(hash, qid as u64), trace))
     }
 
     /// Counters of what the simulator did so far (commands, faults injected,
@@ -195,6 +248,7 @@ impl Simulator {
     pub fn inject(&self, fault: Fault) {
         let mut state = self.lock();
         let state = &mut *state;
+        state.lane_namespaces = None;
         let check_range = |state: &State, nsid: u32, slba: u64, blocks: u64| {
             let namespace = state.namespaces.get((nsid as usize).wrapping_sub(1)).expect("no such namespace");
             assert!(namespace.check_range(slba, blocks).is_ok() && blocks > 0, "fault outside namespace {nsid}");
@@ -412,30 +466,48 @@ impl Simulator {
 
 impl Transport for Simulator {
     fn read32(&self, offset: usize) -> u32 {
-        self.lock().read_register(offset)
+        // Registers only: nothing a lane holds.
+        self.lock_state().read_register(offset)
     }
 
-    /// Carries out the write; a doorbell's deferred reads then move their
-    /// data with the lock let go, and their completions are posted under
-    /// it again (`sim/deferred.rs`).
+    /// An I/O queue's doorbell is carried out in its lane when the queue is
+    /// lent (`sim/lane.rs`), else under the lock. There, a doorbell's
+    /// deferred reads then move their data with the lock let go, their
+    /// completions are posted under it again (`sim/deferred.rs`), and the
+    /// queue is lent if the state allows.
     fn write32(&self, offset: usize, value: u32) {
-        let mut state = self.lock();
+        let Some((qid, sq)) = self.io_doorbell(offset) else {
+            self.lock().write_register(offset, value);
+            return;
+        };
+        {
+            let mut lane = self.lane(qid);
+            let carried = if sq { lane.sq_doorbell(value) } else { lane.cq_doorbell(value) };
+            if carried == Carried::Whole {
+                return;
+            }
+        }
+        let mut state = self.lock_state();
+        if let Some(&lent) = state.lent.iter().find(|&&lent| usize::from(lent) == qid) {
+            self.call_back(&mut state, lent);
+        }
         state.defer_reads = true;
         state.write_register(offset, value);
         state.defer_reads = false;
-        if state.deferred.is_empty() {
-            return;
+        if !state.deferred.is_empty() {
+            let batch = state.take_deferred();
+            drop(state);
+            let moved = self.gate.moving(&batch, || {
+                // One storage lock for each run of reads of one namespace.
+                for run in batch.reads.chunk_by(|a, b| a.namespace == b.namespace) {
+                    let storage = namespace::read(&self.storages[run[0].namespace]);
+                    run.iter().for_each(|job| job.run(&storage));
+                }
+            });
+            state = self.lock_state();
+            state.finish_deferred(batch, moved);
         }
-        let batch = state.take_deferred();
-        drop(state);
-        let moved = self.gate.moving(&batch, || {
-            // One storage lock for each run of reads of one namespace.
-            for run in batch.reads.chunk_by(|a, b| a.namespace == b.namespace) {
-                let storage = namespace::read(&self.storages[run[0].namespace]);
-                run.iter().for_each(|job| job.run(&storage));
-            }
-        });
-        self.lock().finish_deferred(batch, moved);
+        self.lend(&mut state, qid);
     }
 
     /// A pass with no completion waiting for a tick takes no lock.
@@ -446,7 +518,7 @@ impl Transport for Simulator {
     }
 
     fn removal_requested(&self) -> bool {
-        self.lock().removal_requested
+        self.lock_state().removal_requested
     }
 
     fn function_reset(&self) -> Result<()> {
