@@ -417,6 +417,12 @@ impl SimConfig {
         self
     }
 
+    /// Whether completions may wait for ticks: delayed, or reordered
+    /// within one.
+    pub fn completions_wait(&self) -> bool {
+        self.completion_delay_ticks != (0, 0) || self.reorder
+    }
+
     #[must_use]
     /// Lends queues to lanes, or keeps every command under the
     /// controller's lock (see [`SimConfig::lanes`]).

@@ -7,7 +7,7 @@ use super::config::{FaultConfig, SimConfig};
 use super::deferred::{Deferred, DmaGate};
 use super::dma::{DmaTable, HostRange, PAGE_SIZE};
 use super::fault::{PowerCutReport, RangeFaults, RangeKind, SimStats, ZoneRewind};
-use super::lane::{LaneCounters, LaneLimits, LaneNamespace, LaneQueues, LaneWork, Lease, Padded};
+use super::lane::{LaneCounters, LaneLimits, LaneNamespace, LaneQueues, LaneWork, Lease};
 use super::namespace::Namespace;
 use crate::prng::{mix, Prng};
 use crate::spec::command::{Command, SQE_SIZE};
@@ -16,7 +16,7 @@ use crate::spec::registers::{self as reg, Aqa, Cc, Shn, CC_CSS_ALL_IO, CC_CSS_NV
 use crate::spec::status::Status;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod registers;
@@ -139,7 +139,8 @@ impl CompletionQueue {
 }
 
 /// `trace` with a posted completion folded in (see
-/// [`super::Simulator::trace_hash`]).
+/// [`super::Simulator::trace_hash`]), and the tick it was posted at where
+/// completions may wait for ticks (0 where they may not).
 pub(crate) fn fold_trace(trace: u64, now: u64, entry: &Entry) -> u64 {
     [
         now,
@@ -230,29 +231,72 @@ impl Outcome {
     }
 }
 
+/// Tick counters, one per group of threads: more than the cores a run
+/// uses, so that two polling threads rarely share one.
+const CLOCK_SHARDS: usize = 8;
+
 /// Simulated time: ticks, one per queue-pair poll pass, counted outside the
 /// lock so that a pass with nothing due takes no lock.
+///
+/// Each thread counts its passes in a shard of its own (its line written by
+/// it alone: a counter every polling thread wrote would move between the
+/// cores at every pass, which cost two pairs on two threads about a sixth
+/// of their rate, BENCHMARKS.md), and the time is their sum. With one
+/// thread that is exactly the passes so far; with several, a reader may
+/// miss passes other threads are making at that moment, as it would with
+/// any clock they race to advance.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
-    now: AtomicU64,
+    shards: [Padded<AtomicU64>; CLOCK_SHARDS],
     /// Whether completions wait for a later tick (kept by the state, under
-    /// its lock).
-    pending: AtomicBool,
+    /// its lock; read at every pass, written rarely).
+    pending: Padded<AtomicBool>,
+}
+
+/// The clock shard of the calling thread: threads numbered as they first
+/// tick, any simulator.
+fn clock_shard() -> usize {
+    static THREADS: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = THREADS.fetch_add(1, Ordering::Relaxed) % CLOCK_SHARDS;
+    }
+    SHARD.with(|shard| *shard)
 }
 
 impl Clock {
     pub(crate) fn now(&self) -> u64 {
-        self.now.load(Ordering::Acquire)
+        self.shards.iter().map(|shard| shard.load(Ordering::Acquire)).sum()
     }
 
     /// One tick; whether completions may be due.
     pub(crate) fn advance(&self) -> bool {
-        self.now.fetch_add(1, Ordering::AcqRel);
+        self.shards[clock_shard()].fetch_add(1, Ordering::AcqRel);
         self.pending.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_pending(&self, pending: bool) {
         self.pending.store(pending, Ordering::Release);
+    }
+}
+
+/// Two cache lines (the unit adjacent-line prefetchers pull in), for
+/// what threads on different cores read or write on every pass or
+/// command: nothing else may share its lines, or the lines move between
+/// the cores.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Padded<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
     }
 }
 
@@ -627,7 +671,11 @@ impl State {
         let sq_head = sq_head.unwrap_or_else(head_now);
         self.cqs[cqid].as_mut().expect("posting to a live CQ").write(&entry, sq_head);
         self.stats.completions_posted += 1;
-        self.traces[cqid] = fold_trace(self.traces[cqid], self.clock.now(), &entry);
+        // The tick, where completions may wait for one (else a completion
+        // is posted by the doorbell that fetched it, or by the host's CQ
+        // head: which tick that falls on is the host's doing).
+        let now = if self.config.completions_wait() { self.clock.now() } else { 0 };
+        self.traces[cqid] = fold_trace(self.traces[cqid], now, &entry);
     }
 
     fn drain_backlog(&mut self, cqid: usize) {
@@ -674,8 +722,7 @@ impl State {
             && self.drop_io == 0
             && self.power_cut_after.is_none()
             && self.pending.is_empty()
-            && self.config.completion_delay_ticks == (0, 0)
-            && !self.config.reorder
+            && !self.config.completions_wait()
             && !self.rejected_opcodes[usize::from(crate::spec::command::opcode::nvm::READ)]
             && !self.rejected_opcodes[usize::from(crate::spec::command::opcode::nvm::WRITE)]
             && faults.unrecovered_read_probability <= 0.0
@@ -728,7 +775,6 @@ impl State {
             sq: self.sqs[index].take().expect("checked"),
             cq: self.cqs[index].take().expect("checked"),
             trace: self.traces[index],
-            clock: Arc::clone(&self.clock),
             completions_posted: 0,
             completions_held_cq_full: 0,
         };

@@ -193,8 +193,7 @@ impl State {
             && self.power_cut_after.is_none()
             && self.fault_config.read_bit_flip_probability <= 0.0
             && self.fault_config.dropped_completion_probability <= 0.0
-            && self.config.completion_delay_ticks == (0, 0)
-            && !self.config.reorder
+            && !self.config.completions_wait()
     }
 
     /// Moves the deferred reads and posts their completions now, under the

@@ -49,7 +49,7 @@
 //! (`State::traces`), so it is equal with lanes and without
 //! (`tests/sim_determinism.rs` compares the two).
 
-use super::controller::{fold_trace, CompletionQueue, Entry, SubmissionQueue, WAITING_COMPLETIONS_MAX};
+use super::controller::{fold_trace, CompletionQueue, Entry, Padded, SubmissionQueue, WAITING_COMPLETIONS_MAX};
 use super::deferred::ReadJob;
 use super::dma::{DmaTable, HostRange};
 use super::io::{self, check_into_host, metadata_buffer, resolve_pointer};
@@ -60,26 +60,6 @@ use crate::spec::command::{Command, PSDT_PRP, PSDT_SGL_MPTR_CONTIGUOUS, SQE_SIZE
 use crate::spec::status::Status;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
-
-/// Two cache lines (the unit adjacent-line prefetchers pull in), for
-/// what lanes on different cores read or write at every command: nothing
-/// else may share its lines, or the lines move between the cores.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> std::ops::DerefMut for Padded<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
 
 /// What a lane needs of one namespace: a snapshot, taken again after any
 /// admin command (the state drops it, `State::lane_namespaces`), read by
@@ -135,7 +115,6 @@ pub(crate) struct LaneQueues {
     pub(crate) cq: CompletionQueue,
     /// The CQ's trace so far, folded on in the lane.
     pub(crate) trace: u64,
-    pub(crate) clock: Arc<super::controller::Clock>,
     pub(crate) completions_posted: u64,
     pub(crate) completions_held_cq_full: u64,
 }
@@ -307,6 +286,8 @@ impl LaneQueues {
     fn write(&mut self, entry: &Entry) {
         self.cq.write(entry, self.sq.head as u16);
         self.completions_posted += 1;
-        self.trace = fold_trace(self.trace, self.clock.now(), entry);
+        // A lane's state is plain: completions never wait for a tick, so
+        // the tick is not folded (as in `State::write_entry`).
+        self.trace = fold_trace(self.trace, 0, entry);
     }
 }

@@ -8,7 +8,8 @@
 //! ([`SimConfig::seed`]) drives one PRNG behind every random choice
 //! (completion delays and order, fault draws, which unflushed blocks a
 //! power cut keeps), time is a tick counter advanced by
-//! [`Transport::tick`] (once per queue-pair poll pass), everything has a
+//! [`Transport::tick`] (once per queue-pair poll pass, counted per thread
+//! and summed), everything has a
 //! limit, and invariants are asserted.
 //!
 //! # Determinism and threads
@@ -23,9 +24,9 @@
 //! go (`sim/deferred.rs`). The results are then correct but depend on how
 //! the threads interleave. With one thread, the same seed, configuration
 //! and sequence of driver calls give bit-identical results, lanes or not:
-//! [`Simulator::trace_hash`] folds every completion posted (tick, SQ, CID,
-//! status, DW0, DW1), each completion queue's apart, into one number to
-//! compare runs by.
+//! [`Simulator::trace_hash`] folds every completion posted (SQ, CID,
+//! status, DW0, DW1, and the tick where completions may wait for ticks),
+//! each completion queue's apart, into one number to compare runs by.
 //!
 //! # What the device does
 //!
@@ -114,10 +115,10 @@ use crate::error::{Error, Result};
 use crate::spec::registers as reg;
 use crate::spec::zns::ZoneDescriptor;
 use crate::transport::{PciId, Transport};
-use controller::{Clock, State};
+use controller::{Clock, Padded, State};
 use deferred::DmaGate;
 use fault::RangeKind;
-use lane::{Carried, Lane, Padded};
+use lane::{Carried, Lane};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -221,8 +222,9 @@ impl Simulator {
         self.clock.now()
     }
 
-    /// A hash of every completion posted so far (tick, SQ, CID, status, DW0,
-    /// DW1, in posting order): equal for equal runs.
+    /// A hash of every completion posted so far (SQ, CID, status, DW0, DW1,
+    /// and the tick where completions may wait for ticks; in posting order
+    /// per completion queue): equal for equal runs.
     pub fn trace_hash(&self) -> u64 {
         // Each completion queue's own hash, in queue order: the same
         // whichever thread or lane posted (`sim/lane.rs`).
