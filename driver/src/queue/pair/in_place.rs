@@ -144,6 +144,8 @@ impl<'a> Finished<'a> {
             return Err((error.into(), self));
         }
         let start = pair.clock_if_profiling();
+        // The clock is a copy, so timing the checks keeps `tracker`.
+        let (profiling, clock) = (pair.profiler.is_some(), pair.clock);
         let tracker = &mut pair.trackers[usize::from(slot)];
         let last = &tracker.command;
         if !matches!(last.opcode, op::READ | op::WRITE) || last.nsid != ns.nsid() || tracker.buffer.is_none() {
@@ -160,8 +162,7 @@ impl<'a> Finished<'a> {
                 return Err((SubmitError::DeviceReadOnly.into(), self));
             }
         }
-        let checked = pair.clock_if_profiling();
-        let tracker = &mut pair.trackers[usize::from(slot)];
+        let checked = if profiling { clock.now() } else { 0 };
         nvm::retarget(&mut tracker.command, opcode, slba, blocks, flags);
         tracker.token = token;
         tracker.timed_out = false;
