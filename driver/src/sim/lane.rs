@@ -1,7 +1,7 @@
 //! Queues lent out of the controller's lock, so that two queue pairs on
 //! two threads drive the simulator at once (`perf --sim --qpairs 2`).
 //!
-//! Behind the one mutex of [`State`], every command of every queue is
+//! Behind the one mutex of `State`, every command of every queue is
 //! fetched, checked and posted in turn: at 4 KiB two threads spent their
 //! time handing that lock to each other and never ran faster than one
 //! (BENCHMARKS.md, "Two pairs at 4 KiB on the simulator"). A real
