@@ -196,6 +196,13 @@ impl Simulator {
         state.take_back(lease);
     }
 
+    /// Calls I/O queue `qid` back if it is lent.
+    fn call_back_if_lent(&self, state: &mut State, qid: usize) {
+        if let Some(&lent) = state.lent.iter().find(|&&lent| usize::from(lent) == qid) {
+            self.call_back(state, lent);
+        }
+    }
+
     /// Lends queue `qid` to its lane if the state allows it.
     fn lend(&self, state: &mut State, qid: usize) {
         let Ok(qid) = u16::try_from(qid) else { return };
@@ -490,9 +497,7 @@ impl Transport for Simulator {
             }
         }
         let mut state = self.lock_state();
-        if let Some(&lent) = state.lent.iter().find(|&&lent| usize::from(lent) == qid) {
-            self.call_back(&mut state, lent);
-        }
+        self.call_back_if_lent(&mut state, qid);
         state.defer_reads = true;
         state.write_register(offset, value);
         state.defer_reads = false;
@@ -507,6 +512,9 @@ impl Transport for Simulator {
                 }
             });
             state = self.lock_state();
+            // Another thread ringing this queue meanwhile may have had it
+            // lent: its completions go back where the batch's will.
+            self.call_back_if_lent(&mut state, qid);
             state.finish_deferred(batch, moved);
         }
         self.lend(&mut state, qid);
