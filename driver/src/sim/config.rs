@@ -310,7 +310,9 @@ pub struct SimConfig {
     /// Move every read's data under the controller's lock, as the
     /// simulator did before reads moved outside it (`sim/deferred.rs`):
     /// what a single thread sees is the same either way, which a test
-    /// checks with this.
+    /// checks with this. Reads carried out in a lane (see
+    /// [`SimConfig::lanes`]) are under the lane's lock instead, whatever
+    /// this says.
     pub reads_under_lock: bool,
     /// Lend each I/O queue pair to a lane of its own while nothing could
     /// tell (`sim/lane.rs`), so that queues on several threads run at
