@@ -129,7 +129,7 @@ impl IoCompletion {
     }
 }
 
-/// Why a request was handed back by [`QueuePair::submit`].
+/// Why a request was handed back by [`QueuePair::submit`](crate::QueuePair::submit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubmitError {
     /// Every slot is in flight: poll, then submit again.

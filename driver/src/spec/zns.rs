@@ -265,7 +265,7 @@ impl IdentifyNamespaceZns {
     }
 
     /// Zone size in logical blocks for LBA format `lba_format_index` (use
-    /// [`IdentifyNamespace::current_lba_format_index`]). Errors when the
+    /// [`IdentifyNamespace::current_lba_format_index`](super::identify::IdentifyNamespace::current_lba_format_index)). Errors when the
     /// extension is missing or ZSZE is 0.
     pub fn zone_size_blocks(&self, lba_format_index: usize) -> Result<u64, ParseError> {
         match self.lbafe.get(lba_format_index) {
