@@ -76,7 +76,9 @@ each side in turn:
 
 and every job also on the floor (perf --engine raw: a bare queue pair with
 no validation, deadlines or recovery, its rings on a huge page), which
-ours is held to: at least 0.97 of it.
+ours is held to: at least 0.97 of it. Ours and the floor run back to back
+in alternating order, and the target judges the median of each round's
+own ratio (the ratio of the two medians is shown beside it).
 
 The allocator and the scrub (three ZNS controllers of --zoned-size with
 --zone zones; ours, btrfs zoned, raw):
@@ -378,6 +380,10 @@ struct Row {
     target: Option<Target>,
     /// The other side is ours too (a baseline, not the kernel).
     baseline_ours: bool,
+    /// The median of the rounds' own ratios, where the two sides ran back
+    /// to back ([`JobResult::paired_ratio`]); a ratio target judges this
+    /// when it is there.
+    paired: Option<f64>,
 }
 
 /// One run of one job on one side.
@@ -908,6 +914,24 @@ mod tests {
         );
         assert_eq!((floor.kernel_label.as_str(), floor.met()), ("the same with --engine raw", Some(false)));
         assert!((floor.ratio().unwrap() - 8000.0 / 8400.0).abs() < 1e-9);
+        assert_eq!(floor.paired, Some(8000.0 / 8400.0), "one round: its own ratio");
+        assert!(render_rows(&floor_rows).contains("paired"));
+        // Three rounds: the ratio of medians and the median of the rounds'
+        // ratios differ, and the target judges the paired one.
+        let latency = |iops: f64, mean_us: f64| Sample { mean_us, ..sample(iops) };
+        let three = JobResult {
+            job: 0,
+            sides: vec![
+                (Side::Ours, vec![latency(100.0, 10.0), latency(90.0, 11.0), latency(300.0, 3.0)]),
+                (Side::Floor, vec![latency(95.0, 9.0), latency(200.0, 5.0), latency(290.0, 3.5)]),
+            ],
+        };
+        assert!((three.ratio(Side::Floor).unwrap() - 100.0 / 200.0).abs() < 1e-9);
+        assert!((three.paired_ratio(Side::Floor).unwrap() - 300.0 / 290.0).abs() < 1e-9);
+        assert_eq!(three.paired_latency_difference_us(Side::Floor), Some(1.0));
+        let row = driver_rows(&[three]).pop().unwrap();
+        assert_eq!((row.ratio().map(|r| r < 0.97), row.met()), (Some(true), Some(true)));
+        assert_eq!(row.to_json()["paired_ratio"], json!(300.0 / 290.0));
         let svg = render_svg(&rows, vec![("t".into(), vec![("ours".into(), vec![(1.0, 100.0), (2.0, 110.0)])])]);
         assert_eq!(svg.matches("<svg").count(), 3, "{svg}");
         assert!(svg.contains("<polyline"));
@@ -933,6 +957,18 @@ mod tests {
             for side in job.sides() {
                 let n = runs.iter().filter(|r| r.job == Some(index) && r.side == side).count();
                 assert_eq!(n, 3, "{} {side:?}", job.name);
+            }
+        }
+        // Ours and the floor back to back, the floor second in odd rounds
+        // and first in even ones.
+        for round in 1..=3 {
+            for job in 0..JOBS.len() {
+                let sides: Vec<Side> =
+                    runs.iter().filter(|r| r.round == round && r.job == Some(job)).map(|r| r.side).collect();
+                let ours = sides.iter().position(|&s| s == Side::Ours).unwrap();
+                let floor = sides.iter().position(|&s| s == Side::Floor).unwrap();
+                let expected = if round % 2 == 1 { ours + 1 } else { ours - 1 };
+                assert_eq!(floor, expected, "round {round} job {job}: {sides:?}");
             }
         }
     }
@@ -976,8 +1012,9 @@ mod tests {
 
     #[test]
     fn fio_results_parse() {
-        let run = &plan(&options(1))[2 + 8 + 1];
-        assert_eq!((run.job, run.side), (Some(2), Side::KernelIrq), "the 256k write's kernel run");
+        let runs = plan(&options(1));
+        let run =
+            runs.iter().find(|r| r.job == Some(2) && r.side == Side::KernelIrq).expect("the 256k write's kernel run");
         let sample = parse_result(run, &format!("fio: note\n{FIO_WRITE}")).unwrap();
         assert_eq!(sample.iops, 2577.807398);
         assert!((sample.mib_s - 644.45).abs() < 0.01, "{}", sample.mib_s);
@@ -985,7 +1022,7 @@ mod tests {
         assert_eq!((sample.p50_us, sample.p99_us, sample.p999_us), (272.384, 2113.536, 6389.76));
         assert_eq!(sample.bytes, 2027945984);
         // The same output is no result for a read job.
-        let read_run = &plan(&options(1))[2 + 1];
+        let read_run = runs.iter().find(|r| r.job == Some(0) && r.side == Side::KernelIrq).unwrap();
         assert!(parse_result(read_run, FIO_WRITE).is_err());
     }
 
@@ -1052,8 +1089,9 @@ mod tests {
     #[test]
     fn failures_name_the_run_and_its_output() {
         let runs = plan(&options(1));
-        let output = "bench-result r0 {}\nbench-note r3 fio: unrecognized option\n\
-                      bench-note r2 other\nbench-failed r3 status 1\nsome stdout\n";
+        // r2 is the first job's ours, r3 its floor, r4 its kernel side.
+        let output = "bench-result r0 {}\nbench-note r4 fio: unrecognized option\n\
+                      bench-note r2 other\nbench-failed r4 status 1\nsome stdout\n";
         let report = failure_report(output, 1, &runs, 1);
         assert!(report.starts_with("round 1/1 randread-4k-qd1"), "{report}");
         assert!(report.contains("kernel io_uring, irq failed with status 1"), "{report}");

@@ -180,6 +180,38 @@ impl JobResult {
         let theirs = self.summary(kernel)?.median.metric(metric);
         (theirs > 0.0).then(|| ours / theirs)
     }
+
+    /// The median over rounds of ours over `other` in the same round, in
+    /// the job's metric: with the two run back to back (as `plan` runs ours
+    /// and the floor), a slow or fast spell of the host weighs on both
+    /// sides of each ratio, where a ratio of medians may take its two
+    /// medians from different spells.
+    pub(super) fn paired_ratio(&self, other: Side) -> Option<f64> {
+        let metric = JOBS[self.job].metric;
+        let mut ratios: Vec<f64> = self
+            .paired(other)?
+            .filter(|(_, theirs)| theirs.metric(metric) > 0.0)
+            .map(|(ours, theirs)| ours.metric(metric) / theirs.metric(metric))
+            .collect();
+        (!ratios.is_empty()).then(|| median(&mut ratios))
+    }
+
+    /// The median over rounds of ours' mean latency less `other`'s in the
+    /// same round, in µs.
+    pub(super) fn paired_latency_difference_us(&self, other: Side) -> Option<f64> {
+        let mut differences: Vec<f64> =
+            self.paired(other)?.map(|(ours, theirs)| ours.mean_us - theirs.mean_us).collect();
+        (!differences.is_empty()).then(|| median(&mut differences))
+    }
+
+    /// Ours and `other`'s samples round by round (each side has one sample
+    /// per round, in round order).
+    fn paired(&self, other: Side) -> Option<impl Iterator<Item = (&Sample, &Sample)>> {
+        let samples = |side| self.sides.iter().find(|(s, _)| *s == side).map(|(_, samples)| samples);
+        let (ours, theirs) = (samples(Side::Ours)?, samples(other)?);
+        debug_assert_eq!(ours.len(), theirs.len(), "one sample per side per round");
+        Some(ours.iter().zip(theirs))
+    }
 }
 
 pub(super) fn collect_results(runs: &[Run], output: &str, monitor: &LoadMonitor) -> Result<Vec<JobResult>, String> {

@@ -118,6 +118,9 @@ pub(super) fn fio_command(job: &Job, side: Side, time_s: u64) -> Vec<String> {
 
 /// Preconditioning (when asked for), then every round of every job on
 /// every side; within a round the sides' order rotates by the round number.
+/// Ours and the floor always run back to back, in alternating order, so
+/// that each round's ratio of the two compares runs under the same host
+/// conditions (see [`JobResult::paired_ratio`]).
 pub(super) fn plan(options: &Options) -> Vec<Run> {
     let mut runs = Vec::new();
     if options.precondition {
@@ -158,8 +161,13 @@ pub(super) fn plan(options: &Options) -> Vec<Run> {
     for round in 1..=options.rounds {
         for (index, job) in JOBS.iter().enumerate() {
             let mut sides = job.sides();
+            let floor = sides.iter().position(|&s| s == Side::Floor).map(|at| sides.remove(at));
             let turn = (round as usize - 1) % sides.len();
             sides.rotate_left(turn);
+            if let Some(floor) = floor {
+                let ours = sides.iter().position(|&s| s == Side::Ours).expect("every job runs ours");
+                sides.insert(if round % 2 == 1 { ours + 1 } else { ours }, floor);
+            }
             for side in sides {
                 let command = match side {
                     Side::Ours => perf_command(job.rw, job.bs, job.qd, options.time_s),

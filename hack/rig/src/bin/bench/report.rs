@@ -40,7 +40,12 @@ impl Row {
         kernel: Option<f64>,
         unit: Unit,
     ) -> Self {
-        Row { job, ours_label, ours, kernel_label, kernel, unit, target: None, baseline_ours: false }
+        Row { job, ours_label, ours, kernel_label, kernel, unit, target: None, baseline_ours: false, paired: None }
+    }
+
+    pub(super) fn paired(mut self, ratio: Option<f64>) -> Self {
+        self.paired = ratio;
+        self
     }
 
     pub(super) fn target(mut self, ratio: f64) -> Self {
@@ -69,7 +74,7 @@ impl Row {
 
     pub(super) fn met(&self) -> Option<bool> {
         match self.target? {
-            Target::Ratio(at_least) => Some(self.ratio()? >= at_least),
+            Target::Ratio(at_least) => Some(self.paired.or(self.ratio())? >= at_least),
             Target::Minimum(at_least) => Some(self.ours? >= at_least),
         }
     }
@@ -95,6 +100,7 @@ impl Row {
             "kernel": { "label": self.kernel_label, "value": self.kernel },
             "baseline": if self.baseline_ours { "ours" } else { "kernel" },
             "ratio": self.ratio(),
+            "paired_ratio": self.paired,
             "target": self.target.map(|t| match t {
                 Target::Ratio(r) => json!({ "ratio_at_least": r, "met": self.met() }),
                 Target::Minimum(m) => json!({ "ours_at_least": m, "met": self.met() }),
@@ -153,6 +159,7 @@ pub(super) fn driver_rows(results: &[JobResult]) -> Vec<Row> {
                     unit,
                 )
                 .baseline_is_ours()
+                .paired(result.paired_ratio(Side::Floor))
                 .target(FLOOR_RATIO_MIN),
             );
         }
@@ -174,25 +181,38 @@ pub(super) fn render_rows(rows: &[Row]) -> String {
             continue;
         }
         let _ = writeln!(out, "\n{heading}\n");
+        // The paired column only where some row has one (the baselines
+        // run back to back with ours).
+        let paired = section.iter().any(|r| r.paired.is_some());
+        let column = |text: String| if paired { format!(" {text:>7}") } else { String::new() };
         let _ = writeln!(
             out,
-            "  {:<36} {:>14} {:>14} {:>7}  {:<17} compared with",
+            "  {:<36} {:>14} {:>14} {:>7}{}  {:<17} compared with",
             "job",
             "ours",
             if baseline_ours { "baseline" } else { "kernel" },
             "ratio",
+            column("paired".into()),
             "target",
         );
         for row in section {
             let _ = writeln!(
                 out,
-                "  {:<36} {:>14} {:>14} {:>7}  {:<17} {}",
+                "  {:<36} {:>14} {:>14} {:>7}{}  {:<17} {}",
                 row.job,
                 row.unit.format(row.ours),
                 row.unit.format(row.kernel),
                 ratio_text(row.ratio()),
+                column(ratio_text(row.paired)),
                 row.target_text(),
                 row.kernel_label
+            );
+        }
+        if paired {
+            let _ = writeln!(
+                out,
+                "\n  ratio: of the medians; paired: the median of each round's own ratio, the two run back to \
+                 back (a target judges this one)"
             );
         }
     }
@@ -356,6 +376,15 @@ pub(super) fn render_tables(results: &[JobResult], options: &Options) -> String 
             ratio_text(result.ratio(Side::OursPrp)),
             ratio_text(result.ratio(Side::Floor))
         );
+        if let Some(paired) = result.paired_ratio(Side::Floor) {
+            let _ = writeln!(
+                out,
+                "  ours/floor round by round, back to back: median {} ({metric}); ours' mean latency less the \
+                 floor's: median {:+.1} us",
+                ratio_text(Some(paired)),
+                result.paired_latency_difference_us(Side::Floor).unwrap_or(f64::NAN)
+            );
+        }
     }
     let _ = writeln!(
         out,
@@ -403,6 +432,8 @@ pub(super) fn render_json(results: &[JobResult], runs: &[Run], options: &Options
                 "ratio_ours_kernel_polled": result.ratio(Side::KernelPolled),
                 "ratio_ours_prp_only": result.ratio(Side::OursPrp),
                 "ratio_ours_floor": result.ratio(Side::Floor),
+                "paired_ratio_ours_floor": result.paired_ratio(Side::Floor),
+                "paired_mean_latency_ours_less_floor_us": result.paired_latency_difference_us(Side::Floor),
             })
         })
         .collect();
