@@ -309,6 +309,43 @@ mod tests {
     }
 
     #[test]
+    fn a_pass_publishes_what_its_callbacks_sent_with_one_doorbell() {
+        let ns = namespace(1, 1 << 10, 512);
+        let (mut pair, mut device, transport) = queue_pair(8).unwrap();
+        let dyn_transport: Arc<dyn Transport> = transport.clone();
+        let pool = DmaPool::new(&dyn_transport, 4096, 3).unwrap();
+        for token in 0..3 {
+            pair.submit(ns.read(8 * token, IoBuffer::new(pool.get().unwrap()), token).unwrap()).unwrap();
+        }
+        pair.ring();
+        assert_eq!(device.complete_all(), 3);
+        let before = transport.doorbell_writes();
+        // Each completion goes again in place; one more as a new request.
+        let sent = pair.poll_in_place(|done| {
+            if done.token() == 2 {
+                let (completion, mut pair) = done.complete();
+                pair.submit(ns.read(64, completion.buffer.unwrap(), 12).unwrap()).unwrap();
+            } else {
+                let token = done.token() + 10;
+                done.read(&ns, 32, token).unwrap();
+            }
+        });
+        assert_eq!(sent, 3);
+        // No `ring()`: the pass published all three itself, with one SQ
+        // doorbell update; the CQ head went too (3 entries consumed, and a
+        // queue of 8 announces them 2 at a time).
+        assert_eq!(transport.doorbell_writes() - before, 2, "one SQ and one CQ doorbell update");
+        assert_eq!(device.complete_all(), 3, "the device sees every command sent from the callback");
+        let mut tokens = Vec::new();
+        pair.poll(|c| tokens.push(c.token));
+        assert_eq!(tokens, [10, 11, 12]);
+        // A pass that finds nothing rings nothing.
+        let before = transport.doorbell_writes();
+        assert_eq!(pair.poll(|_| unreachable!()), 0);
+        assert_eq!(transport.doorbell_writes(), before);
+    }
+
+    #[test]
     fn a_full_queue_hands_the_request_back() {
         let (mut pair, mut device, _) = queue_pair(4).unwrap();
         for token in 0..3 {

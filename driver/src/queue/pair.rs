@@ -96,8 +96,9 @@ struct Tracker {
     deadline: Option<u64>,
     buffer: Option<IoBuffer>,
     metadata: Option<IoBuffer>,
-    /// The command as submitted (its data pointer included), for sending
-    /// it again from the same slot (`in_place`).
+    /// The command as submitted (its data pointer and identifier
+    /// included): `push` copies it into the SQ from here, and `in_place`
+    /// sends it again from the same slot.
     command: Command,
 }
 
@@ -208,6 +209,11 @@ pub struct QueuePair {
     queues_generation: u64,
     /// What deadlines and health checks read ([`crate::clock`]).
     clock: Clock,
+    /// `timeout` and [`HEALTH_CHECK_INTERVAL`] in `clock`'s ticks, worked
+    /// out when either is set rather than at every deadline check (a
+    /// 128-bit division each).
+    timeout_ticks: u64,
+    health_interval_ticks: u64,
     /// When CSTS was last read, in `clock`'s ticks.
     health_checked: u64,
     /// Why submissions are refused, once the device is gone or the
@@ -268,7 +274,7 @@ impl QueuePair {
         let mut free: Vec<u16> = Vec::with_capacity(slots);
         free.extend((0..slots as u16).rev());
         let (sq_doorbell, cq_doorbell) = Self::make_doorbells(transport, qid, doorbells);
-        Ok(QueuePair {
+        let mut pair = QueuePair {
             qid,
             depth,
             doorbells,
@@ -294,6 +300,8 @@ impl QueuePair {
             generation: 0,
             queues_generation: 0,
             clock: Clock::os(),
+            timeout_ticks: 0,
+            health_interval_ticks: 0,
             health_checked: 0,
             dead: None,
             host: None,
@@ -301,7 +309,9 @@ impl QueuePair {
             profiler: None,
             ended: Vec::with_capacity(slots),
             _not_sync: PhantomData,
-        })
+        };
+        pair.clock_changed();
+        Ok(pair)
     }
 
     /// The SQ tail and CQ head doorbells of queue pair `qid`, with their
@@ -403,6 +413,13 @@ impl QueuePair {
     /// has not started yet.
     pub fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
+        self.clock_changed();
+    }
+
+    /// Works out the intervals deadline checks compare in ticks.
+    fn clock_changed(&mut self) {
+        self.timeout_ticks = self.timeout.map_or(u64::MAX, |timeout| self.clock.ticks(timeout));
+        self.health_interval_ticks = self.clock.ticks(HEALTH_CHECK_INTERVAL);
     }
 
     /// Describes transfers whose pages span more than `threshold` bytes
@@ -421,6 +438,7 @@ impl QueuePair {
     /// already started are started again.
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+        self.clock_changed();
         self.health_checked = clock.now();
         for tracker in self.trackers.iter_mut() {
             tracker.deadline = None;

@@ -7,14 +7,14 @@ use super::*;
 pub(super) trait Delivery {
     /// The device completed the command in busy `slot` with `entry`.
     fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion);
-    /// The pair is about to check deadlines or recover, and may end
-    /// commands itself.
-    fn before_ending(&mut self, _pair: &mut QueuePair) {}
-    /// The pair ended a command itself (a deadline, a reset, removal); its
-    /// slot is free. Called with the pair borrowed: `after_ended` follows.
-    fn ended(&mut self, completion: IoCompletion);
-    /// After the pair ended commands, with the pair free again.
-    fn after_ended(&mut self, _pair: &mut QueuePair) {}
+    /// Runs `ending` (a deadline check or a recovery), which may end
+    /// commands itself (their slots free) through the callback it is
+    /// given, and delivers those; returns what `ending` returns.
+    fn end(
+        &mut self,
+        pair: &mut QueuePair,
+        ending: impl FnOnce(&mut QueuePair, &mut dyn FnMut(IoCompletion)) -> usize,
+    ) -> usize;
 }
 
 /// `poll`'s delivery: each command's [`IoCompletion`], by value, its slot
@@ -29,8 +29,12 @@ impl<F: FnMut(IoCompletion)> Delivery for Classic<F> {
         (self.0)(completion);
     }
 
-    fn ended(&mut self, completion: IoCompletion) {
-        (self.0)(completion);
+    fn end(
+        &mut self,
+        pair: &mut QueuePair,
+        ending: impl FnOnce(&mut QueuePair, &mut dyn FnMut(IoCompletion)) -> usize,
+    ) -> usize {
+        ending(pair, &mut |completion| (self.0)(completion))
     }
 }
 
@@ -88,11 +92,12 @@ impl QueuePair {
     }
 
     /// Publishes queued submissions, then reaps every ready completion into
-    /// `on_completion`, and updates the CQ head doorbell once. Returns the
-    /// number of commands completed. Now and then it also checks deadlines
-    /// and the controller's status, and after a controller reset it ends
-    /// the commands in flight and re-creates the queues (see the [type
-    /// documentation](Self)).
+    /// `on_completion`, publishes what the callback submitted (one SQ
+    /// doorbell update for the pass), and updates the CQ head doorbell
+    /// once. Returns the number of commands completed. Now and then it
+    /// also checks deadlines and the controller's status, and after a
+    /// controller reset it ends the commands in flight and re-creates the
+    /// queues (see the [type documentation](Self)).
     pub fn poll(&mut self, on_completion: impl FnMut(IoCompletion)) -> usize {
         let mut delivery = Classic(on_completion);
         if self.profiler.is_some() {
@@ -112,9 +117,7 @@ impl QueuePair {
     pub(super) fn poll_as<const PROFILE: bool, D: Delivery>(&mut self, delivery: &mut D) -> usize {
         let mut reaped = 0;
         if self.epoch.generation() != self.generation {
-            delivery.before_ending(self);
-            reaped += self.recover(&mut |completion| delivery.ended(completion));
-            delivery.after_ended(self);
+            reaped += delivery.end(self, |pair, mut on_completion| pair.recover(&mut on_completion));
         }
         self.ring_as::<PROFILE>();
         let start = self.stamp::<PROFILE>();
@@ -158,6 +161,15 @@ impl QueuePair {
                 self.stats.spurious_completions += 1;
             }
         }
+        // What the callbacks submitted goes to the device now, with one
+        // doorbell update for the pass, not at the next pass: the rest of
+        // this one (the CQ head, the deadline cadence, the owner's loop)
+        // would otherwise sit between a completion and its successor's
+        // doorbell. SPDK rings once per completion pass the same way
+        // (`delay_cmd_submit`, lib/nvme/nvme_pcie_common.c).
+        let ring_start = self.stamp::<PROFILE>();
+        self.ring_as::<PROFILE>();
+        let rung = self.stamp::<PROFILE>() - ring_start;
         // The CQ head doorbell only tells the controller which entries it
         // may reuse. An I/O queue announces consumed entries a quarter of
         // the queue at a time (submissions announce them sooner when the
@@ -172,13 +184,12 @@ impl QueuePair {
         let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
             || (reaped == 0 && self.polls.is_multiple_of(IDLE_DEADLINE_CHECK_POLLS));
         if due && self.timeout.is_some() && self.free.len() < self.trackers.len() {
-            delivery.before_ending(self);
-            reaped += self.check_deadlines(&mut |completion| delivery.ended(completion));
-            delivery.after_ended(self);
+            reaped += delivery.end(self, |pair, mut on_completion| pair.check_deadlines(&mut on_completion));
         }
         if PROFILE {
             if let Some(profiler) = self.profiler.as_deref_mut() {
-                profiler.polled(start, self.clock.now(), reaped, callback);
+                // The doorbell counts in its own phase (`ring_as`).
+                profiler.polled(start, self.clock.now().saturating_sub(rung), reaped, callback);
             }
         }
         reaped

@@ -101,8 +101,8 @@ impl<'a> Finished<'a> {
     /// token and deadline. Only for a Read or Write of `ns` that the
     /// device completed (else, and for an LBA range outside `ns` or a
     /// buffer the device may only read, the finished command comes back
-    /// with the error, unchanged). Published at the next poll or
-    /// [`QueuePair::ring`].
+    /// with the error, unchanged). Published when the poll pass ends, with
+    /// whatever else its callbacks sent.
     #[inline]
     #[allow(clippy::result_large_err, reason = "the finished command comes back by value")]
     pub fn read(self, ns: &Namespace, slba: u64, token: u64) -> std::result::Result<(), (Error, Finished<'a>)> {
@@ -167,8 +167,7 @@ impl<'a> Finished<'a> {
         tracker.token = token;
         tracker.timed_out = false;
         tracker.deadline = None;
-        let command = tracker.command;
-        pair.push(command, slot);
+        pair.push(slot);
         if let Some(profiler) = pair.profiler.as_deref_mut() {
             let end = pair.clock.now();
             // No data pointer to build: the checks, then the SQE.
@@ -217,15 +216,11 @@ fn not_in_slot() -> Error {
 /// `poll_as`'s delivery to `poll_in_place`'s callback.
 pub(super) struct InPlace<F> {
     pub(super) on_done: F,
-    /// What the pair ends itself while a pass checks deadlines or
-    /// recovers, handed over after: the pair's own list, lent for the
-    /// while (its capacity is a slot each, so pushing never allocates).
-    ended: Vec<IoCompletion>,
 }
 
 impl<F> InPlace<F> {
     pub(super) fn new(on_done: F) -> Self {
-        InPlace { on_done, ended: Vec::new() }
+        InPlace { on_done }
     }
 }
 
@@ -239,21 +234,32 @@ impl<F: FnMut(Finished<'_>)> Delivery for InPlace<F> {
         (self.on_done)(Finished { pair: Some(pair), token, status, result, what: What::InSlot(slot) });
     }
 
-    fn before_ending(&mut self, pair: &mut QueuePair) {
-        std::mem::swap(&mut self.ended, &mut pair.ended);
-    }
-
-    fn ended(&mut self, completion: IoCompletion) {
-        self.ended.push(completion);
-    }
-
-    fn after_ended(&mut self, pair: &mut QueuePair) {
-        // Oldest first, as they were ended.
-        for completion in self.ended.drain(..) {
-            let (token, status, result) = (completion.token, completion.status, completion.result_u64());
-            (self.on_done)(Finished { pair: Some(&mut *pair), token, status, result, what: What::Ended(completion) });
+    /// What the pair ends goes first to its own list, lent for the while
+    /// (its capacity is a slot each, so pushing never allocates), and to
+    /// the callback after, with the pair free again to lend to it.
+    fn end(
+        &mut self,
+        pair: &mut QueuePair,
+        ending: impl FnOnce(&mut QueuePair, &mut dyn FnMut(IoCompletion)) -> usize,
+    ) -> usize {
+        let mut ended = std::mem::take(&mut pair.ended);
+        let count = ending(pair, &mut |completion| ended.push(completion));
+        // Oldest first, as they were ended. Most deadline checks end
+        // nothing: no drain then.
+        if !ended.is_empty() {
+            for completion in ended.drain(..) {
+                let (token, status, result) = (completion.token, completion.status, completion.result_u64());
+                (self.on_done)(Finished {
+                    pair: Some(&mut *pair),
+                    token,
+                    status,
+                    result,
+                    what: What::Ended(completion),
+                });
+            }
         }
-        std::mem::swap(&mut self.ended, &mut pair.ended);
+        pair.ended = ended;
+        count
     }
 }
 

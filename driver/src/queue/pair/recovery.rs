@@ -76,25 +76,28 @@ impl QueuePair {
     #[cold]
     #[inline(never)]
     pub(super) fn check_deadlines(&mut self, on_completion: &mut impl FnMut(IoCompletion)) -> usize {
-        let Some(timeout) = self.timeout else { return 0 };
+        if self.timeout.is_none() {
+            return 0;
+        }
         let now = self.clock.now();
-        let timeout = self.clock.ticks(timeout);
-        if let Some(host) = self.host.clone() {
-            if now.saturating_sub(self.health_checked) >= self.clock.ticks(HEALTH_CHECK_INTERVAL) {
-                self.health_checked = now;
-                let raw = self.transport.read32(CSTS);
-                if raw == u32::MAX || self.transport.removal_requested() {
-                    host.device_gone();
-                    return self.recover(on_completion);
-                }
-                let csts = Csts(raw);
-                if (csts.cfs() || !csts.rdy()) && self.epoch.generation() == self.generation {
-                    // NVMe Base 2.0 §9.5: a fatal status needs a reset;
-                    // RDY clear means the controller reset without us.
-                    self.stats.resets_requested += 1;
-                    host.reset(self.generation);
-                    return self.recover(on_completion);
-                }
+        let timeout = self.timeout_ticks;
+        // The host is cloned (two atomic updates) only when its health is
+        // due a check, not at every deadline check.
+        let health_due = now.saturating_sub(self.health_checked) >= self.health_interval_ticks;
+        if let Some(host) = self.host.as_ref().filter(|_| health_due).cloned() {
+            self.health_checked = now;
+            let raw = self.transport.read32(CSTS);
+            if raw == u32::MAX || self.transport.removal_requested() {
+                host.device_gone();
+                return self.recover(on_completion);
+            }
+            let csts = Csts(raw);
+            if (csts.cfs() || !csts.rdy()) && self.epoch.generation() == self.generation {
+                // NVMe Base 2.0 §9.5: a fatal status needs a reset;
+                // RDY clear means the controller reset without us.
+                self.stats.resets_requested += 1;
+                host.reset(self.generation);
+                return self.recover(on_completion);
             }
         }
         let mut expired = false;

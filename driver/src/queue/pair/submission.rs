@@ -76,7 +76,7 @@ impl QueuePair {
         tracker.buffer = request.buffer;
         tracker.metadata = request.metadata;
         tracker.command = command;
-        self.push(command, slot);
+        self.push(slot);
         if PROFILE {
             if let Some(profiler) = self.profiler.as_deref_mut() {
                 profiler.submitted(slot, [start, checked, pointed, self.clock.now()]);
@@ -111,7 +111,7 @@ impl QueuePair {
         tracker.buffer = None;
         tracker.metadata = None;
         tracker.command = command;
-        self.push(command, slot);
+        self.push(slot);
         Ok(())
     }
 
@@ -175,10 +175,13 @@ impl QueuePair {
         }
     }
 
-    pub(super) fn push(&mut self, mut command: Command, slot: u16) {
+    /// Writes the command in busy `slot`'s tracker into the SQ, its
+    /// identifier the slot, straight from the tracker (one copy).
+    pub(super) fn push(&mut self, slot: u16) {
         self.make_room();
+        let command = &mut self.trackers[usize::from(slot)].command;
         command.cid = slot;
-        self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, command);
+        self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, *command);
         self.sq_tail = if self.sq_tail + 1 == self.depth { 0 } else { self.sq_tail + 1 };
         self.stats.submitted += 1;
     }
