@@ -13,20 +13,21 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 #[allow(dead_code, reason = "each user takes the cases it needs")]
 #[path = "cases/queue_pair.rs"]
 mod queue_pair_cases;
-use queue_pair_cases::{Batch32Flush, IdlePoll, Qd1Flush, Qd1ReadInPlace, Qd1ReadWithBuffer};
+use queue_pair_cases::{Flushes, IdlePoll, Qd1ReadInPlace, Qd1ReadWithBuffer};
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("queue_pair");
-    group.throughput(Throughput::Elements(Qd1Flush::COMMANDS));
-    let mut case = Qd1Flush::new();
-    group.bench_function("qd1_flush", |b| b.iter(|| case.step()));
+    group.throughput(Throughput::Elements(1));
+    let mut flushes = Flushes::new();
+    group.bench_function("qd1_flush", |b| b.iter(|| flushes.qd1_step()));
     let mut case = Qd1ReadWithBuffer::new();
     group.bench_function("qd1_read_4k_with_buffer", |b| b.iter(|| case.step()));
     let mut case = Qd1ReadInPlace::new();
     group.bench_function("qd1_read_4k_in_place", |b| b.iter(|| case.step()));
-    group.throughput(Throughput::Elements(Batch32Flush::COMMANDS));
-    let mut case = Batch32Flush::new();
-    group.bench_function("batch32_flush", |b| b.iter_batched(|| (), |()| case.step(), BatchSize::SmallInput));
+    group.throughput(Throughput::Elements(Flushes::BATCH));
+    let mut flushes = Flushes::new();
+    group
+        .bench_function("batch32_flush", |b| b.iter_batched(|| (), |()| flushes.batch32_step(), BatchSize::SmallInput));
     group.throughput(Throughput::Elements(1));
     let mut case = IdlePoll::new();
     group.bench_function("idle_poll", |b| b.iter(|| case.step()));

@@ -11,7 +11,7 @@
 #[allow(dead_code, reason = "shared with the criterion bench")]
 #[path = "../benches/cases/queue_pair.rs"]
 mod queue_pair_cases;
-use queue_pair_cases::{Batch32Flush, IdlePoll, Qd1Flush, Qd1ReadInPlace, Qd1ReadWithBuffer};
+use queue_pair_cases::{Flushes, IdlePoll, Qd1ReadInPlace, Qd1ReadWithBuffer};
 
 const USAGE: &str = "usage: queue_pair_loop CASE --commands N [--json]
 CASE: qd1_flush, qd1_read_4k_with_buffer, qd1_read_4k_in_place, batch32_flush,
@@ -38,18 +38,16 @@ fn main() -> Result<(), String> {
         }
     }
     let (case, commands) = case.zip(commands).ok_or(USAGE)?;
-    // Whole steps only: a batch case runs COMMANDS commands a step.
-    let steps = |per_step: u64| commands.div_ceil(per_step);
+    // Whole steps only: a batch case runs `Flushes::BATCH` commands a step,
+    // the others one.
     let ran = match case.as_str() {
-        "qd1_flush" => run(Qd1Flush::new(), Qd1Flush::step, steps(Qd1Flush::COMMANDS)) * Qd1Flush::COMMANDS,
-        "qd1_read_4k_with_buffer" => {
-            run(Qd1ReadWithBuffer::new(), Qd1ReadWithBuffer::step, steps(1)) * Qd1ReadWithBuffer::COMMANDS
-        }
-        "qd1_read_4k_in_place" => run(Qd1ReadInPlace::new(), Qd1ReadInPlace::step, steps(1)) * Qd1ReadInPlace::COMMANDS,
+        "qd1_flush" => run(Flushes::new(), Flushes::qd1_step, commands),
+        "qd1_read_4k_with_buffer" => run(Qd1ReadWithBuffer::new(), Qd1ReadWithBuffer::step, commands),
+        "qd1_read_4k_in_place" => run(Qd1ReadInPlace::new(), Qd1ReadInPlace::step, commands),
         "batch32_flush" => {
-            run(Batch32Flush::new(), Batch32Flush::step, steps(Batch32Flush::COMMANDS)) * Batch32Flush::COMMANDS
+            run(Flushes::new(), Flushes::batch32_step, commands.div_ceil(Flushes::BATCH)) * Flushes::BATCH
         }
-        "idle_poll" => run(IdlePoll::new(), IdlePoll::step, steps(IdlePoll::COMMANDS)) * IdlePoll::COMMANDS,
+        "idle_poll" => run(IdlePoll::new(), IdlePoll::step, commands),
         other => return Err(format!("unknown case {other:?}\n{USAGE}")),
     };
     if json {

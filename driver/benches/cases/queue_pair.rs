@@ -1,11 +1,11 @@
-//! The queue pair's I/O loops over the loopback device (no hardware), one
+//! The queue pair's I/O loops over the loopback device (no hardware), a
 //! type per case, shared by the criterion bench (`benches/queue_pair.rs`)
 //! and the instruction count (`examples/queue_pair_loop.rs`, run by
 //! `hack/io-instructions`), so that the two measure the same code. Each
-//! case is set up once; `step` submits, lets the loopback device post the
-//! completions, and polls them back, so a step includes the device side's
-//! work (reading the SQE and writing the CQE), which real hardware does for
-//! free.
+//! case is set up once; a step submits (one command unless it says
+//! otherwise), lets the loopback device post the completions, and polls
+//! them back, so a step includes the device side's work (reading the SQE
+//! and writing the CQE), which real hardware does for free.
 
 use nvme_driver::cmd::nvm;
 use nvme_driver::dma::DmaPool;
@@ -17,28 +17,47 @@ use std::sync::Arc;
 /// The depth of every case's queue pair.
 const DEPTH: u16 = 64;
 
-/// QD1: one command without data.
-pub struct Qd1Flush {
+/// Flushes, commands without data: one at a time (`qd1_step`), or in
+/// batches of 32 with one doorbell per batch and one poll pass
+/// (`batch32_step`).
+pub struct Flushes {
     pair: QueuePair,
     device: LoopbackDevice,
 }
 
-impl Qd1Flush {
-    pub const COMMANDS: u64 = 1;
+impl Flushes {
+    pub const BATCH: u64 = 32;
 
     pub fn new() -> Self {
         let (pair, device, _) = loopback::queue_pair(DEPTH).expect("a loopback pair");
-        Qd1Flush { pair, device }
+        Flushes { pair, device }
     }
 
+    /// QD1: one command.
     #[inline]
-    pub fn step(&mut self) {
+    pub fn qd1_step(&mut self) {
         self.pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token: 7 }).unwrap();
         self.pair.ring();
         self.device.complete_all();
         black_box(self.pair.poll(|c| {
             black_box(c.token);
         }));
+    }
+
+    /// `BATCH` commands.
+    #[inline]
+    pub fn batch32_step(&mut self) {
+        for token in 0..Self::BATCH {
+            self.pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token }).unwrap();
+        }
+        self.pair.ring();
+        self.device.complete_all();
+        let mut n = 0;
+        self.pair.poll(|c| {
+            n += 1;
+            black_box(c.token);
+        });
+        assert_eq!(n, Self::BATCH);
     }
 }
 
@@ -52,8 +71,6 @@ pub struct Qd1ReadWithBuffer {
 }
 
 impl Qd1ReadWithBuffer {
-    pub const COMMANDS: u64 = 1;
-
     pub fn new() -> Self {
         let (pair, device, transport) = loopback::queue_pair(DEPTH).expect("a loopback pair");
         let transport: Arc<dyn Transport> = transport;
@@ -83,8 +100,6 @@ pub struct Qd1ReadInPlace {
 }
 
 impl Qd1ReadInPlace {
-    pub const COMMANDS: u64 = 1;
-
     pub fn new() -> Self {
         let (mut pair, device, transport) = loopback::queue_pair(DEPTH).expect("a loopback pair");
         let transport: Arc<dyn Transport> = transport;
@@ -115,8 +130,6 @@ pub struct IdlePoll {
 }
 
 impl IdlePoll {
-    pub const COMMANDS: u64 = 1;
-
     pub fn new() -> Self {
         let (mut pair, device, transport) = loopback::queue_pair(DEPTH).expect("a loopback pair");
         let transport: Arc<dyn Transport> = transport;
@@ -132,35 +145,5 @@ impl IdlePoll {
     pub fn step(&mut self) {
         let found = self.pair.poll_in_place(|_| unreachable!("the device completes nothing"));
         black_box(found);
-    }
-}
-
-/// Batches of 32 flushes: one doorbell per batch, one poll pass.
-pub struct Batch32Flush {
-    pair: QueuePair,
-    device: LoopbackDevice,
-}
-
-impl Batch32Flush {
-    pub const COMMANDS: u64 = 32;
-
-    pub fn new() -> Self {
-        let (pair, device, _) = loopback::queue_pair(DEPTH).expect("a loopback pair");
-        Batch32Flush { pair, device }
-    }
-
-    #[inline]
-    pub fn step(&mut self) {
-        for token in 0..Self::COMMANDS {
-            self.pair.submit(Request { command: nvm::flush(1), buffer: None, metadata: None, token }).unwrap();
-        }
-        self.pair.ring();
-        self.device.complete_all();
-        let mut n = 0;
-        self.pair.poll(|c| {
-            n += 1;
-            black_box(c.token);
-        });
-        assert_eq!(n, Self::COMMANDS);
     }
 }

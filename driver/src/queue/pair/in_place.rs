@@ -218,12 +218,6 @@ pub(super) struct InPlace<F> {
     pub(super) on_done: F,
 }
 
-impl<F> InPlace<F> {
-    pub(super) fn new(on_done: F) -> Self {
-        InPlace { on_done }
-    }
-}
-
 impl<F: FnMut(Finished<'_>)> Delivery for InPlace<F> {
     #[inline(always)]
     fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion) {
@@ -272,7 +266,7 @@ impl QueuePair {
     /// through the same callback, after the pair is done with them, with
     /// their slots free.
     pub fn poll_in_place(&mut self, on_done: impl FnMut(Finished<'_>)) -> usize {
-        let mut delivery = InPlace::new(on_done);
+        let mut delivery = InPlace { on_done };
         if self.profiler.is_some() {
             self.poll_profiled(&mut delivery)
         } else {
