@@ -74,6 +74,7 @@ pub trait DmaMemory {
     }
 
     /// A raw pointer to `offset`, bounds- and alignment-checked for a `T`.
+    #[inline(always)]
     fn pointer<T: Pod>(&self, offset: usize) -> *mut T {
         let (base, len, _) = self.raw_parts();
         let size = std::mem::size_of::<T>();
@@ -85,6 +86,7 @@ pub trait DmaMemory {
     }
 
     /// A volatile read of a `T` at `offset`.
+    #[inline]
     fn read<T: Pod>(&self, offset: usize) -> T {
         // SAFETY: `pointer` checks bounds and alignment; `T: Pod` is valid
         // for any bits; volatile, so no reference is formed.
@@ -92,6 +94,7 @@ pub trait DmaMemory {
     }
 
     /// A volatile write of a `T` at `offset`.
+    #[inline]
     fn write<T: Pod>(&self, offset: usize, value: T) {
         // SAFETY: as in `read`.
         unsafe { self.pointer::<T>(offset).write_volatile(value) }
@@ -234,6 +237,7 @@ impl DmaRegion {
 }
 
 impl DmaMemory for DmaRegion {
+    #[inline]
     fn raw_parts(&self) -> (NonNull<u8>, usize, u64) {
         (self.pointer, self.len, self.iova)
     }

@@ -167,7 +167,7 @@ impl QueuePair {
     /// those reaped but not announced, and a CQ of `depth` entries holds
     /// `depth - 1`, the trackers' number: so the busy trackers, this
     /// command's included, and the unannounced entries must fit in it.
-    #[inline]
+    #[inline(always)]
     pub(super) fn make_room(&mut self) {
         let busy = self.trackers.len() - self.free.len();
         if busy + self.cq_unannounced() > self.trackers.len() {
@@ -177,6 +177,7 @@ impl QueuePair {
 
     /// Writes the command in busy `slot`'s tracker into the SQ, its
     /// identifier the slot, straight from the tracker (one copy).
+    #[inline(always)]
     pub(super) fn push(&mut self, slot: u16) {
         self.make_room();
         let command = &mut self.trackers[usize::from(slot)].command;
