@@ -26,6 +26,8 @@ const DOORBELL_SLOTS: usize = 64;
 pub struct LoopbackTransport {
     doorbells: [AtomicU32; DOORBELL_SLOTS],
     doorbell_writes: AtomicU64,
+    /// The doorbell register the last write went to, plus one (0: none).
+    last_doorbell: AtomicU64,
     mappings: AtomicU64,
 }
 
@@ -35,6 +37,7 @@ impl LoopbackTransport {
         Arc::new(LoopbackTransport {
             doorbells: std::array::from_fn(|_| AtomicU32::new(0)),
             doorbell_writes: AtomicU64::new(0),
+            last_doorbell: AtomicU64::new(0),
             mappings: AtomicU64::new(0),
         })
     }
@@ -42,6 +45,12 @@ impl LoopbackTransport {
     /// Doorbell register writes so far.
     pub fn doorbell_writes(&self) -> u64 {
         self.doorbell_writes.load(Ordering::Relaxed)
+    }
+
+    /// The doorbell register written last: queue `qid`'s SQ tail is
+    /// `2 * qid`, its CQ head `2 * qid + 1` (a doorbell stride of 4 bytes).
+    pub fn last_doorbell(&self) -> Option<usize> {
+        (self.last_doorbell.load(Ordering::Relaxed) as usize).checked_sub(1)
     }
 
     /// DMA mappings currently made.
@@ -66,6 +75,7 @@ impl Transport for LoopbackTransport {
     fn write32(&self, offset: usize, value: u32) {
         if let Some(slot) = Self::doorbell_slot(offset) {
             self.doorbell_writes.fetch_add(1, Ordering::Relaxed);
+            self.last_doorbell.store(slot as u64 + 1, Ordering::Relaxed);
             // Release: the queue entries written before the doorbell are
             // visible to whoever reads it with Acquire.
             self.doorbells[slot].store(value, Ordering::Release);
@@ -335,6 +345,9 @@ mod tests {
         // doorbell update; the CQ head went too (3 entries consumed, and a
         // queue of 8 announces them 2 at a time).
         assert_eq!(transport.doorbell_writes() - before, 2, "one SQ and one CQ doorbell update");
+        // The CQ head first, the SQ tail last, as SPDK orders them: the
+        // write that sets the device to work ends the pass.
+        assert_eq!(transport.last_doorbell(), Some(2 * usize::from(pair.qid())), "the SQ tail doorbell last");
         assert_eq!(device.complete_all(), 3, "the device sees every command sent from the callback");
         let mut tokens = Vec::new();
         pair.poll(|c| tokens.push(c.token));

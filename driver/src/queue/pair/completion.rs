@@ -161,25 +161,30 @@ impl QueuePair {
                 self.stats.spurious_completions += 1;
             }
         }
-        // What the callbacks submitted goes to the device now, with one
-        // doorbell update for the pass, not at the next pass: the rest of
-        // this one (the CQ head, the deadline cadence, the owner's loop)
-        // would otherwise sit between a completion and its successor's
-        // doorbell. SPDK rings once per completion pass the same way
-        // (`delay_cmd_submit`, lib/nvme/nvme_pcie_common.c).
-        let ring_start = self.stamp::<PROFILE>();
-        self.ring_as::<PROFILE>();
-        let rung = self.stamp::<PROFILE>() - ring_start;
         // The CQ head doorbell only tells the controller which entries it
         // may reuse. An I/O queue announces consumed entries a quarter of
         // the queue at a time (submissions announce them sooner when the
         // queue could otherwise fill: `make_room`), not every pass: a
         // doorbell write per pass is an MMIO write per I/O at QD1, and
         // with shadow doorbells one per batch the controller posted. The
-        // admin queue announces every pass.
+        // admin queue announces every pass. It goes before the SQ tail,
+        // as in SPDK's `nvme_pcie_qpair_process_completions`, so that the
+        // write that sets the device to work ends the pass. Under QEMU an
+        // MMIO write right after it can wait on the device model the SQ
+        // doorbell has just woken: at 4 KiB QD32 the other order cost a
+        // tenth of the IOPS (BENCHMARKS.md, 2026-12-05).
         if self.cq_head != old_head && (self.qid == 0 || self.cq_unannounced() >= self.cq_batch()) {
             self.announce_cq_head();
         }
+        // What the callbacks submitted goes to the device now, with one
+        // doorbell update for the pass, not at the next pass: the deadline
+        // cadence and the owner's loop would otherwise sit between a
+        // completion and its successor's doorbell. SPDK rings once per
+        // completion pass the same way (`delay_cmd_submit`,
+        // lib/nvme/nvme_pcie_common.c).
+        let ring_start = self.stamp::<PROFILE>();
+        self.ring_as::<PROFILE>();
+        let rung = self.stamp::<PROFILE>() - ring_start;
         self.polls = self.polls.wrapping_add(1);
         let due = self.polls.is_multiple_of(DEADLINE_CHECK_POLLS)
             || (reaped == 0 && self.polls.is_multiple_of(IDLE_DEADLINE_CHECK_POLLS));
