@@ -2,7 +2,7 @@
 //! per-second series, the `--profile` phases (the driver's and the raw
 //! engine's), and the report as text or JSON.
 
-use super::{Args, Engine};
+use super::Args;
 use nvme_driver::clock::Clock;
 use nvme_driver::queue::{PhaseTicks, QueueStats};
 use nvme_driver::{Controller, Namespace};
@@ -321,7 +321,7 @@ fn report_text(run: &Run<'_>) {
         ns.nsid(),
         seconds,
         format!("{:?}", args.engine).to_lowercase(),
-        if controller.shadow_doorbells() && args.engine != Engine::Raw { "on" } else { "off" },
+        if controller.shadow_doorbells() { "on" } else { "off" },
         match controller.sgl_threshold() {
             None => "PRPs".to_string(),
             Some(0) => "SGLs".to_string(),
