@@ -25,8 +25,7 @@ impl<F: FnMut(IoCompletion)> Delivery for Classic<F> {
     #[inline(always)]
     fn reaped(&mut self, pair: &mut QueuePair, slot: u16, entry: &Completion) {
         let status = status_of(entry, pair.trackers[usize::from(slot)].timed_out);
-        let completion = pair.release(slot, status, entry.dw0, entry.dw1);
-        (self.0)(completion);
+        (self.0)(pair.release(slot, status, entry.dw0, entry.dw1));
     }
 
     fn end(
@@ -59,9 +58,16 @@ impl QueuePair {
         dw0: u32,
         dw1: u32,
     ) -> IoCompletion {
+        // The slot goes back first, so that the completion is built where
+        // the callback takes it: built before the push (whose growth path
+        // is a call), it was built on the stack and copied, and the copy's
+        // wide loads over its fresh narrow stores missed store-to-load
+        // forwarding. The criterion QD1 flush took 111 ns that way, 103
+        // this way, with a few instructions fewer.
+        self.free.push(slot);
         let tracker = &mut self.trackers[usize::from(slot)];
         tracker.busy = false;
-        let completion = IoCompletion {
+        IoCompletion {
             token: tracker.token,
             cid: slot,
             status,
@@ -69,9 +75,7 @@ impl QueuePair {
             dw1,
             buffer: tracker.buffer.take(),
             metadata: tracker.metadata.take(),
-        };
-        self.free.push(slot);
-        completion
+        }
     }
 
     /// Completion queue entries consumed but not announced.
