@@ -132,8 +132,20 @@ impl LoopbackDevice {
     /// doorbell, in order. Returns how many; 0 once the pair is gone.
     pub fn complete_all(&mut self) -> usize {
         let mut done = 0;
-        while let Some(command) = self.fetch() {
-            if !self.post(command.cid, self.status, command.cdw10) {
+        // Only the two fields a completion needs are read: the host just
+        // wrote the entry, and a wider read than its stores would stall on
+        // store-to-load forwarding and be counted as the driver's.
+        while let Some((cid, cdw10)) = self.fetch_with(|sqe| {
+            let field = |offset: usize| sqe.cast::<u8>().wrapping_add(offset);
+            let cid = field(std::mem::offset_of!(Command, cid)).cast::<u16>();
+            let cdw10 = field(std::mem::offset_of!(Command, cdw10)).cast::<u32>();
+            // SAFETY: an aligned field of the live entry `fetch_with` gives.
+            let cid = unsafe { cid.read_volatile() };
+            // SAFETY: as above.
+            let cdw10 = unsafe { cdw10.read_volatile() };
+            (cid, cdw10)
+        }) {
+            if !self.post(cid, self.status, cdw10) {
                 break;
             }
             done += 1;
@@ -145,15 +157,23 @@ impl LoopbackDevice {
     /// (for completing out of order, or never). `None` when the SQ is empty
     /// or the pair is gone.
     pub fn fetch(&mut self) -> Option<Command> {
+        // SAFETY: `fetch_with` gives a live entry of the SQ.
+        self.fetch_with(|sqe| unsafe { sqe.read_volatile() })
+    }
+
+    /// Takes the next published command off the SQ and gives what `read`
+    /// reads of it: `read` gets a pointer to the entry, live and not
+    /// written by the host while `read` runs.
+    fn fetch_with<T>(&mut self, read: impl FnOnce(*const Command) -> T) -> Option<T> {
         if self.state.compare_exchange(IDLE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return None;
         }
         let tail = (self.transport.read32(self.sq_tail_offset) as u16) % self.depth;
         let command = (self.sq_head != tail).then(|| {
+            // BUSY holds the rings alive; the index is < depth.
             let sqe = self.sq.as_ptr().wrapping_add(usize::from(self.sq_head));
             self.sq_head = (self.sq_head + 1) % self.depth;
-            // SAFETY: BUSY holds the rings alive; the index is < depth.
-            unsafe { sqe.read_volatile() }
+            read(sqe)
         });
         self.state.store(IDLE, Ordering::Release);
         command

@@ -163,11 +163,15 @@ impl<'a> Finished<'a> {
             }
         }
         let checked = if profiling { clock.now() } else { 0 };
-        nvm::retarget(&mut tracker.command, opcode, slba, blocks, flags);
+        // Retargeted as a value (its identifier is still the slot's), for
+        // the reason `push_command` gives.
+        let mut command = tracker.command;
+        nvm::retarget(&mut command, opcode, slba, blocks, flags);
+        tracker.command = command;
         tracker.token = token;
         tracker.timed_out = false;
         tracker.deadline = None;
-        pair.push(slot);
+        pair.push_command(command);
         if let Some(profiler) = pair.profiler.as_deref_mut() {
             let end = pair.clock.now();
             // No data pointer to build: the checks, then the SQE.

@@ -75,8 +75,9 @@ impl QueuePair {
         tracker.token = request.token;
         tracker.buffer = request.buffer;
         tracker.metadata = request.metadata;
+        command.cid = slot;
         tracker.command = command;
-        self.push(slot);
+        self.push_command(command);
         if PROFILE {
             if let Some(profiler) = self.profiler.as_deref_mut() {
                 profiler.submitted(slot, [start, checked, pointed, self.clock.now()]);
@@ -110,8 +111,9 @@ impl QueuePair {
         tracker.token = token;
         tracker.buffer = None;
         tracker.metadata = None;
+        command.cid = slot;
         tracker.command = command;
-        self.push(slot);
+        self.push_command(command);
         Ok(())
     }
 
@@ -126,7 +128,7 @@ impl QueuePair {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn fill_data_pointer(
         &mut self,
         command: &mut Command,
@@ -137,6 +139,20 @@ impl QueuePair {
         if len == 0 {
             return Ok(());
         }
+        // The pointer comes back by value, so that the command stays out
+        // of memory until it is written whole (see `push_command`).
+        let (dptr1, dptr2, sgl) = self.data_pointer(slot, iova, len)?;
+        if sgl {
+            command.flags = (command.flags & FLAGS_FUSE_MASK) | (PSDT_SGL_MPTR_CONTIGUOUS << FLAGS_PSDT_SHIFT);
+        }
+        command.prp1 = dptr1;
+        command.prp2 = dptr2;
+        Ok(())
+    }
+
+    /// The data pointer of `len` (> 0) bytes at `iova` for the command in
+    /// `slot`: DPTR's two halves, and whether they are an SGL descriptor.
+    fn data_pointer(&mut self, slot: u16, iova: u64, len: usize) -> std::result::Result<(u64, u64, bool), SubmitError> {
         // The bytes from the start of the buffer's first page to its end:
         // past two pages, PRPs need a list. An odd length goes by PRPs,
         // which a controller that wants dword granularity for SGLs (SGLS
@@ -144,10 +160,7 @@ impl QueuePair {
         let span = (iova % PAGE_SIZE as u64) as usize + len;
         if self.sgl_above.is_some_and(|threshold| span > threshold) && len.is_multiple_of(4) {
             let (dptr1, dptr2) = sgl::data_block(iova, len).map_err(SubmitError::Buffer)?;
-            command.flags = (command.flags & FLAGS_FUSE_MASK) | (PSDT_SGL_MPTR_CONTIGUOUS << FLAGS_PSDT_SHIFT);
-            command.prp1 = dptr1;
-            command.prp2 = dptr2;
-            return Ok(());
+            return Ok((dptr1, dptr2, true));
         }
         let list_offset = usize::from(slot) * PAGE_SIZE;
         let list_iova = self.prp_lists.iova() + list_offset as u64;
@@ -156,9 +169,7 @@ impl QueuePair {
             prp_lists.write::<u64>(list_offset + index * 8, address.to_le());
         })
         .map_err(SubmitError::Buffer)?;
-        command.prp1 = prp1;
-        command.prp2 = prp2;
-        Ok(())
+        Ok((prp1, prp2, false))
     }
 
     /// As a command takes its slot: the controller must always have room
@@ -175,14 +186,15 @@ impl QueuePair {
         }
     }
 
-    /// Writes the command in busy `slot`'s tracker into the SQ, its
-    /// identifier the slot, straight from the tracker (one copy).
+    /// Writes `command`, its identifier set, into the SQ. Callers build it
+    /// as a value and keep their copy in the tracker: a copy read back
+    /// from memory just written field by field is read with wider loads
+    /// than it was stored with, and such loads miss store-to-load
+    /// forwarding.
     #[inline(always)]
-    pub(super) fn push(&mut self, slot: u16) {
+    pub(super) fn push_command(&mut self, command: Command) {
         self.make_room();
-        let command = &mut self.trackers[usize::from(slot)].command;
-        command.cid = slot;
-        self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, *command);
+        self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, command);
         self.sq_tail = if self.sq_tail + 1 == self.depth { 0 } else { self.sq_tail + 1 };
         self.stats.submitted += 1;
     }
