@@ -73,8 +73,12 @@ impl QueuePair {
         tracker.timed_out = false;
         tracker.deadline = None;
         tracker.token = request.token;
-        tracker.buffer = request.buffer;
-        tracker.metadata = request.metadata;
+        // A free slot holds no buffer (`release` and recovery take them),
+        // so there is nothing to drop: no drop call for the command's
+        // fields to be kept across.
+        debug_assert!(tracker.buffer.is_none() && tracker.metadata.is_none(), "a free slot holds no buffer");
+        std::mem::forget(std::mem::replace(&mut tracker.buffer, request.buffer));
+        std::mem::forget(std::mem::replace(&mut tracker.metadata, request.metadata));
         command.cid = slot;
         tracker.command = command;
         self.push_command(command);
@@ -109,8 +113,7 @@ impl QueuePair {
         tracker.timed_out = false;
         tracker.deadline = None;
         tracker.token = token;
-        tracker.buffer = None;
-        tracker.metadata = None;
+        debug_assert!(tracker.buffer.is_none() && tracker.metadata.is_none(), "a free slot holds no buffer");
         command.cid = slot;
         tracker.command = command;
         self.push_command(command);
