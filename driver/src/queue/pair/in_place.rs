@@ -163,14 +163,14 @@ impl<'a> Finished<'a> {
             }
         }
         let checked = if profiling { clock.now() } else { 0 };
-        // Retargeted as a value (its identifier is still the slot's), for
-        // the reason `push_command` gives.
-        let mut command = tracker.command;
-        nvm::retarget(&mut command, opcode, slba, blocks, flags);
-        tracker.command = command;
+        // Retargeted in place; its identifier is still the slot's. (Built
+        // as a value instead, as `submit` does, it took 19 instructions
+        // more per I/O and no less time.)
+        nvm::retarget(&mut tracker.command, opcode, slba, blocks, flags);
         tracker.token = token;
         tracker.timed_out = false;
         tracker.deadline = None;
+        let command = tracker.command;
         pair.push_command(command);
         if let Some(profiler) = pair.profiler.as_deref_mut() {
             let end = pair.clock.now();
