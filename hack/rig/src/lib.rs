@@ -1146,7 +1146,22 @@ pub fn guest_binaries() -> Result<&'static [PathBuf], Error> {
 /// `crt-static` does not reach build scripts and proc macros.
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
+/// The cargo profile the guest binaries are built with: `guest` (fat LTO,
+/// what `hack/run` and `hack/bench` measure), or `guest-test` when
+/// `RIG_GUEST_PROFILE` says so (no LTO, many code generation units: the
+/// same source, built in about half the time; `hack/test` uses it, since its
+/// QEMU tests judge results, not speed).
+fn guest_profile() -> Result<String, Error> {
+    match std::env::var("RIG_GUEST_PROFILE") {
+        Err(std::env::VarError::NotPresent) => Ok("guest".into()),
+        Ok(profile) if profile == "guest" || profile == "guest-test" => Ok(profile),
+        Ok(other) => Err(Error::Spec(format!("RIG_GUEST_PROFILE={other}: expected guest or guest-test"))),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::Spec("RIG_GUEST_PROFILE is not UTF-8".into())),
+    }
+}
+
 fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
+    let profile = guest_profile()?;
     let root = workspace_root();
     // A separate target directory: RUSTFLAGS differ from host builds, and a
     // `cargo test` that calls this must not wait on its own build lock.
@@ -1156,7 +1171,7 @@ fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
         .current_dir(&root)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env("CARGO_TARGET_DIR", &target_dir)
-        .args(["build", "--quiet", "--profile", "guest", "--target", GUEST_TARGET])
+        .args(["build", "--quiet", "--profile", &profile, "--target", GUEST_TARGET])
         .args(["-p", "nvme-examples", "-p", "rig-guest", "--bins"])
         .stdin(Stdio::null())
         .output()
@@ -1164,7 +1179,7 @@ fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
     if !output.status.success() {
         return Err(Error::Build(String::from_utf8_lossy(&output.stderr).into_owned()));
     }
-    let bin_dir = target_dir.join(GUEST_TARGET).join("guest");
+    let bin_dir = target_dir.join(GUEST_TARGET).join(&profile);
     let mut binaries = Vec::new();
     for entry in fs::read_dir(&bin_dir).map_err(io_error(format!("reading {}", bin_dir.display())))?.flatten() {
         let path = entry.path();
