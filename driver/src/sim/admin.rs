@@ -149,8 +149,7 @@ impl State {
     }
 
     fn clear_buffer(&mut self, len: usize) {
-        self.buffer.clear();
-        self.buffer.resize(len, 0);
+        super::zeroed(&mut self.buffer, len);
     }
 
     fn active_namespace(&self, nsid: u32) -> Option<usize> {

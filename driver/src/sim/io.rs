@@ -244,8 +244,7 @@ impl State {
     pub(super) fn fetch_descriptors(&mut self, c: &Command, len: usize) -> Result<Vec<u8>, Status> {
         let segments = self.resolve(c, len, false)?;
         let mut descriptors = std::mem::take(&mut self.buffer);
-        descriptors.clear();
-        descriptors.resize(len, 0);
+        super::zeroed(&mut descriptors, len);
         Transfer::new(&segments).take(&mut descriptors);
         self.segments = segments;
         Ok(descriptors)
@@ -545,8 +544,7 @@ impl State {
         let segments = self.resolve(c, bytes, false)?;
         let result = self.read_fault(nsid, slba, blocks).and_then(|()| {
             let mut host = std::mem::take(&mut self.buffer);
-            host.clear();
-            host.resize(bytes, 0);
+            super::zeroed(&mut host, bytes);
             Transfer::new(&segments).take(&mut host);
             let mut at = 0;
             let mut equal = true;

@@ -77,8 +77,7 @@ impl State {
         let len = len as usize;
         let segments = self.resolve(c, len, true)?;
         let mut report = std::mem::take(&mut self.buffer);
-        report.clear();
-        report.resize(len.max(REPORT_HEADER_SIZE), 0);
+        crate::sim::zeroed(&mut report, len.max(REPORT_HEADER_SIZE));
         let zones = self.namespaces[index].zones.as_ref().expect("a zoned namespace");
         let room = len.saturating_sub(REPORT_HEADER_SIZE) / ZONE_DESCRIPTOR_SIZE;
         let mut written = 0usize;
