@@ -114,6 +114,7 @@ impl QueuePair {
         tracker.deadline = None;
         tracker.token = token;
         debug_assert!(tracker.buffer.is_none() && tracker.metadata.is_none(), "a free slot holds no buffer");
+        (tracker.buffer, tracker.metadata) = (None, None);
         command.cid = slot;
         tracker.command = command;
         self.push_command(command);
