@@ -1152,7 +1152,11 @@ const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// same source, built in about half the time; `hack/test` uses it, since its
 /// QEMU tests judge results, not speed).
 fn guest_profile() -> Result<String, Error> {
-    match std::env::var("RIG_GUEST_PROFILE") {
+    parse_guest_profile(std::env::var("RIG_GUEST_PROFILE"))
+}
+
+fn parse_guest_profile(value: Result<String, std::env::VarError>) -> Result<String, Error> {
+    match value {
         Err(std::env::VarError::NotPresent) => Ok("guest".into()),
         Ok(profile) if profile == "guest" || profile == "guest-test" => Ok(profile),
         Ok(other) => Err(Error::Spec(format!("RIG_GUEST_PROFILE={other}: expected guest or guest-test"))),
@@ -1198,6 +1202,14 @@ fn build_guest_binaries() -> Result<Vec<PathBuf>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_guest_profile_is_guest_unless_set_and_anything_else_is_refused() {
+        assert_eq!(parse_guest_profile(Err(std::env::VarError::NotPresent)).unwrap(), "guest");
+        assert_eq!(parse_guest_profile(Ok("guest-test".into())).unwrap(), "guest-test");
+        let error = parse_guest_profile(Ok("release".into())).unwrap_err();
+        assert!(matches!(&error, Error::Spec(m) if m.contains("RIG_GUEST_PROFILE=release")), "{error}");
+    }
 
     #[test]
     fn guest_addresses_follow_the_slots() {
