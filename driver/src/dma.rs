@@ -150,8 +150,9 @@ pub trait DmaMemory {
 }
 
 /// Pinned, device-mapped memory: one IOMMU mapping. Backed by 2 MiB
-/// hugepages when the size is a multiple of 2 MiB and hugepages are
-/// available, else by 4 KiB pages. Keeps its transport (and so the VFIO
+/// hugepages when at least 2 MiB is asked for (or any size, by
+/// [`DmaRegion::allocate_preferring_huge_pages`]) and hugepages are
+/// free, else by 4 KiB pages. Keeps its transport (and so the VFIO
 /// device and container) alive while mapped.
 #[derive(Debug)]
 pub struct DmaRegion {
@@ -176,7 +177,17 @@ unsafe impl Sync for DmaRegion {}
 impl DmaRegion {
     /// Allocates and maps at least `len` bytes, zeroed.
     pub fn allocate(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
-        Self::allocate_as(transport, len, true)
+        Self::allocate_as(transport, len, true, len >= HUGE_PAGE_SIZE)
+    }
+
+    /// [`DmaRegion::allocate`] on 2 MiB huge pages whenever one is free,
+    /// however small `len` is, else on 4 KiB pages: for a queue pair's
+    /// rings and PRP lists, which the device reads and writes on every
+    /// command. SPDK keeps its rings in huge page memory too; under QEMU's
+    /// emulated IOMMU, rings on 4 KiB pages cost about 6% of the 4 KiB
+    /// random read IOPS at QD32 (BENCHMARKS.md).
+    pub fn allocate_preferring_huge_pages(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
+        Self::allocate_as(transport, len, true, true)
     }
 
     /// [`DmaRegion::allocate`] for the device to read only: a payload for
@@ -184,15 +195,15 @@ impl DmaRegion {
     /// ([`FillBuffer`]). Fails with [`Error::Unsupported`] on a transport
     /// that cannot enforce it.
     pub fn allocate_device_reads(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
-        Self::allocate_as(transport, len, false)
+        Self::allocate_as(transport, len, false, len >= HUGE_PAGE_SIZE)
     }
 
-    fn allocate_as(transport: &Arc<dyn Transport>, len: usize, device_writes: bool) -> Result<Self> {
+    fn allocate_as(transport: &Arc<dyn Transport>, len: usize, device_writes: bool, try_huge: bool) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument("DMA region of 0 bytes".into()));
         }
         let huge_len = len.next_multiple_of(HUGE_PAGE_SIZE);
-        let huge = if len >= HUGE_PAGE_SIZE { map_anonymous(huge_len, true) } else { None };
+        let huge = if try_huge { map_anonymous(huge_len, true) } else { None };
         let (pointer, len, hugepages) = match huge {
             Some(pointer) => (pointer, huge_len, true),
             None => {
@@ -309,7 +320,7 @@ impl DmaPool {
         let total = buffer_len
             .checked_mul(count as usize)
             .ok_or_else(|| Error::InvalidArgument("DMA pool size overflows".into()))?;
-        let region = DmaRegion::allocate_as(transport, total, device_writes)?;
+        let region = DmaRegion::allocate_as(transport, total, device_writes, total >= HUGE_PAGE_SIZE)?;
         let free = ArrayQueue::new(count as usize);
         for index in 0..count {
             free.push(index).expect("queue sized for every index");

@@ -325,11 +325,11 @@ impl Controller {
     pub fn create_raw_queue(&self, entries: u16) -> Result<RawQueue> {
         let shared = &self.shared;
         let ((memory, doorbells), qid, generation) = shared.open_queue_pair(entries, |qid, config| {
-            let (len, cq_offset, _) = crate::queue::raw_layout(entries);
-            let memory = DmaRegion::allocate(&shared.transport, len)?;
+            let layout = RawQueue::layout(entries);
+            let memory = DmaRegion::allocate_preferring_huge_pages(&shared.transport, layout.len)?;
             // Shadow slots zeroed before the queues exist.
             let doorbells = QueuePair::make_doorbells(&shared.transport, qid, config);
-            let (sq_iova, cq_iova) = (memory.iova(), memory.iova() + cq_offset as u64);
+            let (sq_iova, cq_iova) = (memory.iova() + layout.sq_offset as u64, memory.iova());
             Ok(((memory, doorbells), sq_iova, cq_iova))
         })?;
         let host: Arc<dyn QueueHost> = Arc::clone(shared) as Arc<dyn QueueHost>;

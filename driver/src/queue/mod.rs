@@ -55,9 +55,33 @@ pub(crate) use host::{AbortOutcome, Condition, DoorbellConfig, Epoch, QueueHost}
 pub use pair::{Finished, QueuePair, QueueStats, Submitter, DEFAULT_IO_TIMEOUT};
 pub use profile::PhaseTicks;
 pub(crate) use quarantine::{Held, Quarantine};
-pub(crate) use raw::layout as raw_layout;
 pub use raw::RawQueue;
 pub use request::{IoBuffer, IoCompletion, Request, SubmitError};
+
+/// Where a queue's rings and PRP list pages sit in its one DMA region,
+/// each on its own 4 KiB pages (the controller's page size): the CQ at 0,
+/// where every poll pass reads it with no offset to add, the SQ, then
+/// `lists` list pages. One region, so one IOMMU mapping and,
+/// where the platform has them, one 2 MiB huge page for all of them
+/// ([`crate::dma::DmaRegion::allocate_preferring_huge_pages`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingLayout {
+    pub(crate) sq_offset: usize,
+    pub(crate) lists_offset: usize,
+    /// The bytes the region needs.
+    pub(crate) len: usize,
+}
+
+impl RingLayout {
+    pub(crate) fn new(entries: u16, lists: usize) -> Self {
+        use crate::dma::PAGE_SIZE;
+        let sqe = std::mem::size_of::<crate::spec::command::Command>();
+        let cqe = std::mem::size_of::<crate::spec::completion::Completion>();
+        let sq_offset = (usize::from(entries) * cqe).next_multiple_of(PAGE_SIZE);
+        let lists_offset = sq_offset + (usize::from(entries) * sqe).next_multiple_of(PAGE_SIZE);
+        RingLayout { sq_offset, lists_offset, len: lists_offset + lists * PAGE_SIZE }
+    }
+}
 
 /// Entries from `from` up to `to` on a ring of `entries` (both indices
 /// below `entries`): a compare and a subtraction, not a division, on every
@@ -75,7 +99,20 @@ pub(crate) fn ring_distance(from: u16, to: u16, entries: u16) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::ring_distance;
+    use super::{ring_distance, RingLayout};
+
+    #[test]
+    fn the_ring_layout_keeps_rings_and_lists_on_their_own_pages() {
+        let layout = RingLayout::new(256, 255);
+        assert_eq!((layout.sq_offset, layout.lists_offset), (4 * 1024, 20 * 1024));
+        assert_eq!(layout.len, 20 * 1024 + 255 * 4096);
+        // Tiny queues still give each part a page of its own.
+        let layout = RingLayout::new(2, 1);
+        assert_eq!((layout.sq_offset, layout.lists_offset, layout.len), (4096, 8192, 12288));
+        // A 2 MiB huge page holds a 256-entry queue with a list page per
+        // command.
+        assert!(RingLayout::new(256, 256).len <= crate::dma::HUGE_PAGE_SIZE);
+    }
 
     #[test]
     fn ring_distance_wraps() {

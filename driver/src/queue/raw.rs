@@ -5,13 +5,14 @@
 //! ownership: what is left is what the device (and under emulation, QEMU
 //! and TCG) costs by itself, which SPDK's perf sits close to.
 //!
-//! Rings and PRP list pages share one region, sized up to 2 MiB so that it
-//! sits on one huge page where the platform has them, as SPDK keeps its
-//! rings: the IOMMU then translates one large page for all of them.
+//! Rings and PRP list pages share one region ([`super::RingLayout`]), on
+//! a huge page where the platform has one, as SPDK keeps its rings and as
+//! the driver's queue pairs do: the IOMMU then translates one large page
+//! for all of them.
 
 use super::doorbell::Doorbell;
-use super::{prp, sgl, Held, QueueHost, SubmitError};
-use crate::dma::{DmaMemory, DmaRegion, HUGE_PAGE_SIZE, PAGE_SIZE};
+use super::{prp, sgl, Held, QueueHost, RingLayout, SubmitError};
+use crate::dma::{DmaMemory, DmaRegion, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::spec::command::{Command, FLAGS_FUSE_MASK, FLAGS_PSDT_SHIFT, PSDT_SGL_MPTR_CONTIGUOUS};
 use crate::spec::completion::{Completion, STATUS_WORD_OFFSET};
@@ -29,10 +30,10 @@ const CQE_SIZE: usize = std::mem::size_of::<Completion>();
 pub struct RawQueue {
     qid: u16,
     entries: u16,
-    /// SQ at 0, CQ at `cq_offset`, one PRP list page per command
+    /// CQ at 0, SQ at `sq_offset`, one PRP list page per command
     /// identifier from `lists_offset`.
     memory: Option<DmaRegion>,
-    cq_offset: usize,
+    sq_offset: usize,
     lists_offset: usize,
     sq_tail: u16,
     sq_published: u16,
@@ -50,17 +51,8 @@ pub struct RawQueue {
     generation: u64,
 }
 
-/// The region a raw queue of `entries` needs, and where the CQ and the PRP
-/// lists start in it.
-pub(crate) fn layout(entries: u16) -> (usize, usize, usize) {
-    let cq_offset = (usize::from(entries) * SQE_SIZE).next_multiple_of(PAGE_SIZE);
-    let lists_offset = cq_offset + (usize::from(entries) * CQE_SIZE).next_multiple_of(PAGE_SIZE);
-    let len = (lists_offset + usize::from(entries) * PAGE_SIZE).next_multiple_of(HUGE_PAGE_SIZE);
-    (len, cq_offset, lists_offset)
-}
-
 impl RawQueue {
-    /// A queue over `memory` (laid out by [`layout`]), whose queues the
+    /// A queue over `memory` (laid out by [`RawQueue::layout`]), whose queues the
     /// controller created as `qid` in reset generation `generation`.
     /// With `doorbells` from [`super::QueuePair::make_doorbells`], made
     /// before the queues were created (their shadow slots zeroed): a
@@ -74,13 +66,13 @@ impl RawQueue {
         (sq_doorbell, cq_doorbell): (Doorbell, Doorbell),
         sgl_above: Option<usize>,
     ) -> Self {
-        let (len, cq_offset, lists_offset) = layout(entries);
+        let RingLayout { sq_offset, lists_offset, len } = Self::layout(entries);
         assert!(memory.len() >= len, "raw queue memory of {} bytes, {len} needed", memory.len());
         RawQueue {
             qid,
             entries,
             memory: Some(memory),
-            cq_offset,
+            sq_offset,
             lists_offset,
             sq_tail: 0,
             sq_published: 0,
@@ -95,6 +87,12 @@ impl RawQueue {
             host,
             generation,
         }
+    }
+
+    /// Where the rings and the PRP list pages go: one list page per
+    /// command identifier, of which there are `entries`.
+    pub(crate) fn layout(entries: u16) -> RingLayout {
+        RingLayout::new(entries, usize::from(entries))
     }
 
     /// Entries per ring: at most `entries - 1` commands may be in flight.
@@ -144,7 +142,7 @@ impl RawQueue {
         if usize::from(self.in_flight) + self.cq_unannounced() >= usize::from(self.entries) {
             self.announce_cq_head();
         }
-        self.memory().write(usize::from(self.sq_tail) * SQE_SIZE, command);
+        self.memory().write(self.sq_offset + usize::from(self.sq_tail) * SQE_SIZE, command);
         self.sq_tail = if self.sq_tail + 1 == self.entries { 0 } else { self.sq_tail + 1 };
         assert_ne!(self.sq_tail, self.sq_published, "more than {} commands pushed", self.entries - 1);
         Ok(())
@@ -169,7 +167,7 @@ impl RawQueue {
         let memory = self.memory.as_ref().expect("present until drop");
         let mut reaped = 0;
         loop {
-            let offset = self.cq_offset + usize::from(self.cq_head) * CQE_SIZE;
+            let offset = usize::from(self.cq_head) * CQE_SIZE;
             let status_word: u16 = memory.read(offset + STATUS_WORD_OFFSET);
             if (status_word & 1 == 1) != self.phase {
                 break;
@@ -220,19 +218,5 @@ impl Drop for RawQueue {
             // The controller may still use the rings: never reused.
             self.host.quarantine(Held::Region(memory));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_layout_keeps_rings_and_lists_apart_on_whole_huge_pages() {
-        let (len, cq_offset, lists_offset) = layout(256);
-        assert_eq!((cq_offset, lists_offset), (16 * 1024, 20 * 1024));
-        assert_eq!(len, HUGE_PAGE_SIZE);
-        let (len, _, lists_offset) = layout(1024);
-        assert!(len >= lists_offset + 1024 * PAGE_SIZE && len.is_multiple_of(HUGE_PAGE_SIZE));
     }
 }

@@ -131,14 +131,14 @@ impl QueuePair {
         let old_head = self.cq_head;
         loop {
             let offset = usize::from(self.cq_head) * CQE_SIZE;
-            let status_word: u16 = self.cq.read(offset + STATUS_WORD_OFFSET);
+            let status_word: u16 = self.rings.read(offset + STATUS_WORD_OFFSET);
             if (status_word & 1 == 1) != self.phase {
                 break;
             }
             // Read the rest of the entry only after its phase tag says it
             // is new.
             fence(Ordering::Acquire);
-            let entry: Completion = self.cq.read(offset);
+            let entry: Completion = self.rings.read(offset);
             self.cq_head += 1;
             if self.cq_head == self.depth {
                 self.cq_head = 0;

@@ -64,7 +64,7 @@ impl QueuePair {
         self.cq_head = 0;
         self.cq_announced = 0;
         self.phase = true;
-        self.cq.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
+        self.rings.fill(0, usize::from(self.depth) * CQE_SIZE, 0);
         self.sq_doorbell.clear_shadow();
         self.cq_doorbell.clear_shadow();
         ended
@@ -199,7 +199,7 @@ impl QueuePair {
             self.generation = self.epoch.generation();
             return ended;
         }
-        match host.recreate_queues(self.qid, self.depth, self.sq.iova(), self.cq.iova()) {
+        match host.recreate_queues(self.qid, self.depth, self.sq_iova(), self.cq_iova()) {
             Ok(generation) => {
                 self.generation = generation;
                 self.queues_generation = generation;
@@ -236,11 +236,7 @@ impl Drop for QueuePair {
         };
         if deleted {
             // SAFETY: dropped once, here, and never used again.
-            unsafe { ManuallyDrop::drop(&mut self.sq) };
-            // SAFETY: as above.
-            unsafe { ManuallyDrop::drop(&mut self.cq) };
-            // SAFETY: as above.
-            unsafe { ManuallyDrop::drop(&mut self.prp_lists) };
+            unsafe { ManuallyDrop::drop(&mut self.rings) };
             return;
         }
         // The controller may still own these queues and the commands in
@@ -248,15 +244,9 @@ impl Drop for QueuePair {
         // the quarantine, never back to a pool while the device can write
         // them.
         log::warn!("queue {}: not deleted; its rings and buffers in flight are quarantined", self.qid);
-        // SAFETY: each is taken once, here, and never used again.
-        let sq = unsafe { ManuallyDrop::take(&mut self.sq) };
-        // SAFETY: as above.
-        let cq = unsafe { ManuallyDrop::take(&mut self.cq) };
-        // SAFETY: as above.
-        let prp_lists = unsafe { ManuallyDrop::take(&mut self.prp_lists) };
-        for ring in [sq, cq, prp_lists] {
-            self.hold(Held::Region(ring));
-        }
+        // SAFETY: taken once, here, and never used again.
+        let rings = unsafe { ManuallyDrop::take(&mut self.rings) };
+        self.hold(Held::Region(rings));
         for slot in 0..self.trackers.len() {
             let tracker = &mut self.trackers[slot];
             for buffer in [tracker.buffer.take(), tracker.metadata.take()].into_iter().flatten() {

@@ -166,11 +166,11 @@ impl QueuePair {
             let (dptr1, dptr2) = sgl::data_block(iova, len).map_err(SubmitError::Buffer)?;
             return Ok((dptr1, dptr2, true));
         }
-        let list_offset = usize::from(slot) * PAGE_SIZE;
-        let list_iova = self.prp_lists.iova() + list_offset as u64;
-        let prp_lists = &self.prp_lists;
+        let list_offset = self.lists_offset + usize::from(slot) * PAGE_SIZE;
+        let list_iova = self.rings.iova() + list_offset as u64;
+        let rings = &self.rings;
         let (prp1, prp2) = prp::build(iova, len, list_iova, |index, address| {
-            prp_lists.write::<u64>(list_offset + index * 8, address.to_le());
+            rings.write::<u64>(list_offset + index * 8, address.to_le());
         })
         .map_err(SubmitError::Buffer)?;
         Ok((prp1, prp2, false))
@@ -198,7 +198,7 @@ impl QueuePair {
     #[inline(always)]
     pub(super) fn push_command(&mut self, command: Command) {
         self.make_room();
-        self.sq.write(usize::from(self.sq_tail) * SQE_SIZE, command);
+        self.rings.write(self.sq_offset as usize + usize::from(self.sq_tail) * SQE_SIZE, command);
         self.sq_tail = if self.sq_tail + 1 == self.depth { 0 } else { self.sq_tail + 1 };
         self.stats.submitted += 1;
     }

@@ -295,6 +295,7 @@ fn run(args: &Args) -> Result<(), String> {
         total.errors += result.errors;
         total.first_error = total.first_error.or(result.first_error);
         total.elapsed = total.elapsed.max(result.elapsed);
+        total.rings_on_small_pages += result.rings_on_small_pages;
         if let Some(profile) = &result.profile {
             total.profile.get_or_insert_with(ProfileNs::default).add(profile);
         }
@@ -545,7 +546,8 @@ fn worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<WorkerRe
         request.map_err(|e| e.to_string())
     };
 
-    let mut result = WorkerResult::default();
+    let mut result =
+        WorkerResult { rings_on_small_pages: usize::from(!qpair.is_hugepage_backed()), ..Default::default() };
     let mut submitted_at = vec![clock.now(); qd];
     let mut ios = vec![Io::Read(0); qd];
     let mut completions: Vec<IoCompletion> = Vec::with_capacity(qd);
@@ -661,7 +663,8 @@ fn raw_worker(controller: &Controller, ns: &Namespace, job: &Job) -> Result<Work
         Ok(read)
     };
 
-    let mut result = WorkerResult::default();
+    let mut result =
+        WorkerResult { rings_on_small_pages: usize::from(!queue.is_hugepage_backed()), ..Default::default() };
     // With --profile: phases as the driver engine reports them, and when
     // each command's doorbell was rung.
     let mut timed = args.profile.then(|| RawTimes::new(qd));

@@ -24,6 +24,9 @@ pub(super) struct WorkerResult {
     pub(super) profile: Option<ProfileNs>,
     /// With --per-second: bytes completed in each second of the run.
     pub(super) per_second: Option<PerSecond>,
+    /// Queue pairs whose rings and PRP lists are on 4 KiB pages: no 2 MiB
+    /// huge page was free for them.
+    pub(super) rings_on_small_pages: usize,
 }
 
 /// Bytes completed per second of a run, by the clock's ticks.
@@ -291,6 +294,7 @@ fn report_json(run: &Run<'_>) {
         "sgl_mode": args.sgl,
         "clock": f.clock,
         "queue_entries": entries,
+        "rings_on_huge_pages": total.rings_on_small_pages == 0,
         "io_timeout_s": args.io_timeout,
         "sgl_above_bytes": controller.sgl_threshold(),
         "sq_mmio_per_io": f.per_io(total.stats.sq_doorbell_mmio_writes),
@@ -313,7 +317,7 @@ fn report_text(run: &Run<'_>) {
     let per_second = &f.per_second;
     println!(
         "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s ({} engine, shadow doorbells {}, {}, \
-         {entries}-entry queues, {clock} clock)",
+         {entries}-entry queues on {} pages, {clock} clock)",
         args.bs,
         args.qd,
         args.qpairs,
@@ -326,7 +330,8 @@ fn report_text(run: &Run<'_>) {
             None => "PRPs".to_string(),
             Some(0) => "SGLs".to_string(),
             Some(above) => format!("SGLs above {above} bytes"),
-        }
+        },
+        if total.rings_on_small_pages == 0 { "2 MiB" } else { "4 KiB" },
     );
     if let Some(zones) = zone_count {
         println!("  zoned: {zoned_mode} writes, each of {zones} zone(s) written once from its start");
