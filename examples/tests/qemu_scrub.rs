@@ -49,20 +49,21 @@ const DETECT_TRIES: u32 = 30;
 /// How long one tool run may take in the guest (each takes seconds).
 const STEP_LIMIT_S: u64 = 120;
 
-/// What seqwrite writes on the mirrors whose copies get damaged.
-const DATA_BYTES: u64 = 256 * MIB;
+/// What seqwrite writes on the mirrors whose copies get damaged: 512
+/// writes, each a 256 KiB extent.
+const DATA_BYTES: u64 = 128 * MIB;
 
 /// Blocks (from the start of the data, in [`BLOCK`]s) whose first copy the
 /// host damages: two in one extent, the others in extents of their own,
 /// from the first to one near the end of the data.
 const ONE_COPY_BAD: [u64; 5] =
-    [0, 1, 17 * WRITE_BLOCKS + 9, 300 * WRITE_BLOCKS + WRITE_BLOCKS - 1, 1000 * WRITE_BLOCKS + 31];
+    [0, 1, 17 * WRITE_BLOCKS + 9, 300 * WRITE_BLOCKS + WRITE_BLOCKS - 1, 500 * WRITE_BLOCKS + 31];
 
 /// Extents [`ONE_COPY_BAD`] touches.
 const ONE_COPY_BAD_EXTENTS: u64 = 4;
 
 /// The block the host damages in both copies.
-const BOTH_COPIES_BAD: u64 = 500 * WRITE_BLOCKS + 7;
+const BOTH_COPIES_BAD: u64 = 250 * WRITE_BLOCKS + 7;
 
 /// Where in a block the host inverts bytes: clear of the 16-byte stamp
 /// (write sequence number, block index) seqwrite puts at each block's
