@@ -84,10 +84,11 @@ pub enum Error {
     Io { context: String, source: io::Error },
     /// Building the static guest binaries failed.
     Build(String),
-    /// QEMU did not finish within the timeout and was killed.
-    Timeout { seconds: u64, console_tail: String },
+    /// QEMU did not finish within the timeout and was killed. `output_tail`
+    /// is the end of what the command printed, to tell where it stopped.
+    Timeout { seconds: u64, console_tail: String, output_tail: String },
     /// QEMU ended without the guest reporting a status.
-    Guest { reason: String, console_tail: String, qemu_stderr: String },
+    Guest { reason: String, console_tail: String, output_tail: String, qemu_stderr: String },
 }
 
 impl fmt::Display for Error {
@@ -97,15 +98,17 @@ impl fmt::Display for Error {
             Error::Missing(msg) => write!(f, "{msg} (hack/deps installs what the rig needs)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
             Error::Build(msg) => write!(f, "building guest binaries failed:\n{msg}"),
-            Error::Timeout { seconds, console_tail } => {
-                write!(f, "VM timed out after {seconds} s and was killed; guest console ends with:\n{console_tail}")
+            Error::Timeout { seconds, console_tail, output_tail } => {
+                write!(f, "VM timed out after {seconds} s and was killed; guest console ends with:\n{console_tail}")?;
+                write!(f, "\nthe command's output ends with:\n{output_tail}")
             }
-            Error::Guest { reason, console_tail, qemu_stderr } => {
+            Error::Guest { reason, console_tail, output_tail, qemu_stderr } => {
                 write!(f, "{reason}")?;
                 if !qemu_stderr.trim().is_empty() {
                     write!(f, "\nqemu: {}", qemu_stderr.trim())?;
                 }
-                write!(f, "\nguest console ends with:\n{console_tail}")
+                write!(f, "\nguest console ends with:\n{console_tail}")?;
+                write!(f, "\nthe command's output ends with:\n{output_tail}")
             }
         }
     }
@@ -475,7 +478,11 @@ impl Vm {
         let console = fs::read(&console_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
 
         let Some(exit) = exit else {
-            return Err(Error::Timeout { seconds: self.timeout.as_secs(), console_tail: tail(&console, 40) });
+            return Err(Error::Timeout {
+                seconds: self.timeout.as_secs(),
+                console_tail: tail(&console, 40),
+                output_tail: tail(&output, OUTPUT_TAIL_LINES),
+            });
         };
         let reported =
             console.lines().rev().find_map(|line| line.trim().strip_prefix(STATUS_MARKER)?.trim().parse::<i32>().ok());
@@ -488,6 +495,7 @@ impl Vm {
             (code, _) => Err(Error::Guest {
                 reason: format!("the guest ended without reporting a status (qemu exit {code:?})"),
                 console_tail: tail(&console, 40),
+                output_tail: tail(&output, OUTPUT_TAIL_LINES),
                 qemu_stderr,
             }),
         }
@@ -920,6 +928,9 @@ fn wait_bounded(child: &mut Child, timeout: Duration, context: &str) -> Result<O
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Lines of the command's output a failed run's error keeps.
+const OUTPUT_TAIL_LINES: usize = 40;
 
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();

@@ -15,8 +15,13 @@ fn exit_status_and_output_come_back() {
 #[test]
 fn a_hung_guest_is_killed_at_the_timeout() {
     let started = std::time::Instant::now();
-    let result = Vm::new().timeout(Duration::from_secs(20)).run(&["sleep", "600"]);
-    assert!(matches!(result, Err(Error::Timeout { seconds: 20, .. })), "{result:?}");
+    let result = Vm::new().timeout(Duration::from_secs(20)).run(&["sh", "-c", "echo step one done; sleep 600"]);
+    // What the command printed before it hung comes back, to tell where.
+    assert!(
+        matches!(&result, Err(Error::Timeout { seconds: 20, output_tail, .. }) if output_tail.contains("step one done")),
+        "{result:?}"
+    );
+    assert!(result.unwrap_err().to_string().contains("step one done"));
     // Killed near its 20 s, not after the guest's 600. The margin is for a
     // slow host: on one (2026-12-04, under a full test run) this took just
     // over 60 s.
