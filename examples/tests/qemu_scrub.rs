@@ -73,7 +73,9 @@ const FLIP_BYTES: usize = 16;
 
 /// Runs `sh -c SCRIPT` after a prelude defining the step helpers; returns
 /// the outcome and each step by name.
-fn run_script(vm: Vm, script: &str) -> (Outcome, BTreeMap<String, Step>) {
+/// Runs `script` after the step helpers; a VM that fails says what the
+/// host's part (`host`) had failed by then too.
+fn run_script(vm: Vm, script: &str, host: &Shared) -> (Outcome, BTreeMap<String, Step>) {
     let prelude = format!(
         r#"step() {{
     name=$1; shift
@@ -96,7 +98,7 @@ detect() {{
     let outcome = vm
         .timeout(Duration::from_secs(600))
         .run(&["sh", "-c", &format!("{prelude}{script}")])
-        .unwrap_or_else(|e| panic!("VM run failed: {e}"));
+        .unwrap_or_else(|e| panic!("VM run failed: {e}\nthe host's part: {:?}", host.lock().unwrap().errors));
     let steps: BTreeMap<String, Step> =
         outcome.output.lines().filter_map(Step::parse).map(|step| (step.name.clone(), step)).collect();
     eprintln!("{:.1} s in the VM", outcome.elapsed.as_secs_f64());
@@ -474,7 +476,7 @@ step media-b scrub $B --json
 step rescrub-b scrub $B --json
 "
     );
-    let (outcome, steps) = run_script(vm, &script);
+    let (outcome, steps) = run_script(vm, &script, &host);
     let host = host.lock().unwrap();
     assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, outcome.report());
     let total = 2 * DATA_BYTES;
@@ -630,7 +632,7 @@ step stuck-d scrub $D --json
 step stuck-readonly-d scrub $D --readonly --json
 "
     );
-    let (outcome, steps) = run_script(vm, &script);
+    let (outcome, steps) = run_script(vm, &script, &host);
     let host = host.lock().unwrap();
     assert!(host.errors.is_empty(), "the host's part failed: {:?}\n{}", host.errors, outcome.report());
     let total = 2 * DATA_BYTES;
