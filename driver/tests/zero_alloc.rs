@@ -67,7 +67,8 @@ fn submit_poll_and_in_place_allocate_nothing() {
         pass += 1;
         let found = pair.poll_in_place(|done: Finished<'_>| {
             done.status().unwrap();
-            let (token, lba) = (done.token(), (done.token() + pass) % 1024 * 8);
+            let token = done.token();
+            let lba = (token + pass) % 1024 * 8;
             let sent = if (token + pass).is_multiple_of(2) {
                 done.read(&ns, lba, token)
             } else {

@@ -72,9 +72,8 @@ const FLIP_OFFSET: u64 = 1024;
 const FLIP_BYTES: usize = 16;
 
 /// Runs `sh -c SCRIPT` after a prelude defining the step helpers; returns
-/// the outcome and each step by name.
-/// Runs `script` after the step helpers; a VM that fails says what the
-/// host's part (`host`) had failed by then too.
+/// the outcome and each step by name. A VM run that fails also says what
+/// the host's part (`host`) had failed by then.
 fn run_script(vm: Vm, script: &str, host: &Shared) -> (Outcome, BTreeMap<String, Step>) {
     let prelude = format!(
         r#"step() {{

@@ -144,13 +144,12 @@ impl Outcome {
     /// What a failed assertion should show: the status, the time, the
     /// whole output and the console's last lines.
     pub fn report(&self) -> String {
-        let console: Vec<&str> = self.console.lines().collect();
         format!(
             "the guest exited {} after {:.1} s\noutput:\n{}\nconsole tail:\n{}",
             self.status,
             self.elapsed.as_secs_f64(),
             self.output,
-            console[console.len().saturating_sub(CONSOLE_TAIL_LINES)..].join("\n")
+            tail(&self.console, CONSOLE_TAIL_LINES)
         )
     }
 
@@ -480,8 +479,8 @@ impl Vm {
         let Some(exit) = exit else {
             return Err(Error::Timeout {
                 seconds: self.timeout.as_secs(),
-                console_tail: tail(&console, 40),
-                output_tail: tail(&output, OUTPUT_TAIL_LINES),
+                console_tail: tail(&console, TAIL_LINES),
+                output_tail: tail(&output, TAIL_LINES),
             });
         };
         let reported =
@@ -494,8 +493,8 @@ impl Vm {
             }
             (code, _) => Err(Error::Guest {
                 reason: format!("the guest ended without reporting a status (qemu exit {code:?})"),
-                console_tail: tail(&console, 40),
-                output_tail: tail(&output, OUTPUT_TAIL_LINES),
+                console_tail: tail(&console, TAIL_LINES),
+                output_tail: tail(&output, TAIL_LINES),
                 qemu_stderr,
             }),
         }
@@ -929,8 +928,9 @@ fn wait_bounded(child: &mut Child, timeout: Duration, context: &str) -> Result<O
     }
 }
 
-/// Lines of the command's output a failed run's error keeps.
-const OUTPUT_TAIL_LINES: usize = 40;
+/// Lines of the guest console and of the command's output a failed run's
+/// error keeps.
+const TAIL_LINES: usize = 40;
 
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
