@@ -28,6 +28,19 @@ fn a_hung_guest_is_killed_at_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
 }
 
+/// A guest that powers off without reporting a status (as QEMU dying
+/// mid-run looks): a typed error that says so and carries what the command
+/// printed.
+#[test]
+fn a_guest_that_ends_without_a_status_says_so() {
+    let result = Vm::new().run(&["sh", "-c", "echo last words; sleep 1; poweroff -f"]);
+    assert!(
+        matches!(&result, Err(Error::Guest { reason, output_tail, .. })
+            if reason.contains("without reporting a status") && output_tail.contains("last words")),
+        "{result:?}"
+    );
+}
+
 /// Controllers sit at 00:10.0, 00:11.0, ... in the order given; a `kernel`
 /// controller gets the nvme driver, the others vfio-pci. An image kept in
 /// `--images` carries data from one boot to the next.
