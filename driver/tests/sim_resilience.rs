@@ -421,3 +421,53 @@ fn a_pair_whose_delete_timed_out_but_whose_controller_reset_gives_its_buffers_ba
     assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
     io_works(&mut rig, 64);
 }
+
+/// The host asks for the device back (vfio-pci's device request, an
+/// orderly removal) while writes sit in the controller on two queue pairs.
+/// What a real device deserves, and what QEMU's device model needs (a
+/// reset that drops a command it still holds can complete that command
+/// after freeing its queue, and crash: docs/rig.md): the driver deletes
+/// the I/O queues, which ends their commands, notifies a shutdown, and
+/// only then disables. So no reset drops a command in flight, the writes
+/// acknowledged before the request are durable without a flush (the
+/// shutdown wrote the cache back), every command in flight completes once
+/// with DeviceGone, and the confirmed disable gives every buffer back.
+#[test]
+fn a_requested_removal_with_writes_in_flight_on_two_pairs_deletes_the_queues_then_shuts_down() {
+    use nvme_driver::spec::command::opcode::admin as op;
+    // Completions wait long enough (in polls) for the pair's health check
+    // (every 10 ms) to see the request while the writes are in flight.
+    let config = SimConfig::nvm(1 << 16, 512).with_completion_delay(50_000, 50_000);
+    let mut rig = rig(config);
+    rig.pair.set_timeout(Some(BOUND));
+    let mut second = rig.controller.create_queue_pair(16).unwrap();
+    second.set_timeout(Some(BOUND));
+    let full = rig.pool.available();
+    // Acknowledged before the request: tokens 0..4 (cached, not flushed).
+    submit_writes(&mut rig, 0..4);
+    drop(drain(&mut rig.pair, 4));
+    // In flight on both pairs when the request comes.
+    submit_writes(&mut rig, 4..12);
+    for token in 12..20 {
+        let request = rig.ns.write(token * 8, rig.buffer_with(&pattern(token, 4096)), false, token).unwrap();
+        second.submit(request).map_err(|(error, _)| error).unwrap();
+    }
+    let deletes_before = rig.sim.stats().admin_commands[usize::from(op::DELETE_IO_SQ)];
+    rig.sim.inject(Fault::RemovalRequested);
+    let done = drain(&mut rig.pair, 8);
+    assert!(done.values().all(|c| c.status == Err(IoError::DeviceGone)), "{done:?}");
+    drop(done);
+    let done = drain(&mut second, 8);
+    assert!(done.values().all(|c| c.status == Err(IoError::DeviceGone)), "{done:?}");
+    drop(done);
+    assert!(rig.controller.is_gone());
+    let stats = rig.sim.stats();
+    assert_eq!(stats.io_dropped_by_resets, 0, "the disable dropped commands the device still held");
+    assert_eq!(stats.admin_commands[usize::from(op::DELETE_IO_SQ)] - deletes_before, 2, "both pairs' SQs deleted");
+    for token in 0..4 {
+        assert_eq!(rig.sim.durable_block(1, token * 8), pattern(token, 4096)[..512], "write {token} not durable");
+    }
+    assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
+    let request = rig.ns.flush(99);
+    assert!(matches!(second.submit(request), Err((SubmitError::DeviceGone, _))));
+}

@@ -70,20 +70,81 @@ impl Admin {
         }
     }
 
-    /// The device is gone, or the host wants it back: a best-effort,
-    /// bounded disable first, so a device still there stops its DMA before
-    /// the pairs hand buffers back (a gone one reads all ones and returns at
-    /// once). Unless that disable is confirmed, the pairs quarantine the
-    /// buffers of their commands in flight.
+    /// The device is gone, or the host wants it back. A device still
+    /// there is first quiesced ([`Admin::quiesce`]); then a best-effort,
+    /// bounded disable, so it stops its DMA before the pairs hand buffers
+    /// back (a gone one reads all ones and returns at once). Unless that
+    /// disable is confirmed, the pairs quarantine the buffers of their
+    /// commands in flight.
     pub(super) fn device_gone(&mut self) {
         if self.epoch.condition() == Condition::Gone {
             return;
         }
+        self.quiesce();
         let _ = self.disable();
         // Condition first: a pair that sees the new generation must find
         // the device gone.
         self.epoch.set_condition(Condition::Gone);
         self.epoch.advance();
+    }
+
+    /// An orderly stop of a controller about to be let go, as NVMe Base
+    /// 2.0 §3.6.1 asks of a host before a shutdown and as Linux's
+    /// `nvme_dev_disable` does on removal: every I/O SQ in use is deleted
+    /// (Delete I/O Submission Queue ends the commands still in it, §5.7),
+    /// then its CQ, then a normal shutdown is notified (the controller
+    /// writes its cache back). The disable that follows then drops no
+    /// command the controller still holds. QEMU's device model needs that
+    /// order: from 7.2 to 10.0, a disable that drops a read or write still
+    /// in flight can complete it after freeing its queue, and the emulator
+    /// dies (`nvme_ctrl_reset` drains its namespaces, and a request issued
+    /// during the drain, such as a metadata transfer's second phase, is
+    /// queued uncounted; docs/rig.md has the trace). Each command waits at
+    /// most [`QUIESCE_COMMAND_TIMEOUT`]; a timeout or an absent device ends
+    /// the quiesce, and the disable goes on without it. Other pairs may
+    /// still ring doorbells of deleted queues meanwhile: the controller
+    /// ignores them, and their commands end with the device.
+    pub(super) fn quiesce(&mut self) {
+        let transport = Arc::clone(&self.setup.transport);
+        let csts = transport.read32(registers::CSTS);
+        if csts == u32::MAX || !Csts(csts).rdy() {
+            return;
+        }
+        let timeout = self.setup.admin_timeout.min(QUIESCE_COMMAND_TIMEOUT);
+        let in_use: Vec<u16> = (1..self.qid_in_use.len())
+            .filter(|&qid| self.qid_in_use[qid])
+            .map(|qid| u16::try_from(qid).expect("qids fit the granted count"))
+            .collect();
+        // SQs before CQs: a CQ that still has an SQ cannot be deleted (§5.6).
+        let deletes = in_use
+            .iter()
+            .map(|&qid| admin::delete_io_sq(qid))
+            .chain(in_use.iter().map(|&qid| admin::delete_io_cq(qid)));
+        // The host's request would end each wait at once.
+        self.queue.set_waits_end_on_removal_request(false);
+        let deleted = self.delete_io_queues(deletes, timeout);
+        self.queue.set_waits_end_on_removal_request(true);
+        if let Err(error) = deleted {
+            ::log::warn!("{}: quiescing for removal: {error}; disabling without it", transport.name());
+            return;
+        }
+        if let Err(error) = notify_shutdown(&*transport, self.setup.shutdown_timeout) {
+            ::log::warn!("{}: quiescing for removal: {error}; disabling without it", transport.name());
+        }
+    }
+
+    /// Runs `deletes` in order; a status (a queue already gone) is no
+    /// reason to stop, a timeout or an absent device is.
+    fn delete_io_queues(&mut self, deletes: impl Iterator<Item = Command>, timeout: Duration) -> Result<()> {
+        for command in deletes {
+            // SAFETY: no data pointer. Not `run`: its timeout handling
+            // would reset the controller, and this is already its end.
+            match unsafe { self.run_raw(command, 0, 0, timeout) } {
+                Ok(_) | Err(Error::Command { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     /// Clears CC.EN and waits (bounded) for CSTS.RDY = 0; if the controller

@@ -111,18 +111,10 @@ impl Shared {
         if self.epoch.condition() == Condition::Gone {
             return false;
         }
-        let cc = Cc(self.transport.read32(registers::CC));
-        if cc.0 == u32::MAX {
-            return false;
-        }
-        if cc.enable() {
-            self.transport.write32(registers::CC, cc.with_shn(Shn::Normal).0);
-            let shut = wait_for(&*self.transport, "shutdown (CSTS.SHST)", self.options.shutdown_timeout, |csts| {
-                Ok(csts.shst() == ShutdownStatus::Complete)
-            });
-            if let Err(error) = shut {
-                ::log::warn!("{}: {error}; disabling without it", self.transport.name());
-            }
+        match notify_shutdown(&*self.transport, self.options.shutdown_timeout) {
+            Ok(()) => {}
+            Err(Error::DeviceGone) => return false,
+            Err(error) => ::log::warn!("{}: {error}; disabling without it", self.transport.name()),
         }
         // Even when CC.EN is already clear: an earlier disable may have
         // timed out with RDY still set.

@@ -42,6 +42,7 @@ impl Controller {
             transport: Arc::clone(&transport),
             ready_timeout,
             admin_timeout: options.admin_timeout,
+            shutdown_timeout: options.shutdown_timeout,
             css,
             admin_entries: entries,
             io_queues_requested: options.io_queue_pairs.max(1),
@@ -208,6 +209,21 @@ pub(super) fn enable(
         .with_enable(true);
     transport.write32(registers::CC, cc.0);
     wait_ready(transport, true, timeout)
+}
+
+/// A normal shutdown notification (CC.SHN = 01b), then a bounded wait for
+/// CSTS.SHST "complete" (NVMe Base 2.0 §3.6.1): the controller writes its
+/// cache back. Does nothing on a disabled controller.
+pub(super) fn notify_shutdown(transport: &dyn Transport, timeout: Duration) -> Result<()> {
+    let cc = Cc(transport.read32(registers::CC));
+    if cc.0 == u32::MAX {
+        return Err(Error::DeviceGone);
+    }
+    if !cc.enable() {
+        return Ok(());
+    }
+    transport.write32(registers::CC, cc.with_shn(Shn::Normal).0);
+    wait_for(transport, "shutdown (CSTS.SHST)", timeout, |csts| Ok(csts.shst() == ShutdownStatus::Complete))
 }
 
 /// [`disable`], and a function-level reset if the controller stays ready.

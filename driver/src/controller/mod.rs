@@ -111,6 +111,8 @@ struct Setup {
     /// Bound for CSTS.RDY transitions: CAP.TO (at least 500 ms).
     ready_timeout: Duration,
     admin_timeout: Duration,
+    /// Bound for a shutdown notification (CSTS.SHST "complete").
+    shutdown_timeout: Duration,
     /// CC.CSS chosen at bring-up.
     css: u8,
     /// Admin queue entries (AQA).
@@ -206,6 +208,10 @@ pub const DEFAULT_QUEUE_DEPTH: u16 = 256;
 
 /// Scratch size: two pages, so a 4 KiB transfer at any offset fits PRP1+PRP2.
 const SCRATCH_LEN: usize = 2 * PAGE_SIZE;
+/// Bound on each admin command of a quiesce for removal
+/// ([`Admin::quiesce`]): the host is waiting for the device, and a
+/// controller that takes longer to delete a queue is disabled without it.
+const QUIESCE_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Controller {
     /// Resets the controller (NVMe Base 2.0 §3.7.2) and brings it back as

@@ -223,6 +223,10 @@ pub struct QueuePair {
     /// Why submissions are refused, once the device is gone or the
     /// controller failed.
     dead: Option<SubmitError>,
+    /// Whether a blocking wait of a pair without a host (the admin queue)
+    /// ends at the host's request for the device; cleared while the
+    /// controller quiesces for that very request.
+    waits_end_on_removal_request: bool,
     /// Aborts, resets, queue re-creation and deletion on the controller.
     host: Option<Arc<dyn QueueHost>>,
     /// Runs instead of `host` on drop (the loopback device's detach);
@@ -307,6 +311,7 @@ impl QueuePair {
             health_interval_ticks: 0,
             health_checked: 0,
             dead: None,
+            waits_end_on_removal_request: true,
             host: None,
             on_drop: None,
             profiler: None,
@@ -413,6 +418,14 @@ impl QueuePair {
     /// whose slots stay reserved.
     pub fn in_flight(&self) -> usize {
         self.trackers.len() - self.free.len()
+    }
+
+    /// Whether blocking waits on this pair (the admin queue's) end with
+    /// [`Error::DeviceGone`](crate::Error::DeviceGone) when the host asks
+    /// for the device back; they always do when it reads all ones. The
+    /// controller clears it while it quiesces for removal.
+    pub(crate) fn set_waits_end_on_removal_request(&mut self, end: bool) {
+        self.waits_end_on_removal_request = end;
     }
 
     /// Sets the deadline of commands, counted from the first deadline check

@@ -291,6 +291,14 @@ pub struct SimStats {
     /// Doorbell writes naming a queue that does not exist or a value out of
     /// range (ignored, as the spec lets a controller do).
     pub doorbell_errors: u64,
+    /// I/O commands the controller had fetched and not yet completed
+    /// (a completion waiting for its tick, or hung) when a reset (CC.EN 1
+    /// → 0, or a function-level reset) dropped them. A controller may do
+    /// that, but QEMU's device model (7.2 to 10.0) can then complete such a
+    /// command after it freed its queue, and crash (docs/rig.md, "QEMU and
+    /// removal"): an orderly removal deletes the I/O queues first, which
+    /// ends their commands, and leaves none.
+    pub io_dropped_by_resets: u64,
     /// Ticks so far.
     pub ticks: u64,
 }
@@ -313,6 +321,7 @@ impl Default for SimStats {
             deferred_reads: 0,
             lane_commands: 0,
             doorbell_errors: 0,
+            io_dropped_by_resets: 0,
             ticks: 0,
         }
     }

@@ -11,8 +11,9 @@
 //! does not finish removing a device while a process holds it open: it
 //! signals the device request eventfd ([`Transport::removal_requested`],
 //! `VFIO_PCI_REQ_IRQ_INDEX`) and waits. The driver takes that as the device
-//! being gone, stops the controller and fails everything, so the owner can
-//! drop it and let the removal finish. After a surprise removal, reads
+//! being gone: it quiesces the controller (its I/O queues deleted, a
+//! shutdown notified, then disabled: `Admin::quiesce`), fails everything
+//! left, so the owner can drop it and let the removal finish. After a surprise removal, reads
 //! through the mapping return all ones (which the controller code treats
 //! as "device gone"). Should the kernel revoke the mapping while it is in
 //! use (memory decode disabled, a kernel-initiated reset), an access raises

@@ -119,7 +119,7 @@ impl QueuePair {
             if polls.is_multiple_of(256) {
                 if self.host.is_none() {
                     let csts = self.transport.read32(CSTS);
-                    if csts == u32::MAX || self.transport.removal_requested() {
+                    if csts == u32::MAX || (self.waits_end_on_removal_request && self.transport.removal_requested()) {
                         return Err(Error::DeviceGone);
                     }
                     if Csts(csts).cfs() {

@@ -144,6 +144,9 @@ impl State {
     /// close (Closed, or Empty without data), as on a shutdown: the open
     /// state belongs to the controller session that opened them.
     pub(super) fn reset(&mut self) {
+        let in_flight = self.pending.iter().chain(&self.due).filter(|pending| pending.entry.sqid != 0).count()
+            + self.hung.iter().filter(|entry| entry.sqid != 0).count();
+        self.stats.io_dropped_by_resets += in_flight as u64;
         self.drop_queues();
         self.ready = false;
         self.fatal = false;
