@@ -89,6 +89,10 @@ pub enum Error {
     Timeout { seconds: u64, console_tail: String, output_tail: String },
     /// QEMU ended without the guest reporting a status.
     Guest { reason: String, console_tail: String, output_tail: String, qemu_stderr: String },
+    /// QEMU itself died by a signal (a crash of the emulator, not of the
+    /// guest): the signal, and the command line that ran it, to reproduce
+    /// it (docs/rig.md says how to keep its core dump).
+    QemuKilled { signal: i32, qemu_command: String, console_tail: String, output_tail: String, qemu_stderr: String },
 }
 
 impl fmt::Display for Error {
@@ -101,6 +105,19 @@ impl fmt::Display for Error {
             Error::Timeout { seconds, console_tail, output_tail } => {
                 write!(f, "VM timed out after {seconds} s and was killed; guest console ends with:\n{console_tail}")?;
                 write!(f, "\nthe command's output ends with:\n{output_tail}")
+            }
+            Error::QemuKilled { signal, qemu_command, console_tail, output_tail, qemu_stderr } => {
+                write!(
+                    f,
+                    "QEMU was killed by signal {signal} ({}): the emulator died, not the guest",
+                    signal_name(*signal)
+                )?;
+                if !qemu_stderr.trim().is_empty() {
+                    write!(f, "\nqemu: {}", qemu_stderr.trim())?;
+                }
+                write!(f, "\nguest console ends with:\n{console_tail}")?;
+                write!(f, "\nthe command's output ends with:\n{output_tail}")?;
+                write!(f, "\nQEMU ran as (with `ulimit -c unlimited` it leaves a core; docs/rig.md):\n{qemu_command}")
             }
             Error::Guest { reason, console_tail, output_tail, qemu_stderr } => {
                 write!(f, "{reason}")?;
@@ -235,6 +252,8 @@ pub struct Vm {
     host_programs: Vec<PathBuf>,
     cmdline_extra: Vec<String>,
     qmp_actions: Vec<QmpAction>,
+    /// The QEMU binary, when not the default ([`Vm::qemu`]).
+    qemu: Option<PathBuf>,
 }
 
 /// QMP commands the rig sends when the guest prints a line containing
@@ -267,6 +286,7 @@ impl Vm {
             host_programs: Vec::new(),
             cmdline_extra: Vec::new(),
             qmp_actions: Vec::new(),
+            qemu: None,
         }
     }
 
@@ -308,6 +328,12 @@ impl Vm {
     /// 2 MiB hugepages the guest reserves before running the command.
     pub fn hugepages(mut self, pages: u32) -> Self {
         self.hugepages = pages;
+        self
+    }
+
+    /// Runs this QEMU binary instead of `RIG_QEMU` or the one on `PATH`.
+    pub fn qemu(mut self, path: impl Into<PathBuf>) -> Self {
+        self.qemu = Some(path.into());
         self
     }
 
@@ -380,7 +406,10 @@ impl Vm {
         let mut kernel = find_kernel()?;
         kernel.extra_modules = resolve_modules(&kernel, &self.kernel_modules)?;
         let busybox = find_busybox()?;
-        let qemu = which("qemu-system-x86_64").ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into()))?;
+        let qemu = match &self.qemu {
+            Some(path) => path.clone(),
+            None => qemu_binary()?,
+        };
         let mut binaries = guest_binaries()?.to_vec();
         binaries.extend(self.extra_binaries.iter().cloned());
         let mut host_files = BTreeSet::new();
@@ -439,8 +468,10 @@ impl Vm {
             args.extend(["-qmp".into(), format!("unix:{},server=on,wait=off", qmp_socket.display())]);
         }
 
+        args.extend(extra_qemu_args());
+
         let started = Instant::now();
-        let mut command = Command::new(qemu);
+        let mut command = Command::new(&qemu);
         command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // QEMU dies with the process that started it: a killed test or
         // benchmark must not leave a VM running (and holding its slot's
@@ -491,6 +522,13 @@ impl Vm {
             (Some(qemu_code), Some(status)) if qemu_code & 1 == 1 && (qemu_code >> 1) == (status & 0x7f) => {
                 Ok(Outcome { status, output, console, elapsed })
             }
+            (None, _) => Err(Error::QemuKilled {
+                signal: std::os::unix::process::ExitStatusExt::signal(&exit).unwrap_or(0),
+                qemu_command: shell_words(&qemu, &args),
+                console_tail: tail(&console, TAIL_LINES),
+                output_tail: tail(&output, TAIL_LINES),
+                qemu_stderr,
+            }),
             (code, _) => Err(Error::Guest {
                 reason: format!("the guest ended without reporting a status (qemu exit {code:?})"),
                 console_tail: tail(&console, TAIL_LINES),
@@ -959,6 +997,61 @@ impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
     }
+}
+
+/// A signal's name, for the few a crashing or killed QEMU dies by.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        _ => "another signal",
+    }
+}
+
+/// `program args...` as one shell line, each word quoted where it needs it.
+fn shell_words(program: &Path, args: &[String]) -> String {
+    let quote = |word: &str| {
+        if !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.,/:+@".contains(&b)) {
+            word.to_string()
+        } else {
+            format!("'{}'", word.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once(program.display().to_string())
+        .chain(args.iter().cloned())
+        .map(|w| quote(&w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The QEMU to run: `RIG_QEMU` (a path) when set, else
+/// `qemu-system-x86_64` from `PATH` (hack/deps installs it). `RIG_QEMU`
+/// lets one compare versions, or run a build with symbols, without
+/// touching the system's.
+fn qemu_binary() -> Result<PathBuf, Error> {
+    match std::env::var_os("RIG_QEMU") {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(Error::Missing(format!("RIG_QEMU={}: no such file", path.display())))
+            }
+        }
+        _ => which("qemu-system-x86_64").ok_or_else(|| Error::Missing("qemu-system-x86_64 not found".into())),
+    }
+}
+
+/// `RIG_QEMU_ARGS`, split at whitespace, appended to every VM's QEMU
+/// command line: for diagnostics such as `-trace pci_nvme_*` (with
+/// `-D FILE`). Empty when unset.
+fn extra_qemu_args() -> Vec<String> {
+    std::env::var("RIG_QEMU_ARGS").map(|args| args.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
 }
 
 /// One of a machine-wide set of VM slots (a file lock), so parallel tests

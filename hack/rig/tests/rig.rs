@@ -41,6 +41,27 @@ fn a_guest_that_ends_without_a_status_says_so() {
     );
 }
 
+/// A QEMU that dies by a signal (a stand-in that kills itself with
+/// SIGSEGV, as QEMU 7.2 did on a removal): a typed error with the signal
+/// and the command line that ran it, never a retry.
+#[test]
+fn a_qemu_killed_by_a_signal_says_which_and_how_it_ran() {
+    let dir = std::env::temp_dir().join(format!("vm-rig-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let qemu = dir.join("qemu-system-x86_64");
+    std::fs::write(&qemu, "#!/bin/sh\nkill -SEGV $$\n").unwrap();
+    std::fs::set_permissions(&qemu, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let result = Vm::new().qemu(&qemu).controller(Controller::nvme(64 << 20)).run(&["true"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        matches!(&result, Err(Error::QemuKilled { signal: 11, qemu_command, .. })
+            if qemu_command.contains("qemu-system-x86_64 -accel tcg") && qemu_command.contains("nvme")),
+        "{result:?}"
+    );
+    let text = result.unwrap_err().to_string();
+    assert!(text.contains("signal 11 (SIGSEGV)"), "{text}");
+}
+
 /// Controllers sit at 00:10.0, 00:11.0, ... in the order given; a `kernel`
 /// controller gets the nvme driver, the others vfio-pci. An image kept in
 /// `--images` carries data from one boot to the next.

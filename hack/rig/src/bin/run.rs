@@ -189,10 +189,10 @@ fn main() -> ExitCode {
             eprintln!("hack/run: the guest exited {}", outcome.status);
             ExitCode::FAILURE
         }
-        Err(vm_rig::Error::Guest { reason, .. }) if reason.contains("without reporting a status") => {
-            // QEMU 7.2 itself now and then dies by a signal while it
-            // carries out device_del (see examples/tests/qemu_resilience.rs).
-            eprintln!("hack/run: QEMU died ({reason}), most likely during the unplug; run hack/run again");
+        Err(e @ vm_rig::Error::QemuKilled { .. }) => {
+            // Not a flake to retry: QEMU crashing is a bug to find
+            // (docs/rig.md, "QEMU and removal").
+            eprintln!("hack/run: {e}\nreproduce: hack/run (the run failed; docs/rig.md says how to keep QEMU's core)");
             ExitCode::from(2)
         }
         Err(e) => {
