@@ -30,8 +30,9 @@
 //! queue pair re-creates its queues and goes on; register reads of all
 //! ones mean the device is gone. [`Controller::poll_events`] surfaces
 //! asynchronous events (SMART critical warnings, zone and namespace
-//! notices). The [`QueuePair`] documentation has the details, and the
-//! README the resubmission policy for owners.
+//! notices). The [`QueuePair`] documentation has the details, and
+//! docs/driver.md (Timeouts, resets, removal and events) the resubmission
+//! policy for owners.
 //!
 //! # Example
 //!
@@ -110,6 +111,7 @@ pub mod namespace;
 pub mod prng;
 pub mod queue;
 pub mod quirks;
+pub mod sigbus;
 pub mod sim;
 pub mod spec;
 pub mod transport;

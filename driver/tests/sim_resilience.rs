@@ -12,6 +12,7 @@ use nvme_driver::spec::log::CriticalWarning;
 use nvme_driver::{Error, IoBuffer, IoCompletion, IoError, QueuePair, SubmitError};
 use sim_support::{init, pattern, Rig};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A deadline short enough for tests; the simulator answers at once.
@@ -470,4 +471,113 @@ fn a_requested_removal_with_writes_in_flight_on_two_pairs_deletes_the_queues_the
     assert_eq!((rig.pool.available(), rig.controller.quarantined_buffers()), (full, 0));
     let request = rig.ns.flush(99);
     assert!(matches!(second.submit(request), Err((SubmitError::DeviceGone, _))));
+}
+
+/// A "BAR" the kernel can revoke: the simulator's registers, reached only
+/// while a page of a file, mapped and guarded as `VfioPci` guards BAR0
+/// (`nvme_driver::sigbus`), is still there. Truncating the file under the
+/// mapping is what a revoked BAR looks like to the process: the next access
+/// raises SIGBUS.
+#[derive(Debug)]
+struct RevocableBar {
+    sim: Arc<Simulator>,
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    mmio: nvme_driver::mmio::Mmio,
+    guard: nvme_driver::sigbus::BarGuard,
+    _map: memmap2::MmapRaw,
+}
+
+impl RevocableBar {
+    fn new(sim: Arc<Simulator>) -> Arc<Self> {
+        use std::io::Write;
+        let path = std::env::temp_dir().join(format!("revocable-bar-{}", std::process::id()));
+        let mut file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        file.write_all(&[0; 4096]).unwrap();
+        let map = memmap2::MmapOptions::new().len(4096).map_raw(&file).unwrap();
+        let base = std::ptr::NonNull::new(map.as_mut_ptr()).unwrap();
+        // SAFETY: the mapping is a whole page that outlives the guard and
+        // the Mmio (fields dropped before `_map`); nothing references it.
+        let guard = unsafe { nvme_driver::sigbus::BarGuard::new(base, 4096) }.unwrap();
+        // SAFETY: as above; page-aligned.
+        let mmio = unsafe { nvme_driver::mmio::Mmio::new(base, 4096) };
+        Arc::new(RevocableBar { sim, path, file, mmio, guard, _map: map })
+    }
+
+    /// Revokes the "BAR": the file is cut under its mapping.
+    fn revoke(&self) {
+        self.file.set_len(0).unwrap();
+    }
+
+    /// Whether the window is still there: a read of it (SIGBUS once
+    /// revoked, then all ones).
+    fn present(&self) -> bool {
+        self.mmio.read32(0) != u32::MAX
+    }
+}
+
+impl Drop for RevocableBar {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl nvme_driver::Transport for RevocableBar {
+    fn read32(&self, offset: usize) -> u32 {
+        if self.present() {
+            self.sim.read32(offset)
+        } else {
+            u32::MAX
+        }
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        if self.present() {
+            self.sim.write32(offset, value);
+        }
+    }
+    fn tick(&self) {
+        self.sim.tick();
+    }
+    unsafe fn map_dma(&self, vaddr: std::ptr::NonNull<u8>, len: usize) -> nvme_driver::Result<u64> {
+        // SAFETY: forwarded contract.
+        unsafe { self.sim.map_dma(vaddr, len) }
+    }
+    fn unmap_dma(&self, iova: u64, len: usize) -> nvme_driver::Result<()> {
+        self.sim.unmap_dma(iova, len)
+    }
+    fn name(&self) -> &str {
+        "revocable-bar"
+    }
+    fn pci_id(&self) -> nvme_driver::transport::PciId {
+        self.sim.pci_id()
+    }
+}
+
+/// The kernel revokes BAR0 under the driver while writes are in flight
+/// (memory decode disabled, a reset it started): the next register access
+/// raises SIGBUS, the handler maps all ones over the window, and the
+/// driver reads "device gone". Every command ends once with DeviceGone,
+/// submit refuses, the controller says it is gone, and the process lives.
+#[test]
+fn a_bar_revoked_mid_io_ends_in_device_gone_not_a_dead_process() {
+    let sim = Simulator::new(SimConfig::nvm(1 << 16, 512).with_completion_delay(50_000, 50_000));
+    let bar = RevocableBar::new(Arc::clone(&sim));
+    let transport: Arc<dyn nvme_driver::Transport> = bar.clone();
+    let controller = nvme_driver::Controller::init(transport, sim_support::options()).unwrap();
+    let mut rig = Rig::on_controller(Arc::clone(&sim), controller);
+    rig.pair.set_timeout(Some(BOUND));
+    let full = rig.pool.available();
+    submit_writes(&mut rig, 0..8);
+    bar.revoke();
+    assert!(!bar.guard.revoked());
+    let done = drain(&mut rig.pair, 8);
+    assert!(done.values().all(|c| c.status == Err(IoError::DeviceGone)), "{done:?}");
+    drop(done);
+    assert!(bar.guard.revoked(), "the access after the revocation went through the SIGBUS handler");
+    assert!(rig.controller.is_gone());
+    let request = rig.ns.flush(99);
+    assert!(matches!(rig.pair.submit(request), Err((SubmitError::DeviceGone, _))));
+    // A device reading all ones counts as stopped: the buffers come back.
+    assert_eq!(rig.pool.available(), full);
 }

@@ -17,8 +17,8 @@
 //! through the mapping return all ones (which the controller code treats
 //! as "device gone"). Should the kernel revoke the mapping while it is in
 //! use (memory decode disabled, a kernel-initiated reset), an access raises
-//! SIGBUS; SPDK remaps the BAR with a page of all ones in its SIGBUS
-//! handler, this driver does not handle SIGBUS.
+//! SIGBUS; as SPDK does, the handler in [`crate::sigbus`] then maps all
+//! ones over the BAR, so the access reads "device gone" too.
 
 mod sys;
 
@@ -26,6 +26,7 @@ pub use sys::IommuInfo;
 
 use crate::error::{io_context, Error, Result};
 use crate::mmio::Mmio;
+use crate::sigbus::BarGuard;
 use crate::transport::{PciId, Transport};
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs;
@@ -251,6 +252,14 @@ impl Vfio {
         // (field order in VfioPci); page-aligned, so 4-byte aligned; the
         // memory is only reached through Mmio's volatile accesses.
         let mmio = unsafe { Mmio::new(base, bar_len) };
+        // SAFETY: as above; the guard drops before `bar0` (field order).
+        let bar_guard = match unsafe { BarGuard::new(base, bar_len) } {
+            Ok(guard) => Some(guard),
+            Err(error) => {
+                ::log::warn!("{bdf}: BAR0 unguarded ({error}): a revoked BAR would raise SIGBUS");
+                None
+            }
+        };
 
         // The device request channel: vfio-pci signals it when the device is
         // to be removed and waits for us to close it. Kernels or devices
@@ -260,6 +269,7 @@ impl Vfio {
             .filter(|eventfd| device.enable_irq(VFIO_PCI_REQ_IRQ_INDEX, vec![eventfd]).is_ok());
         Ok(Arc::new(VfioPci {
             mmio,
+            _bar_guard: bar_guard,
             _bar0: bar0,
             removal_request,
             removal_seen: AtomicBool::new(false),
@@ -342,9 +352,12 @@ impl std::ops::Deref for ClosingDevice {
 
 /// One NVMe PCI function owned through VFIO.
 pub struct VfioPci {
-    // Field order is drop order: registers, then the BAR mapping, then the
-    // device, then (maybe) the container.
+    // Field order is drop order: registers, the SIGBUS guard, then the BAR
+    // mapping, then the device, then (maybe) the container.
     mmio: Mmio,
+    /// Turns a SIGBUS from a revoked BAR into reads of all ones
+    /// ([`crate::sigbus`]); `None` if the process guards too many.
+    _bar_guard: Option<BarGuard>,
     _bar0: MmapRaw,
     /// Signalled by vfio-pci when the device is to be removed.
     removal_request: Option<EventFd>,
