@@ -143,8 +143,8 @@ fn conventional_first(phase: MetadataPhase, geometry: &[Geometry]) -> Option<&'s
     (phase != MetadataPhase::Swapped && geometry[0].zoned).then_some("a conventional namespace first")
 }
 
-/// Label blocks at the head of every metadata segment (format 2; the
-/// README's "Durable metadata"). The damage phase keeps device 0's, so the
+/// Label blocks at the head of every metadata segment (format 2;
+/// docs/allocator.md, "Durable metadata"). The damage phase keeps device 0's, so the
 /// device is still a member whose journal records are gone, and checks
 /// that they survived.
 const LABEL_BLOCKS: u64 = 2;
