@@ -12,11 +12,21 @@
 //!
 //! [`ClockSource::Auto`] takes the TSC when CPUID says it is invariant
 //! (constant rate in every P-, C- and T-state: CPUID 8000_0007h EDX bit 8,
-//! on every x86 CPU since about 2008); [`ClockSource::Tsc`] takes it
-//! anyway, for a VM that does not advertise it (TCG) while its TSC does
-//! run at a constant rate. The TSC's rate is measured once per process
-//! against the OS clock, over [`CALIBRATION`].
+//! on every x86 CPU since about 2008). Where it is not said so, it measures
+//! once per process what an OS clock read costs against a TSC read, and
+//! takes the TSC when the OS clock is slow ([`os_clock_is_slow`]: a VM
+//! whose clocksource is a trapped timer, as under TCG), else the OS clock.
+//! [`ClockSource::Tsc`] takes it in every case. The TSC's rate is measured
+//! once per process against the OS clock, over [`CALIBRATION`].
+//!
+//! A TSC that CPUID does not vouch for may jump, stop, or differ between
+//! cores. It then only stamps: [`Clock::for_deadlines`] gives the OS clock
+//! in its place, and queue pairs time their deadlines and health checks by
+//! that, reading it once per deadline check (every few dozen polls), not
+//! per I/O. So a default run in a VM stamps with the cheap counter, and no
+//! deadline depends on one nobody vouched for.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -54,8 +64,10 @@ impl std::str::FromStr for ClockSource {
 /// system call on the TSC.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
-    /// `None`: the TSC; else the OS clock, counted from this instant.
-    origin: Option<Instant>,
+    counter: Counter,
+    /// Whether its ticks may time deadlines: the OS clock, or a TSC that
+    /// CPUID says is invariant.
+    trusted: bool,
     ticks_per_s: u64,
     /// Nanoseconds per tick in 32.32 fixed point, so that `nanos` is a
     /// multiply and a shift: a 128-bit division per call (a library call,
@@ -64,43 +76,77 @@ pub struct Clock {
     nanos_per_tick_q32: u64,
 }
 
+/// What a [`Clock`] reads.
+#[derive(Clone, Copy, Debug)]
+enum Counter {
+    Tsc,
+    /// The OS clock, counted from this instant, in nanoseconds.
+    Os(Instant),
+    /// A counter a test sets ([`Clock::manual`]).
+    Manual(&'static AtomicU64),
+}
+
 impl Clock {
     /// A clock on `source`.
     pub fn new(source: ClockSource) -> Clock {
+        let x86 = cfg!(target_arch = "x86_64");
         let tsc = match source {
-            ClockSource::Auto => tsc_invariant(),
-            ClockSource::Tsc => cfg!(target_arch = "x86_64"),
+            ClockSource::Auto => x86 && (tsc_invariant() || os_clock_is_slow()),
+            ClockSource::Tsc => x86,
             ClockSource::Os => false,
         };
         match tsc {
-            true => Clock::counting(None, tsc_hz()),
+            true => Clock::counting(Counter::Tsc, x86 && tsc_invariant(), tsc_hz()),
             false => Clock::os(),
         }
     }
 
     /// The OS's monotonic clock, in nanoseconds.
     pub fn os() -> Clock {
-        Clock::counting(Some(Instant::now()), 1_000_000_000)
+        Clock::counting(Counter::Os(Instant::now()), true, 1_000_000_000)
     }
 
-    fn counting(origin: Option<Instant>, ticks_per_s: u64) -> Clock {
+    /// A clock that reads `counter`, at `ticks_per_s`, for tests of what a
+    /// counter nobody vouches for does (it jumps, stops, goes back): like an
+    /// unverified TSC, it is not trusted with deadlines.
+    pub fn manual(counter: &'static AtomicU64, ticks_per_s: u64) -> Clock {
+        Clock::counting(Counter::Manual(counter), false, ticks_per_s)
+    }
+
+    fn counting(counter: Counter, trusted: bool, ticks_per_s: u64) -> Clock {
         let ticks_per_s = ticks_per_s.max(1);
         // At most 10^9 << 32 < 2^62 for one tick a second: it fits.
         let nanos_per_tick_q32 = ((1_000_000_000u128 << 32) / u128::from(ticks_per_s)) as u64;
-        Clock { origin, ticks_per_s, nanos_per_tick_q32 }
+        Clock { counter, trusted, ticks_per_s, nanos_per_tick_q32 }
     }
 
     /// Whether it reads the TSC.
     pub fn is_tsc(&self) -> bool {
-        self.origin.is_none()
+        matches!(self.counter, Counter::Tsc)
+    }
+
+    /// Whether its ticks time deadlines ([`Clock::for_deadlines`]).
+    pub fn is_trusted(&self) -> bool {
+        self.trusted
+    }
+
+    /// The clock to time deadlines and health checks by: this one when it
+    /// is the OS clock or an invariant TSC, else the OS clock.
+    pub fn for_deadlines(&self) -> Clock {
+        if self.trusted {
+            *self
+        } else {
+            Clock::os()
+        }
     }
 
     /// The time, in ticks.
     #[inline]
     pub fn now(&self) -> u64 {
-        match self.origin {
-            None => rdtsc(),
-            Some(origin) => origin.elapsed().as_nanos() as u64,
+        match self.counter {
+            Counter::Tsc => rdtsc(),
+            Counter::Os(origin) => origin.elapsed().as_nanos() as u64,
+            Counter::Manual(counter) => counter.load(Ordering::Relaxed),
         }
     }
 
@@ -118,10 +164,12 @@ impl Clock {
     /// `ticks` in nanoseconds (within a part in 10^9 on the TSC).
     #[inline]
     pub fn nanos(&self, ticks: u64) -> u64 {
-        match self.origin {
-            Some(_) => ticks,
+        match self.counter {
+            Counter::Os(_) => ticks,
             // The product has at most 64 + 62 bits.
-            None => ((u128::from(ticks) * u128::from(self.nanos_per_tick_q32)) >> 32) as u64,
+            Counter::Tsc | Counter::Manual(_) => {
+                ((u128::from(ticks) * u128::from(self.nanos_per_tick_q32)) >> 32) as u64
+            }
         }
     }
 }
@@ -160,6 +208,39 @@ pub fn tsc_invariant() -> bool {
     false
 }
 
+/// Reads of each clock timed to choose between them.
+const READS_TIMED: u32 = 256;
+
+/// Whether an OS clock read costs much more than a TSC read here: over
+/// 8 times as much and over 200 ns, measured once per process over
+/// [`READS_TIMED`] reads of each. On hardware the vDSO reads the TSC
+/// itself (tens of ns, under 3 TSC reads); in a VM whose clocksource is
+/// the HPET, as under QEMU's TCG, each read is a system call and a
+/// trapped MMIO read (tens of µs there: 4 KiB random reads at QD1 ran at
+/// 9,000 IOPS on the OS clock against 28,500 on the TSC in one boot).
+pub fn os_clock_is_slow() -> bool {
+    static SLOW: OnceLock<bool> = OnceLock::new();
+    *SLOW.get_or_init(|| {
+        let time = |read: &dyn Fn()| {
+            let start = Instant::now();
+            for _ in 0..READS_TIMED {
+                read();
+            }
+            start.elapsed().as_nanos() / u128::from(READS_TIMED)
+        };
+        let os_ns = time(&|| {
+            std::hint::black_box(Instant::now());
+        });
+        if !cfg!(target_arch = "x86_64") {
+            return false;
+        }
+        let tsc_ns = time(&|| {
+            std::hint::black_box(rdtsc());
+        });
+        os_ns > 200 && os_ns > 8 * tsc_ns.max(1)
+    })
+}
+
 /// The TSC's rate, measured once against the OS clock.
 fn tsc_hz() -> u64 {
     static HZ: OnceLock<u64> = OnceLock::new();
@@ -194,6 +275,19 @@ mod tests {
     }
 
     #[test]
+    fn only_a_vouched_for_clock_times_deadlines() {
+        static COUNTER: AtomicU64 = AtomicU64::new(7);
+        let manual = Clock::manual(&COUNTER, 1_000);
+        assert!(!manual.is_trusted());
+        assert!(!manual.for_deadlines().is_tsc() && manual.for_deadlines().is_trusted(), "the OS clock instead");
+        assert_eq!(manual.now(), 7);
+        assert!(Clock::os().for_deadlines().is_trusted());
+        let tsc = Clock::new(ClockSource::Tsc);
+        assert_eq!(tsc.is_trusted(), tsc_invariant());
+        assert_eq!(tsc.for_deadlines().is_tsc(), tsc_invariant());
+    }
+
+    #[test]
     fn durations_and_ticks_convert_both_ways() {
         let clock = Clock::new(ClockSource::Tsc);
         let ticks = clock.ticks(Duration::from_millis(10));
@@ -207,7 +301,7 @@ mod tests {
     #[test]
     fn nanos_by_fixed_point_match_the_exact_quotient() {
         for hz in [1, 3, 1_000_000, 999_999_937, 1_000_000_000, 2_096_064_000, 3_000_000_007, 5_000_000_000] {
-            let clock = Clock::counting(None, hz);
+            let clock = Clock::counting(Counter::Tsc, true, hz);
             for ticks in [0, 1, 977, hz, 12_345_678_901, u64::from(u32::MAX) * 1_000, u64::MAX / 1_000] {
                 let exact = u128::from(ticks) * 1_000_000_000 / u128::from(hz);
                 if exact > u128::from(u64::MAX) {

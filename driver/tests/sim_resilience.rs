@@ -581,3 +581,56 @@ fn a_bar_revoked_mid_io_ends_in_device_gone_not_a_dead_process() {
     // A device reading all ones counts as stopped: the buffers come back.
     assert_eq!(rig.pool.available(), full);
 }
+
+/// A counter for a manual clock, leaked: a `Clock` holds a `'static`.
+fn manual_counter(start: u64) -> &'static std::sync::atomic::AtomicU64 {
+    Box::leak(Box::new(std::sync::atomic::AtomicU64::new(start)))
+}
+
+/// The pair's clock is a TSC nobody vouched for (a manual counter, as an
+/// unverified TSC in a VM) that stops: deadlines read the OS clock instead
+/// (`Clock::for_deadlines`), so a hung command still times out, once, after
+/// its deadline, and is aborted.
+#[test]
+fn a_stopped_unvouched_clock_does_not_stop_deadlines() {
+    let mut rig = rig(SimConfig::nvm(1 << 16, 512));
+    let counter = manual_counter(1_000);
+    rig.pair.set_clock(nvme_driver::clock::Clock::manual(counter, 1_000_000_000));
+    rig.pair.set_timeout(Some(DEADLINE));
+    rig.sim.inject(Fault::DropCompletions { count: 1 });
+    let started = Instant::now();
+    submit_flushes(&mut rig, 0..1);
+    let done = drain(&mut rig.pair, 1);
+    assert_eq!(done[&0].status, Err(IoError::Timeout));
+    assert!(started.elapsed() >= DEADLINE, "not before its deadline");
+    assert_eq!(counter.load(std::sync::atomic::Ordering::Relaxed), 1_000, "the counter never moved");
+}
+
+/// The same counter jumps an hour ahead while commands are in flight, then
+/// back (as two cores' TSCs that differ): nothing times out early, every
+/// command completes with its own status, and a hung one still times out.
+#[test]
+fn an_unvouched_clock_that_jumps_or_goes_back_does_not_fire_deadlines() {
+    let mut rig = rig(SimConfig::nvm(1 << 16, 512).with_completion_delay(2_000, 2_000));
+    let counter = manual_counter(5_000_000_000_000);
+    rig.pair.set_clock(nvme_driver::clock::Clock::manual(counter, 1_000_000_000));
+    rig.pair.set_timeout(Some(Duration::from_secs(5)));
+    submit_writes(&mut rig, 0..8);
+    let mut done = BTreeMap::new();
+    let started = Instant::now();
+    let mut passes = 0u64;
+    while done.len() < 8 {
+        assert!(started.elapsed() < BOUND, "{} of 8 after {BOUND:?}", done.len());
+        // Back to where it was, then an hour ahead, 100 passes each (deadline
+        // checks come every 8 to 64 passes, so they see both).
+        let at =
+            if (passes / 100).is_multiple_of(2) { 5_000_000_000_000 } else { 5_000_000_000_000 + 3_600_000_000_000 };
+        counter.store(at, std::sync::atomic::Ordering::Relaxed);
+        passes += 1;
+        rig.pair.poll(|completion| {
+            assert!(done.insert(completion.token, completion).is_none());
+        });
+    }
+    assert!(done.values().all(|c| c.status.is_ok()), "{done:?}");
+    assert_eq!(rig.pair.stats().timeouts, 0, "a jump of the stamp clock fired a deadline");
+}

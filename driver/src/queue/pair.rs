@@ -105,7 +105,8 @@ struct Tracker {
 /// Polls between two deadline checks while completions keep coming: a
 /// clock read (a TSC read, or an `Instant::now()` of about 20 ns where the
 /// vDSO serves it, see [`crate::clock`]) every 64 polls costs well under
-/// 1 ns a poll.
+/// 1 ns a poll. Where the OS clock is slow and the TSC unvouched for (a VM
+/// on the HPET), deadlines still read the OS clock, here only.
 const DEADLINE_CHECK_POLLS: u32 = 64;
 /// Polls between two deadline checks while polls find nothing: an idle
 /// spinning owner notices sooner.
@@ -211,14 +212,18 @@ pub struct QueuePair {
     epoch: Arc<Epoch>,
     generation: u64,
     queues_generation: u64,
-    /// What deadlines and health checks read ([`crate::clock`]).
+    /// The owner's clock, for its stamps and the phase timings
+    /// ([`crate::clock`]).
     clock: Clock,
-    /// `timeout` and [`HEALTH_CHECK_INTERVAL`] in `clock`'s ticks, worked
+    /// What deadlines and health checks read: `clock`, or the OS clock when
+    /// `clock` is a TSC nobody vouched for ([`Clock::for_deadlines`]).
+    deadline_clock: Clock,
+    /// `timeout` and [`HEALTH_CHECK_INTERVAL`] in `deadline_clock`'s ticks, worked
     /// out when either is set rather than at every deadline check (a
     /// 128-bit division each).
     timeout_ticks: u64,
     health_interval_ticks: u64,
-    /// When CSTS was last read, in `clock`'s ticks.
+    /// When CSTS was last read, in `deadline_clock`'s ticks.
     health_checked: u64,
     /// Why submissions are refused, once the device is gone or the
     /// controller failed.
@@ -307,6 +312,7 @@ impl QueuePair {
             generation: 0,
             queues_generation: 0,
             clock: Clock::os(),
+            deadline_clock: Clock::os(),
             timeout_ticks: 0,
             health_interval_ticks: 0,
             health_checked: 0,
@@ -439,8 +445,8 @@ impl QueuePair {
 
     /// Works out the intervals deadline checks compare in ticks.
     fn clock_changed(&mut self) {
-        self.timeout_ticks = self.timeout.map_or(u64::MAX, |timeout| self.clock.ticks(timeout));
-        self.health_interval_ticks = self.clock.ticks(HEALTH_CHECK_INTERVAL);
+        self.timeout_ticks = self.timeout.map_or(u64::MAX, |timeout| self.deadline_clock.ticks(timeout));
+        self.health_interval_ticks = self.deadline_clock.ticks(HEALTH_CHECK_INTERVAL);
     }
 
     /// Describes transfers whose pages span more than `threshold` bytes
@@ -454,13 +460,16 @@ impl QueuePair {
         self.sgl_above = threshold;
     }
 
-    /// Sets the clock deadlines and health checks read (the controller
-    /// gives its own, [`crate::ControllerOptions::clock`]). Deadlines
-    /// already started are started again.
+    /// Sets the pair's clock (the controller gives its own,
+    /// [`crate::ControllerOptions::clock`]); deadlines and health checks
+    /// read it too where it is trusted with them, else the OS clock
+    /// ([`Clock::for_deadlines`]). Deadlines already started are started
+    /// again.
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+        self.deadline_clock = clock.for_deadlines();
         self.clock_changed();
-        self.health_checked = clock.now();
+        self.health_checked = self.deadline_clock.now();
         for tracker in self.trackers.iter_mut() {
             tracker.deadline = None;
         }
@@ -499,7 +508,8 @@ impl QueuePair {
         }
     }
 
-    /// The clock deadlines and health checks read.
+    /// The pair's clock: what its owner stamps with, and what deadlines
+    /// read where it is trusted with them ([`Clock::for_deadlines`]).
     pub fn clock(&self) -> Clock {
         self.clock
     }

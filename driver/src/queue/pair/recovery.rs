@@ -79,7 +79,7 @@ impl QueuePair {
         if self.timeout.is_none() {
             return 0;
         }
-        let now = self.clock.now();
+        let now = self.deadline_clock.now();
         let timeout = self.timeout_ticks;
         // The host is cloned (two atomic updates) only when its health is
         // due a check, not at every deadline check.
@@ -213,7 +213,7 @@ impl QueuePair {
                 });
             }
         }
-        self.health_checked = self.clock.now();
+        self.health_checked = self.deadline_clock.now();
         ended
     }
 

@@ -111,10 +111,11 @@ struct Args {
     /// need a list, more than 8 KiB) or always.
     #[arg(long, default_value = "auto", value_parser = parse_sgl)]
     sgl: nvme_driver::SglMode,
-    /// The clock the queue pairs' deadlines and perf's latencies read:
-    /// auto (the TSC where CPUID says it is invariant, else the OS's),
-    /// tsc (the TSC anyway: a VM such as QEMU's TCG runs it at a constant
-    /// rate without saying so) or os (clock_gettime).
+    /// The clock perf's latencies read: auto (the TSC where CPUID says it
+    /// is invariant, or where an OS clock read costs far more, as in a VM
+    /// on the HPET; else the OS's), tsc (the TSC in every case) or os
+    /// (clock_gettime). Deadlines read it too where CPUID vouches for the
+    /// TSC, else the OS clock, once per deadline check.
     #[arg(long, default_value = "auto", value_parser = parse_clock)]
     clock: ClockSource,
     /// Entries per queue (at least --qd + 1, at most the controller's
