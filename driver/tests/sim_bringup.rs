@@ -203,3 +203,23 @@ fn shutdown_then_a_second_bring_up_on_the_same_device() {
     assert_eq!(rig.read(8, 1024).unwrap(), vec![0x5A; 1024]);
     assert_eq!(Csts(rig.sim.read32(registers::CSTS)).shst(), ShutdownStatus::Normal);
 }
+
+/// Format NVM on a controller that does not offer it (the simulator's OACS
+/// is 0), or to a format its namespace does not list, or of a namespace that
+/// is not there: a typed refusal before any command is sent, and the
+/// namespace is untouched.
+#[test]
+fn a_format_the_controller_cannot_do_is_refused_with_a_typed_error() {
+    let sim = Simulator::new(SimConfig::nvm(1 << 16, 512));
+    let mut controller = init(&sim);
+    let formats_before = sim.stats().admin_commands[usize::from(nvme_driver::spec::command::opcode::admin::FORMAT_NVM)];
+    let error = controller.format_namespace(1, 512, 8).unwrap_err();
+    assert!(matches!(&error, Error::Unsupported(why) if why.contains("Format NVM")), "{error}");
+    let error = controller.format_namespace(9, 512, 8).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
+    assert_eq!(
+        sim.stats().admin_commands[usize::from(nvme_driver::spec::command::opcode::admin::FORMAT_NVM)],
+        formats_before
+    );
+    assert_eq!(controller.namespace(1).unwrap().block_size(), 512);
+}

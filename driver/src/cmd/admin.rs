@@ -248,6 +248,16 @@ pub fn delete_io_sq(qid: u16) -> Command {
     Command { cdw10: u32::from(qid), ..Command::new(op::DELETE_IO_SQ) }
 }
 
+/// Format NVM (opcode 80h, NVMe Base 2.0 §5.23) of namespace `nsid`, to
+/// LBA format `lbaf` (bits 3:0 of CDW10, its upper two bits in 13:12),
+/// metadata in a separate buffer (MSET 0), no protection information, no
+/// secure erase. Destroys the namespace's data.
+pub fn format_nvm(nsid: u32, lbaf: u8) -> Command {
+    debug_assert!(lbaf < 64, "LBA format indices are 0..=63");
+    let lbaf = u32::from(lbaf);
+    Command { nsid, cdw10: (lbaf & 0xF) | (lbaf >> 4 & 0b11) << 12, ..Command::new(op::FORMAT_NVM) }
+}
+
 /// Delete I/O Completion Queue (opcode 04h): CDW10 = QID. Delete its
 /// submission queues first.
 pub fn delete_io_cq(qid: u16) -> Command {
@@ -472,6 +482,15 @@ mod tests {
     fn delete_queues_bytes() {
         assert_eq!(delete_io_sq(5).to_bytes(), sqe(&[(0, &[0x00]), (40, &[0x05, 0x00, 0x00, 0x00])]));
         assert_eq!(delete_io_cq(0x1234).to_bytes(), sqe(&[(0, &[0x04]), (40, &[0x34, 0x12, 0x00, 0x00])]));
+    }
+
+    #[test]
+    fn format_nvm_bytes() {
+        // LBA format 1 of namespace 1: NSID in bytes 4..8, LBAF in CDW10
+        // bits 3:0.
+        assert_eq!(format_nvm(1, 1).to_bytes(), sqe(&[(0, &[0x80]), (4, &[0x01]), (40, &[0x01, 0x00, 0x00, 0x00])]));
+        // Format 0x35: low nibble 5, upper bits 0b11 in CDW10 bits 13:12.
+        assert_eq!(format_nvm(7, 0x35).to_bytes(), sqe(&[(0, &[0x80]), (4, &[0x07]), (40, &[0x05, 0x30, 0x00, 0x00])]));
     }
 
     #[test]

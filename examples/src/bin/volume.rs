@@ -170,6 +170,13 @@ struct ReplaceArgs {
     /// Take a new device that is not blank (what it holds is destroyed).
     #[arg(long)]
     force: bool,
+    /// Format the new device's namespace to the volume's LBA format (block
+    /// size and per-block metadata, as its other devices have) when it has
+    /// another, as a drive new from its box often does: Format NVM, which
+    /// destroys what it holds. Without it, a namespace formatted otherwise
+    /// is refused.
+    #[arg(long, conflicts_with = "sim")]
+    format: bool,
     /// Replace only: leave the resilver for `volume resilver`.
     #[arg(long)]
     no_resilver: bool,
@@ -523,14 +530,18 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     let sim = a.volume.sim.is_some();
     let new_name = a.new_pci.clone().unwrap_or_else(|| "sim2".into());
     // Asked before any device is opened.
+    let formatted = if a.format { " (formatted to the volume's LBA format first, if it has another)" } else { "" };
     let what = format!(
-        "replace destroys everything on namespace {} of {new_name}, which takes place {} of the volume",
+        "replace destroys everything on namespace {} of {new_name}{formatted}, which takes place {} of the volume",
         a.new_ns, a.place
     );
     confirm_on_stdin("volume", &what, a.yes || sim)?;
     let mut controllers = open_controllers(&a.volume)?;
     let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
     let new_name = controllers[new_index].name.clone();
+    if a.volume.sim.is_none() {
+        match_lba_format(a, &mut controllers, new_index)?;
+    }
     let options = resilver_device_options(a.resilver.qd);
     let devices = open_devices(&a.volume, &controllers, options)?;
     // The place replaced is failed or missing: the volume opens without it.
@@ -585,6 +596,45 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
     Ok(if report.as_ref().is_none_or(ResilverReport::complete) { Done::Healthy } else { Done::Attention })
+}
+
+/// `(block size, metadata bytes per block)` of namespace `nsid` of `named`.
+fn lba_format_of(named: &Named, nsid: u32) -> Result<(u32, u16), String> {
+    let ns = named.controller.namespace(nsid).map_err(|e| format!("{} namespace {nsid}: {e}", named.name))?;
+    Ok((ns.block_size(), ns.metadata().map_or(0, |format| format.bytes_per_block)))
+}
+
+/// The new device's namespace in the LBA format of the volume's first
+/// device given: formatted to it with --format, else refused with what to
+/// do, before anything is written.
+fn match_lba_format(a: &ReplaceArgs, controllers: &mut [Named], new_index: usize) -> Result<(), String> {
+    let Some(first) = a.volume.location.device_choices()?.into_iter().find(|c| c.controller != new_index) else {
+        return Ok(());
+    };
+    let wanted = lba_format_of(&controllers[first.controller], first.nsid)?;
+    let new = &mut controllers[new_index];
+    let have = lba_format_of(new, a.new_ns)?;
+    if have == wanted {
+        return Ok(());
+    }
+    let describe = |(block, metadata): (u32, u16)| format!("{block}-byte blocks with {metadata} bytes of metadata");
+    if !a.format {
+        return Err(format!(
+            "replace: namespace {} of {} has {}, the volume's devices {}: pass --format to format it \
+             (Format NVM; it destroys what the namespace holds)",
+            a.new_ns,
+            new.name,
+            describe(have),
+            describe(wanted)
+        ));
+    }
+    new.controller
+        .format_namespace(a.new_ns, wanted.0, wanted.1)
+        .map_err(|e| format!("replace: formatting namespace {} of {}: {e}", a.new_ns, new.name))?;
+    if !a.json {
+        println!("namespace {} of {}: formatted to {}", a.new_ns, new.name, describe(wanted));
+    }
+    Ok(())
 }
 
 /// What a device `replace` was given holds, when it is not blank, for

@@ -53,6 +53,15 @@ pub struct Controller {
     /// The controller then appears in the guest on the root port's
     /// secondary bus (`0000:01:00.0` for the first such controller).
     pub hotplug: bool,
+    /// Absent at boot: an empty PCIe root port (a slot) and the backing
+    /// image wait for [`Controller::hot_add_command`], QMP `device_add`,
+    /// which plugs a controller with namespace 1 on that image, as an
+    /// operator slides a new drive into a slot. QEMU 7.2 and 10.0 cannot
+    /// hot-plug a namespace device onto a controller, so the namespace is
+    /// the controller's own (`nvme` `drive=`), formatted without metadata
+    /// (LBA format 0); QEMU lists the formats with metadata too, for a
+    /// Format NVM.
+    pub hot_added: bool,
     pub zoned: Option<Zoned>,
     /// 512-byte sectors of the backing image whose reads fail; see
     /// [`Controller::read_errors`]. Empty: no blkdebug layer.
@@ -80,6 +89,7 @@ impl Controller {
             intel_id: false,
             kernel: false,
             hotplug: false,
+            hot_added: false,
             zoned: None,
             read_error_sectors: Vec::new(),
             metadata_bytes: 0,
@@ -131,6 +141,21 @@ impl Controller {
     pub fn hotplug(mut self) -> Self {
         self.hotplug = true;
         self
+    }
+    /// See [`Controller::hot_added`](Controller#structfield.hot_added);
+    /// implies [`Controller::hotplug`].
+    pub fn hot_added(mut self) -> Self {
+        self.hotplug = true;
+        self.hot_added = true;
+        self
+    }
+    /// The QMP command that plugs controller number `index`, made with
+    /// [`Controller::hot_added`], into its slot (QOM id `nvme{index}`).
+    pub fn hot_add_command(&self, index: usize) -> String {
+        format!(
+            r#"{{"execute":"device_add","arguments":{{"driver":"nvme","id":"nvme{index}","bus":"rp{index}","serial":"rig{index}","drive":"drive{index}","logical_block_size":{lba},"physical_block_size":{lba}}}}}"#,
+            lba = self.lba_bytes
+        )
     }
     /// Puts the backing image behind QEMU's `blkdebug` driver with one rule
     /// per sector: every read of the image that covers byte `sector * 512`
@@ -233,6 +258,11 @@ impl Controller {
         if ![0, 8, 16, 64].contains(&self.metadata_bytes) {
             return fail(format!("ms={}: expected 8, 16 or 64 (QEMU 7.2's metadata sizes)", self.metadata_bytes));
         }
+        if self.hot_added && (self.metadata_bytes > 0 || self.zoned.is_some() || self.kernel || self.mdts.is_some()) {
+            // The controller's own namespace takes none of these (see
+            // `hot_added`); a Format NVM in the guest gives it metadata.
+            return fail("a hot-added controller is conventional, without ms=, mdts= or kernel".into());
+        }
         if self.metadata_bytes > 0 && self.kernel {
             // Linux's nvme driver gives a namespace whose metadata it
             // cannot supply (no protection information) a capacity of 0.
@@ -311,14 +341,10 @@ impl Controller {
                 zoned.max_active.unwrap_or(0)
             );
         }
-        args.extend([
-            "-drive".into(),
-            self.drive_arg(index, image, discard),
-            "-device".into(),
-            ctrl,
-            "-device".into(),
-            ns,
-        ]);
+        args.extend(["-drive".into(), self.drive_arg(index, image, discard)]);
+        if !self.hot_added {
+            args.extend(["-device".into(), ctrl, "-device".into(), ns]);
+        }
         args
     }
 
@@ -389,6 +415,22 @@ mod tests {
         ] {
             assert!(Controller::parse(text, zoned).is_err(), "{text} accepted");
         }
+    }
+
+    #[test]
+    fn a_hot_added_controller_leaves_an_empty_slot_and_its_image_for_device_add() {
+        let controller = Controller::nvme(1 << 30).hot_added();
+        controller.validate().unwrap();
+        let args = controller.qemu_args(2, "/tmp/x.img", 0x12).join(" ");
+        assert!(args.contains("-device pcie-root-port,id=rp2,bus=pcie.0,addr=0x12,chassis=3,slot=3"), "{args}");
+        assert!(args.contains("-drive file=/tmp/x.img,if=none,id=drive2"), "{args}");
+        assert!(!args.contains("nvme,") && !args.contains("nvme-ns"), "{args}");
+        let command = controller.hot_add_command(2);
+        let value: serde_json::Value = serde_json::from_str(&command).unwrap();
+        assert_eq!(value["execute"], "device_add");
+        assert_eq!(value["arguments"]["bus"], "rp2");
+        assert_eq!(value["arguments"]["drive"], "drive2");
+        assert!(Controller::nvme(1 << 30).metadata(8).hot_added().validate().is_err());
     }
 
     #[test]

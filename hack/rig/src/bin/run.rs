@@ -6,8 +6,10 @@
 //! the guest runs; scrub finding and repairing them; a second scrub clean.
 //! Then the conventional controller is pulled (QMP `device_del`) while
 //! seqwrite runs and the volume carries on degraded; `volume status` says
-//! what is at risk; a blank third controller takes the pulled one's place
-//! and the resilver brings it up to date; a scrub comes back clean.
+//! what is at risk; a blank controller is plugged into an empty slot
+//! (QMP `device_add`), formatted to the volume's LBA format, takes the
+//! pulled one's place, and the resilver brings it up to date; a scrub comes
+//! back clean.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -21,9 +23,9 @@ const USAGE: &str = "\
 usage: hack/run [--timeout SECONDS]
 
 Boots one VM (QEMU TCG) with a 1 GiB conventional NVMe controller (behind
-a hot-plug port), a 2 GiB ZNS controller (64 MiB zones) and a blank 1 GiB
-conventional one, all driven by our userspace driver, and shows the stack
-end to end:
+a hot-plug port), a 2 GiB ZNS controller (64 MiB zones) and an empty
+hot-plug slot, all driven by our userspace driver, and shows the stack end
+to end:
 
   1. identify the two (one line each)
   2. seqwrite: a mirrored volume across them, 80% filled with 256 KiB
@@ -35,9 +37,12 @@ end to end:
      conventional controller (QMP device_del): the volume gives it up and
      carries on degraded on the ZNS copy
   7. volume status: degraded, and what is at risk (text, then JSON)
-  8. volume replace: the blank controller takes the pulled one's place and
+  8. the host plugs a blank 1 GiB controller into the empty slot (QMP
+     device_add); the guest binds it to vfio-pci
+  9. volume replace --format: it takes the volume's LBA format (Format
+     NVM, 8 bytes of metadata per block) and the pulled one's place, and
      the resilver writes every copy it lacks, then verifies them
-  9. scrub: both copies, clean; volume status: online
+ 10. scrub: both copies, clean; volume status: online
 
 Options:
   --timeout SECONDS   hard limit on the VM (default 420)
@@ -47,8 +52,12 @@ Options:
 /// QEMU can unplug it: the guest finds it on the port's bus.
 const CONVENTIONAL: &str = "0000:01:00.0";
 const ZONED: &str = "0000:00:11.0";
-/// Blank from boot: the replacement.
-const SPARE: &str = "0000:00:12.0";
+/// The replacement: plugged into an empty slot (the third controller's
+/// root port, whose bus is 02) during the run, blank, formatted without
+/// metadata; `volume replace --format` gives it the volume's format.
+const SPARE: &str = "0000:02:00.0";
+/// The spare's place among the VM's controllers.
+const SPARE_INDEX: usize = 2;
 /// Blocks flipped, 1 MiB apart, from the start of the first data zone.
 const FLIPS: u64 = 8;
 
@@ -56,6 +65,14 @@ const FLIPS: u64 = 8;
 /// `UNPLUG` (the conventional controller is QOM device `nvme0`).
 const PULL_MARKER: &str = "rig-run: pull the conventional controller";
 const UNPLUG: &str = r#"{"execute":"device_del","arguments":{"id":"nvme0"}}"#;
+
+/// The guest asks for the spare with this line; the rig then plugs it in
+/// (QMP `device_add`).
+const PLUG_MARKER: &str = "rig-run: plug the spare into the empty slot";
+
+fn spare() -> Controller {
+    Controller::nvme(1 << 30).hot_added()
+}
 
 fn guest_script() -> String {
     format!(
@@ -97,8 +114,17 @@ fn guest_script() -> String {
          volume status --pci {ZONED} --degraded --json > /tmp/status.json || [ $? -eq 3 ]\n\
          grep -q '\"state\":\"degraded\"' /tmp/status.json || {{ echo 'the volume is not degraded'; exit 1; }}\n\
          echo \"as JSON (volume status --json): ... $(grep -o '\"redundancy\":{{[^}}]*}}' /tmp/status.json) ...\"\n\
-         echo '== volume replace: the blank controller takes place 0; the resilver brings it up to date'\n\
-         volume replace --pci {ZONED} --place 0 --new-pci {SPARE} --yes --no-progress\n\
+         echo '== a blank controller goes into the empty slot (QMP device_add); the guest binds it to vfio-pci'\n\
+         echo '{PLUG_MARKER}'\n\
+         i=0\n\
+         until [ \"$(cat /sys/bus/pci/devices/{SPARE}/class 2>/dev/null)\" = 0x010802 ]; do\n\
+             i=$((i + 1)); [ $i -lt 300 ] || {{ echo 'the new controller never appeared'; exit 1; }}; sleep 0.1\n\
+         done\n\
+         echo vfio-pci > /sys/bus/pci/devices/{SPARE}/driver_override\n\
+         echo {SPARE} > /sys/bus/pci/drivers_probe\n\
+         identify --pci {SPARE} | sed -n 1p\n\
+         echo '== volume replace --format: it takes the volume format (8 bytes of metadata per block) and place 0; the resilver brings it up to date'\n\
+         volume replace --pci {ZONED} --place 0 --new-pci {SPARE} --format --yes --no-progress\n\
          echo '== scrub: both copies'\n\
          scrub --pci {SPARE} --pci {ZONED} --no-progress\n\
          echo '== volume status'\n\
@@ -156,8 +182,9 @@ fn main() -> ExitCode {
     let vm = Vm::new()
         .controller(Controller::nvme(1 << 30).metadata(8).hotplug())
         .controller(Controller::zns(2 << 30, 64 << 20).metadata(8))
-        .controller(Controller::nvme(1 << 30).metadata(8))
+        .controller(spare())
         .qmp_on_output(PULL_MARKER, &[UNPLUG])
+        .qmp_on_output(PLUG_MARKER, &[&spare().hot_add_command(SPARE_INDEX)])
         .images(&images)
         .mem(2 << 30)
         .stream(true)
