@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 const SEQWRITE: &str = env!("CARGO_BIN_EXE_seqwrite");
 const SCRUB: &str = env!("CARGO_BIN_EXE_scrub");
 const ZEROOUT: &str = env!("CARGO_BIN_EXE_zeroout");
+const VOLUME: &str = env!("CARGO_BIN_EXE_volume");
 const PERF: &str = env!("CARGO_BIN_EXE_perf");
 
 /// Clap's status for a bad argument.
@@ -286,4 +287,11 @@ fn perf_copies_each_write_in_when_asked() {
     let (code, _, stderr) = run(PERF, &["--sim", "--rw", "write", "--time", "1", "--copy-in", "--engine", "raw"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("driver engine"), "{stderr}");
+}
+
+/// `volume replace --format` formats a real device: on the simulator, which
+/// offers no Format NVM, it is refused at parsing, before anything opens.
+#[test]
+fn volume_replace_format_is_for_real_devices() {
+    refused(VOLUME, &["replace", "--sim", "64M", "--place", "1", "--format", "--yes"], 2, &["--format", "--sim"]);
 }
