@@ -185,7 +185,7 @@ impl DmaRegion {
     /// rings and PRP lists, which the device reads and writes on every
     /// command. SPDK keeps its rings in huge page memory too; under QEMU's
     /// emulated IOMMU, rings on 4 KiB pages cost about 6% of the 4 KiB
-    /// random read IOPS at QD32 (BENCHMARKS.md).
+    /// random read IOPS at QD32 (docs/benchmarks/driver.md, "Rings on a huge page").
     pub fn allocate_preferring_huge_pages(transport: &Arc<dyn Transport>, len: usize) -> Result<Self> {
         Self::allocate_as(transport, len, true, true)
     }

@@ -241,7 +241,7 @@ const CLOCK_SHARDS: usize = 8;
 /// Each thread counts its passes in a shard of its own (its line written by
 /// it alone: a counter every polling thread wrote would move between the
 /// cores at every pass, which cost two pairs on two threads about a sixth
-/// of their rate, BENCHMARKS.md), and the time is their sum. With one
+/// of their rate, docs/benchmarks/simulator.md), and the time is their sum. With one
 /// thread that is exactly the passes so far; with several, a reader may
 /// miss passes other threads are making at that moment, as it would with
 /// any clock they race to advance.

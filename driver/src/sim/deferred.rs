@@ -43,7 +43,7 @@ use std::sync::{PoisonError, RwLock};
 /// about 380 instructions per doorbell (the batch handed over, the lock
 /// taken again, the gate), which a 4 KiB copy does not repay: one pair at
 /// 4 KiB QD1 would run 6% more instructions per I/O (hack/io-instructions),
-/// and two pairs at 4 KiB gain nothing from it (BENCHMARKS.md). From 16
+/// and two pairs at 4 KiB gain nothing from it (docs/benchmarks/simulator.md). From 16
 /// KiB the copy is most of a read's cost.
 pub(crate) const DEFER_READ_BYTES_MIN: u64 = 16 * 1024;
 

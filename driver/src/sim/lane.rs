@@ -4,7 +4,7 @@
 //! Behind the one mutex of `State`, every command of every queue is
 //! fetched, checked and posted in turn: at 4 KiB two threads spent their
 //! time handing that lock to each other and never ran faster than one
-//! (BENCHMARKS.md, "Two pairs at 4 KiB on the simulator"). A real
+//! (docs/benchmarks/simulator.md, "Two pairs at 4 KiB on the simulator"). A real
 //! controller fetches from its queues in parallel; so does this one when
 //! nothing could tell the difference.
 //!

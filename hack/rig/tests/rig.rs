@@ -28,9 +28,9 @@ fn a_hung_guest_is_killed_at_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
 }
 
-/// A guest that powers off without reporting a status (as QEMU dying
-/// mid-run looks): a typed error that says so and carries what the command
-/// printed.
+/// A guest that powers off without reporting a status (QEMU exits
+/// normally; a QEMU killed by a signal is `Error::QemuKilled`, below): a
+/// typed error that says so and carries what the command printed.
 #[test]
 fn a_guest_that_ends_without_a_status_says_so() {
     let result = Vm::new().run(&["sh", "-c", "echo last words; sleep 1; poweroff -f"]);

@@ -176,7 +176,7 @@ impl QueuePair {
         // write that sets the device to work ends the pass. Under QEMU an
         // MMIO write right after it can wait on the device model the SQ
         // doorbell has just woken: at 4 KiB QD32 the other order cost a
-        // tenth of the IOPS (BENCHMARKS.md, 2026-12-05).
+        // tenth of the IOPS (docs/benchmarks/driver.md, 2026-12-05).
         if self.cq_head != old_head && (self.qid == 0 || self.cq_unannounced() >= self.cq_batch()) {
             self.announce_cq_head();
         }

@@ -20,7 +20,7 @@
 //! `perf` on the same devices and our scrub of the same volume.
 //!
 //! Last, one side-by-side table of every pair (job, ours, kernel, ratio),
-//! the same as JSON, and an SVG chart. See BENCHMARKS.md.
+//! the same as JSON, and an SVG chart. See BENCHMARKS.md and docs/benchmarks/method.md.
 
 mod cli;
 mod images;

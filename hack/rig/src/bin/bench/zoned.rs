@@ -66,7 +66,7 @@ pub struct Options {
     /// use metadata without protection information), and the volume keeps
     /// its checksums in zone checksum areas; 8 formats it 4096+8-style and
     /// the volume keeps them in block tags (which QEMU makes slow: see
-    /// BENCHMARKS.md, format 7).
+    /// docs/benchmarks/allocator.md, format 7).
     pub metadata: u16,
     /// Where the volumes seqwrite formats keep their checksums
     /// (`seqwrite --checksums`): auto, area, map or tags.
