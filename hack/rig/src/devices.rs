@@ -1,6 +1,14 @@
 //! Emulated NVMe controllers, one namespace each, as QEMU 7.2's `nvme` and
 //! `nvme-ns` devices describe them (QEMU `hw/nvme/ctrl.c`, `hw/nvme/ns.c`).
 //!
+//! Supported: Debian bookworm's QEMU 7.2, which `hack/deps` installs, and
+//! 10.0.1 or later (`RIG_QEMU`: bookworm-backports has 10.0.2); not 10.0.0,
+//! whose controller hot-plug is broken. Both remove a controller safely only
+//! once the driver has deleted its I/O queues (docs/rig.md, "QEMU and
+//! removal"); neither hot-plugs a namespace onto a controller, so a
+//! [`Controller::hot_added`] controller brings its own. The rig's tests run
+//! on 7.2; on 10.0.2 only hack/run's configuration was run (docs/rig.md).
+//!
 //! A controller's backing image can sit behind QEMU's `blkdebug` driver
 //! (QEMU `block/blkdebug.c`, `docs/devel/testing/blkdebug.rst`), which fails
 //! reads of chosen sectors: see [`Controller::read_errors`].
