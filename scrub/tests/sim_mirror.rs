@@ -387,3 +387,61 @@ fn a_replacement_too_small_or_a_blank_rejoin_is_refused_by_name_and_changes_noth
     assert_eq!(volume.missing_blocks(1), 0, "no copy was marked missing");
     check(&mut volume, &data, false);
 }
+
+/// The host asks for device 1 back while writes are in flight on it (an
+/// orderly removal: the driver quiesces the controller and gives the device
+/// up), and the replacement arrives only afterwards, on a controller that
+/// did not exist when the volume opened, as a drive slid into an empty
+/// slot. Every write acknowledged, before the removal or after it, reads
+/// back; the new device takes the place, the resilver restores every copy
+/// on it, the status names it, and the volume opens on it.
+#[test]
+fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowledged_is_lost() {
+    // Device 1's completions wait a little, so that writes are in flight
+    // when its pair's health check (every 10 ms) sees the request.
+    let harness = Harness::new(vec![zns(64, 256), zns(64, 256).with_completion_delay(200, 200)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 20, 1);
+    volume.commit().unwrap();
+    harness.sims[1].inject(Fault::RemovalRequested);
+    // Writes go on, 8 in flight, until the volume gives device 1 up.
+    let mut pending = BTreeMap::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut next = 0u64;
+    while volume.status().state != VolumeState::Degraded || volume.writes_in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the removal was never noticed");
+        if volume.status().state != VolumeState::Degraded && volume.writes_in_flight() < 8 {
+            let bytes = pattern(7000 + next, 2);
+            let id = volume.submit_write(0, &bytes, next).expect("submit");
+            pending.insert(id, bytes);
+            next += 1;
+        }
+        volume.poll();
+        while let Some(done) = volume.next_done() {
+            // Acknowledged once on every copy in use.
+            done.result.unwrap_or_else(|e| panic!("write {}: {e}", done.id));
+            data.insert(done.id, pending.remove(&done.id).expect("one of ours"));
+        }
+    }
+    write(&mut volume, &mut data, 10, 2);
+    volume.commit().expect("the commit goes on without the device");
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    assert!(harness.controllers[1].is_gone(), "the removal gave the controller up");
+    // The new drive: its own controller, made now.
+    let arrived = Harness::single(zns(64, 256));
+    let mut new_device = Device::open(&arrived.controllers[0], 1, device_options()).expect("open the new device");
+    new_device.set_identity("slot-2");
+    volume.replace(1, new_device, false).expect("the new device takes place 1");
+    let report = resilver_all(&mut volume, 1);
+    assert_eq!(report.extents_copied, data.len() as u64);
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Online);
+    assert_eq!(status.devices[1].pci, "slot-2", "the status names the new device");
+    check(&mut volume, &data, true);
+    drop(volume);
+    let devices = vec![device(&harness, 0), Device::open(&arrived.controllers[0], 1, device_options()).unwrap()];
+    let mut volume = Volume::open(devices, &options).expect("opens on the new device");
+    check(&mut volume, &data, true);
+}
