@@ -158,7 +158,10 @@ impl Volume {
         if self.devices[device].is_none() || others == 0 {
             return false;
         }
-        log::error!("device {device} is given up ({why}): the volume goes on degraded");
+        // Named by its address, where its owner gave one (`Device::set_identity`).
+        let address = self.devices[device].as_ref().map_or("", |d| d.identity.0.as_str());
+        let named = if address.is_empty() { String::new() } else { format!(" ({address})") };
+        log::error!("device {device}{named} is given up ({why}): the volume goes on degraded");
         let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == device).collect();
         // Writes in flight there end now: nothing more is polled on it.
         for index in 0..self.writes.len() {
