@@ -401,7 +401,10 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
     // when its pair's health check (every 10 ms) sees the request.
     let harness = Harness::new(vec![zns(64, 256), zns(64, 256).with_completion_delay(200, 200)], vec![(0, 1), (1, 1)]);
     let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
-    let mut volume = harness.format(&options);
+    let mut devices = harness.devices();
+    devices[0].set_identity("slot-0");
+    devices[1].set_identity("slot-1");
+    let mut volume = Volume::format(devices, &options).expect("format");
     let mut data = Data::new();
     write(&mut volume, &mut data, 20, 1);
     volume.commit().unwrap();
@@ -427,7 +430,12 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
     }
     write(&mut volume, &mut data, 10, 2);
     volume.commit().expect("the commit goes on without the device");
-    assert_eq!(volume.status().state, VolumeState::Degraded);
+    // Typed, and named: the member's state, why, and its address.
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Degraded);
+    assert_ne!(status.devices[1].state, MemberState::Online);
+    assert_eq!(status.devices[1].why.as_deref(), Some("the device went away"), "{:?}", status.devices[1]);
+    assert_eq!(status.devices[1].pci, "slot-1", "the status names the device given up");
     assert!(harness.controllers[1].is_gone(), "the removal gave the controller up");
     // The new drive: its own controller, made now.
     let arrived = Harness::single(zns(64, 256));
