@@ -634,3 +634,23 @@ fn an_unvouched_clock_that_jumps_or_goes_back_does_not_fire_deadlines() {
     assert!(done.values().all(|c| c.status.is_ok()), "{done:?}");
     assert_eq!(rig.pair.stats().timeouts, 0, "a jump of the stamp clock fired a deadline");
 }
+
+/// The host asks for the device back while its owner has no I/O in flight
+/// (no health check runs on an idle pair): the owner's periodic
+/// `poll_events` lets it go all the same. The queues are deleted and the
+/// controller stopped, the pair then refuses to submit, and nothing hangs.
+#[test]
+fn a_requested_removal_of_an_idle_controller_is_noticed_by_poll_events() {
+    use nvme_driver::spec::command::opcode::admin as op;
+    let mut rig = rig(SimConfig::nvm(1 << 16, 512));
+    io_works(&mut rig, 0);
+    rig.sim.inject(Fault::RemovalRequested);
+    assert!(!rig.controller.is_gone());
+    let deletes_before = rig.sim.stats().admin_commands[usize::from(op::DELETE_IO_SQ)];
+    rig.controller.poll_events().unwrap();
+    assert!(rig.controller.is_gone());
+    assert_eq!(rig.sim.stats().admin_commands[usize::from(op::DELETE_IO_SQ)] - deletes_before, 1);
+    rig.pair.poll(|completion| panic!("nothing was in flight: {completion:?}"));
+    let request = rig.ns.flush(1);
+    assert!(matches!(rig.pair.submit(request), Err((SubmitError::DeviceGone, _))));
+}

@@ -101,8 +101,18 @@ impl Controller {
     /// it (the SMART / Health log for a SMART event, whose critical warning
     /// the event carries). At most 64 events wait; older ones are dropped
     /// ([`Controller::events_dropped`]).
+    ///
+    /// The host's request for the device back (vfio-pci's device request)
+    /// is checked here too, so that an owner with no I/O in flight, whose
+    /// queue pairs' health checks do not run, still lets the device go:
+    /// the controller quiesces and stops as it does from a pair
+    /// ([`Controller::is_gone`] turns true, and every pair learns of it at
+    /// its next poll).
     pub fn poll_events(&self) -> Result<Vec<AsyncEvent>> {
         let mut admin = self.shared.admin();
+        if self.shared.transport.removal_requested() {
+            admin.device_gone();
+        }
         admin.poll();
         let timeout = self.shared.options.admin_timeout;
         let mut events = Vec::new();
