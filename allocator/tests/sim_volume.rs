@@ -521,3 +521,35 @@ fn data_starts_at_a_zone_after_the_metadata() {
     assert!(start > 0 && start.is_multiple_of(2048), "{start}");
     assert_eq!(volume.data_start_lba(1), None, "one copy, one lane");
 }
+
+/// A mirror member whose every read fails (a dying drive): opening the
+/// volume names it unreadable, with the read error, never blank, so that
+/// nothing points the operator at formatting it. Opened degraded, the
+/// volume goes on without it, and every extent reads back from the other.
+#[test]
+fn a_member_that_fails_every_read_is_unreadable_not_blank() {
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let mut harness = Harness::new(vec![zns(64, 256), zns(64, 256)], vec![(0, 1), (1, 1)]);
+    let mut volume = harness.format(&options);
+    let mut written = Vec::new();
+    for i in 0..20u64 {
+        let data = pattern(900 + i, 1 + (i % 3) as usize);
+        written.push((volume.write(0, &data, i).unwrap(), data));
+    }
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    harness.sims[0].inject(Fault::UnrecoveredRead { nsid: 1, slba: 0, blocks: 64 * 512 });
+    match harness.open(&options) {
+        Err(Error::Unreadable { device: 0, what }) => assert!(!what.is_empty()),
+        Err(other) => panic!("expected Unreadable for device 0, got {other}"),
+        Ok(_) => panic!("opened on a member that cannot be read"),
+    }
+    let degraded = VolumeOptions { degraded: true, ..options };
+    let mut volume = harness.open(&degraded).expect("opens degraded without it");
+    for (id, data) in &written {
+        let mut back = vec![0u8; data.len()];
+        volume.read(*id, &mut back).unwrap();
+        assert_eq!(&back, data, "extent {id}");
+    }
+}

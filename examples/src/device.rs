@@ -176,12 +176,24 @@ pub fn open_for_writing(devices: Vec<Device>, options: &VolumeOptions) -> Result
     match Volume::open(devices, options) {
         Ok(volume) => Ok(Some(volume)),
         Err(Error::NoVolume) => Ok(None),
-        Err(e @ Error::Degraded { .. }) => {
-            Err(format!("open: {e}; pass --degraded to write to it on the devices left"))
+        Err(e) => Err(refusal(e)),
+    }
+}
+
+/// Why a tool that writes will not open the volume, and what to do. Only
+/// a device that holds something unknown hears of `--format`: never a
+/// member of the volume, one that could not be read, or another volume's.
+fn refusal(error: Error) -> String {
+    match error {
+        e @ Error::Degraded { .. } => format!("open: {e}; pass --degraded to write to it on the devices left"),
+        e @ (Error::Unreadable { .. } | Error::BlankDevice { .. }) => format!(
+            "open: {e}; nothing was formatted or written. Pass --degraded to go on without that device, then \
+             `volume replace` puts a new device in its place"
+        ),
+        e @ Error::Unrecognized { .. } => {
+            format!("open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)")
         }
-        Err(e) => {
-            Err(format!("open: {e}; nothing was formatted (--format destroys what the devices hold, after asking)"))
-        }
+        e => format!("open: {e}; nothing was formatted or written"),
     }
 }
 
@@ -204,6 +216,25 @@ mod tests {
     fn choose(pci: &[&str], ns: &[u32], wanted: usize) -> Result<Vec<(usize, u32)>, String> {
         let pci: Vec<String> = pci.iter().map(|s| s.to_string()).collect();
         choose_devices(&pci, ns, wanted).map(|c| c.iter().map(|d| (d.controller, d.nsid)).collect())
+    }
+
+    /// A member that cannot be read, or is blank, or another volume's
+    /// device, never hears of `--format`; a device holding something
+    /// unknown does.
+    #[test]
+    fn refusals_mention_format_only_for_unknown_contents() {
+        let unreadable = refusal(Error::Unreadable { device: 0, what: "reading extent 3: unrecovered".into() });
+        assert!(!unreadable.contains("--format") && unreadable.contains("--degraded"), "{unreadable}");
+        assert!(unreadable.contains("volume replace"), "{unreadable}");
+        let blank = refusal(Error::BlankDevice { device: 1, volume_id: 7 });
+        assert!(!blank.contains("--format") && blank.contains("volume replace"), "{blank}");
+        let foreign = refusal(Error::ForeignDevice { device: 1, found: 7, expected: 8 });
+        assert!(!foreign.contains("--format"), "{foreign}");
+        assert!(refusal(Error::Unrecognized { device: 0 }).contains("--format"));
+        // Every refusal says nothing was formatted (scripts and tests look for it).
+        for text in [unreadable, blank, foreign] {
+            assert!(text.contains("nothing was formatted"), "{text}");
+        }
     }
 
     #[test]

@@ -318,21 +318,34 @@ impl Volume {
 
     /// Checks that device `slot` (given at `given`), which carries no
     /// label, holds this volume's data: some of its extents' copies verify.
-    /// A blank or wiped device does not, and is refused by name.
+    /// A blank or wiped device does not, and is refused by name
+    /// ([`Error::BlankDevice`]). A device whose reads fail is not known to
+    /// be blank: it is [`Error::Unreadable`], with the first read error, so
+    /// that nothing offers to format a dying member.
     fn verify_member(&mut self, slot: usize, given: usize) -> Result<()> {
         let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
         let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
         let ids: Vec<(ExtentId, u32)> =
             self.table.iter().filter(|(_, e)| !e.locations[lane].is_missing()).map(|(id, e)| (id, e.blocks)).collect();
         let step = (ids.len() / 16).max(1);
+        let mut failed_read = None;
         for &(id, blocks) in ids.iter().step_by(step).take(16) {
             let mut data = vec![0u8; blocks as usize * BLOCK_SIZE];
-            if self.read_copy_checked(id, lane, &mut data).is_ok_and(|bad| bad.is_empty()) {
-                log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
-                return Ok(());
+            match self.read_copy_checked(id, lane, &mut data) {
+                Ok(bad) if bad.is_empty() => {
+                    log::warn!("device {given}: no label, but it holds this volume's data; rewriting its metadata");
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    failed_read.get_or_insert_with(|| format!("reading extent {id}: {error}"));
+                }
             }
         }
-        Err(blank)
+        match failed_read {
+            Some(what) => Err(Error::Unreadable { device: given, what }),
+            None => Err(blank),
+        }
     }
 
     /// On conventional namespaces, clears the checkpoint slot of the
