@@ -314,7 +314,13 @@ pub fn scrub(
     };
     // The metadata first: labels, checkpoints and journal records on every
     // copy, a bad copy rewritten from the good one.
-    report.metadata = Some(volume.scrub_metadata(options.repair)?);
+    let metadata = volume.scrub_metadata(options.repair)?;
+    let bad_metadata: u64 = metadata.bad_records.iter().chain(&metadata.bad_labels).sum();
+    report.errors.metadata += bad_metadata;
+    if metadata.repaired {
+        report.metadata_repaired += bad_metadata;
+    }
+    report.metadata = Some(metadata);
     let bytes_done = resume.map_or(0, |c| c.bytes_done);
     let started = Instant::now();
     let mut engine = Engine {
@@ -377,7 +383,9 @@ pub fn scrub(
     // The pass, recorded in the volume's metadata for status views (a
     // read-only scrub changes nothing, so records nothing).
     if cancelled.is_none() && options.repair {
-        let bad_blocks = report.errors.total_blocks();
+        // Metadata records and labels count with the blocks: a pass that
+        // rewrote a bad copy of the metadata found something, and fixed it.
+        let bad_blocks = report.errors.total_blocks() + report.errors.metadata;
         let uncorrectable_blocks = report.uncorrectable.iter().map(|u| u.blocks.len() as u64).sum();
         volume.record_scrub(zoned_allocator::ScrubRecord {
             finished_unix_s: std::time::SystemTime::now()
@@ -385,7 +393,7 @@ pub fn scrub(
                 .map_or(0, |d| d.as_secs()),
             bytes_verified: report.pass_bytes_verified,
             bad_blocks,
-            repaired_blocks: report.corrected_blocks,
+            repaired_blocks: report.corrected_blocks + report.metadata_repaired,
             uncorrectable_blocks,
             clean: report.outcome == Outcome::Clean,
         });

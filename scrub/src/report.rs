@@ -115,6 +115,11 @@ pub struct ErrorCounts {
     pub command: BTreeMap<String, u64>,
     /// Read commands that failed (before narrowing to extents).
     pub failed_reads: u64,
+    /// Metadata records (checkpoints, journal records) and label blocks
+    /// that did not verify on some copy, checked at the start of each run;
+    /// not blocks of data, so not in [`ErrorCounts::total_blocks`].
+    #[serde(default)]
+    pub metadata: u64,
 }
 
 impl ErrorCounts {
@@ -180,6 +185,9 @@ pub struct Report {
     /// Bad copies whose repair failed (a good copy exists), by extent; they
     /// were left as they were.
     pub repair_failed: Vec<RepairFailed>,
+    /// Of [`ErrorCounts::metadata`], those repaired: every copy of the
+    /// metadata rewritten whole.
+    pub metadata_repaired: u64,
     /// Bad blocks left as they were although a good copy exists: found by a
     /// read-only scrub, or in a copy that also holds uncorrectable blocks
     /// (such a copy is left whole). Failed repairs are not counted here.
@@ -321,6 +329,10 @@ impl fmt::Display for Report {
             self.errors.command.values().sum::<u64>(),
             self.errors.failed_reads
         )?;
+        if self.errors.metadata > 0 {
+            let fate = if self.metadata_repaired == self.errors.metadata { "repaired" } else { "left bad" };
+            writeln!(f, "  metadata errors: {} metadata record(s) or label(s), {fate}", self.errors.metadata)?;
+        }
         for (kind, count) in self.errors.media.iter().chain(&self.errors.command) {
             writeln!(f, "    {kind}: {count}")?;
         }

@@ -759,6 +759,13 @@ fn rotted_metadata_on_one_copy_is_found_and_rewritten() {
     let fixed = repaired.metadata.clone().unwrap();
     assert!(fixed.repaired && fixed.bad_records[1] == 1, "{repaired}");
     assert_eq!(repaired.outcome, Outcome::Clean, "{repaired}");
+    // Counted: in the report's errors, its repairs, its text, and the
+    // scrub the volume records (a clean pass that repaired one record).
+    assert_eq!((repaired.errors.metadata, repaired.metadata_repaired), (1, 1), "{repaired}");
+    assert!(repaired.to_string().contains("1 metadata record(s) or label(s), repaired"), "{repaired}");
+    let recorded = volume.status().last_scrub.expect("the pass is recorded");
+    assert_eq!((recorded.bad_blocks, recorded.repaired_blocks, recorded.clean), (1, 1, true), "{recorded:?}");
+    assert_eq!((readonly.errors.metadata, readonly.metadata_repaired), (1, 0), "{readonly}");
     let after = run(&mut volume, &ScrubOptions::default());
     assert!(after.metadata.unwrap().bad_records.iter().all(|&n| n == 0));
     check_all(&mut volume, &extents);

@@ -237,9 +237,11 @@ pub struct ScrubRecord {
     pub finished_unix_s: u64,
     /// Bytes it read and verified.
     pub bytes_verified: u64,
-    /// Bad blocks it found (checksum mismatches and failed reads).
+    /// Bad blocks it found (checksum mismatches and failed reads), and bad
+    /// metadata records and labels on some copy.
     pub bad_blocks: u64,
-    /// Blocks it repaired from another copy.
+    /// Blocks it repaired from another copy, and metadata records and
+    /// labels it rewrote.
     pub repaired_blocks: u64,
     /// Blocks with no good copy.
     pub uncorrectable_blocks: u64,
