@@ -155,6 +155,18 @@ pub enum Error {
         /// Why, in words.
         why: String,
     },
+    /// Device place `device` holds the only copy in use of `extents`
+    /// committed extents (`bytes` bytes): giving it up would leave them
+    /// with no readable copy (another member is resilvering, or missing).
+    /// Nothing was changed.
+    LastCopy {
+        /// The volume's device place.
+        device: usize,
+        /// Extents with no other copy in use.
+        extents: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -218,6 +230,12 @@ impl fmt::Display for Error {
             ),
             Error::NoDevices => write!(f, "every device of the volume failed: nothing is left to read or write"),
             Error::Member { device, why } => write!(f, "device place {device}: {why}"),
+            Error::LastCopy { device, extents, bytes } => write!(
+                f,
+                "device place {device} holds the only copy in use of {extents} extent(s) ({bytes} bytes): giving it \
+                 up would lose them; finish the resilver of the other member, or replace it, first (nothing was \
+                 changed)"
+            ),
         }
     }
 }

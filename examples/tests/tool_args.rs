@@ -295,3 +295,19 @@ fn perf_copies_each_write_in_when_asked() {
 fn volume_replace_format_is_for_real_devices() {
     refused(VOLUME, &["replace", "--sim", "64M", "--place", "1", "--format", "--yes"], 2, &["--format", "--sim"]);
 }
+
+/// `volume fail` of the member holding the only copies while the other
+/// resilvers is refused, with what would be lost and what to do, exit 1;
+/// failing the resilvering one is allowed.
+#[test]
+fn volume_fail_of_the_last_good_copy_is_refused() {
+    let (code, _, stderr) =
+        run(VOLUME, &["fail", "--sim", "64M", "--sim-state", "resilvering", "--place", "0", "--yes"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    for mention in ["only copy", "extent(s)", "finish the resilver", "nothing was changed"] {
+        assert!(stderr.contains(mention), "no {mention:?} in {stderr}");
+    }
+    let (code, _, stderr) =
+        run(VOLUME, &["fail", "--sim", "64M", "--sim-state", "resilvering", "--place", "1", "--yes"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -453,3 +453,41 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
     let mut volume = Volume::open(devices, &options).expect("opens on the new device");
     check(&mut volume, &data, true);
 }
+
+/// While place 1 is resilvering, place 0 holds the only copy of what place
+/// 1 still lacks: giving place 0 up is refused with a typed error that
+/// counts those extents and their bytes, and nothing changes: both places
+/// stay in use, every extent reads back, and the resilver then finishes.
+#[test]
+fn giving_up_the_member_holding_the_only_copies_is_refused_during_a_resilver() {
+    let (harness, options) = mirror();
+    let options = VolumeOptions { max_extent_bytes: 16 << 10, ..options };
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 30, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "pulled by the operator").unwrap();
+    write(&mut volume, &mut data, 10, 2);
+    volume.commit().unwrap();
+    volume.replace(1, device(&harness, 2), false).expect("replace with the blank device");
+    let small_reads = ResilverOptions { max_request_bytes: Some(16 << 10), ..ResilverOptions::default() };
+    let mut engine = Resilver::new(&volume, 1, &small_reads).unwrap();
+    assert!(!engine.step(&mut volume, 64 << 10).unwrap(), "the resilver is under way");
+    let lacking = volume.status().redundancy.extents_at_risk;
+    assert!(lacking > 0);
+    match volume.fail_device(0, "taken out by the operator") {
+        Err(Error::LastCopy { device: 0, extents, bytes }) => {
+            assert_eq!(extents, lacking);
+            assert!(bytes > 0);
+        }
+        other => panic!("expected LastCopy, got {other:?}"),
+    }
+    let status = volume.status();
+    assert_eq!(status.devices[0].state, MemberState::Online, "place 0 stays in use");
+    assert_eq!(status.redundancy.extents_at_risk, lacking, "nothing changed");
+    check(&mut volume, &data, false);
+    while !engine.step(&mut volume, 64 << 10).unwrap() {}
+    engine.finish(&mut volume).unwrap();
+    assert_eq!(volume.status().state, VolumeState::Online);
+    check(&mut volume, &data, true);
+}

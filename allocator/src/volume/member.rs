@@ -137,15 +137,50 @@ impl Volume {
 
     /// Gives up device `device` now, as if it had failed: the volume goes
     /// on degraded on the others (for an operator taking a device out, and
-    /// for tests). Refused for the last device in use.
+    /// for tests). Refused for the last device in use, and, with
+    /// [`Error::LastCopy`], while it holds the only copy in use of any
+    /// committed extent (another member resilvering or missing), as
+    /// `zpool offline` refuses with "no valid replicas". A device that
+    /// really went away is given up regardless, by the volume itself.
     pub fn fail_device(&mut self, device: usize, why: &str) -> Result<()> {
         if device >= self.devices.len() || self.devices[device].is_none() {
             return Err(Error::Member { device, why: "not in use".into() });
+        }
+        let (extents, bytes) = self.sole_copies_on(device);
+        if extents > 0 && (0..self.devices.len()).any(|d| d != device && self.devices[d].is_some()) {
+            return Err(Error::LastCopy { device, extents, bytes });
         }
         if !self.give_up(device, why.to_string()) {
             return Err(Error::Member { device, why: "the last device in use cannot be given up".into() });
         }
         Ok(())
+    }
+
+    /// Committed extents whose copies in use are all on device `device`,
+    /// and their bytes.
+    fn sole_copies_on(&self, device: usize) -> (u64, u64) {
+        let in_use_elsewhere = |lane: usize| {
+            let on = self.lanes[lane].device;
+            on != device && self.devices[on].is_some()
+        };
+        let mut sole = (0u64, 0u64);
+        for (_, entry) in self.table.iter() {
+            let copies = entry.locations.iter().enumerate().filter(|(_, at)| !at.is_missing());
+            let mut on_device = false;
+            let mut elsewhere = false;
+            for (lane, _) in copies {
+                if self.lanes[lane].device == device {
+                    on_device = true;
+                } else if in_use_elsewhere(lane) {
+                    elsewhere = true;
+                }
+            }
+            if on_device && !elsewhere {
+                sole.0 += 1;
+                sole.1 += u64::from(entry.blocks) * crate::BLOCK_SIZE as u64;
+            }
+        }
+        sole
     }
 
     /// Stops using device `device`: in-flight writes to it end (their
