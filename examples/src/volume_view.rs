@@ -383,7 +383,7 @@ pub fn resilver_text(report: &ResilverReport) -> String {
         }
     }
     let result = if report.complete() {
-        "complete: every copy written".to_string()
+        "complete: every copy this place lacked is written".to_string()
     } else if report.cancelled {
         format!("cancelled with {} left (run it again to continue)", human_bytes(report.bytes_left))
     } else if report.bytes_left > 0 {
@@ -548,7 +548,7 @@ health:
         };
         let text = resilver_text(&report);
         assert!(text.starts_with("resilver place 1: 1.0 MiB of 1.0 MiB copied (4 extent(s)), copy 0 to copy 1"));
-        assert!(text.ends_with("result: complete: every copy written\n"), "{text}");
+        assert!(text.ends_with("result: complete: every copy this place lacked is written\n"), "{text}");
         let cut = ResilverReport { cancelled: true, bytes_left: 4096, ..report.clone() };
         assert!(resilver_text(&cut).ends_with("result: cancelled with 4.0 KiB left (run it again to continue)\n"));
         let lost = ResilverReport { unrecoverable: vec![9], bytes_left: 4096, ..report };

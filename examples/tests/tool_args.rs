@@ -311,3 +311,19 @@ fn volume_fail_of_the_last_good_copy_is_refused() {
         run(VOLUME, &["fail", "--sim", "64M", "--sim-state", "resilvering", "--place", "1", "--yes"]);
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// `volume resilver --place 0` when place 1 is the one lacking copies:
+/// place 0's report is complete, but the volume is not, so the tool says
+/// which place still lacks what and exits 3 (needs attention); resilvering
+/// place 1 ends with exit 0.
+#[test]
+fn volume_resilver_of_a_complete_place_says_what_another_lacks() {
+    let (code, stdout, stderr) =
+        run(VOLUME, &["resilver", "--sim", "64M", "--sim-state", "resilvering", "--place", "0", "--no-progress"]);
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    assert!(stdout.contains("place 1 still lacks") && stdout.contains("volume resilver --place 1"), "{stdout}");
+    assert!(!stdout.contains("every copy written"), "{stdout}");
+    let (code, stdout, stderr) =
+        run(VOLUME, &["resilver", "--sim", "64M", "--sim-state", "resilvering", "--no-progress"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}

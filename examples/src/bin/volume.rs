@@ -497,13 +497,25 @@ fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
         return Ok(Done::Healthy);
     };
     let report = resilver_place(&mut volume, place, &a.resilver, a.json)?;
+    let status = volume.status();
     if a.json {
         println!("{}", resilver_json(&volume, &controllers, Some(place), Some(&report)));
     } else {
         print!("{}", resilver_text(&report));
+        for other in status.resilver.iter().filter(|r| r.place != place && r.bytes_left > 0) {
+            println!(
+                "place {} still lacks {} ({}): run `volume resilver --place {}`",
+                other.place,
+                other.bytes_left,
+                human_bytes(other.bytes_left),
+                other.place
+            );
+        }
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
-    Ok(if report.complete() { Done::Healthy } else { Done::Attention })
+    // The exit status follows the volume, not the one place: 0 only when
+    // every member holds every copy.
+    Ok(if report.complete() && status.state == VolumeState::Online { Done::Healthy } else { Done::Attention })
 }
 
 /// `volume resilver --json`: the place resilvered and its report (none
