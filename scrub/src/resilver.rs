@@ -77,11 +77,24 @@ impl Default for ResilverOptions {
     }
 }
 
-/// Progress, as the resilver goes.
+/// What a resilver is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResilverPhase {
+    /// Writing the copies the place lacks.
+    Copy,
+    /// Scrubbing the new copy ([`ResilverOptions::verify_after`]).
+    Verify,
+}
+
+/// Progress, as the resilver goes: of the copy, then of the verify pass
+/// (its bytes, rate and time to finish are the scrub's).
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ResilverProgress {
     /// The device place being brought up to date.
     pub place: usize,
+    /// Which part is running.
+    pub phase: ResilverPhase,
     /// Bytes of copies written so far.
     pub bytes_done: u64,
     /// Bytes of copies missing when the resilver began.
@@ -193,14 +206,38 @@ pub fn resilver(
     }
     let mut report = engine.finish(volume)?;
     if options.verify_after && !report.cancelled {
+        // The verify pass keeps the resilver's rate limit, control and
+        // progress: a ceiling set for the copy holds for the whole job.
         let scrub_options = ScrubOptions {
             lanes: Some(vec![report.target_lane]),
             max_in_flight: options.max_in_flight,
             verify_threads: options.verify_threads,
+            rate_limit_mib_s: options.rate_limit_mib_s,
             timeout: options.timeout,
             ..ScrubOptions::default()
         };
-        report.verify = Some(scrub(volume, &scrub_options, &Control::new(), None, &mut |_| {}, &mut |_| {})?);
+        let place = report.place;
+        let mut on_scrub_progress = |p: &crate::Progress| {
+            on_progress(&ResilverProgress {
+                place,
+                phase: ResilverPhase::Verify,
+                bytes_done: p.bytes_done,
+                bytes_total: p.bytes_total,
+                rate_mib_s: p.rate_mib_s,
+                eta_s: p.eta_s,
+            })
+        };
+        let verify = scrub(volume, &scrub_options, control, None, &mut on_scrub_progress, &mut |_| {})?;
+        // The scrub reports now and then; its end is reported here.
+        on_progress(&ResilverProgress {
+            place,
+            phase: ResilverPhase::Verify,
+            bytes_done: verify.pass_bytes_read,
+            bytes_total: verify.bytes_total,
+            rate_mib_s: verify.rate_mib_s,
+            eta_s: 0.0,
+        });
+        report.verify = Some(verify);
     }
     report.duration_s = started.elapsed().as_secs_f64();
     Ok(report)
@@ -318,6 +355,7 @@ impl Resilver {
         let left = self.report.bytes_total.saturating_sub(self.report.bytes_copied) as f64;
         ResilverProgress {
             place: self.report.place,
+            phase: ResilverPhase::Copy,
             bytes_done: self.report.bytes_copied,
             bytes_total: self.report.bytes_total,
             rate_mib_s: rate / f64::from(1 << 20),

@@ -7,7 +7,7 @@
 use nvme_testkit::harness as support;
 
 use nvme_driver::sim::Fault;
-use nvme_scrub::{resilver, Control, Outcome, Resilver, ResilverOptions, ResilverReport};
+use nvme_scrub::{resilver, Control, Outcome, Resilver, ResilverOptions, ResilverPhase, ResilverReport};
 use nvme_testkit::data::pattern;
 use std::collections::BTreeMap;
 use support::{device_options, volume_options, zns, Harness};
@@ -490,4 +490,35 @@ fn giving_up_the_member_holding_the_only_copies_is_refused_during_a_resilver() {
     engine.finish(&mut volume).unwrap();
     assert_eq!(volume.status().state, VolumeState::Online);
     check(&mut volume, &data, true);
+}
+
+/// The verify pass after a resilver keeps the resilver's rate limit and
+/// reports its progress as a phase of its own: with a ceiling of 8 MiB/s,
+/// the pass over the new copy (about 2.5 MiB here) takes at least a fifth
+/// of a second, where unlimited it takes a few milliseconds on the
+/// simulator, and the last progress reported is the verify pass's, whole.
+#[test]
+fn the_verify_pass_after_a_resilver_keeps_its_rate_limit_and_reports_progress() {
+    let (harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 300, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "pulled by the operator").unwrap();
+    volume.replace(1, device(&harness, 2), false).unwrap();
+    let limited = ResilverOptions { rate_limit_mib_s: Some(8.0), ..ResilverOptions::default() };
+    let mut phases = Vec::new();
+    let report = resilver(&mut volume, 1, &limited, &Control::new(), &mut |p| {
+        phases.push((p.phase, p.bytes_done, p.bytes_total))
+    })
+    .expect("resilver");
+    assert!(report.complete(), "{report:?}");
+    let verify = report.verify.as_ref().expect("a verify pass");
+    let verified_mib = verify.bytes_read as f64 / f64::from(1 << 20);
+    assert!(verified_mib > 2.0, "{verified_mib} MiB verified");
+    assert!(verify.duration_s >= verified_mib / 8.0 * 0.9, "{} s for {verified_mib} MiB at 8 MiB/s", verify.duration_s);
+    let last = *phases.last().expect("progress reported");
+    assert_eq!(last.0, ResilverPhase::Verify, "{phases:?}");
+    assert_eq!(last.1, last.2, "the verify pass reported to its end: {phases:?}");
+    assert!(phases.iter().any(|p| p.0 == ResilverPhase::Copy), "{phases:?}");
 }

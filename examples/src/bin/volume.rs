@@ -14,7 +14,7 @@ use nvme_examples::health::Health;
 use nvme_examples::logging;
 use nvme_examples::prometheus;
 use nvme_examples::volume_view::{check_text, human_bytes, resilver_text, status_text};
-use nvme_scrub::{resilver, Control, ResilverOptions, ResilverProgress, ResilverReport};
+use nvme_scrub::{resilver, Control, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -464,8 +464,12 @@ fn resilver_place(
     let report = resilver(volume, place, &options, &Control::new(), &mut |p: &ResilverProgress| {
         if progress {
             let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+            let phase = match p.phase {
+                ResilverPhase::Copy => "copy",
+                ResilverPhase::Verify => "verify",
+            };
             eprint!(
-                "\rresilver: place {} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
+                "\rresilver: place {} {phase:6} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
                 p.place,
                 p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0,
                 mib(p.bytes_done),
