@@ -159,22 +159,15 @@ impl Volume {
     /// Committed extents whose copies in use are all on device `device`,
     /// and their bytes.
     fn sole_copies_on(&self, device: usize) -> (u64, u64) {
-        let in_use_elsewhere = |lane: usize| {
-            let on = self.lanes[lane].device;
-            on != device && self.devices[on].is_some()
-        };
         let mut sole = (0u64, 0u64);
         for (_, entry) in self.table.iter() {
-            let copies = entry.locations.iter().enumerate().filter(|(_, at)| !at.is_missing());
-            let mut on_device = false;
-            let mut elsewhere = false;
-            for (lane, _) in copies {
-                if self.lanes[lane].device == device {
-                    on_device = true;
-                } else if in_use_elsewhere(lane) {
-                    elsewhere = true;
-                }
-            }
+            // The devices holding a copy of it, in use or not.
+            let holders = || {
+                let copies = entry.locations.iter().enumerate().filter(|(_, at)| !at.is_missing());
+                copies.map(|(lane, _)| self.lanes[lane].device)
+            };
+            let on_device = holders().any(|d| d == device);
+            let elsewhere = holders().any(|d| d != device && self.devices[d].is_some());
             if on_device && !elsewhere {
                 sole.0 += 1;
                 sole.1 += u64::from(entry.blocks) * crate::BLOCK_SIZE as u64;
