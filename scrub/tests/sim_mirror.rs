@@ -54,6 +54,28 @@ fn check(volume: &mut Volume, data: &Data, copies: bool) {
     }
 }
 
+/// Takes in every write acknowledged so far: each must have succeeded (on
+/// every copy in use), and its bytes join `data`.
+fn take_acknowledged(volume: &mut Volume, pending: &mut Data, data: &mut Data) {
+    while let Some(done) = volume.next_done() {
+        done.result.unwrap_or_else(|e| panic!("write {}: {e}", done.id));
+        data.insert(done.id, pending.remove(&done.id).expect("one of ours"));
+    }
+}
+
+/// A mirror of `options` with `extents` committed, device 1 then given up
+/// by the operator, and the blank controller 2 put in its place: place 1
+/// lacks every copy, and place 0 holds the only ones.
+fn replaced_mirror(harness: &Harness, options: &VolumeOptions, extents: u64) -> (Volume, Data) {
+    let mut volume = harness.format(options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, extents, 1);
+    volume.commit().unwrap();
+    volume.fail_device(1, "pulled by the operator").unwrap();
+    volume.replace(1, device(harness, 2), false).expect("replace with the blank device");
+    (volume, data)
+}
+
 fn resilver_all(volume: &mut Volume, place: usize) -> ResilverReport {
     let report = resilver(volume, place, &ResilverOptions::default(), &Control::new(), &mut |_| {}).expect("resilver");
     assert!(report.complete(), "{report:?}");
@@ -112,7 +134,7 @@ fn a_device_pulled_with_writes_in_flight_loses_nothing_acknowledged() {
     write(&mut volume, &mut data, 10, 1);
     volume.commit().unwrap();
     // Writes in flight when the second device goes.
-    let mut pending = BTreeMap::new();
+    let mut pending = Data::new();
     for i in 0..16u64 {
         let bytes = pattern(5000 + i, 2);
         let id = volume.submit_write(0, &bytes, i).expect("submit");
@@ -126,11 +148,8 @@ fn a_device_pulled_with_writes_in_flight_loses_nothing_acknowledged() {
         volume.poll();
         assert!(std::time::Instant::now() < deadline, "writes in flight never ended");
     }
-    while let Some(done) = volume.next_done() {
-        // Acknowledged once on every copy in use: the survivor's.
-        done.result.unwrap_or_else(|e| panic!("write {}: {e}", done.id));
-        data.insert(done.id, pending.remove(&done.id).expect("one of ours"));
-    }
+    // Acknowledged once on every copy in use: the survivor's.
+    take_acknowledged(&mut volume, &mut pending, &mut data);
     volume.commit().expect("the commit goes on without the device");
     assert_eq!(volume.status().state, VolumeState::Degraded);
     check(&mut volume, &data, false);
@@ -410,7 +429,7 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
     volume.commit().unwrap();
     harness.sims[1].inject(Fault::RemovalRequested);
     // Writes go on, 8 in flight, until the volume gives device 1 up.
-    let mut pending = BTreeMap::new();
+    let mut pending = Data::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut next = 0u64;
     while volume.status().state != VolumeState::Degraded || volume.writes_in_flight() > 0 {
@@ -422,11 +441,7 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
             next += 1;
         }
         volume.poll();
-        while let Some(done) = volume.next_done() {
-            // Acknowledged once on every copy in use.
-            done.result.unwrap_or_else(|e| panic!("write {}: {e}", done.id));
-            data.insert(done.id, pending.remove(&done.id).expect("one of ours"));
-        }
+        take_acknowledged(&mut volume, &mut pending, &mut data);
     }
     write(&mut volume, &mut data, 10, 2);
     volume.commit().expect("the commit goes on without the device");
@@ -462,14 +477,7 @@ fn a_device_plugged_in_after_a_requested_removal_replaces_it_and_nothing_acknowl
 fn giving_up_the_member_holding_the_only_copies_is_refused_during_a_resilver() {
     let (harness, options) = mirror();
     let options = VolumeOptions { max_extent_bytes: 16 << 10, ..options };
-    let mut volume = harness.format(&options);
-    let mut data = Data::new();
-    write(&mut volume, &mut data, 30, 1);
-    volume.commit().unwrap();
-    volume.fail_device(1, "pulled by the operator").unwrap();
-    write(&mut volume, &mut data, 10, 2);
-    volume.commit().unwrap();
-    volume.replace(1, device(&harness, 2), false).expect("replace with the blank device");
+    let (mut volume, data) = replaced_mirror(&harness, &options, 40);
     let small_reads = ResilverOptions { max_request_bytes: Some(16 << 10), ..ResilverOptions::default() };
     let mut engine = Resilver::new(&volume, 1, &small_reads).unwrap();
     assert!(!engine.step(&mut volume, 64 << 10).unwrap(), "the resilver is under way");
@@ -500,12 +508,7 @@ fn giving_up_the_member_holding_the_only_copies_is_refused_during_a_resilver() {
 #[test]
 fn the_verify_pass_after_a_resilver_keeps_its_rate_limit_and_reports_progress() {
     let (harness, options) = mirror();
-    let mut volume = harness.format(&options);
-    let mut data = Data::new();
-    write(&mut volume, &mut data, 300, 1);
-    volume.commit().unwrap();
-    volume.fail_device(1, "pulled by the operator").unwrap();
-    volume.replace(1, device(&harness, 2), false).unwrap();
+    let (mut volume, _) = replaced_mirror(&harness, &options, 300);
     let limited = ResilverOptions { rate_limit_mib_s: Some(8.0), ..ResilverOptions::default() };
     let mut phases = Vec::new();
     let report = resilver(&mut volume, 1, &limited, &Control::new(), &mut |p| {
