@@ -167,6 +167,17 @@ pub enum Error {
         /// Their bytes.
         bytes: u64,
     },
+    /// The mirror's members went on apart: each was opened or kept
+    /// running without the other, and each committed since. Their
+    /// histories cannot both be kept, and merging them would return one
+    /// extent's bytes for another's. Nothing was written to either.
+    /// Either side opens alone (degraded); [`crate::Volume::resolve`]
+    /// keeps one and rebuilds the other from it.
+    Diverged {
+        /// Each side: what it committed, and what it holds that the other
+        /// does not.
+        sides: Vec<crate::DivergedSide>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -236,6 +247,20 @@ impl fmt::Display for Error {
                  up would lose them; finish the resilver of the other member, or replace it, first (nothing was \
                  changed)"
             ),
+            Error::Diverged { sides } => {
+                write!(f, "the mirror's members went on apart, each without the other: ")?;
+                for (index, side) in sides.iter().enumerate() {
+                    if index > 0 {
+                        write!(f, "; ")?;
+                    }
+                    write!(f, "{side}")?;
+                }
+                write!(
+                    f,
+                    ". Nothing was written to either. Open one alone (degraded) to read it, or keep one and rebuild \
+                     the other from it (`volume resolve --keep`), losing what only the other holds"
+                )
+            }
         }
     }
 }

@@ -96,15 +96,15 @@ pub mod zones;
 
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
-pub use journal::format::{MemberRecord, ScrubRecord, FORMAT_VERSION};
+pub use journal::format::{MemberRecord, ScrubRecord, SessionRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
 pub use owners::OWNER_LOST;
 pub use token::Token;
 pub use volume::{
     BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, CommitPhases, DeviceErrors, DeviceState,
-    DeviceStatus, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome, ReclaimProgress,
-    RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats, VolumeStatus,
-    WriteDone, WriteMode,
+    DeviceStatus, DivergedSide, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome,
+    ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats,
+    VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

@@ -525,3 +525,131 @@ fn the_verify_pass_after_a_resilver_keeps_its_rate_limit_and_reports_progress() 
     assert_eq!(last.1, last.2, "the verify pass reported to its end: {phases:?}");
     assert!(phases.iter().any(|p| p.0 == ResilverPhase::Copy), "{phases:?}");
 }
+
+/// What a refused open must leave alone, per device: the zones (state and
+/// write pointer) and every block written.
+fn fingerprint(harness: &Harness) -> Vec<(String, u64)> {
+    harness.sims.iter().map(|sim| (format!("{:?}", sim.zones(1)), sim.stats().lbas_written)).collect()
+}
+
+fn open_alone(harness: &Harness, options: &VolumeOptions, controller: usize) -> Volume {
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    Volume::open(vec![device(harness, controller)], &degraded).expect("each side opens alone")
+}
+
+/// The cable fault: a mirror with `a` committed; device 1 opened alone
+/// and written (`b`, `b2`); then device 0 alone (`c`). Returns what each
+/// side holds: (place 0's, place 1's).
+fn went_on_apart(harness: &mut Harness, options: &VolumeOptions) -> (Data, Data) {
+    let mut volume = harness.format(options);
+    let mut common = Data::new();
+    write(&mut volume, &mut common, 1, 1);
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut one = common.clone();
+    let mut volume = open_alone(harness, options, 1);
+    write(&mut volume, &mut one, 2, 2);
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let mut zero = common;
+    let mut volume = open_alone(harness, options, 0);
+    write(&mut volume, &mut zero, 1, 3);
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    (zero, one)
+}
+
+/// Opening both sides of a mirror that went on apart, in `order`, is
+/// refused by name, and writes nothing to either device.
+fn refused(harness: &Harness, options: &VolumeOptions, order: [usize; 2], zero: &Data, one: &Data) {
+    let before = fingerprint(harness);
+    let devices = order.iter().map(|&c| device(harness, c)).collect();
+    let sides = match Volume::open(devices, options) {
+        Err(Error::Diverged { sides }) => sides,
+        other => panic!("order {order:?}: expected Diverged, got {:?}", other.map(|v| v.status().state)),
+    };
+    assert_eq!(fingerprint(harness), before, "order {order:?}: a refused open changed a device");
+    assert_eq!(sides.len(), 2);
+    for side in &sides {
+        let (holds, only) = if side.place == 0 { (zero, 1) } else { (one, 2) };
+        assert_eq!(side.device, order.iter().position(|&c| c == side.place).unwrap(), "{side}");
+        assert_eq!(side.extents, holds.len() as u64, "order {order:?}: {side}");
+        assert_eq!(side.extents_only_here, only, "order {order:?}: {side}");
+        assert!(side.last_seq > 0 && side.last_commit_unix_s > 0, "{side}");
+    }
+    assert_ne!(sides[0].session, sides[1].session);
+}
+
+#[test]
+fn members_that_went_on_apart_are_refused_together_in_either_order_and_each_opens_alone() {
+    let (mut harness, options) = mirror();
+    let (zero, one) = went_on_apart(&mut harness, &options);
+    for order in [[0, 1], [1, 0]] {
+        refused(&harness, &options, order, &zero, &one);
+        harness.restart();
+    }
+    for (controller, data) in [(0, &zero), (1, &one)] {
+        let mut volume = open_alone(&harness, &options, controller);
+        check(&mut volume, data, false);
+        drop(volume);
+        harness.restart();
+    }
+    // Opening a side alone changed nothing of the divergence.
+    refused(&harness, &options, [1, 0], &zero, &one);
+}
+
+#[test]
+fn resolving_keeps_the_chosen_side_and_rebuilds_the_other_from_it() {
+    for keep in [0, 1] {
+        let (mut harness, options) = mirror();
+        let (zero, one) = went_on_apart(&mut harness, &options);
+        let kept = if keep == 0 { &zero } else { &one };
+        let devices = vec![device(&harness, 0), device(&harness, 1)];
+        let mut volume = Volume::resolve(devices, keep, &options).expect("resolve");
+        assert_eq!(volume.status().state, VolumeState::Resilvering);
+        resilver_all(&mut volume, 1 - keep);
+        assert_eq!(volume.status().state, VolumeState::Online);
+        check(&mut volume, kept, true);
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("one history again");
+        assert_eq!(volume.status().state, VolumeState::Online);
+        check(&mut volume, kept, true);
+    }
+}
+
+#[test]
+fn a_pulled_member_opened_alone_and_written_is_refused_at_the_reunion() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut zero = Data::new();
+    write(&mut volume, &mut zero, 10, 1);
+    volume.commit().unwrap();
+    harness.sims[1].inject(Fault::SurpriseRemoval);
+    let mut one = zero.clone();
+    write(&mut volume, &mut zero, 5, 2);
+    volume.commit().expect("the commit goes on without the device");
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    drop(volume);
+    // Re-seated (its volatile cache lost), then opened alone elsewhere.
+    harness.sims[1].power_cut();
+    harness.restart();
+    let mut volume = open_alone(&harness, &options, 1);
+    check(&mut volume, &one, false);
+    write(&mut volume, &mut one, 3, 3);
+    volume.commit().unwrap();
+    drop(volume);
+    harness.restart();
+    let before = fingerprint(&harness);
+    match harness.open(&options) {
+        Err(Error::Diverged { sides }) => {
+            let only: Vec<u64> = sides.iter().map(|s| s.extents_only_here).collect();
+            assert_eq!(only, vec![5, 3], "{sides:?}");
+        }
+        other => panic!("expected Diverged, got {:?}", other.map(|v| v.status().state)),
+    }
+    assert_eq!(fingerprint(&harness), before);
+}

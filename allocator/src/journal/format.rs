@@ -34,8 +34,12 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// version 4 kept extents in a map and wrote each checkpoint whole in one
 /// record; version 5 wrote the extent table whole in one record; version
 /// 6 kept every owner in memory, its pages' owners under the record's
-/// checksum only; version 7 had no zone checksum areas.
-pub const FORMAT_VERSION: u8 = 8;
+/// checksum only; version 7 had no zone checksum areas; version 8 had no
+/// sessions (a record could not be told from another side's with the same
+/// numbers).
+pub const FORMAT_VERSION: u8 = 9;
+/// Sessions a volume's metadata keeps, newest last (see [`SessionRecord`]).
+pub(crate) const MAX_SESSIONS: usize = 16;
 const VERSION: u8 = FORMAT_VERSION;
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
@@ -60,6 +64,13 @@ pub(crate) struct Header {
     /// The record carries the last page of its checkpoint (or a
     /// checkpoint that needs none): from it on, the checkpoint is whole.
     pub sealed: bool,
+    /// The session that wrote it ([`SessionRecord::id`]): two sides of a
+    /// mirror that went on apart write the same numbers under different
+    /// sessions.
+    pub session: u64,
+    /// When it was written, in seconds since the Unix epoch (saturated at
+    /// `u32::MAX`).
+    pub unix_s: u32,
 }
 
 impl Header {
@@ -84,13 +95,14 @@ impl Header {
         let kind = r.u8().ok()?;
         let version = r.u8().ok()?;
         let flags = r.u8().ok()?;
-        r.skip(5).ok()?;
+        r.skip(1).ok()?;
+        let unix_s = r.u32().ok()?;
         let volume_id = r.u64().ok()?;
         let generation = r.u64().ok()?;
         let seq = r.u64().ok()?;
         let payload_bytes = r.u64().ok()?;
         let payload_crc = r.u32().ok()?;
-        r.skip(8).ok()?;
+        let session = r.u64().ok()?;
         let header_crc = r.u32().ok()?;
         if magic != MAGIC || version != VERSION || header_crc != crc(&bytes[..HEADER_BYTES - 4]) || flags > 1 {
             return None;
@@ -100,35 +112,39 @@ impl Header {
             2 => Kind::Delta,
             _ => return None,
         };
-        Some(Header { kind, volume_id, generation, seq, payload_bytes, payload_crc, sealed: flags & 1 != 0 })
+        let sealed = flags & 1 != 0;
+        Some(Header { kind, volume_id, generation, seq, payload_bytes, payload_crc, sealed, session, unix_s })
     }
 }
 
 /// Where a record stands in the journal: its kind, generation, sequence
-/// number, and whether it seals its checkpoint.
+/// number, whether it seals its checkpoint, and the session writing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
     pub kind: Kind,
     pub generation: u64,
     pub seq: u64,
     pub sealed: bool,
+    pub session: u64,
 }
 
-/// Builds a whole record: header, payload, zero padding to 4 KiB.
+/// Builds a whole record: header, payload, zero padding to 4 KiB. The
+/// header says when it was written.
 pub(crate) fn encode_record(stamp: Stamp, volume_id: u64, payload: &[u8]) -> Vec<u8> {
-    let Stamp { kind, generation, seq, sealed } = stamp;
+    let Stamp { kind, generation, seq, sealed, session } = stamp;
     let mut w = Writer::default();
     w.u64(MAGIC);
     w.u8(kind as u8);
     w.u8(VERSION);
     w.u8(u8::from(sealed));
-    w.bytes(&[0; 5]);
+    w.u8(0);
+    w.u32(unix_now_s().min(u64::from(u32::MAX)) as u32);
     w.u64(volume_id);
     w.u64(generation);
     w.u64(seq);
     w.u64(payload.len() as u64);
     w.u32(crc(payload));
-    w.u64(0);
+    w.u64(session);
     let header_crc = crc(&w.0);
     w.u32(header_crc);
     debug_assert_eq!(w.0.len(), HEADER_BYTES);
@@ -136,6 +152,11 @@ pub(crate) fn encode_record(stamp: Stamp, volume_id: u64, payload: &[u8]) -> Vec
     let padded = w.0.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
     w.0.resize(padded, 0);
     w.0
+}
+
+/// Seconds since the Unix epoch, now (0 on a clock before it).
+pub(crate) fn unix_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// One extent as the journal stores it.
@@ -204,6 +225,8 @@ pub(crate) enum Op {
         id: ExtentId,
         crcs: Vec<u32>,
     },
+    /// A new session began: the volume went on without a member.
+    Session(SessionRecord),
 }
 
 const OP_ADD: u8 = 1;
@@ -213,6 +236,67 @@ const OP_MEMBER: u8 = 4;
 const OP_SCRUBBED: u8 = 5;
 const OP_SEALED: u8 = 6;
 const OP_CRCS: u8 = 7;
+const OP_SESSION: u8 = 8;
+
+/// A stretch of a volume's history: from format, or from the moment the
+/// volume went on without a member (a degraded open, a member given up
+/// while running), until the next such moment. Every record carries its
+/// session's ID, and the metadata keeps the last [`MAX_SESSIONS`], newest
+/// last: so two sides of a mirror that each went on alone are told apart
+/// at open, whatever numbers their records carry (mdraid's event counts
+/// and ZFS's txgs order one history; they cannot tell two apart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SessionRecord {
+    /// Random, never 0.
+    pub id: u64,
+    /// The device place that went on (`u8::MAX` at format: every member).
+    pub place: u8,
+    /// The session it parted from (0 at format).
+    pub parent: u64,
+    /// The last commit of the parent this side holds: its generation.
+    pub parted_generation: u64,
+    /// And its sequence number.
+    pub parted_seq: u64,
+    /// When it began, in seconds since the Unix epoch.
+    pub began_unix_s: u64,
+}
+
+impl SessionRecord {
+    /// A new session, going on from `parent` after its commit
+    /// (`generation`, `seq`), on device place `place`.
+    pub(crate) fn new(place: u8, parent: u64, generation: u64, seq: u64) -> SessionRecord {
+        SessionRecord {
+            id: random_u64(),
+            place,
+            parent,
+            parted_generation: generation,
+            parted_seq: seq,
+            began_unix_s: unix_now_s(),
+        }
+    }
+}
+
+/// Adds `record` to `sessions` unless it is there, keeping the newest
+/// [`MAX_SESSIONS`].
+pub(crate) fn push_session(sessions: &mut Vec<SessionRecord>, record: SessionRecord) {
+    if sessions.iter().any(|s| s.id == record.id) {
+        return;
+    }
+    sessions.push(record);
+    if sessions.len() > MAX_SESSIONS {
+        sessions.remove(0);
+    }
+}
+
+/// A random non-zero `u64` (volume and session IDs): the process's hasher
+/// keys, the time and the process ID, mixed.
+pub(crate) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u32(std::process::id());
+    hasher.finish() | 1
+}
 
 /// What the metadata keeps of one member device: whether the volume gave
 /// it up (it went away or passed its error threshold), and its error
@@ -284,6 +368,9 @@ pub(crate) struct Superblock {
     /// data ([`crate::area`]) rather than in the extent map (then
     /// `tag_stride` is 0).
     pub checksum_area: bool,
+    /// The last sessions, newest last: the current one, and the ones this
+    /// history went on from.
+    pub sessions: Vec<SessionRecord>,
 }
 
 /// One page of the extent table as a checkpoint carries it
@@ -488,6 +575,10 @@ pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.u32(crcs.len() as u32);
                 crcs.iter().for_each(|&crc| w.u32(crc));
             }
+            Op::Session(record) => {
+                w.u8(OP_SESSION);
+                w.session(record);
+            }
         }
     }
     w.0
@@ -524,6 +615,7 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
                 }
                 Op::Crcs { id, crcs: (0..count).map(|_| r.u32()).collect::<Result<_>>()? }
             }
+            OP_SESSION => Op::Session(r.session()?),
             other => return Err(corrupt(format!("unknown journal operation {other}"))),
         };
         ops.push(op);
@@ -692,12 +784,15 @@ mod tests {
         let ops =
             vec![Op::Add(extent(1)), Op::Free(2), Op::Move { id: 1, lane: 1, to: Location { zone: 9, offset: 0 } }];
         let payload = encode_ops(&ops);
-        let stamp = Stamp { kind: Kind::Delta, generation: 3, seq: 17, sealed: true };
+        let stamp = Stamp { kind: Kind::Delta, generation: 3, seq: 17, sealed: true, session: 5 };
         let record = encode_record(stamp, 42, &payload);
         assert_eq!(record.len() % BLOCK_SIZE, 0);
         let header = Header::decode(&record).unwrap();
         assert_eq!(header.kind, Kind::Delta);
-        assert_eq!((header.volume_id, header.generation, header.seq, header.sealed), (42, 3, 17, true));
+        assert_eq!(
+            (header.volume_id, header.generation, header.seq, header.sealed, header.session),
+            (42, 3, 17, true, 5)
+        );
         assert_eq!(header.record_blocks(), 1);
         let body = &record[HEADER_BYTES..HEADER_BYTES + header.payload_bytes as usize];
         assert_eq!(crc(body), header.payload_crc);
@@ -706,7 +801,7 @@ mod tests {
 
     #[test]
     fn any_flipped_header_bit_is_rejected() {
-        let stamp = Stamp { kind: Kind::Checkpoint, generation: 1, seq: 1, sealed: false };
+        let stamp = Stamp { kind: Kind::Checkpoint, generation: 1, seq: 1, sealed: false, session: 9 };
         let record = encode_record(stamp, 1, b"payload");
         for bit in 0..HEADER_BYTES * 8 {
             let mut copy = record.clone();
@@ -752,6 +847,7 @@ mod tests {
                 tag_stride: 64,
                 location_offset_bits: 16,
                 checksum_area: false,
+                sessions: vec![SessionRecord::new(u8::MAX, 0, 0, 0), SessionRecord::new(1, 3, 2, 40)],
             },
             lane_zones: vec![64, 32],
             pages_total: 9,
@@ -824,6 +920,7 @@ mod tests {
             Op::Scrubbed(ScrubRecord { finished_unix_s: 5, clean: false, ..ScrubRecord::default() }),
             Op::Add(missing),
             Op::Move { id: 7, lane: 0, to: Location::MISSING },
+            Op::Session(SessionRecord::new(0, 11, 4, 99)),
         ];
         assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
     }

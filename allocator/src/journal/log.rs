@@ -91,12 +91,16 @@ pub(crate) struct Journal {
     /// The segment, first block and sequence number of the last record
     /// written.
     pub last: (u32, u64, u64),
+    /// The session every record is written under (see
+    /// [`super::SessionRecord`]): the label's newest.
+    pub session: u64,
 }
 
 impl Journal {
     /// A journal over `label`'s geometry, positioned nowhere yet.
     pub fn new(label: Label) -> Journal {
         let g = label.superblock.meta_zones_per_segment;
+        let session = label.superblock.sessions.last().map_or(0, |s| s.id);
         Journal {
             volume_id: label.volume_id,
             g,
@@ -114,6 +118,7 @@ impl Journal {
             next_generation: 1,
             broken: false,
             last: (0, 0, 0),
+            session,
         }
     }
 
@@ -183,7 +188,13 @@ impl Journal {
     pub fn append(&mut self, devices: &mut [Option<Device>], payload: &[u8], pages: u64) -> Result<()> {
         assert!(!self.broken, "appending after a failed write");
         let seals = !self.sealed() && self.pages_written + pages >= self.pages_total;
-        let stamp = Stamp { kind: Kind::Delta, generation: self.generation, seq: self.seq + 1, sealed: seals };
+        let stamp = Stamp {
+            kind: Kind::Delta,
+            generation: self.generation,
+            seq: self.seq + 1,
+            sealed: seals,
+            session: self.session,
+        };
         let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if self.offset + blocks > self.segment_blocks(devices) {
@@ -228,7 +239,7 @@ impl Journal {
         self.next_generation += 1;
         self.broken = true;
         let sealed = pages >= pages_total;
-        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed };
+        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed, session: self.session };
         let blocks = self.write_checkpoint(devices, target, stamp, payload)?;
         self.broken = false;
         self.failed_blocks = 0;
@@ -261,7 +272,8 @@ impl Journal {
         let at = self.clean_position(devices)?;
         let generation = self.next_generation;
         self.next_generation += 1;
-        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed: true };
+        let stamp =
+            Stamp { kind: Kind::Checkpoint, generation, seq: self.seq + 1, sealed: true, session: self.session };
         let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if at + blocks > self.segment_blocks(devices) {
@@ -382,7 +394,7 @@ impl Journal {
         }
         let generation = self.next_generation;
         self.next_generation += 1;
-        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: 1, sealed: true };
+        let stamp = Stamp { kind: Kind::Checkpoint, generation, seq: 1, sealed: true, session: self.session };
         let blocks = self.write_checkpoint(devices, 0, stamp, payload)?;
         self.segment = 0;
         self.offset = LABEL_BLOCKS + blocks;

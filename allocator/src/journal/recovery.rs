@@ -31,8 +31,8 @@
 
 use super::layout::{default_software_zone_bytes, meta_zones_per_segment, SegmentImage, LABEL_BLOCKS};
 use super::{
-    decode_begin, decode_delta, decode_label, decode_record_ops, Header, Kind, Label, LabelRead, Op, PageImage,
-    HEADER_BYTES,
+    decode_begin, decode_delta, decode_label, decode_record_ops, push_session, Header, Kind, Label, LabelRead, Op,
+    PageImage, SessionRecord, HEADER_BYTES,
 };
 use crate::checksum::crc;
 use crate::device::Device;
@@ -178,6 +178,14 @@ pub(crate) struct Recovered {
     pub bad_labels: Vec<u64>,
     /// What a rewind dropped.
     pub dropped: Option<Dropped>,
+    /// Another copy holds a record of the recovered chains with the same
+    /// numbers but other contents (see `Volume::load`).
+    pub conflict: bool,
+    /// The sessions the checkpoints recovered from name (see
+    /// [`SessionRecord`]), and the newest record's session and time.
+    pub sessions: Vec<SessionRecord>,
+    pub last_session: u64,
+    pub last_unix_s: u32,
 }
 
 /// One record to replay: where it lies, whether it carries pages of the
@@ -360,10 +368,21 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             .sum();
     }
     let copies_differ = bad_records.iter().chain(&bad_labels).any(|&bad| bad > 0);
+    // A record recovered from one copy that another holds with the same
+    // numbers but other contents: two histories, never a bad copy to
+    // rewrite.
+    let conflict = records.iter().any(|r| {
+        at[&(r.segment, r.offset)].iter().any(|o| {
+            o.copy != r.copy
+                && (o.header.generation, o.header.seq) == (r.header.generation, r.header.seq)
+                && o.header != r.header
+        })
+    });
     // Every record from the sealed chain's first on, checked whole (its
     // operations are decoded as open replays them); the pages of the
     // sealed chain up to its seal are loaded.
     let mut replay = Vec::with_capacity(records.len());
+    let mut sessions = Vec::new();
     let mut lane_zones = Vec::new();
     let mut sealing = true;
     let (mut pages_total, mut pages_written) = (0, 0);
@@ -374,6 +393,9 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             let (record_pages, owner_pages) = match record.header.kind {
                 Kind::Checkpoint => {
                     let begin = decode_begin(bytes, volume_id, seq, false, false)?;
+                    for session in begin.superblock.sessions {
+                        push_session(&mut sessions, session);
+                    }
                     lane_zones = begin.lane_zones;
                     pages_total = begin.pages_total;
                     pages_written = 0;
@@ -423,7 +445,49 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         bad_records,
         bad_labels,
         dropped,
+        conflict,
+        sessions,
+        last_session: last.header.session,
+        last_unix_s: last.header.unix_s,
     })
+}
+
+/// The newest record header one copy holds, whatever its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tip {
+    pub generation: u64,
+    pub seq: u64,
+    pub session: u64,
+}
+
+/// Per copy, its newest header of this volume (`None` for an absent copy
+/// or one with none). Reads headers only, so it costs open little: tips
+/// of other sessions tell open that the members may have gone on apart
+/// (see `Volume::load`). A header whose payload is torn still names the
+/// session that wrote it.
+pub(crate) fn tips(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> Vec<Option<Tip>> {
+    let mut tips = vec![None; images.len()];
+    for (copy, segments) in images.iter().enumerate() {
+        let Some(segments) = segments else { continue };
+        for image in segments {
+            for offset in LABEL_BLOCKS..image.blocks() {
+                let Some(h) = image.range(offset, 1).and_then(Header::decode) else { continue };
+                if h.volume_id != volume_id {
+                    continue;
+                }
+                let tip = Tip { generation: h.generation, seq: h.seq, session: h.session };
+                if tips[copy].is_none_or(|t: Tip| (t.generation, t.seq) < (tip.generation, tip.seq)) {
+                    tips[copy] = Some(tip);
+                }
+            }
+        }
+    }
+    tips
+}
+
+/// The highest generation any header of this volume on any copy carries.
+pub(crate) fn max_generation(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> u64 {
+    verified_records(images, volume_id).1
 }
 
 /// Every record that verifies whole, on every copy and segment, and the

@@ -20,7 +20,7 @@
 
 use super::Volume;
 use crate::error::{Error, Result};
-use crate::journal::{MemberRecord, Op, ScrubRecord};
+use crate::journal::{push_session, MemberRecord, Op, ScrubRecord, SessionRecord};
 use crate::Location;
 use nvme_driver::IoError;
 
@@ -272,11 +272,26 @@ impl Volume {
         member.record.failed = true;
         member.why = Some(why);
         self.superblock.members[device] = member.record;
+        self.begin_session();
         // The next commit writes a checkpoint under new labels, so the
         // metadata left on the device given up is outranked.
         self.journal.broken = true;
         self.journal.label.generation += 1;
         true
+    }
+
+    /// Begins a new session (see [`SessionRecord`]): the volume goes on
+    /// without a member, on the devices in use. Every record from the next
+    /// commit on carries its ID, and the metadata keeps it, so that the
+    /// member left behind, were it to go on alone too, is told apart at
+    /// open rather than merged.
+    pub(super) fn begin_session(&mut self) {
+        let place = self.devices.iter().position(Option::is_some).unwrap_or(0);
+        let record = SessionRecord::new(place as u8, self.journal.session, self.journal.generation, self.journal.seq);
+        push_session(&mut self.superblock.sessions, record);
+        self.ops.push(Op::Session(record));
+        self.journal.session = record.id;
+        log::info!("session {:#x} begins on device place {place}, from {:#x}", record.id, record.parent);
     }
 
     /// Journals member records that changed since the last commit.

@@ -12,6 +12,7 @@ mod commit;
 mod copy;
 mod extents;
 mod fill;
+mod fork;
 mod identify;
 mod member;
 mod open;
@@ -27,6 +28,7 @@ mod write;
 mod zone_plan;
 
 pub use check::{CheckReport, CheckedPlace};
+pub use fork::DivergedSide;
 pub use identify::DeviceState;
 pub use repair::MetadataScrub;
 pub use scan::LaneReads;

@@ -1,16 +1,18 @@
 //! Format and open: a new volume on blank devices, or the committed state
 //! rebuilt from the journal and the devices' zones.
 
+use super::fork::Fork;
 use super::identify::{identify, read_images, Identified};
 use super::zone_plan::ZoneAction;
 use super::{describe_misplaced, ChecksumStore, OpenPhases, RecoveryReport, Volume, VolumeOptions, WriteMode};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::journal::layout::placed_copies;
 use crate::journal::layout::{
     default_software_zone_bytes, meta_copies, meta_zones_per_segment, write_segment, SegmentImage, LABEL_BLOCKS,
 };
-use crate::journal::recovery::{probe, recover, Probe};
-use crate::journal::{self, Label, MemberRecord, Op, PageImage, Superblock};
+use crate::journal::recovery::{max_generation, probe, recover, tips, Probe};
+use crate::journal::{self, push_session, Label, MemberRecord, Op, PageImage, SessionRecord, Superblock};
 use crate::table::{split, Entry, ZoneCensus};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
@@ -67,6 +69,7 @@ impl Volume {
             },
             location_offset_bits: location_bits(&devices)?.offset_bits(),
             checksum_area: store == ChecksumStore::Area,
+            sessions: vec![SessionRecord::new(u8::MAX, 0, 0, 0)],
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -132,6 +135,9 @@ impl Volume {
                 rejoined.push(slot);
             }
         }
+        if newly_absent > 0 {
+            volume.begin_session();
+        }
         let membership_changed = newly_absent > 0 || !rejoined.is_empty();
         if membership_changed {
             volume.journal.label.generation += 1;
@@ -165,52 +171,60 @@ impl Volume {
     /// the first is whole is the metadata scrub's to find
     /// ([`Volume::scrub_metadata`]), as btrfs and ZFS read one good copy
     /// of their metadata and leave the others to scrub.
-    pub(super) fn load(mut devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
-        if devices.is_empty() {
-            return Err(Error::InvalidArgument("no devices".into()));
-        }
-        let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
-        let Identified { label, order, unlabelled, mut absent } = identify(&probes, &devices, options.degraded)?;
-        let mut given: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
-        let mut devices: Vec<Option<Device>> =
-            order.iter().map(|&g| g.map(|g| given[g].take().expect("placed once"))).collect();
+    pub(super) fn load(devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
+        let Front { label, order, unlabelled, mut absent, mut devices, descriptors, mut images, mut phases } =
+            front(devices, options, every_copy)?;
         let superblock = label.superblock.clone();
-        let mut descriptors = Vec::new();
-        for device in &mut devices {
-            descriptors.push(match device {
-                Some(device) => {
-                    let blocks = if device.is_zoned() { 0 } else { superblock.software_zone_blocks };
-                    device.load_zones(blocks)?
-                }
-                None => Vec::new(),
-            });
-        }
-        // Zones per segment are the label's (format chose them from the
-        // first device; a replacement may have other zones): each copy
-        // present must hold the segment size the volume uses, checked once
-        // assembled.
-        //
-        // One copy is read whole and the others where they may differ,
-        // unless that shows a difference or does not stand on its own:
-        // then every copy whole (see `read_segment_image`).
         let id = label.volume_id;
-        let mut phases = OpenPhases::default();
         let mut since = Instant::now();
-        let mut images = read_images(&mut devices, &descriptors, &superblock, id, every_copy);
-        phases.reading_us += lap(&mut since);
         let mut blocks_read = blocks_read(&images);
         let partial = images.iter().flatten().flatten().any(|image| !image.skipped.is_empty());
-        let first = partial.then(|| recover(&images, id, false));
-        phases.recovering_us += lap(&mut since);
-        let recovered = match first {
-            Some(Ok(recovered)) if !recovered.copies_differ => recovered,
-            _ => {
-                if partial {
-                    images = read_images(&mut devices, &descriptors, &superblock, id, true);
-                    blocks_read += self::blocks_read(&images);
-                    phases.reading_us += lap(&mut since);
-                }
-                let recovered = recover(&images, id, options.rewind)?;
+        // Members whose newest records name other sessions may have gone
+        // on apart (see `fork`): every copy is read whole, and each is
+        // recovered alone.
+        let sessions: Vec<u64> = tips(&images, id).into_iter().flatten().map(|t| t.session).collect();
+        let suspect = sessions.windows(2).any(|pair| pair[0] != pair[1]);
+        let mut recovered = None;
+        if partial && !suspect {
+            match recover(&images, id, false) {
+                Ok(first) if !first.copies_differ && !first.conflict => recovered = Some(first),
+                _ => {}
+            }
+            phases.recovering_us += lap(&mut since);
+        }
+        if recovered.is_none() && partial {
+            images = read_images(&mut devices, &descriptors, &superblock, id, true);
+            blocks_read += self::blocks_read(&images);
+            phases.reading_us += lap(&mut since);
+        }
+        // Two copies holding one record differently are two histories.
+        let mut conflict = false;
+        if recovered.is_none() && !suspect {
+            let all = recover(&images, id, options.rewind)?;
+            conflict = all.conflict;
+            if !conflict {
+                recovered = Some(all);
+            }
+        }
+        let recovered = match recovered {
+            Some(recovered) => recovered,
+            None => {
+                let fork = self::fork(&mut images, &superblock, id, conflict, &order, &devices)?;
+                let recovered = match fork {
+                    Fork::Diverged(sides) => return Err(Error::Diverged { sides }),
+                    Fork::Same => recover(&images, id, options.rewind)?,
+                    Fork::Stale { keep } => {
+                        log::warn!(
+                            "the metadata copies without copy {keep}'s session are stale: the state is recovered \
+                             from that copy alone, and their devices rejoin"
+                        );
+                        let above = max_generation(&images, id);
+                        let mut recovered = only_copy(&mut images, keep, |images| recover(images, id, options.rewind))?;
+                        recovered.next_generation = recovered.next_generation.max(above + 1);
+                        recovered.copies_differ = true;
+                        recovered
+                    }
+                };
                 phases.recovering_us += lap(&mut since);
                 recovered
             }
@@ -259,6 +273,10 @@ impl Volume {
             }
         }
         report.records_replayed = recovered.replay.len() as u64;
+        for &session in &recovered.sessions {
+            push_session(&mut volume.superblock.sessions, session);
+        }
+        volume.journal.session = volume.superblock.sessions.last().map_or(0, |s| s.id);
         volume.recovery = report;
         volume.loading = false;
         phases.replaying_us += lap(&mut since);
@@ -490,6 +508,10 @@ impl Volume {
                 Ok(())
             }
             Op::Member { device, record } => self.apply_member(device, record),
+            Op::Session(record) => {
+                push_session(&mut self.superblock.sessions, record);
+                Ok(())
+            }
             Op::Scrubbed(record) => {
                 self.superblock.last_scrub = Some(record);
                 Ok(())
@@ -623,11 +645,97 @@ fn max_extent_blocks(devices: &[Device], options: &VolumeOptions, store: Checksu
 }
 
 fn new_volume_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    hasher.write_u32(std::process::id());
-    hasher.finish() | 1
+    journal::random_u64()
+}
+
+/// Whether the metadata copies of `images` (every one read whole) hold
+/// one history, a stale one, or two (see `fork`); `conflict` when
+/// recovery from all of them met a record two copies hold differently.
+pub(super) fn fork(
+    images: &mut [Option<[SegmentImage; 2]>],
+    superblock: &Superblock,
+    volume_id: u64,
+    conflict: bool,
+    order: &[Option<usize>],
+    devices: &[Option<Device>],
+) -> Result<Fork> {
+    let bits = crate::table::LocationBits::from_offset_bits(superblock.location_offset_bits)
+        .ok_or_else(|| Error::Corrupt(format!("{} offset bits", superblock.location_offset_bits)))?;
+    let places: Vec<usize> = placed_copies(superblock).iter().map(|c| c.device).collect();
+    let given: Vec<(usize, String)> = (0..devices.len())
+        .map(|place| {
+            let name = devices[place].as_ref().map_or(String::new(), |d| d.identity.0.clone());
+            (order[place].unwrap_or(usize::MAX), name)
+        })
+        .collect();
+    Ok(super::fork::analyze(images, volume_id, bits, conflict, &places, &given))
+}
+
+/// `f` over `images` with every metadata copy but `keep` taken out (put
+/// back after).
+pub(super) fn only_copy<T>(
+    images: &mut [Option<[SegmentImage; 2]>],
+    keep: usize,
+    f: impl FnOnce(&[Option<[SegmentImage; 2]>]) -> T,
+) -> T {
+    let mut others: Vec<_> = (0..images.len()).map(|c| if c == keep { None } else { images[c].take() }).collect();
+    let out = f(images);
+    for (c, image) in others.iter_mut().enumerate() {
+        if c != keep {
+            images[c] = image.take();
+        }
+    }
+    out
+}
+
+/// What open knows before it recovers anything: the devices placed by
+/// their labels, and their metadata read.
+pub(super) struct Front {
+    pub label: Label,
+    pub order: Vec<Option<usize>>,
+    pub unlabelled: Vec<usize>,
+    pub absent: Vec<(usize, String)>,
+    pub devices: Vec<Option<Device>>,
+    pub descriptors: Vec<Vec<nvme_driver::spec::zns::ZoneDescriptor>>,
+    pub images: Vec<Option<[SegmentImage; 2]>>,
+    pub phases: OpenPhases,
+}
+
+/// Places `devices` by their labels and reads their metadata (see
+/// `Volume::load`). Reads only.
+pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Front> {
+    if devices.is_empty() {
+        return Err(Error::InvalidArgument("no devices".into()));
+    }
+    let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
+    let Identified { label, order, unlabelled, absent } = identify(&probes, &devices, options.degraded)?;
+    let mut given: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
+    let mut devices: Vec<Option<Device>> =
+        order.iter().map(|&g| g.map(|g| given[g].take().expect("placed once"))).collect();
+    let superblock = &label.superblock;
+    let mut descriptors = Vec::new();
+    for device in &mut devices {
+        descriptors.push(match device {
+            Some(device) => {
+                let blocks = if device.is_zoned() { 0 } else { superblock.software_zone_blocks };
+                device.load_zones(blocks)?
+            }
+            None => Vec::new(),
+        });
+    }
+    // Zones per segment are the label's (format chose them from the
+    // first device; a replacement may have other zones): each copy
+    // present must hold the segment size the volume uses, checked once
+    // assembled.
+    //
+    // One copy is read whole and the others where they may differ,
+    // unless that shows a difference or does not stand on its own:
+    // then every copy whole (see `read_segment_image`).
+    let mut phases = OpenPhases::default();
+    let since = Instant::now();
+    let images = read_images(&mut devices, &descriptors, superblock, label.volume_id, every_copy);
+    phases.reading_us += since.elapsed().as_micros() as u64;
+    Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases })
 }
 
 /// Segments (two per metadata copy) on device `device`.

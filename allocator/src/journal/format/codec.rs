@@ -75,6 +75,19 @@ impl Writer {
         self.u32(s.tag_stride);
         self.u8(s.location_offset_bits);
         self.u8(u8::from(s.checksum_area));
+        debug_assert!(s.sessions.len() <= MAX_SESSIONS);
+        self.u8(s.sessions.len() as u8);
+        for session in &s.sessions {
+            self.session(session);
+        }
+    }
+    pub(super) fn session(&mut self, s: &SessionRecord) {
+        self.u64(s.id);
+        self.u8(s.place);
+        self.u64(s.parent);
+        self.u64(s.parted_generation);
+        self.u64(s.parted_seq);
+        self.u64(s.began_unix_s);
     }
     pub(super) fn member(&mut self, m: &MemberRecord) {
         self.u8(u8::from(m.failed));
@@ -186,6 +199,11 @@ impl<'a> Reader<'a> {
             1 if tag_stride == 0 => true,
             other => return Err(corrupt(format!("checksum area {other} with {tag_stride} tag bytes"))),
         };
+        let count = usize::from(self.u8()?);
+        if count > MAX_SESSIONS {
+            return Err(corrupt(format!("{count} sessions")));
+        }
+        let sessions = (0..count).map(|_| self.session()).collect::<Result<Vec<_>>>()?;
         Ok(Superblock {
             profile,
             streams,
@@ -202,6 +220,21 @@ impl<'a> Reader<'a> {
             tag_stride,
             location_offset_bits,
             checksum_area,
+            sessions,
+        })
+    }
+    pub(super) fn session(&mut self) -> Result<SessionRecord> {
+        let id = self.u64()?;
+        if id == 0 {
+            return Err(corrupt("a session of ID 0".into()));
+        }
+        Ok(SessionRecord {
+            id,
+            place: self.u8()?,
+            parent: self.u64()?,
+            parted_generation: self.u64()?,
+            parted_seq: self.u64()?,
+            began_unix_s: self.u64()?,
         })
     }
     pub(super) fn member(&mut self) -> Result<MemberRecord> {
