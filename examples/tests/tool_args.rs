@@ -327,3 +327,35 @@ fn volume_resilver_of_a_complete_place_says_what_another_lacks() {
         run(VOLUME, &["resilver", "--sim", "64M", "--sim-state", "resilvering", "--no-progress"]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
 }
+
+/// A mirror whose members went on apart: `status` shows both sides and
+/// exits 3 (needs attention); `resolve` without a terminal says what the
+/// other side loses and refuses without --yes; with it, it keeps the side
+/// named and ends with the other rebuilt (exit 0). Anything else is
+/// refused: a side that is not one, a pair that has not diverged.
+#[test]
+fn volume_status_shows_a_diverged_pair_and_resolve_keeps_the_side_named() {
+    let diverged = ["--sim", "64M", "--sim-state", "diverged"];
+    let (code, stdout, stderr) = run(VOLUME, &[&["status", "--json"][..], &diverged].concat());
+    assert_eq!(code, Some(3), "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(value["state"], "diverged", "{value}");
+    let only: Vec<u64> =
+        value["sides"].as_array().expect("sides").iter().map(|s| s["extents_only_here"].as_u64().unwrap()).collect();
+    assert_eq!(only, vec![1, 64], "{value}");
+    let (code, stdout, _) = run(VOLUME, &[&["status"][..], &diverged].concat());
+    assert_eq!(code, Some(3));
+    assert!(stdout.contains("DIVERGED") && stdout.contains("volume resolve --keep"), "{stdout}");
+    let (code, _, stderr) = run(VOLUME, &[&["resolve", "--keep", "sim1"][..], &diverged].concat());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("are lost") && stderr.contains("--yes"), "{stderr}");
+    let (code, stdout, stderr) =
+        run(VOLUME, &[&["resolve", "--keep", "sim1", "--yes", "--no-progress"][..], &diverged].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("place 0 (sim0): rebuilt from place 1"), "{stdout}");
+    let (code, _, stderr) = run(VOLUME, &["resolve", "--sim", "64M", "--keep", "sim0", "--yes"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("have not gone on apart"), "{stderr}");
+    let (code, _, _) = run(VOLUME, &[&["resolve", "--keep", "sim2", "--yes"][..], &diverged].concat());
+    assert_eq!(code, Some(2));
+}

@@ -19,7 +19,9 @@ use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
-use zoned_allocator::{Device, DeviceOptions, DeviceState, Profile, Volume, VolumeOptions, VolumeState, VolumeStatus};
+use zoned_allocator::{
+    Device, DeviceOptions, DeviceState, DivergedSide, Error, Profile, Volume, VolumeOptions, VolumeState, VolumeStatus,
+};
 
 /// The status for "done, but the volume needs attention": degraded,
 /// resilvering or failed, copies left missing, a check that is not clean.
@@ -88,6 +90,17 @@ enum Command {
                             Refused for the last device in use.\n\
                             Exit status: 0 given up; 1 an error; 2 a bad argument.")]
     Fail(FailArgs),
+    /// Keep one side of a mirror whose members went on apart (each opened
+    /// or kept running without the other, and written): the other device
+    /// is rebuilt from it, and what only it held is lost. Asks first.
+    #[command(after_help = "`volume status` shows both sides of such a mirror and what each holds, and changes \
+                            nothing; any other open refuses them. Resolve reads both first, says what the other \
+                            side loses (extents, bytes, its last commit), asks, then takes the other device as \
+                            a blank replacement and resilvers it.\n\
+                            Exit status: 0 resolved and resilvered; 3 resolved, but copies are still missing or \
+                            the verify pass is not clean; 1 an error (the members have not gone on apart, ...); \
+                            2 a bad argument.")]
+    Resolve(ResolveArgs),
 }
 
 /// Where the volume is.
@@ -101,8 +114,9 @@ struct VolumeArgs {
     #[arg(long, value_name = "SIZE", value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
     sim: Option<u64>,
     /// How the simulated volume is found: online; degraded (sim1 was given
-    /// up, data written since, and it is not given: needs --degraded); or
-    /// resilvering (the same, but sim1 is given back and rejoins).
+    /// up, data written since, and it is not given: needs --degraded);
+    /// resilvering (the same, but sim1 is given back and rejoins); or
+    /// diverged (sim1 opened alone and written, then sim0 alone).
     #[arg(long, value_enum, default_value = "online", requires = "sim")]
     sim_state: SimState,
 }
@@ -113,6 +127,9 @@ enum SimState {
     Online,
     Degraded,
     Resilvering,
+    /// sim1 was opened alone and written, then sim0 alone: the members
+    /// went on apart.
+    Diverged,
 }
 
 /// How a resilver runs (resilver, and replace after it).
@@ -226,6 +243,25 @@ struct FailArgs {
     json: bool,
 }
 
+#[derive(Args, Debug)]
+struct ResolveArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// Controller PCI address of the side to keep (on --sim: sim0 or
+    /// sim1); the other is rebuilt from it.
+    #[arg(long, value_name = "BDF")]
+    keep: String,
+    /// Don't ask before destroying the other side (without a terminal to
+    /// ask on, resolve needs it).
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    resilver: ResilverFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// How a command that ran ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Done {
@@ -247,6 +283,7 @@ fn main() -> ExitCode {
         Command::Resilver(a) => run_resilver(a),
         Command::Check(a) => check(a),
         Command::Fail(a) => fail(a),
+        Command::Resolve(a) => resolve(a),
     };
     match result {
         Ok(Done::Healthy) => ExitCode::SUCCESS,
@@ -265,6 +302,16 @@ fn check_args(command: &Command) -> Result<(), String> {
         Command::Resilver(a) => &a.volume,
         Command::Check(a) => &a.volume,
         Command::Fail(a) => &a.volume,
+        Command::Resolve(a) => {
+            let given: Vec<String> = match a.volume.sim {
+                Some(_) => vec!["sim0".into(), "sim1".into()],
+                None => a.volume.location.pci.clone(),
+            };
+            if !given.contains(&a.keep) {
+                return Err(format!("--keep {}: not one of the volume's controllers ({})", a.keep, given.join(", ")));
+            }
+            &a.volume
+        }
         Command::Replace(a) => {
             if a.volume.sim.is_some() {
                 if let Some(name) = &a.new_pci {
@@ -429,7 +476,22 @@ fn health_state(state: VolumeState) -> Done {
 fn status(a: &StatusArgs) -> Result<Done, String> {
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
-    let volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
+    let options = a.volume.location.volume_options(a.volume.location.degraded);
+    let volume = match Volume::open(devices, &options) {
+        Ok(volume) => volume,
+        // Refused with nothing written: both sides shown, for `resolve`.
+        Err(Error::Diverged { sides }) => {
+            if a.json {
+                println!("{}", json!({ "tool": "volume", "state": "diverged", "sides": sides }));
+            } else if a.prometheus {
+                return Err(format!("open: {}", Error::Diverged { sides }));
+            } else {
+                print!("{}", diverged_text(&sides));
+            }
+            return Ok(Done::Attention);
+        }
+        Err(error) => return Err(format!("open: {}", explain(error))),
+    };
     let status = volume.status();
     let health = health_of(&status, &controllers);
     if a.json {
@@ -443,6 +505,32 @@ fn status(a: &StatusArgs) -> Result<Done, String> {
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
     Ok(health_state(status.state))
+}
+
+/// Both sides of a mirror whose members went on apart, and the choice.
+fn diverged_text(sides: &[DivergedSide]) -> String {
+    let mut out = String::from(
+        "state: DIVERGED: the members went on apart, each opened or kept running without the other; nothing was \
+         written to either\n",
+    );
+    for side in sides {
+        let name = if side.name.is_empty() { format!("device {}", side.device) } else { side.name.clone() };
+        out += &format!(
+            "  place {} ({name}): last commit {} of generation {} at {} (Unix s); holds {} extent(s), {}; {} \
+             extent(s), {} only here\n",
+            side.place,
+            side.last_seq,
+            side.last_generation,
+            side.last_commit_unix_s,
+            side.extents,
+            human_bytes(side.bytes),
+            side.extents_only_here,
+            human_bytes(side.bytes_only_here),
+        );
+    }
+    out += "keep one side: `volume resolve --keep <its PCI address>` rebuilds the other from it (what only the other \
+            holds is lost); or open one alone with --degraded to read it first\n";
+    out
 }
 
 /// Runs a resilver of `place`, with progress on stderr when asked and a
@@ -723,6 +811,71 @@ fn fail(a: &FailArgs) -> Result<Done, String> {
     Ok(Done::Healthy)
 }
 
+/// Keeps one side of a diverged mirror: reads both (writing nothing),
+/// says what the other loses, asks, then rebuilds the other from it.
+fn resolve(a: &ResolveArgs) -> Result<Done, String> {
+    let controllers = open_controllers(&a.volume)?;
+    let options = resilver_device_options(a.resilver.qd);
+    let volume_options = a.volume.location.volume_options(false);
+    let devices = open_devices(&a.volume, &controllers, options)?;
+    let sides = match Volume::check(devices, &volume_options) {
+        Err(Error::Diverged { sides }) => sides,
+        Ok(_) => {
+            return Err("resolve: the members have not gone on apart (nothing was changed): open them together; a \
+                        member that is only stale rejoins by itself"
+                .into())
+        }
+        Err(error) => return Err(format!("resolve: {}; nothing was changed", explain(error))),
+    };
+    let named =
+        |side: &DivergedSide| if side.name.is_empty() { format!("device {}", side.device) } else { side.name.clone() };
+    let keep = sides.iter().find(|s| named(s) == a.keep).ok_or_else(|| format!("--keep {}: not a side", a.keep))?;
+    let lost = sides.iter().find(|s| s.place != keep.place).expect("two sides");
+    let what = format!(
+        "resolve keeps place {} ({}) and rebuilds place {} ({}) from it: the other side's {} extent(s), {} ({} \
+         byte(s)) that the kept side lacks, and its last commit ({} of generation {}), are lost",
+        keep.place,
+        named(keep),
+        lost.place,
+        named(lost),
+        lost.extents_only_here,
+        human_bytes(lost.bytes_only_here),
+        lost.bytes_only_here,
+        lost.last_seq,
+        lost.last_generation,
+    );
+    if !a.json {
+        print!("{}", diverged_text(&sides));
+    }
+    confirm_on_stdin("volume", &what, a.yes)?;
+    let devices = open_devices(&a.volume, &controllers, options)?;
+    let mut volume = Volume::resolve(devices, keep.device, &volume_options).map_err(|e| format!("resolve: {e}"))?;
+    if !a.json {
+        println!("place {} ({}): rebuilt from place {}; resilvering", lost.place, named(lost), keep.place);
+    }
+    let report = resilver_place(&mut volume, lost.place, &a.resilver, a.json).map_err(|e| {
+        format!("place {} was taken as a replacement, but {e}; `volume resilver` continues", lost.place)
+    })?;
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "resolve",
+            "kept": keep,
+            "lost": lost,
+            "resilver": report,
+            "complete": report.complete(),
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        print!("{}", resilver_text(&report));
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(if report.complete() && status.state == VolumeState::Online { Done::Healthy } else { Done::Attention })
+}
+
 /// The simulated controllers: a mirrored ZNS volume on sim0 and sim1
 /// holding `bytes` of data, and a blank sim2. For the degraded and
 /// resilvering stories, sim1 is given up after the fill and a quarter
@@ -769,6 +922,19 @@ fn sim_story(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
         volume.commit().map(|_| ()).map_err(|e| format!("simulator: commit: {e}"))
     };
     fill(&mut volume, 0, bytes)?;
+    if state == SimState::Diverged {
+        volume.close().map_err(|e| format!("simulator: close: {e}"))?;
+        // Each side opened alone and written: sim1 a quarter more, sim0 a
+        // chunk.
+        let alone = VolumeOptions { degraded: true, ..options };
+        for (index, to) in [(1, total), (0, bytes + CHUNK_BYTES)] {
+            let device = open_device(&controllers[index], 1, DeviceOptions::default())?;
+            let mut volume = Volume::open(vec![device], &alone).map_err(|e| format!("simulator: open: {e}"))?;
+            fill(&mut volume, bytes, to)?;
+            volume.close().map_err(|e| format!("simulator: close: {e}"))?;
+        }
+        return Ok(controllers);
+    }
     if state != SimState::Online {
         volume.fail_device(1, "pulled from the simulator").map_err(|e| format!("simulator: {e}"))?;
         fill(&mut volume, bytes, total)?;
