@@ -527,9 +527,9 @@ fn the_verify_pass_after_a_resilver_keeps_its_rate_limit_and_reports_progress() 
 }
 
 /// What a refused open must leave alone, per device: the zones (state and
-/// write pointer) and every block written.
-fn fingerprint(harness: &Harness) -> Vec<(String, u64)> {
-    harness.sims.iter().map(|sim| (format!("{:?}", sim.zones(1)), sim.stats().lbas_written)).collect()
+/// write pointer), and no command that writes.
+fn fingerprint(harness: &Harness) -> (Vec<String>, Vec<(Vec<u64>, u64)>) {
+    (harness.sims.iter().map(|sim| format!("{:?}", sim.zones(1))).collect(), harness.writes())
 }
 
 fn open_alone(harness: &Harness, options: &VolumeOptions, controller: usize) -> Volume {

@@ -3,7 +3,9 @@
 //! degraded; is reopened degraded (after a clean close or a power cut);
 //! then either gets a new blank device in the lost one's place, or gets the
 //! lost one back, and is resilvered with power cuts at random points of
-//! the resilver.
+//! the resilver; or the lost one is opened alone and written too (both
+//! sides went on alone), and every open of the pair must refuse them
+//! (`Diverged`) until one side is kept and the other rebuilt from it.
 //!
 //! Checked after every step: the volume's invariants, and that its state
 //! says what happened (degraded while a member is away). At the end every
@@ -47,6 +49,9 @@ enum Return {
     Replaced,
     /// The same device, back after its fault cleared.
     Rejoined,
+    /// The same device, but opened alone and written first: both sides
+    /// went on alone, and the pair must be refused until one is kept.
+    WentOnAlone,
 }
 
 struct Run {
@@ -198,7 +203,7 @@ fn run(seed: u64) {
     let lost = run.rng.below(2) as usize;
     let survivor = 1 - lost;
     let loss = if run.rng.chance(0.5) { Loss::Removed } else { Loss::Failing };
-    let back = if run.rng.chance(0.5) { Return::Replaced } else { Return::Rejoined };
+    let back = [Return::Replaced, Return::Rejoined, Return::WentOnAlone][run.rng.below(3) as usize];
     let context = format!("{loss:?} place {lost}, {back:?}");
     let mut volume = run.harness.format(&run.options);
 
@@ -207,6 +212,9 @@ fn run(seed: u64) {
         run.step(&mut volume);
     }
     let durable_at_loss: BTreeSet<u64> = run.committed.keys().copied().collect();
+    // What the lost device's own metadata holds: no commit is in flight
+    // when the fault comes, and none reaches the device after it.
+    let model_at_loss = run.committed.clone();
     match loss {
         Loss::Removed => run.harness.sims[lost].inject(Fault::SurpriseRemoval),
         Loss::Failing => {
@@ -256,6 +264,10 @@ fn run(seed: u64) {
         run.step(&mut volume);
     }
     run.commit(&mut volume);
+    if back == Return::WentOnAlone {
+        went_on_alone(run, volume, lost, model_at_loss, &context);
+        return;
+    }
 
     // Replaced, or back.
     run.harness.sims[lost].clear_faults();
@@ -294,6 +306,7 @@ fn run(seed: u64) {
             assert_eq!(volume.missing_blocks(lane), missed, "{}", run.context(&format!("{context}: missing")));
             Some(missed)
         }
+        Return::WentOnAlone => unreachable!("taken above"),
     };
     run.verify(&mut volume, false, "after the member came");
 
@@ -372,6 +385,99 @@ fn run(seed: u64) {
     let mut volume = Volume::open(devices, &run.options).unwrap();
     assert_eq!(volume.status().state, VolumeState::Online, "{}", run.context(&context));
     run.verify(&mut volume, true, "reopened whole");
+}
+
+/// The lost device comes back but is opened alone, and written, before
+/// the pair is given together: every open of the pair is refused with
+/// `Diverged`, whatever the order, and changes nothing; each side still
+/// opens alone with exactly its own extents; `resolve` keeps the side
+/// chosen, and after its resilver (cut by a power loss or not) every
+/// extent of that side reads back from both copies, and nothing of the
+/// other side's own history is left.
+fn went_on_alone(mut run: Run, volume: Volume, lost: usize, model_at_loss: Model, context: &str) {
+    let survivor = 1 - lost;
+    drop(volume.close().unwrap_or_else(|e| panic!("{}", run.context(&format!("close: {e}")))));
+    // Re-seated in another box, its fault gone, and opened alone there.
+    run.harness.sims[lost].clear_faults();
+    run.harness.power_cut();
+    let survivor_model = std::mem::replace(&mut run.committed, model_at_loss);
+    run.current = run.committed.clone();
+    let degraded = VolumeOptions { degraded: true, ..run.options.clone() };
+    let mut volume = Volume::open(vec![run.device(lost)], &degraded)
+        .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: the lost device alone: {e}"))));
+    run.verify(&mut volume, false, "the lost device opened alone");
+    for _ in 0..1 + run.rng.below(20) {
+        run.step(&mut volume);
+    }
+    run.commit(&mut volume);
+    if run.rng.chance(0.5) {
+        run.power_cut(volume);
+    } else {
+        drop(volume.close().unwrap_or_else(|e| panic!("{}", run.context(&format!("close: {e}")))));
+        run.harness.restart();
+    }
+    let models =
+        if lost == 0 { [run.committed.clone(), survivor_model] } else { [survivor_model, run.committed.clone()] };
+    // Together, in either order: refused, and nothing written.
+    for order in [[0, 1], [1, 0]] {
+        let before = run.harness.writes();
+        let devices = order.iter().map(|&place| run.device(place)).collect();
+        match Volume::open(devices, &run.options) {
+            Err(Error::Diverged { sides }) => {
+                for side in &sides {
+                    let held = models[side.place].len() as u64;
+                    assert_eq!(side.extents, held, "{}", run.context(&format!("{context}: {side}")));
+                }
+            }
+            other => {
+                panic!("{}", run.context(&format!("{context}: order {order:?}: {:?}", other.map(|v| v.status().state))))
+            }
+        }
+        assert_eq!(run.harness.writes(), before, "{}", run.context(&format!("{context}: a refused open wrote")));
+        run.harness.restart();
+    }
+    // Each side alone holds exactly its own.
+    for place in [0, 1] {
+        run.committed = models[place].clone();
+        let mut volume = Volume::open(vec![run.device(place)], &degraded)
+            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: place {place} alone: {e}"))));
+        run.verify(&mut volume, false, &format!("place {place} alone"));
+        drop(volume.close().unwrap());
+        run.harness.restart();
+    }
+    // One side kept, the other rebuilt from it.
+    let keep = if run.rng.chance(0.5) { lost } else { survivor };
+    run.committed = models[keep].clone();
+    run.current = run.committed.clone();
+    let devices = vec![run.device(0), run.device(1)];
+    let mut volume = Volume::resolve(devices, keep, &run.options)
+        .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: resolve keeping {keep}: {e}"))));
+    run.verify(&mut volume, false, "resolved");
+    let rebuilt = 1 - keep;
+    if run.rng.chance(0.5) {
+        // Cut before the resilver: the pair is one history now.
+        run.power_cut(volume);
+        let devices = vec![run.device(1), run.device(0)];
+        volume = Volume::open(devices, &run.options)
+            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopen after resolve: {e}"))));
+        run.verify(&mut volume, false, "reopened after resolve");
+    }
+    let options =
+        ResilverOptions { verify_after: false, timeout: support::CRASH_TIMEOUT * 20, ..ResilverOptions::default() };
+    let mut engine = Resilver::new(&volume, rebuilt, &options)
+        .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: resilver: {e}"))));
+    while !engine.step(&mut volume, 1 << 20).unwrap_or_else(|e| panic!("{}", run.context(&format!("{e}")))) {}
+    let report = engine.finish(&mut volume).unwrap_or_else(|e| panic!("{}", run.context(&format!("{e}"))));
+    assert_eq!(report.bytes_left, 0, "{}", run.context(&format!("{context}: {report:?}")));
+    run.commit(&mut volume);
+    assert_eq!(volume.status().state, VolumeState::Online, "{}", run.context(context));
+    run.verify(&mut volume, true, "resolved and resilvered");
+    drop(volume.close().unwrap());
+    run.harness.restart();
+    let (report, devices) = Volume::check(vec![run.device(0), run.device(1)], &run.options).unwrap();
+    assert!(report.clean, "{}", run.context(&format!("{context}: check: {report:?}")));
+    let mut volume = Volume::open(devices, &run.options).unwrap();
+    run.verify(&mut volume, true, "reopened whole after resolve");
 }
 
 #[test]

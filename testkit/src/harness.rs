@@ -107,6 +107,16 @@ impl Harness {
         Volume::open(self.devices(), options)
     }
 
+    /// Per simulator, how many commands that write it received (Write,
+    /// Write Zeroes, Dataset Management, Zone Management Send, Zone
+    /// Append) and the LBAs written: what an operation that must write
+    /// nothing leaves unchanged.
+    pub fn writes(&self) -> Vec<(Vec<u64>, u64)> {
+        let commands =
+            |s: &nvme_driver::sim::SimStats| [0x01, 0x08, 0x09, 0x79, 0x7d].map(|op| s.io_commands[op]).to_vec();
+        self.sims.iter().map(|sim| sim.stats()).map(|s| (commands(&s), s.lbas_written)).collect()
+    }
+
     /// A new process: the old one's controllers shut down cleanly (the
     /// volume must have been dropped), then bring-up again.
     pub fn restart(&mut self) {
