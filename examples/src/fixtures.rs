@@ -45,7 +45,13 @@ pub fn degraded() -> VolumeStatus {
         checksum_areas: false,
         unsealed_zones: 0,
         devices: vec![device(0, MemberState::Online, "0000:01:00.0"), gone],
-        redundancy: Redundancy { copies: 2, bytes_full: 1 << 20, bytes_at_risk: 8192, extents_at_risk: 2 },
+        redundancy: Redundancy {
+            copies: 2,
+            bytes_full: 1 << 20,
+            bytes_at_risk: 8192,
+            extents_at_risk: 2,
+            ..Redundancy::default()
+        },
         resilver: Vec::new(),
         last_scrub: Some(ScrubRecord {
             finished_unix_s: 1_700_000_000,

@@ -146,6 +146,7 @@ pub fn volume_state_name(state: VolumeState) -> &'static str {
         VolumeState::Online => "online",
         VolumeState::Resilvering => "resilvering",
         VolumeState::Degraded => "degraded",
+        VolumeState::Damaged => "damaged",
         VolumeState::Failed => "failed",
     }
 }
@@ -159,8 +160,8 @@ pub fn member_state_name(state: MemberState) -> &'static str {
     }
 }
 
-const VOLUME_STATES: [VolumeState; 4] =
-    [VolumeState::Online, VolumeState::Resilvering, VolumeState::Degraded, VolumeState::Failed];
+const VOLUME_STATES: [VolumeState; 5] =
+    [VolumeState::Online, VolumeState::Resilvering, VolumeState::Degraded, VolumeState::Damaged, VolumeState::Failed];
 const MEMBER_STATES: [MemberState; 3] = [MemberState::Online, MemberState::Resilvering, MemberState::Failed];
 
 /// `status` as exposition text; `health[i]` is device `status.devices[i]`'s
@@ -217,6 +218,10 @@ fn volume_figures(out: &mut Exposition, status: &VolumeStatus) {
     out.sample(&[], status.redundancy.bytes_at_risk);
     out.family("nvme_volume_extents_at_risk", Kind::Gauge, "Extents with a copy missing.");
     out.sample(&[], status.redundancy.extents_at_risk);
+    out.family("nvme_volume_bytes_lost", Kind::Gauge, "Bytes with no copy on a device in use: lost.");
+    out.sample(&[], status.redundancy.bytes_lost);
+    out.family("nvme_volume_extents_lost", Kind::Gauge, "Extents with no copy on a device in use: lost.");
+    out.sample(&[], status.redundancy.extents_lost);
 }
 
 /// Each device place: its role, state, errors, zones, space, and what a

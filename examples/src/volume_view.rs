@@ -145,6 +145,17 @@ fn state_text(out: &mut String, status: &VolumeStatus) {
         let _ = writeln!(out, "action: volume resilver (it continues where an earlier one stopped)");
     }
     let redundancy = &status.redundancy;
+    if redundancy.extents_lost > 0 {
+        let _ = writeln!(
+            out,
+            "LOST: {} bytes ({}) in {} extent(s) have no copy on a device in use: they read as uncorrectable \
+             (a scrub lists them); give back the device that held them, or free them and restore them from a \
+             backup",
+            redundancy.bytes_lost,
+            human_bytes(redundancy.bytes_lost),
+            redundancy.extents_lost
+        );
+    }
     if redundancy.extents_at_risk > 0 {
         let _ = writeln!(
             out,

@@ -312,6 +312,15 @@ pub fn scrub(
         resumed: resume.is_some(),
         ..Report::default()
     };
+    // Extents with no copy on a device in use are lost: uncorrectable,
+    // whole, named once per pass (no copy walk ever meets them).
+    if resume.is_none() {
+        for (extent, blocks) in volume.lost_extents() {
+            let owner = volume.owner(extent).ok();
+            let lane = lanes.first().copied().unwrap_or(0);
+            report.uncorrectable.push(Uncorrectable { extent, owner, lane, blocks: (0..blocks).collect() });
+        }
+    }
     // The metadata first: labels, checkpoints and journal records on every
     // copy, a bad copy rewritten from the good one.
     let metadata = volume.scrub_metadata(options.repair)?;

@@ -653,3 +653,64 @@ fn a_pulled_member_opened_alone_and_written_is_refused_at_the_reunion() {
     }
     assert_eq!(fingerprint(&harness), before);
 }
+
+/// The device holding the only copies of some extents really goes while
+/// the other member is resilvering: the volume goes on with the other, and
+/// names the extents lost (status, reads, a scrub) rather than losing them
+/// silently; a replace in its place and a resilver never panic on them,
+/// write every copy that has a source, and report the lost ones; the
+/// metadata keeps them lost across a reopen.
+#[test]
+fn a_sole_holder_that_really_goes_leaves_its_extents_named_lost_and_replace_goes_on() {
+    let harness = Harness::new(vec![zns(64, 256), zns(64, 256), zns(64, 256), zns(64, 256)], vec![(0, 1), (1, 1)]);
+    let options = VolumeOptions { profile: Profile::Mirror, max_extent_bytes: 16 << 10, ..volume_options() };
+    let (mut volume, data) = replaced_mirror(&harness, &options, 40);
+    let small_reads = ResilverOptions { max_request_bytes: Some(16 << 10), ..ResilverOptions::default() };
+    let mut engine = Resilver::new(&volume, 1, &small_reads).unwrap();
+    assert!(!engine.step(&mut volume, 64 << 10).unwrap(), "the resilver is under way");
+    drop(engine);
+    volume.commit().unwrap();
+    let lacking = volume.status().redundancy.extents_at_risk;
+    assert!(lacking > 0 && lacking < 40);
+    harness.sims[0].inject(Fault::SurpriseRemoval);
+    // The next read of device 0 finds it gone: it is given up.
+    let (&first, bytes) = data.iter().next().unwrap();
+    let _ = volume.read(first, &mut vec![0u8; bytes.len()]);
+    volume.commit().expect("the commit goes on without the device");
+    let status = volume.status();
+    assert_eq!(status.state, VolumeState::Degraded);
+    assert_eq!(status.redundancy.extents_lost, lacking, "{:?}", status.redundancy);
+    let lost: Vec<u64> = volume.lost_extents().iter().map(|&(id, _)| id).collect();
+    assert_eq!(lost.len() as u64, lacking);
+    for (&id, bytes) in &data {
+        let mut back = vec![0u8; bytes.len()];
+        match volume.read(id, &mut back) {
+            Ok(_) => assert!(!lost.contains(&id) && &back == bytes, "extent {id}"),
+            Err(Error::Uncorrectable { extent, .. }) => assert!(extent == id && lost.contains(&id)),
+            Err(e) => panic!("extent {id}: {e}"),
+        }
+    }
+    // A new device in place 0: no panic, and the lost stay lost.
+    volume.replace(0, device(&harness, 3), false).expect("replace");
+    assert_eq!(volume.status().redundancy.extents_lost, lacking);
+    let report = resilver(&mut volume, 0, &ResilverOptions::default(), &Control::new(), &mut |_| {}).unwrap();
+    assert!(!report.complete(), "{report:?}");
+    assert_eq!(volume.status().state, VolumeState::Damaged);
+    let scrubbed =
+        nvme_scrub::scrub(&mut volume, &Default::default(), &Control::new(), None, &mut |_| {}, &mut |_| {}).unwrap();
+    let named: Vec<u64> = scrubbed.uncorrectable.iter().map(|u| u.extent).collect();
+    assert_eq!(named, lost, "the scrub names every lost extent");
+    let devices = volume.close().unwrap();
+    drop(devices);
+    // Place 1 is controller 2 since replaced_mirror; place 0 controller 3.
+    let devices = vec![device(&harness, 3), device(&harness, 2)];
+    let mut volume = Volume::open(devices, &options).expect("reopens with its lost extents");
+    assert_eq!(volume.lost_extents().iter().map(|&(id, _)| id).collect::<Vec<_>>(), lost);
+    let kept: Data = data.into_iter().filter(|(id, _)| !lost.contains(id)).collect();
+    for id in &lost {
+        volume.free(*id).expect("a lost extent can be freed");
+    }
+    volume.commit().unwrap();
+    assert_eq!(volume.status().state, VolumeState::Online);
+    check(&mut volume, &kept, true);
+}

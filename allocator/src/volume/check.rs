@@ -102,7 +102,6 @@ impl Volume {
             log_mismatch: loaded.log_mismatch,
             metadata_rewrite,
         };
-        debug_assert!(volume.table.iter().all(|(_, e)| e.locations.iter().any(|l| !l.is_missing())));
         Ok((report, loaded.volume.abandon()))
     }
 }

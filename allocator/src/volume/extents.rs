@@ -59,14 +59,17 @@ impl Volume {
 
     /// Moves copy `lane_index` of extent `id` to `to`; either may be
     /// [`Location::MISSING`] (a copy lost with its device, or written by a
-    /// resilver).
+    /// resilver). An extent left with no copy at all is lost: it stays,
+    /// named, and reads as uncorrectable (see [`Volume::lost_extents`]).
     pub(super) fn move_extent(&mut self, id: ExtentId, lane_index: usize, to: Location, journal: bool) {
         let entry = self.table.get(id).expect("moving a live extent");
         let from = entry.locations[lane_index];
-        assert!(
-            !to.is_missing() || entry.locations.iter().enumerate().any(|(l, at)| l != lane_index && !at.is_missing()),
-            "extent {id} left with no copy"
-        );
+        if to.is_missing()
+            && !from.is_missing()
+            && entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing())
+        {
+            log::error!("extent {id}: its last copy is gone; it is lost (it reads as uncorrectable until freed)");
+        }
         assert!(self.table.set_location(id, lane_index, to), "extent {id} is live");
         let lane = &mut self.lanes[lane_index];
         if !from.is_missing() && !self.loading {
@@ -78,6 +81,19 @@ impl Volume {
         if journal {
             self.ops.push(Op::Move { id, lane: lane_index as u8, to });
         }
+    }
+
+    /// Extents with no copy on a device in use, and their blocks: lost
+    /// with the device that held their only copy (or with every copy).
+    /// They stay in the volume, named, and read as
+    /// [`Error::Uncorrectable`] until freed.
+    pub fn lost_extents(&self) -> Vec<(ExtentId, u32)> {
+        let lanes = self.lanes.len();
+        self.table
+            .iter()
+            .filter(|(_, e)| (0..lanes).all(|l| e.locations[l].is_missing() || !self.lane_online(l)))
+            .map(|(id, e)| (id, e.blocks))
+            .collect()
     }
 
     /// Extent `id`, live.

@@ -273,6 +273,21 @@ impl Volume {
         member.why = Some(why);
         self.superblock.members[device] = member.record;
         self.begin_session();
+        // A device that really went while it held the only copy in use of
+        // some extents (the other member resilvering): they are named lost,
+        // never silently.
+        let lost = self.lost_extents();
+        if !lost.is_empty() {
+            let bytes: u64 = lost.iter().map(|&(_, blocks)| u64::from(blocks) * crate::BLOCK_SIZE as u64).sum();
+            let ids: Vec<String> = lost.iter().take(8).map(|(id, _)| id.to_string()).collect();
+            log::error!(
+                "device {device}{named} held the only copy in use of {} extent(s) ({bytes} bytes): they are \
+                 lost unless it comes back (extents {}{})",
+                lost.len(),
+                ids.join(", "),
+                if lost.len() > ids.len() { ", ..." } else { "" },
+            );
+        }
         // The next commit writes a checkpoint under new labels, so the
         // metadata left on the device given up is outranked.
         self.journal.broken = true;

@@ -427,10 +427,10 @@ impl Volume {
                 })
             };
             let no_crcs = unmapped && (self.tags.is_none() || (self.area && uncovered()));
-            if entry.locations[..lanes].iter().all(|l| l.is_missing())
-                || entry.locations[lanes..].iter().any(|l| !l.is_missing())
-                || no_crcs
-            {
+            // An extent with no copy left is lost (its checksums matter no
+            // more), not malformed: it stays, named.
+            let lost = entry.locations[..lanes].iter().all(|l| l.is_missing());
+            if entry.locations[lanes..].iter().any(|l| !l.is_missing()) || (no_crcs && !lost) {
                 return Err(Error::Corrupt(format!("extent {id}: wrong shape")));
             }
             for (lane, &location) in entry.locations[..lanes].iter().enumerate() {

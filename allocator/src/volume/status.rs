@@ -30,6 +30,10 @@ pub enum VolumeState {
     Resilvering,
     /// A device is not in use: extents written now have one copy fewer.
     Degraded,
+    /// Every device in use, but some extents have no copy left (lost with
+    /// a device that held their only copy): they read as uncorrectable
+    /// until freed ([`Volume::lost_extents`]).
+    Damaged,
     /// No device is left.
     Failed,
 }
@@ -100,6 +104,12 @@ pub struct Redundancy {
     pub bytes_at_risk: u64,
     /// Extents with at least one copy missing.
     pub extents_at_risk: u64,
+    /// Bytes with no copy on a device in use: lost with the device that
+    /// held their only copy (counted in neither figure above). They read
+    /// as uncorrectable until freed ([`Volume::lost_extents`] names them).
+    pub bytes_lost: u64,
+    /// Extents lost so.
+    pub extents_lost: u64,
 }
 
 /// A resilver's progress: what remains to be copied to a device.
@@ -162,7 +172,11 @@ impl Volume {
                     lacks = true;
                 }
             }
-            if lacks {
+            let readable = (0..copies).any(|l| !extent.locations[l].is_missing() && self.lane_online(l));
+            if !readable {
+                redundancy.bytes_lost += bytes;
+                redundancy.extents_lost += 1;
+            } else if lacks {
                 redundancy.bytes_at_risk += bytes;
                 redundancy.extents_at_risk += 1;
             } else {
@@ -232,6 +246,8 @@ impl Volume {
             VolumeState::Failed
         } else if self.devices.iter().any(Option::is_none) {
             VolumeState::Degraded
+        } else if redundancy.extents_lost > 0 {
+            VolumeState::Damaged
         } else if redundancy.extents_at_risk > 0 {
             VolumeState::Resilvering
         } else {
