@@ -167,6 +167,16 @@ pub enum Error {
         /// Their bytes.
         bytes: u64,
     },
+    /// Device `device` was the member in place `place` of this volume, but
+    /// the place was given to another device since (a replace): it holds
+    /// an old copy of the volume, and is not its member. Nothing was
+    /// written.
+    Replaced {
+        /// Index in the list given to open.
+        device: usize,
+        /// The place its label names.
+        place: usize,
+    },
     /// The mirror's members went on apart: each was opened or kept
     /// running without the other, and each committed since. Their
     /// histories cannot both be kept, and merging them would return one
@@ -246,6 +256,13 @@ impl fmt::Display for Error {
                 "device place {device} holds the only copy in use of {extents} extent(s) ({bytes} bytes): giving it \
                  up would lose them; finish the resilver of the other member, or replace it, first (nothing was \
                  changed)"
+            ),
+            Error::Replaced { device, place } => write!(
+                f,
+                "device {device} was place {place} of this volume, but another device has taken that place since: \
+                 it holds an old copy of the volume and is not its member (give the place's device, or open \
+                 degraded without it; `volume replace --force` can take it back as a new device). Nothing was \
+                 written"
             ),
             Error::Diverged { sides } => {
                 write!(f, "the mirror's members went on apart, each without the other: ")?;

@@ -714,3 +714,33 @@ fn a_sole_holder_that_really_goes_leaves_its_extents_named_lost_and_replace_goes
     assert_eq!(volume.status().state, VolumeState::Online);
     check(&mut volume, &kept, true);
 }
+
+/// A device given up and replaced is no longer the member of its place:
+/// given back in its place's stead, it is refused by name (its label still
+/// names the place) and nothing is written; opened degraded, it is left
+/// out; the place's real device still rejoins, and every copy reads back.
+#[test]
+fn the_old_device_of_a_replaced_place_is_refused_not_taken_for_the_member() {
+    let (mut harness, options) = mirror();
+    let (mut volume, data) = replaced_mirror(&harness, &options, 20);
+    resilver_all(&mut volume, 1);
+    drop(volume.close().unwrap());
+    harness.restart();
+    let old_pair = |harness: &Harness| vec![device(harness, 0), device(harness, 1)];
+    let before = fingerprint(&harness);
+    match Volume::open(old_pair(&harness), &options) {
+        Err(Error::Replaced { device: 1, place: 1 }) => {}
+        other => panic!("expected Replaced, got {:?}", other.map(|v| v.status().state)),
+    }
+    assert_eq!(fingerprint(&harness), before, "a refused open wrote");
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = Volume::open(old_pair(&harness), &degraded).expect("degraded, without the old device");
+    assert_eq!(volume.status().devices[1].state, MemberState::Failed);
+    check(&mut volume, &data, false);
+    drop(volume.close().unwrap());
+    harness.restart();
+    let mut volume = Volume::open(vec![device(&harness, 2), device(&harness, 0)], &options).expect("the members");
+    resilver_all(&mut volume, 1);
+    check(&mut volume, &data, true);
+}

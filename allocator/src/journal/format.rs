@@ -304,6 +304,10 @@ pub(crate) fn random_u64() -> u64 {
 /// its device stats items).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemberRecord {
+    /// Which device holds the place: random, drawn at format and at each
+    /// replace, and kept in the labels the device carries, so that a device
+    /// the place was taken from is never taken for its member.
+    pub id: u64,
     /// The volume stopped using the device; its copies are stale.
     pub failed: bool,
     /// Reads that failed (media errors, timeouts, resets).
@@ -834,7 +838,7 @@ mod tests {
                 meta_segment_blocks: 4096,
                 members: vec![
                     MemberRecord::default(),
-                    MemberRecord { failed: true, read_errors: 3, write_errors: 1, checksum_errors: 9 },
+                    MemberRecord { id: 77, failed: true, read_errors: 3, write_errors: 1, checksum_errors: 9 },
                 ],
                 last_scrub: Some(ScrubRecord {
                     finished_unix_s: 1_800_000_000,
@@ -915,7 +919,7 @@ mod tests {
         let ops = vec![
             Op::Member {
                 device: 1,
-                record: MemberRecord { failed: true, read_errors: 1, write_errors: 2, checksum_errors: 3 },
+                record: MemberRecord { id: 5, failed: true, read_errors: 1, write_errors: 2, checksum_errors: 3 },
             },
             Op::Scrubbed(ScrubRecord { finished_unix_s: 5, clean: false, ..ScrubRecord::default() }),
             Op::Add(missing),

@@ -61,7 +61,9 @@ impl Volume {
                 .collect(),
             meta_segments: meta_copies(profile, g).map(|copy| copy.segments),
             meta_segment_blocks: 0,
-            members: vec![MemberRecord::default(); devices.len()],
+            members: (0..devices.len())
+                .map(|_| MemberRecord { id: journal::random_u64(), ..MemberRecord::default() })
+                .collect(),
             last_scrub: None,
             tag_stride: match store {
                 ChecksumStore::Tags => common_tag_layout(&devices).map_or(0, |layout| layout.stride as u32),
@@ -172,7 +174,7 @@ impl Volume {
     /// ([`Volume::scrub_metadata`]), as btrfs and ZFS read one good copy
     /// of their metadata and leave the others to scrub.
     pub(super) fn load(devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
-        let Front { label, order, unlabelled, mut absent, mut devices, descriptors, mut images, mut phases } =
+        let Front { label, order, unlabelled, mut absent, mut devices, descriptors, mut images, mut phases, label_ids } =
             front(devices, options, every_copy)?;
         let superblock = label.superblock.clone();
         let id = label.volume_id;
@@ -281,6 +283,23 @@ impl Volume {
         volume.loading = false;
         phases.replaying_us += lap(&mut since);
         let census = volume.finish_load()?;
+        // A device whose label names another member than the one the
+        // state records in its place was replaced since: an old copy.
+        for (place, label_id) in label_ids.iter().enumerate() {
+            let Some(label_id) = *label_id else { continue };
+            if volume.devices[place].is_none() || label_id == volume.members[place].record.id {
+                continue;
+            }
+            let given = order[place].expect("a labelled device was placed");
+            let error = Error::Replaced { device: given, place };
+            if options.degraded && volume.devices.iter().flatten().count() > 1 {
+                log::warn!("{error}; opening degraded without it");
+                volume.set_absent(place);
+                absent.push((place, error.to_string()));
+            } else {
+                return Err(error);
+            }
+        }
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
             match volume.verify_member(slot, given) {
@@ -699,6 +718,9 @@ pub(super) struct Front {
     pub descriptors: Vec<Vec<nvme_driver::spec::zns::ZoneDescriptor>>,
     pub images: Vec<Option<[SegmentImage; 2]>>,
     pub phases: OpenPhases,
+    /// Per place, the member ID the label of the device given there
+    /// names for it (`None`: no device, or no label).
+    pub label_ids: Vec<Option<u64>>,
 }
 
 /// Places `devices` by their labels and reads their metadata (see
@@ -709,6 +731,14 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
     }
     let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
     let Identified { label, order, unlabelled, absent } = identify(&probes, &devices, options.degraded)?;
+    let label_ids: Vec<Option<u64>> = order
+        .iter()
+        .enumerate()
+        .map(|(place, given)| match given.map(|g| &probes[g]) {
+            Some(Probe::Label(own)) => own.superblock.members.get(place).map(|m| m.id),
+            _ => None,
+        })
+        .collect();
     let mut given: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
     let mut devices: Vec<Option<Device>> =
         order.iter().map(|&g| g.map(|g| given[g].take().expect("placed once"))).collect();
@@ -735,7 +765,7 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
     let since = Instant::now();
     let images = read_images(&mut devices, &descriptors, superblock, label.volume_id, every_copy);
     phases.reading_us += since.elapsed().as_micros() as u64;
-    Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases })
+    Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases, label_ids })
 }
 
 /// Segments (two per metadata copy) on device `device`.

@@ -35,6 +35,9 @@ impl Volume {
         if place >= self.devices.len() || self.devices[place].is_some() {
             return Err(Error::Member { device: place, why: "the place is in use".into() });
         }
+        if label.superblock.members.get(place).map(|m| m.id) != Some(self.members[place].record.id) {
+            return Err(Error::Replaced { device: 0, place });
+        }
         let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
         if found != self.superblock.devices[place] {
             return Err(Error::Member {
@@ -146,7 +149,9 @@ impl Volume {
                 self.superblock.meta_segments[index] = copy.segments;
             }
         }
-        self.members[place] = Member::new(MemberRecord { failed: true, ..MemberRecord::default() });
+        // A new member: the device the place was taken from is no longer it.
+        let id = crate::journal::random_u64();
+        self.members[place] = Member::new(MemberRecord { id, failed: true, ..MemberRecord::default() });
         self.journal.label.generation += 1;
         self.bring_online(place);
         self.commit()?;

@@ -90,6 +90,7 @@ impl Writer {
         self.u64(s.began_unix_s);
     }
     pub(super) fn member(&mut self, m: &MemberRecord) {
+        self.u64(m.id);
         self.u8(u8::from(m.failed));
         self.u64(m.read_errors);
         self.u64(m.write_errors);
@@ -238,12 +239,19 @@ impl<'a> Reader<'a> {
         })
     }
     pub(super) fn member(&mut self) -> Result<MemberRecord> {
+        let id = self.u64()?;
         let failed = match self.u8()? {
             0 => false,
             1 => true,
             other => return Err(corrupt(format!("member state {other}"))),
         };
-        Ok(MemberRecord { failed, read_errors: self.u64()?, write_errors: self.u64()?, checksum_errors: self.u64()? })
+        Ok(MemberRecord {
+            id,
+            failed,
+            read_errors: self.u64()?,
+            write_errors: self.u64()?,
+            checksum_errors: self.u64()?,
+        })
     }
     pub(super) fn scrub(&mut self) -> Result<ScrubRecord> {
         Ok(ScrubRecord {
