@@ -288,10 +288,15 @@ fn a_resilver_cut_by_power_loss_resumes_from_the_metadata() {
     volume.commit().unwrap();
     volume.replace(1, device(&harness, 2), false).unwrap();
     let total = volume.missing_blocks(1);
-    let small = ResilverOptions { commit_every_bytes: 64 << 10, ..ResilverOptions::default() };
+    let small = ResilverOptions {
+        commit_every_bytes: 64 << 10,
+        max_request_bytes: Some(16 << 10),
+        max_in_flight: 2,
+        ..ResilverOptions::default()
+    };
     let mut engine = Resilver::new(&volume, 1, &small).unwrap();
-    for _ in 0..3 {
-        engine.step(&mut volume, 96 << 10).unwrap();
+    while volume.missing_blocks(1) * 2 > total {
+        assert!(!engine.step(&mut volume, 16 << 10).unwrap(), "the cut comes mid-resilver");
     }
     let copied_before_cut = total - volume.missing_blocks(1);
     assert!(copied_before_cut > 0, "some copies were made before the cut");
@@ -301,7 +306,15 @@ fn a_resilver_cut_by_power_loss_resumes_from_the_metadata() {
     let devices = vec![device(&harness, 0), device(&harness, 2)];
     let mut volume = Volume::open(devices, &options).expect("reopens after the cut");
     let left = volume.missing_blocks(1);
-    assert!(left < total, "progress survived in the metadata ({left} of {total} blocks left)");
+    assert!(left > 0 && left < total, "progress survived in the metadata ({left} of {total} blocks left)");
+    // Place 0 still holds the only copies of what is left: after the cut,
+    // as before it, it is not given up.
+    let at_risk = volume.status().redundancy.extents_at_risk;
+    match volume.fail_device(0, "taken out by the operator") {
+        Err(Error::LastCopy { device: 0, extents, .. }) => assert_eq!(extents, at_risk),
+        other => panic!("expected LastCopy after the cut, got {other:?}"),
+    }
+    assert_eq!(volume.missing_blocks(1), left, "nothing changed");
     let report = resilver_all(&mut volume, 1);
     assert_eq!(report.bytes_copied, left * 4096, "the resumed resilver copies only what is left");
     check(&mut volume, &data, true);
