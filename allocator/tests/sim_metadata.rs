@@ -887,3 +887,51 @@ fn open_reads_one_copy_whole_and_the_other_where_it_may_hold_more() {
         check(&mut volume, &model);
     }
 }
+
+/// A record that one mirror member holds with the same numbers (and the
+/// same session) as the other's, but other contents, is two histories:
+/// open refuses the pair with `Diverged`, writing nothing, where it used
+/// to take the first copy's and rewrite the other's as a bad record. Each
+/// device still opens alone.
+#[test]
+fn a_record_two_copies_hold_with_the_same_numbers_but_other_contents_is_refused() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    fill(&mut volume, &mut model, 3);
+    drop(volume.close().unwrap());
+    harness.restart();
+    // The last delta on device 1 whose first operation adds an extent: its
+    // extent's owner changed, every checksum made to hold again.
+    let sim = &harness.sims[1];
+    let forged = records(sim, 0..4).into_iter().rev().find_map(|record| {
+        let mut block = sim.read_block(1, record.lba);
+        for lba in record.lba + 1..record.lba + LPB {
+            block.extend(sim.read_block(1, lba));
+        }
+        let payload_bytes = u64::from_le_bytes(block[40..48].try_into().unwrap()) as usize;
+        // A delta: ops length (u64), count (u32), then the first op's code.
+        let add_first = !record.checkpoint && payload_bytes + 64 <= block.len() && block[64 + 12] == 1;
+        add_first.then(|| {
+            let owner = 64 + 12 + 1 + 8;
+            block[owner] ^= 0x5a;
+            let payload_crc = zoned_allocator::checksum::crc(&block[64..64 + payload_bytes]);
+            block[48..52].copy_from_slice(&payload_crc.to_le_bytes());
+            let header_crc = zoned_allocator::checksum::crc(&block[..60]);
+            block[60..64].copy_from_slice(&header_crc.to_le_bytes());
+            (record.lba, block)
+        })
+    });
+    let (lba, block) = forged.expect("a delta that adds an extent first");
+    sim.write_at_rest(1, lba, &block);
+    let before = device_writes(&harness);
+    match harness.open(&options) {
+        Err(Error::Diverged { sides }) => assert_eq!(sides.len(), 2),
+        other => panic!("expected Diverged, got {:?}", other.map(|v| v.recovery().clone())),
+    }
+    assert_eq!(device_writes(&harness), before, "the refused open wrote");
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options };
+    let mut volume = Volume::open(vec![harness.devices().remove(0)], &degraded).expect("device 0 alone");
+    check(&mut volume, &model);
+}

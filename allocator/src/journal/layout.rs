@@ -245,13 +245,15 @@ pub(crate) const ZERO_RUN_BLOCKS: u64 = 64;
 /// fault), and a later record that stands proves a hole (see `recovery`).
 ///
 /// With `beside`, the image of the same segment on a first copy and where
-/// that copy's chain of records there ends (see `recovery::chain_end`),
-/// this is a second copy and is read only where it may hold what the first
-/// lacks: its labels and the block of its first record, then, when that
-/// block is the first copy's, the blocks from the chain's end on, up to a
-/// run of zero blocks; or nothing more when the first copy's head holds
-/// no record (a retired segment). The blocks between are `skipped`. When
-/// the heads differ, it is read whole.
+/// that copy's chain of records there ends and its last record begins
+/// (see `recovery::chain_end`), this is a second copy and is read only
+/// where it may hold what the first lacks, or hold otherwise: its labels
+/// and the block of its first record, then, when that block is the first
+/// copy's, the blocks from the chain's last record on, up to a run of zero
+/// blocks; or nothing more when the first copy's head holds no record (a
+/// retired segment). The blocks between are `skipped`. When the heads
+/// differ, or the last records do (a record with the same numbers but
+/// other contents: two histories, see `Volume::load`), it is read whole.
 ///
 /// Both copies take the same records at the same offsets, a segment's
 /// chain beginning at its head: a second copy differs where a write to
@@ -267,10 +269,10 @@ pub(crate) fn read_segment_image(
     segment: u32,
     blocks: u64,
     stop_at_zeros: bool,
-    beside: Option<(&SegmentImage, Option<u64>)>,
+    beside: Option<(&SegmentImage, Option<(u64, u64)>)>,
 ) -> SegmentImage {
     let mut image = SegmentImage::new(blocks);
-    let Some((first, first_end)) = beside else {
+    let Some((first, first_chain)) = beside else {
         read_into(device, copy, g, segment, &mut image, 0..blocks, stop_at_zeros);
         return image;
     };
@@ -278,15 +280,21 @@ pub(crate) fn read_segment_image(
     read_into(device, copy, g, segment, &mut image, 0..head, false);
     let record = image.range(LABEL_BLOCKS, 1);
     let same_head = record.is_some() && record == first.range(LABEL_BLOCKS, 1);
-    match first_end {
+    match first_chain {
         _ if !same_head => read_into(device, copy, g, segment, &mut image, head..blocks, stop_at_zeros),
         None => image.skipped = head..blocks,
-        Some(end) => {
-            let from = end.clamp(head, blocks);
+        Some((tip, end)) => {
+            let from = tip.clamp(head, blocks);
             image.skipped = head..from;
             // Past the first copy's chain only a continuation of it
             // matters, which no run of zero blocks interrupts.
             read_into(device, copy, g, segment, &mut image, from..blocks, true);
+            let (tip, end) = (tip.clamp(LABEL_BLOCKS, blocks), end.clamp(LABEL_BLOCKS, blocks));
+            let tips = |image: &SegmentImage| image.range(tip, end - tip).map(<[u8]>::to_vec);
+            if tips(&image) != tips(first) {
+                image.skipped = 0..0;
+                read_into(device, copy, g, segment, &mut image, head..from, false);
+            }
         }
     }
     image

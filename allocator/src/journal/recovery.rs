@@ -517,23 +517,25 @@ fn verified_records(images: &[Option<[SegmentImage; 2]>], volume_id: u64) -> (Ve
 /// Where the chain of records at the head of a segment's image ends on
 /// this copy: past the last of the records that follow the first one
 /// block after block, in its generation with consecutive sequence numbers,
-/// as their headers say. Only the last one's payload is checked (when it
-/// fails, the chain ends before it): a bad payload before it leaves a
-/// later record of the chain standing, which recovery takes for a hole
-/// unless another copy fills it. `None` when the head holds no header of
-/// this volume. How open knows which blocks of a second copy it need not
-/// read (see `Volume::load`).
-pub(crate) fn chain_end(image: &SegmentImage, volume_id: u64) -> Option<u64> {
+/// as their headers say; and where its last record begins (the tip a
+/// second copy is compared at). Only the last one's payload is checked
+/// (when it fails, the chain ends before it): a bad payload before it
+/// leaves a later record of the chain standing, which recovery takes for a
+/// hole unless another copy fills it. `None` when the head holds no header
+/// of this volume. How open knows which blocks of a second copy it need
+/// not read (see `Volume::load`).
+pub(crate) fn chain_end(image: &SegmentImage, volume_id: u64) -> Option<(u64, u64)> {
     let header_at = |offset| image.range(offset, 1).and_then(Header::decode).filter(|h| h.volume_id == volume_id);
     let first = header_at(LABEL_BLOCKS)?;
-    let (mut at, mut last) = (LABEL_BLOCKS, first);
+    let (mut before, mut at, mut last) = (LABEL_BLOCKS, LABEL_BLOCKS, first);
     while let Some(next) = header_at(at + last.record_blocks())
         .filter(|h| h.kind == Kind::Delta && h.generation == first.generation && h.seq == last.seq + 1)
     {
+        before = at;
         at += last.record_blocks();
         last = next;
     }
-    Some(if record_payload(image, &last, at).is_some() { at + last.record_blocks() } else { at })
+    Some(if record_payload(image, &last, at).is_some() { (at, at + last.record_blocks()) } else { (before, at) })
 }
 
 /// The payload of the record whose header is at `offset`, when it is

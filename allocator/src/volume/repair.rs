@@ -48,6 +48,14 @@ impl Volume {
         let bytes_read =
             images.iter().flatten().flat_map(|segments| segments.iter()).map(|i| i.blocks() * BLOCK_SIZE as u64).sum();
         let recovered = recover(&images, self.volume_id, false)?;
+        if recovered.conflict {
+            // Equal numbers, other contents: not a bad copy to rewrite.
+            return Err(Error::Corrupt(
+                "the metadata copies hold a record with the same numbers but other contents (two histories): \
+                 neither was rewritten"
+                    .into(),
+            ));
+        }
         // The committed state is what open would find (after a failed
         // commit, the devices may hold one more).
         let found = (recovered.generation, recovered.seq);
