@@ -757,3 +757,35 @@ fn the_old_device_of_a_replaced_place_is_refused_not_taken_for_the_member() {
     resilver_all(&mut volume, 1);
     check(&mut volume, &data, true);
 }
+
+/// A running volume does not take back a member that went on alone: the
+/// device pulled, then opened alone elsewhere and written, is refused by
+/// `rejoin` (its copies may have moved or been overwritten in its own
+/// history), and the volume goes on as it was.
+#[test]
+fn a_member_that_went_on_alone_is_not_taken_back_by_a_running_volume() {
+    let (mut harness, options) = mirror();
+    let mut volume = harness.format(&options);
+    let mut data = Data::new();
+    write(&mut volume, &mut data, 20, 1);
+    volume.commit().unwrap();
+    harness.sims[1].inject(Fault::SurpriseRemoval);
+    write(&mut volume, &mut data, 5, 2);
+    volume.commit().unwrap();
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    // Re-seated, opened alone by another process, and written there.
+    harness.sims[1].power_cut();
+    harness.controllers[1] = nvme_driver::Controller::init(harness.sims[1].clone(), support::controller_options())
+        .expect("bring-up after re-seating");
+    let mut other = open_alone(&harness, &options, 1);
+    let mut elsewhere = Data::new();
+    write(&mut other, &mut elsewhere, 4, 3);
+    other.commit().unwrap();
+    drop(other.close().unwrap());
+    match volume.rejoin(device(&harness, 1)) {
+        Err(Error::Member { device: 1, why }) => assert!(why.contains("went on alone"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    check(&mut volume, &data, false);
+}

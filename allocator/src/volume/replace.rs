@@ -2,12 +2,13 @@
 //! failed member's place ([`Volume::replace`]): checked, its zones set up,
 //! the metadata rewritten on every copy; what it lacks is for a resilver.
 
+use super::identify::read_images;
 use super::member::Member;
 use super::zone_plan::ZoneAction;
 use super::Volume;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::journal::recovery::{probe, Probe};
+use crate::journal::recovery::{probe, tips, Probe};
 use crate::journal::{MemberRecord, Op};
 use crate::zones::ZoneTable;
 use crate::{ExtentId, Location, BLOCK_SIZE};
@@ -50,6 +51,25 @@ impl Volume {
         let descriptors = device.load_zones(blocks)?;
         let mut all = vec![Vec::new(); self.devices.len()];
         all[place] = descriptors;
+        // A member that went on alone since (opened degraded elsewhere)
+        // holds a history of its own: its newest records name a session
+        // this volume never went through (see `fork`).
+        let mut alone: Vec<Option<Device>> = (0..self.devices.len()).map(|_| None).collect();
+        alone[place] = Some(device);
+        let images = read_images(&mut alone, &all, &self.superblock, self.volume_id, true);
+        let device = alone[place].take().expect("given back");
+        let newest = tips(&images, self.volume_id).into_iter().flatten().max_by_key(|t| (t.generation, t.seq));
+        if let Some(tip) = newest.filter(|t| !self.superblock.sessions.iter().any(|s| s.id == t.session)) {
+            return Err(Error::Member {
+                device: place,
+                why: format!(
+                    "it went on alone since it was given up (its last commit, {} of generation {}, is of session \
+                     {:#x}, which this volume never went through): the members went on apart; close the volume \
+                     and keep one side (`Volume::resolve`, `volume resolve`)",
+                    tip.seq, tip.generation, tip.session
+                ),
+            });
+        }
         self.devices[place] = Some(device);
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         let mut actions = Vec::new();
