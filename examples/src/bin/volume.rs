@@ -2,7 +2,8 @@
 //! the status of every device place (text, `--json`, or the Prometheus
 //! text exposition format), putting a new device in a failed one's place,
 //! the resilver that writes the copies a member lacks, a read-only check,
-//! and giving a member up on purpose.
+//! giving a member up on purpose, and keeping one side of a mirror whose
+//! members went on apart.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
@@ -33,7 +34,7 @@ const PLACES_MAX: u64 = 2;
 /// Why `volume fail` gives a member up, as the metadata records it.
 const FAILED_BY_OPERATOR: &str = "taken out by the operator";
 
-/// View and control a volume's members: status, replace, resilver, check, fail.
+/// View and control a volume's members: status, replace, resilver, check, fail, resolve.
 #[derive(Parser, Debug)]
 #[command(
     name = "volume",
@@ -54,9 +55,10 @@ enum Command {
     /// what is at risk, the resilver and the last scrub.
     #[command(after_help = "Opening the volume may write its metadata: a member that came back rejoins (and \
                             lacks only what was written while it was away), a metadata copy that differs is \
-                            rewritten, and with --degraded a missing member is recorded failed.\n\
-                            Exit status: 0 online; 3 degraded, resilvering or failed; 1 an error; 2 a bad \
-                            argument.")]
+                            rewritten, and with --degraded a missing member is recorded failed. Members that \
+                            went on apart are shown side by side, and nothing is written (see resolve).\n\
+                            Exit status: 0 online; 3 degraded, resilvering, damaged (extents lost), failed or \
+                            diverged; 1 an error; 2 a bad argument.")]
     Status(StatusArgs),
     /// Put a new device in the place of a failed or missing member, then
     /// resilver it. Destroys what the new device holds (asks first).
