@@ -40,9 +40,9 @@ const FAILED_BY_OPERATOR: &str = "taken out by the operator";
     name = "volume",
     version,
     after_help = "Exit status: 0 done and the volume healthy; 3 done, but the volume needs attention (status: \
-                  degraded, resilvering or failed; resilver or replace: copies still missing or the verify pass \
-                  not clean; check: not clean); 1 an error; 2 a bad argument (every option is checked before a \
-                  device is opened)."
+                  degraded, resilvering, damaged, failed or diverged; resilver, replace or resolve: copies still \
+                  missing or the verify pass not clean; check: not clean); 1 an error; 2 a bad argument (every \
+                  option is checked before a device is opened)."
 )]
 struct Cli {
     #[command(subcommand)]
