@@ -114,7 +114,7 @@ fn scrub_numbers_and_devices_are_checked_before_any_device() {
     refused(SCRUB, &["--sim", "0"], USAGE, &["--sim"]);
     refused(SCRUB, &["--ns", "1,1"], USAGE, &["--ns 1,1", "one namespace twice"]);
     refused(SCRUB, &["--ns", "1,2,3"], USAGE, &["3 --ns"]);
-    refused(SCRUB, &["--resume", "--state", "/nonexistent/scrub.state"], FAILURE, &["/nonexistent/scrub.state"]);
+    refused(SCRUB, &["--resume", "--state", "/nonexistent/scrub.state"], USAGE, &["/nonexistent/scrub.state"]);
 }
 
 #[test]
@@ -358,4 +358,63 @@ fn volume_status_shows_a_diverged_pair_and_resolve_keeps_the_side_named() {
     assert!(stderr.contains("have not gone on apart"), "{stderr}");
     let (code, _, _) = run(VOLUME, &[&["resolve", "--keep", "sim2", "--yes"][..], &diverged].concat());
     assert_eq!(code, Some(2));
+}
+
+/// A scratch directory of this test process's own, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tool-args-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.join(file).to_str().expect("UTF-8").to_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `scrub --state` never overwrites a file that is not its own, nor an
+/// unfinished pass, and checks where it will write before it scrubs: a
+/// user's file, an unfinished checkpoint without --resume, and a path in
+/// a directory that does not exist are refused (exit 2) before any
+/// device is opened, with the file unchanged; `--new-pass` replaces an
+/// unfinished checkpoint when asked to.
+#[test]
+fn scrub_state_never_overwrites_what_is_not_its_own() {
+    let scratch = Scratch::new("scrub-state");
+    let notes = scratch.path("notes.txt");
+    std::fs::write(&notes, "a user's notes\n").unwrap();
+    let (code, stdout, stderr) = run(SCRUB, &["--sim", "16M", "--state", &notes, "--no-progress"]);
+    assert_eq!(code, Some(USAGE), "{stdout}{stderr}");
+    assert!(stderr.contains("not a scrub checkpoint") && stderr.contains(&notes), "{stderr}");
+    assert!(stdout.is_empty(), "nothing was scrubbed: {stdout}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "a user's notes\n");
+
+    let state = scratch.path("scrub.state");
+    let (code, stdout, stderr) =
+        run(SCRUB, &["--sim", "64M", "--state", &state, "--cancel-after", "1M", "--no-progress"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let unfinished = std::fs::read_to_string(&state).unwrap();
+    assert!(unfinished.contains("\"finished\":false"), "{unfinished}");
+    let (code, stdout, stderr) = run(SCRUB, &["--sim", "64M", "--state", &state, "--no-progress"]);
+    assert_eq!(code, Some(USAGE), "{stdout}{stderr}");
+    assert!(stderr.contains("unfinished") && stderr.contains("--resume") && stderr.contains("--new-pass"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), unfinished, "the unfinished pass is kept");
+    let (code, stdout, stderr) = run(SCRUB, &["--sim", "64M", "--state", &state, "--new-pass", "--no-progress"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(std::fs::read_to_string(&state).unwrap().contains("\"finished\":true"));
+
+    let nowhere = scratch.path("no/such/dir/scrub.state");
+    let (code, stdout, stderr) = run(SCRUB, &["--sim", "16M", "--state", &nowhere, "--no-progress"]);
+    assert_eq!(code, Some(USAGE), "{stdout}{stderr}");
+    assert!(stderr.contains(&nowhere) && stdout.is_empty(), "{stderr}");
 }

@@ -70,6 +70,11 @@ struct Args {
     /// found too; a finished pass starts a new one.
     #[arg(long, requires = "state")]
     resume: bool,
+    /// Start a new pass even though --state holds an unfinished one, or
+    /// another volume's: what it had found is dropped. Without it, such a
+    /// file is refused (and a file that is not a checkpoint always is).
+    #[arg(long, requires = "state", conflicts_with = "resume")]
+    new_pass: bool,
     /// Cancel after this many bytes, more than 0 (for tests of resume).
     #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
     cancel_after: Option<u64>,
@@ -100,11 +105,72 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(Outcome::Damaged) => ExitCode::from(3),
         Ok(Outcome::Clean | Outcome::Incomplete) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Stop::Refused(message)) => {
+            eprintln!("scrub: {message}");
+            ExitCode::from(2)
+        }
+        Err(Stop::Failed(message)) => {
             eprintln!("scrub: {message}");
             ExitCode::FAILURE
         }
+        Err(Stop::Unsaved { outcome, message }) => {
+            eprintln!("scrub: {message}");
+            // The scrub's own finding is not masked by the file's failure.
+            ExitCode::from(if outcome == Outcome::Damaged { 3 } else { 1 })
+        }
     }
+}
+
+/// Why a run ends without its result.
+enum Stop {
+    /// An argument, found wrong before the scrub began (exit 2).
+    Refused(String),
+    /// The scrub failed (exit 1).
+    Failed(String),
+    /// The scrub ran and its report was printed, but the checkpoint could
+    /// not be saved.
+    Unsaved { outcome: Outcome, message: String },
+}
+
+impl From<String> for Stop {
+    fn from(message: String) -> Stop {
+        Stop::Failed(message)
+    }
+}
+
+/// Checks `--state` before any device is opened: its directory takes a
+/// file (the checkpoint is written beside it, then renamed), and an
+/// existing file there is a scrub checkpoint, finished unless resumed or
+/// replaced with `--new-pass`. Returns the checkpoint found, if any.
+fn check_state(args: &Args) -> Result<Option<Checkpoint>, Stop> {
+    let Some(path) = &args.state else { return Ok(None) };
+    let shown = path.display();
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => Some(Checkpoint::from_json(&text).map_err(|_| {
+            Stop::Refused(format!(
+                "--state {shown}: the file exists and is not a scrub checkpoint; refusing to overwrite it (give \
+                 another path, or remove it)"
+            ))
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !args.resume => None,
+        Err(e) => return Err(Stop::Refused(format!("--state {shown}: {e}"))),
+    };
+    if let Some(checkpoint) = &existing {
+        if !checkpoint.finished && !args.resume && !args.new_pass {
+            let found = checkpoint.findings.errors.total_blocks();
+            return Err(Stop::Refused(format!(
+                "--state {shown} holds an unfinished pass ({} bytes read, {found} bad block(s) found so far): \
+                 --resume continues it; --new-pass starts over and drops it",
+                checkpoint.bytes_done
+            )));
+        }
+    }
+    // Where the checkpoint will be written, tried now.
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, b"").and_then(|()| std::fs::remove_file(&temporary)).map_err(|e| {
+        Stop::Refused(format!("--state {shown}: cannot write beside it ({}: {e})", temporary.display()))
+    })?;
+    Ok(existing)
 }
 
 fn device_options(args: &Args) -> DeviceOptions {
@@ -160,20 +226,23 @@ fn open_volume(args: &Args) -> Result<(Vec<Controller>, Volume), String> {
     Ok((controllers, volume))
 }
 
-fn run(args: &Args) -> Result<Outcome, String> {
+fn run(args: &Args) -> Result<Outcome, Stop> {
     // The checkpoint is read before any device is opened: a bad file
     // stops the scrub before it starts.
-    let resume = if args.resume {
-        let path = args.state.as_ref().expect("clap requires --state");
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Some(Checkpoint::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?)
-    } else {
-        None
-    };
+    let existing = check_state(args)?;
+    let resume = if args.resume { existing.clone() } else { None };
     if args.crc32c != "auto" {
         std::env::set_var("ZONED_CRC32C", &args.crc32c);
     }
     let (_controllers, mut volume) = open_volume(args)?;
+    if let Some(other) = existing.filter(|c| c.volume_id != volume.id() && !args.resume && !args.new_pass) {
+        return Err(Stop::Refused(format!(
+            "--state {} holds a checkpoint of volume {:#x}, not of this one ({:#x}): --new-pass replaces it",
+            args.state.as_ref().expect("a checkpoint was read").display(),
+            other.volume_id,
+            volume.id()
+        )));
+    }
     let options = ScrubOptions {
         max_in_flight: args.qd,
         max_request_bytes: args.bs.map(|b| b as usize),
@@ -224,12 +293,9 @@ fn run(args: &Args) -> Result<Outcome, String> {
             }
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| Stop::Failed(e.to_string()))?;
     if progress {
         eprintln!();
-    }
-    if let Some(e) = save_error {
-        return Err(format!("saving the checkpoint: {e}"));
     }
     if args.json {
         let json = serde_json::json!({
@@ -247,5 +313,11 @@ fn run(args: &Args) -> Result<Outcome, String> {
         println!("  crc32c: {}, {} verify thread(s)", checksum::implementation().name(), args.verify_threads);
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
+    if let Some(e) = save_error {
+        return Err(Stop::Unsaved {
+            outcome: report.outcome,
+            message: format!("the report above stands, but the checkpoint could not be saved: {e}"),
+        });
+    }
     Ok(report.outcome)
 }
