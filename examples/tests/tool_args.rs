@@ -418,3 +418,39 @@ fn scrub_state_never_overwrites_what_is_not_its_own() {
     assert_eq!(code, Some(USAGE), "{stdout}{stderr}");
     assert!(stderr.contains(&nowhere) && stdout.is_empty(), "{stderr}");
 }
+
+/// `plot` never replaces its own input, nor a file that is not a chart
+/// unless told to (`--force`), and refuses values no bandwidth log holds
+/// (NaN, infinities, negatives) rather than drawing an invalid SVG; each
+/// refusal exits 2 and leaves the files as they were.
+#[test]
+fn plot_never_overwrites_its_input_or_a_file_that_is_not_a_chart() {
+    const PLOT: &str = env!("CARGO_BIN_EXE_plot");
+    let scratch = Scratch::new("plot");
+    let log = scratch.path("lg_bw.1.log");
+    std::fs::write(&log, "1000, 2048, 1, 262144\n2000, 1024, 1, 262144\n").unwrap();
+    let input = format!("a={log}");
+    let (code, _, stderr) = run(PLOT, &["--out", &log, &input]);
+    assert_eq!(code, Some(USAGE), "{stderr}");
+    assert!(stderr.contains("its own input"), "{stderr}");
+    assert!(std::fs::read_to_string(&log).unwrap().starts_with("1000, 2048"), "the log is intact");
+    let notes = scratch.path("notes.txt");
+    std::fs::write(&notes, "mine\n").unwrap();
+    let (code, _, stderr) = run(PLOT, &["--out", &notes, &input]);
+    assert_eq!(code, Some(USAGE), "{stderr}");
+    assert!(stderr.contains("--force") && std::fs::read_to_string(&notes).unwrap() == "mine\n", "{stderr}");
+    let (code, _, stderr) = run(PLOT, &["--out", &notes, "--force", &input]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let chart = scratch.path("chart.svg");
+    for _ in 0..2 {
+        let (code, _, stderr) = run(PLOT, &["--out", &chart, &input]);
+        assert_eq!(code, Some(0), "a chart it drew is its own to redraw: {stderr}");
+    }
+    for bad in ["1000, NaN, 1, 4096\n", "1000, inf, 1, 4096\n", "1000, -5, 1, 4096\n", "-1, 5, 1, 4096\n"] {
+        let odd = scratch.path("odd.log");
+        std::fs::write(&odd, bad).unwrap();
+        let (code, _, stderr) = run(PLOT, &["--out", &scratch.path("odd.svg"), &format!("b={odd}")]);
+        assert_eq!(code, Some(USAGE), "{bad:?}: {stderr}");
+        assert!(stderr.contains("line 1"), "{stderr}");
+    }
+}
