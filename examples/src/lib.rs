@@ -1,6 +1,6 @@
 //! Shared pieces of the tools (identify, perf, zeroout, seqwrite, scrub,
 //! volume, plot): option parsing, device choice, confirmation before
-//! destroying data, the volume tool's views (text, Prometheus exposition,
+//! destroying data, output files checked before any device is touched, the volume tool's views (text, Prometheus exposition,
 //! controller health). The conformance scenarios the tests run are in
 //! `nvme-testkit`. Sizes, charts and
 //! histograms are in `nvme-report`, which the bench shares.
@@ -13,6 +13,7 @@ pub mod device;
 mod fixtures;
 pub mod health;
 pub mod logging;
+pub mod output;
 pub mod profile;
 pub mod prometheus;
 pub mod volume_view;

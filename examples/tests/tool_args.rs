@@ -454,3 +454,31 @@ fn plot_never_overwrites_its_input_or_a_file_that_is_not_a_chart() {
         assert!(stderr.contains("line 1"), "{stderr}");
     }
 }
+
+/// seqwrite checks where its plot and logs go before any device is
+/// touched (a directory that does not exist: exit 2, nothing written),
+/// refuses to replace a file there that is not its own (a user's file as
+/// the plot), and when an output fails after the work, still prints the
+/// results and names the path.
+#[test]
+fn seqwrite_outputs_are_checked_first_and_never_cost_the_results() {
+    let scratch = Scratch::new("seqwrite-outputs");
+    let nowhere = scratch.path("no/such/dir/x");
+    for option in ["--plot", "--write-log"] {
+        let (code, stdout, stderr) = run(SEQWRITE, &["--sim", "--size", "8M", option, &nowhere, "--no-progress"]);
+        assert_eq!(code, Some(USAGE), "{option}: {stdout}{stderr}");
+        assert!(stderr.contains(&nowhere) && !stdout.contains("write:"), "{option}: {stderr}");
+    }
+    let notes = scratch.path("notes.txt");
+    std::fs::write(&notes, "mine\n").unwrap();
+    let (code, _, stderr) = run(SEQWRITE, &["--sim", "--size", "8M", "--plot", &notes, "--no-progress"]);
+    assert_eq!(code, Some(USAGE), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine\n");
+    let chart = scratch.path("chart.svg");
+    let prefix = scratch.path("run");
+    let (code, stdout, stderr) =
+        run(SEQWRITE, &["--sim", "--size", "8M", "--plot", &chart, "--write-log", &prefix, "--no-progress"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
+    assert!(std::fs::metadata(format!("{prefix}_bw.1.log")).is_ok());
+}

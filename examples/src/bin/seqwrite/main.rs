@@ -18,10 +18,11 @@ use nvme_examples::checksums::ChecksumsArg;
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::logging;
+use nvme_examples::output;
 use nvme_examples::profile::ProfileArg;
 use report::{report, Run, Tally};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -203,6 +204,15 @@ fn check_args(args: &Args) -> Result<(), String> {
     }
     if args.format {
         check_new_volume(args)?;
+    }
+    // Where the plot and the logs go, before any device is touched.
+    if let Some(path) = &args.plot {
+        output::check("--plot", path, output::is_svg)?;
+    }
+    if let Some(prefix) = &args.write_log {
+        for kind in ["bw", "iops", "lat"] {
+            output::check("--write-log", Path::new(&format!("{prefix}_{kind}.1.log")), output::is_fio_log)?;
+        }
     }
     if args.sim && args.sim_zone > args.sim_capacity {
         return Err(format!(

@@ -177,8 +177,13 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
     if args.verify {
         verify(volume, bs, args.same_data).map_err(|e| format!("verify: {e}"))?;
     }
+    // An output that cannot be written costs neither the summary nor the
+    // other outputs: each failure is named after the summary.
+    let mut unsaved = Vec::new();
     if let Some(prefix) = &args.write_log {
-        write_logs(prefix, intervals, args.bs).map_err(|e| format!("logs: {e}"))?;
+        if let Err(e) = write_logs(prefix, intervals, args.bs) {
+            unsaved.push(format!("the logs {prefix}_{{bw,iops,lat}}.1.log: {e}"));
+        }
     }
     if let Some(path) = &args.plot {
         let points = intervals.iter().map(|i| (i.end_ms as f64 / 1000.0, i.kib_s() / 1024.0)).collect();
@@ -190,7 +195,9 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
             flatness.unwrap_or(f64::NAN)
         );
         let svg = line_chart(&title, "time (s)", "MiB/s", &[Series { label: "bandwidth".into(), points }]);
-        std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Err(e) = std::fs::write(path, svg) {
+            unsaved.push(format!("the plot {}: {e}", path.display()));
+        }
     }
     let fill_volume = stats.valid_bytes as f64 / capacity as f64 * 100.0;
     let fill_namespace = stats.valid_bytes as f64 / namespace_bytes as f64 * 100.0;
@@ -209,6 +216,9 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
     match args.json {
         true => print_json(args, run, &summary),
         false => print_text(args, run, &summary),
+    }
+    if !unsaved.is_empty() {
+        return Err(format!("the results above stand, but could not write {}", unsaved.join("; ")));
     }
     Ok(())
 }

@@ -1,0 +1,55 @@
+//! Files a tool writes besides its report (plots, logs, checkpoints):
+//! checked before any device is touched, and never written over something
+//! that is not the tool's own.
+
+use std::path::Path;
+
+/// Checks that the tool may write `path` (named by `option` in messages):
+/// its directory exists and takes a new file (one is made and removed
+/// beside it), and a file already there is one `ours` recognises from its
+/// first bytes (up to 4 KiB) as the tool's own kind.
+pub fn check(option: &str, path: &Path, ours: impl Fn(&[u8]) -> bool) -> Result<(), String> {
+    let shown = path.display();
+    match std::fs::read(path) {
+        Ok(held) if !ours(&held[..held.len().min(4096)]) => {
+            return Err(format!(
+                "{option} {shown}: the file exists and is not one this tool writes; refusing to replace it (give \
+                 another path, or remove it)"
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{option} {shown}: {e}")),
+    }
+    let mut probe = path.as_os_str().to_owned();
+    probe.push(format!(".probe-{}", std::process::id()));
+    let probe = Path::new(&probe);
+    std::fs::write(probe, b"")
+        .and_then(|()| std::fs::remove_file(probe))
+        .map_err(|e| format!("{option} {shown}: cannot write there: {e}"))
+}
+
+/// An SVG (a chart drawn before).
+pub fn is_svg(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).trim_start().starts_with("<svg")
+}
+
+/// An fio-format log (`time, value, ...` lines), or nothing yet.
+pub fn is_fio_log(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(head);
+    let Some(first) = text.lines().next() else { return true };
+    let mut fields = first.split(',').map(str::trim);
+    fields.next().is_some_and(|f| f.parse::<u64>().is_ok()) && fields.next().is_some_and(|f| f.parse::<f64>().is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_told_from_their_first_bytes() {
+        assert!(is_svg(b"  <svg xmlns=...") && !is_svg(b"notes"));
+        assert!(is_fio_log(b"1000, 2048, 1, 4096, 0\n") && is_fio_log(b""));
+        assert!(!is_fio_log(b"my notes\n"));
+    }
+}
