@@ -268,3 +268,50 @@ mod tests {
         assert!(parse("0").unwrap_err().to_string().contains("1..=1024"));
     }
 }
+
+/// A PCI address, `DDDD:BB:DD.F` or `BB:DD.F` (domain 0), hexadecimal,
+/// normalised to the kernel's form (`0000:01:00.0`, lowercase), so that
+/// one function named two ways is one.
+pub fn pci_address(text: &str) -> Result<String, String> {
+    let bad =
+        || format!("{text}: not a PCI address (expected DDDD:BB:DD.F or BB:DD.F, hexadecimal, e.g. 0000:01:00.0)");
+    let (rest, function) = text.rsplit_once('.').ok_or_else(bad)?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (domain, bus, device) = match parts[..] {
+        [domain, bus, device] => (domain, bus, device),
+        [bus, device] => ("0", bus, device),
+        _ => return Err(bad()),
+    };
+    let field = |digits: &str, width: usize, max: u32| {
+        let ok = !digits.is_empty() && digits.len() <= width && digits.chars().all(|c| c.is_ascii_hexdigit());
+        ok.then(|| u32::from_str_radix(digits, 16).ok()).flatten().filter(|&v| v <= max).ok_or_else(bad)
+    };
+    let (domain, bus, device, function) =
+        (field(domain, 4, 0xffff)?, field(bus, 2, 0xff)?, field(device, 2, 0x1f)?, field(function, 1, 7)?);
+    Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
+}
+
+/// A PCI address as [`pci_address`] takes it, or a simulated controller's
+/// name (`sim0`, `sim1`, ...) for tools that run on the simulator.
+pub fn pci_address_or_sim(text: &str) -> Result<String, String> {
+    match text.strip_prefix("sim") {
+        Some(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => Ok(text.to_owned()),
+        _ => pci_address(text),
+    }
+}
+
+#[cfg(test)]
+mod pci_tests {
+    use super::pci_address;
+
+    #[test]
+    fn pci_addresses_are_normalised_and_checked() {
+        assert_eq!(pci_address("0000:01:00.0").as_deref(), Ok("0000:01:00.0"));
+        assert_eq!(pci_address("01:00.0").as_deref(), Ok("0000:01:00.0"));
+        assert_eq!(pci_address("1:0.7").as_deref(), Ok("0000:01:00.7"));
+        assert_eq!(pci_address("ABCD:Ef:1f.3").as_deref(), Ok("abcd:ef:1f.3"));
+        for bad in ["", "zz", "0000:01:00", "01:00.8", "01:20.0", "0000:100:00.0", "1:2:3:4.0", "0x1:00.0", ":00.0"] {
+            assert!(pci_address(bad).unwrap_err().contains("not a PCI address"), "{bad}");
+        }
+    }
+}

@@ -100,7 +100,7 @@ pub struct VolumeLocation {
     /// Controller PCI address of the volume's devices: one, or two for a
     /// mirror across controllers. Default: the first NVMe function bound
     /// to vfio-pci.
-    #[arg(long = "pci", value_name = "BDF")]
+    #[arg(long = "pci", value_name = "BDF", value_parser = args::pci_address)]
     pub pci: Vec<String>,
     /// Namespace IDs (1..=4294967294), comma-separated, one per device, in
     /// any order: a mirror on one controller takes two (--ns 1,2); with

@@ -482,3 +482,29 @@ fn seqwrite_outputs_are_checked_first_and_never_cost_the_results() {
     assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
     assert!(std::fs::metadata(format!("{prefix}_bw.1.log")).is_ok());
 }
+
+/// A PCI address is parsed and normalised (domain included) by every
+/// tool before any device is opened: a malformed one is exit 2 "not a PCI
+/// address", and one device named two ways is one device.
+#[test]
+fn pci_addresses_are_parsed_and_one_device_named_two_ways_is_one() {
+    const IDENTIFY: &str = env!("CARGO_BIN_EXE_identify");
+    for tool in [IDENTIFY, PERF, ZEROOUT, SEQWRITE, SCRUB] {
+        for bad in ["zz", "0000:01:00", "01:00.8", "1:2:3:4.0", "0000:100:00.0", "01:20.0"] {
+            refused(tool, &["--pci", bad], USAGE, &["not a PCI address", bad]);
+        }
+    }
+    refused(VOLUME, &["status", "--pci", "zz"], USAGE, &["not a PCI address"]);
+    refused(
+        SEQWRITE,
+        &["--pci", "0000:01:00.0", "--pci", "01:00.0", "--profile", "mirror"],
+        USAGE,
+        &["0000:01:00.0", "given twice"],
+    );
+    refused(
+        VOLUME,
+        &["replace", "--pci", "0000:01:00.0", "--pci", "0000:02:00.0", "--place", "0", "--new-pci", "01:00.0"],
+        USAGE,
+        &["a device given as the volume's"],
+    );
+}

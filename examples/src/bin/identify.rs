@@ -20,7 +20,7 @@ use std::sync::Arc;
 struct Args {
     /// PCI address of a controller (DDDD:BB:DD.F or BB:DD.F); repeatable.
     /// All controllers are opened in one VFIO container.
-    #[arg(long = "pci", value_name = "BDF")]
+    #[arg(long = "pci", value_name = "BDF", value_parser = nvme_examples::args::pci_address)]
     pci: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]

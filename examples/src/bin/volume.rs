@@ -177,7 +177,7 @@ struct ReplaceArgs {
     place: usize,
     /// Controller PCI address of the new device (on --sim: sim0, sim1 or
     /// sim2, the default).
-    #[arg(long, value_name = "BDF", required_unless_present = "sim")]
+    #[arg(long, value_name = "BDF", required_unless_present = "sim", value_parser = args::pci_address_or_sim)]
     new_pci: Option<String>,
     /// Namespace ID of the new device, 1..=4294967294.
     #[arg(long, value_name = "NSID", default_value_t = 1, value_parser = args::nsid)]
@@ -251,7 +251,7 @@ struct ResolveArgs {
     volume: VolumeArgs,
     /// Controller PCI address of the side to keep (on --sim: sim0 or
     /// sim1); the other is rebuilt from it.
-    #[arg(long, value_name = "BDF")]
+    #[arg(long, value_name = "BDF", value_parser = args::pci_address_or_sim)]
     keep: String,
     /// Don't ask before destroying the other side (without a terminal to
     /// ask on, resolve needs it).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 #[command(version, about)]
 struct Args {
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
-    #[arg(long, value_name = "BDF")]
+    #[arg(long, value_name = "BDF", value_parser = nvme_examples::args::pci_address)]
     pci: Option<String>,
     /// Namespace ID, 1..=4294967294.
     #[arg(long, default_value_t = 1, value_parser = args::nsid)]

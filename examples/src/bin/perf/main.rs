@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, default_value_t = 1, value_parser = args::nsid)]
     ns: u32,
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
-    #[arg(long, value_name = "BDF")]
+    #[arg(long, value_name = "BDF", value_parser = nvme_examples::args::pci_address)]
     pci: Option<String>,
     /// Percentage of reads for randrw.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]

@@ -35,7 +35,7 @@ use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions, Wri
 struct Args {
     /// Controller PCI address: one, or two for a mirror across controllers.
     /// Default: the first NVMe function bound to vfio-pci.
-    #[arg(long = "pci", value_name = "BDF")]
+    #[arg(long = "pci", value_name = "BDF", value_parser = args::pci_address)]
     pci: Vec<String>,
     /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
     /// mirror on one controller takes two (--ns 1,2); with two --pci, one
