@@ -81,24 +81,25 @@ fn a_member_that_comes_back_is_resilvered() {
 
 #[test]
 fn a_new_device_replaces_a_missing_one() {
-    let done = json(&["replace", "--sim-state", "degraded", "--place", "1"], 0);
+    let done = json(&["replace", "--sim-state", "degraded", "--place", "1", "--yes"], 0);
     assert_eq!(done["new_device"]["pci"], "sim2");
     assert_eq!(done["complete"], true);
     assert_eq!(done["status"]["state"], "online");
     assert_eq!(done["status"]["devices"][1]["pci"], "sim2");
     // The old member is not blank: refused without --force, taken with it.
-    let (code, _, stderr) = run(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1"]);
+    let (code, _, stderr) = run(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1", "--yes"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("not blank") && stderr.contains("--force"), "{stderr}");
-    let forced = json(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1", "--force"], 0);
+    let forced =
+        json(&["replace", "--sim-state", "degraded", "--place", "1", "--new-pci", "sim1", "--force", "--yes"], 0);
     assert_eq!(forced["status"]["state"], "online");
     // A place in use is not replaced; a device of the volume is not a new one.
-    let (code, _, stderr) = run(&["replace", "--place", "1"]);
+    let (code, _, stderr) = run(&["replace", "--place", "1", "--yes"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("in use"), "{stderr}");
     let (code, _, stderr) = run(&["replace", "--place", "1", "--new-pci", "sim0"]);
     assert_eq!(code, Some(2), "{stderr}");
-    let left = json(&["replace", "--sim-state", "degraded", "--place", "1", "--no-resilver"], 0);
+    let left = json(&["replace", "--sim-state", "degraded", "--place", "1", "--no-resilver", "--yes"], 0);
     assert_eq!(left["resilver"], Value::Null);
     assert_eq!(left["status"]["state"], "resilvering");
 }
@@ -114,18 +115,24 @@ fn check_writes_nothing_and_says_whether_open_would() {
 
 #[test]
 fn fail_gives_a_member_up_and_asks_first() {
-    let failed = json(&["fail", "--place", "0"], 0);
+    let failed = json(&["fail", "--place", "0", "--yes"], 0);
     assert_eq!(failed["status"]["state"], "degraded");
     assert_eq!(failed["status"]["devices"][0]["state"], "failed");
     assert_eq!(failed["status"]["devices"][0]["why"], "taken out by the operator");
     // The last device in use is not given up.
-    let (code, _, stderr) = run(&["fail", "--sim-state", "degraded", "--degraded", "--place", "0"]);
+    let (code, _, stderr) = run(&["fail", "--sim-state", "degraded", "--degraded", "--place", "0", "--yes"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("last device"), "{stderr}");
 }
 
 #[test]
 fn destroying_commands_need_yes_without_a_terminal() {
+    // On the simulator too, as the help says.
+    for args in [&["replace", "--sim-state", "degraded", "--place", "1"][..], &["fail", "--place", "1"]] {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, Some(1), "{args:?} --sim: {stderr}");
+        assert!(stderr.contains("pass --yes"), "{args:?} --sim: {stderr}");
+    }
     for args in [&["replace", "--place", "1", "--new-pci", "0000:09:00.0"][..], &["fail", "--place", "1"]] {
         let output = Command::new(VOLUME).args(args).stdin(Stdio::null()).output().expect("the tool runs");
         let stderr = String::from_utf8_lossy(&output.stderr);

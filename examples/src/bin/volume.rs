@@ -641,7 +641,7 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
         "replace destroys everything on namespace {} of {new_name}{formatted}, which takes place {} of the volume",
         a.new_ns, a.place
     );
-    confirm_on_stdin("volume", &what, a.yes || sim)?;
+    confirm_on_stdin("volume", &what, a.yes)?;
     let mut controllers = open_controllers(&a.volume)?;
     let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
     let new_name = controllers[new_index].name.clone();
@@ -783,7 +783,7 @@ fn fail(a: &FailArgs) -> Result<Done, String> {
          one copy until a replace and its resilver",
         a.place
     );
-    confirm_on_stdin("volume", &what, a.yes || a.volume.sim.is_some())?;
+    confirm_on_stdin("volume", &what, a.yes)?;
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
     let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
