@@ -125,6 +125,18 @@ pub fn runtime_s(text: &str) -> Result<f64, String> {
     number_in(text, 0.0, true, RUNTIME_S_MAX, "a number of seconds")
 }
 
+/// Whole seconds in `min..=max`; a fraction or anything else is refused
+/// saying whole seconds are expected.
+pub fn whole_seconds_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text: &str| {
+        text.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (min..=max).contains(s))
+            .ok_or_else(|| format!("{text}: expected whole seconds, {min}..={max}"))
+    }
+}
+
 /// A rate limit in MiB/s: finite, 1..=1048576 (fractions allowed).
 pub fn rate_mib_s(text: &str) -> Result<f64, String> {
     number_in(text, RATE_MIB_S_MIN, false, RATE_MIB_S_MAX, "a rate in MiB/s")
@@ -302,7 +314,16 @@ pub fn pci_address_or_sim(text: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod pci_tests {
-    use super::pci_address;
+    use super::{pci_address, whole_seconds_in};
+
+    #[test]
+    fn seconds_are_whole() {
+        let parse = whole_seconds_in(1, 86400);
+        assert_eq!(parse("10"), Ok(10));
+        for bad in ["1.5", "0", "86401", "-1", "ten"] {
+            assert!(parse(bad).unwrap_err().contains("expected whole seconds, 1..=86400"), "{bad}");
+        }
+    }
 
     #[test]
     fn pci_addresses_are_normalised_and_checked() {

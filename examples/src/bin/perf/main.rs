@@ -77,7 +77,7 @@ struct Args {
     #[arg(long, default_value_t = 1, value_parser = args::int_in::<u16>(1, QUEUE_DEPTH_MAX))]
     qd: u16,
     /// Run time in seconds, 1..=86400.
-    #[arg(long, default_value_t = 10, value_parser = args::int_in::<u64>(1, TIME_S_MAX))]
+    #[arg(long, default_value_t = 10, value_parser = args::whole_seconds_in(1, TIME_S_MAX))]
     time: u64,
     /// Queue pairs, one thread each, 1..=64.
     #[arg(long, default_value_t = 1, value_parser = args::int_in::<u16>(1, THREADS_MAX))]
@@ -126,7 +126,7 @@ struct Args {
     /// Each command's deadline in seconds, after which the driver aborts it
     /// and then resets the controller, 0..=3600; 0 turns deadlines (and the
     /// health checks that go with them) off, to measure what they cost.
-    #[arg(long, default_value_t = 30, value_parser = args::int_in::<u64>(0, 3600))]
+    #[arg(long, default_value_t = 30, value_parser = args::whole_seconds_in(0, 3600))]
     io_timeout: u64,
     /// Seed for the random offsets.
     #[arg(long, default_value_t = 1)]
