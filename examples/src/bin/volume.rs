@@ -633,7 +633,6 @@ fn resilver_json(
 }
 
 fn replace(a: &ReplaceArgs) -> Result<Done, String> {
-    let sim = a.volume.sim.is_some();
     let new_name = a.new_pci.clone().unwrap_or_else(|| "sim2".into());
     // Asked before any device is opened.
     let formatted = if a.format { " (formatted to the volume's LBA format first, if it has another)" } else { "" };

@@ -150,9 +150,9 @@ struct Args {
     /// Simulated namespace size: a multiple of 512, 1M..=1T.
     #[arg(long, default_value = "1G", value_parser = args::size_in(SIM_LBA_BYTES, 1 << 20, SIM_BYTES_MAX), requires = "sim")]
     sim_capacity: u64,
-    /// Simulated zone size, a multiple of 512 and at most --sim-capacity; 0
-    /// simulates a conventional namespace.
-    #[arg(long, default_value = "64M", value_parser = args::size_in(SIM_LBA_BYTES, 0, SIM_BYTES_MAX), requires = "sim")]
+    /// Simulated zone size, a multiple of 4k (the volume's block) and at
+    /// most --sim-capacity; 0 simulates a conventional namespace.
+    #[arg(long, default_value = "64M", value_parser = args::size_in(BLOCK_BYTES, 0, SIM_BYTES_MAX), requires = "sim")]
     sim_zone: u64,
     /// Metadata bytes per simulated LBA: 0, 8, 16 or 64 (8 or more: the
     /// volume keeps checksums in block tags).
