@@ -12,6 +12,7 @@ pub mod device;
 #[cfg(test)]
 mod fixtures;
 pub mod health;
+pub mod interrupt;
 pub mod logging;
 pub mod output;
 pub mod profile;

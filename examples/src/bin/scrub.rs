@@ -10,6 +10,7 @@ use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use nvme_examples::args::{self, BLOCK_BYTES, IO_BYTES_MAX, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX};
 use nvme_examples::device::VolumeLocation;
+use nvme_examples::interrupt;
 use nvme_examples::logging;
 use nvme_examples::profile::ProfileArg;
 use nvme_scrub::{scrub, Checkpoint, Control, Outcome, ScrubOptions};
@@ -98,6 +99,7 @@ struct Args {
 
 fn main() -> ExitCode {
     logging::init("scrub");
+    interrupt::install();
     let args = Args::parse();
     if let Err(message) = args.volume.device_choices() {
         args::exit_usage_error::<Args>("scrub", &message);
@@ -112,6 +114,10 @@ fn main() -> ExitCode {
         Err(Stop::Failed(message)) => {
             eprintln!("scrub: {message}");
             ExitCode::FAILURE
+        }
+        Err(Stop::Interrupted(message)) => {
+            eprintln!("scrub: {message}");
+            ExitCode::from(interrupt::EXIT_INTERRUPTED)
         }
         Err(Stop::Unsaved { outcome, message }) => {
             eprintln!("scrub: {message}");
@@ -130,6 +136,8 @@ enum Stop {
     /// The scrub ran and its report was printed, but the checkpoint could
     /// not be saved.
     Unsaved { outcome: Outcome, message: String },
+    /// A signal stopped it; its report (of what was read) was printed.
+    Interrupted(String),
 }
 
 impl From<String> for Stop {
@@ -255,6 +263,10 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         ..ScrubOptions::default()
     };
     let control = Control::new();
+    interrupt::on_request({
+        let control = control.clone();
+        move || control.cancel()
+    });
     let progress = std::io::stderr().is_terminal() && !args.json && !args.no_progress;
     let started = Instant::now();
     let mut save_error: Option<String> = None;
@@ -313,6 +325,21 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         println!("  crc32c: {}, {} verify thread(s)", checksum::implementation().name(), args.verify_threads);
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
+    if let Some(signal) = interrupt::signal_name() {
+        let hint = match &args.state {
+            Some(path) if save_error.is_none() => {
+                let mut again: Vec<String> = std::env::args().filter(|a| a != "--new-pass").collect();
+                if !args.resume {
+                    again.push("--resume".into());
+                }
+                format!("the pass is saved in {}: `{}` continues it", path.display(), again.join(" "))
+            }
+            _ => "nothing was saved to continue from (--state FILE keeps the pass, and --resume continues it)".into(),
+        };
+        return Err(Stop::Interrupted(format!(
+            "interrupted by {signal}; the report above is of what was read; {hint}"
+        )));
+    }
     if let Some(e) = save_error {
         return Err(Stop::Unsaved {
             outcome: report.outcome,

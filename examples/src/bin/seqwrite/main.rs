@@ -17,6 +17,7 @@ use nvme_examples::args::{
 use nvme_examples::checksums::ChecksumsArg;
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
+use nvme_examples::interrupt;
 use nvme_examples::logging;
 use nvme_examples::output;
 use nvme_examples::profile::ProfileArg;
@@ -182,11 +183,15 @@ fn main() -> ExitCode {
     if let Err(message) = check_args(&args) {
         args::exit_usage_error::<Args>("seqwrite", &message);
     }
+    interrupt::install();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("seqwrite: {message}");
-            ExitCode::FAILURE
+            match interrupt::requested() {
+                true => ExitCode::from(interrupt::EXIT_INTERRUPTED),
+                false => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -361,10 +366,25 @@ fn run(args: &Args) -> Result<(), String> {
         data_offset_bytes,
         checksum_before,
         copied_before,
+        target,
+        interrupted: interrupt::signal_name(),
     };
     report(args, &mut volume, &run)?;
     volume.close().map_err(|e| format!("close: {e}"))?;
-    Ok(())
+    match run.interrupted {
+        Some(signal) => Err(Interrupted(signal).to_string()),
+        None => Ok(()),
+    }
+}
+
+/// The message of a run stopped by a signal: main exits
+/// [`interrupt::EXIT_INTERRUPTED`] on it.
+struct Interrupted(&'static str);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted by {}: what was written is committed (the figures above are partial)", self.0)
+    }
 }
 
 /// The volume's options, as the arguments give them.
@@ -444,7 +464,7 @@ fn write(args: &Args, volume: &mut Volume, feed: &mut Feed, tally: &mut Tally, t
     let interval = Duration::from_millis(args.log_interval);
     let runtime = args.runtime.map(Duration::from_secs_f64);
     while tally.written < target {
-        if runtime.is_some_and(|limit| tally.started.elapsed() >= limit) {
+        if runtime.is_some_and(|limit| tally.started.elapsed() >= limit) || interrupt::requested() {
             break;
         }
         while tally.in_flight() < args.iodepth && tally.submitted < target {

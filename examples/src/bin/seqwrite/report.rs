@@ -152,6 +152,10 @@ pub(crate) struct Run {
     /// The volume's counters when the writes began.
     pub(crate) checksum_before: u64,
     pub(crate) copied_before: u64,
+    /// The bytes the run was to write, and the signal that stopped it
+    /// before (its figures are then partial).
+    pub(crate) target: u64,
+    pub(crate) interrupted: Option<&'static str>,
 }
 
 /// Verifies (with --verify), writes the logs and chart asked for, and
@@ -286,6 +290,9 @@ fn print_json(args: &Args, run: &Run, summary: &Summary) {
         "data_offset_bytes": data_offset_bytes,
         "namespace_fill_percent": fill_namespace,
         "volume": stats,
+        "partial": run.interrupted.is_some(),
+        "interrupted_by": run.interrupted,
+        "target_bytes": run.target,
     });
     println!("{json}");
 }
@@ -315,6 +322,12 @@ fn print_text(args: &Args, run: &Run, summary: &Summary) {
             _ => "(zone append where available)",
         }
     );
+    if let Some(signal) = run.interrupted {
+        println!(
+            "  partial: stopped by {signal} after {} of {} bytes; the figures are of what was written (and committed)",
+            written, run.target
+        );
+    }
     println!(
         "  write: IOPS={:.0}, BW={:.1}MiB/s ({:.1}MB/s)({:.1}MiB/{}msec)",
         written as f64 / args.bs as f64 / elapsed.as_secs_f64(),
