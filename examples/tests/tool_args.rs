@@ -588,4 +588,13 @@ fn sigint_stops_a_tool_with_its_results_and_how_to_continue() {
     assert_eq!((value["partial"].as_bool(), value["interrupted_by"].as_str()), (Some(true), Some("SIGINT")), "{value}");
     assert!(value["bytes"].as_u64().unwrap() < value["target_bytes"].as_u64().unwrap(), "{value}");
     assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+
+    // perf: the run until the signal, marked partial.
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) =
+        interrupted(PERF, &["--sim", "--time", "60", "--json"], move || started.elapsed().as_millis() > 1500);
+    assert_eq!(code, Some(130), "{stdout}{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!((value["partial"].as_bool(), value["interrupted_by"].as_str()), (Some(true), Some("SIGINT")), "{value}");
+    assert!(value["seconds"].as_f64().unwrap() < 30.0 && value["ios"].as_u64().unwrap() > 0, "{value}");
 }

@@ -21,6 +21,7 @@ use nvme_examples::args::{
 };
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::open_controller;
+use nvme_examples::interrupt;
 use report::{report, PerSecond, ProfileNs, RawTimes, WorkerResult};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -198,7 +199,15 @@ fn sim_lba(text: &str) -> Result<u32, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    interrupt::install();
     match run(&args) {
+        Ok(()) if interrupt::requested() => {
+            eprintln!(
+                "perf: interrupted by {}: the figures above are of the run until then (partial)",
+                interrupt::signal_name().unwrap_or("a signal")
+            );
+            ExitCode::from(interrupt::EXIT_INTERRUPTED)
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("perf: {message}");
@@ -400,7 +409,8 @@ impl Pace {
     /// The clock, and whether the run is over by it.
     fn now(&mut self, clock: &Clock) -> u64 {
         let now = clock.now();
-        self.stopping |= now >= self.deadline;
+        // A signal ends the run as --time does: the figures so far stand.
+        self.stopping |= now >= self.deadline || interrupt::requested();
         now
     }
 

@@ -303,6 +303,8 @@ fn report_json(run: &Run<'_>) {
         "zoned": zone_count.map(|zones| json!({ "mode": f.zoned_mode, "zones": zones })),
         "mib_s_per_second": f.per_second,
         "copy_in": args.copy_in,
+        "partial": nvme_examples::interrupt::requested(),
+        "interrupted_by": nvme_examples::interrupt::signal_name(),
     });
     println!("{out}");
 }
@@ -315,6 +317,9 @@ fn report_text(run: &Run<'_>) {
         (f.iops, f.mib_s, &f.all, f.ios, f.seconds, &f.rw, f.clock, f.zoned_mode);
     let per_io = |n: u64| f.per_io(n);
     let per_second = &f.per_second;
+    if let Some(signal) = nvme_examples::interrupt::signal_name() {
+        println!("partial: stopped by {signal} after {seconds:.1} s of --time {}", args.time);
+    }
     println!(
         "perf: {rw} bs={} qd={} qpairs={} on {} ns {} for {:.1} s ({} engine, shadow doorbells {}, {}, \
          {entries}-entry queues on {} pages, {clock} clock)",
