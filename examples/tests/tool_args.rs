@@ -589,6 +589,17 @@ fn sigint_stops_a_tool_with_its_results_and_how_to_continue() {
     assert!(value["bytes"].as_u64().unwrap() < value["target_bytes"].as_u64().unwrap(), "{value}");
     assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
 
+    // volume resilver: stopped with what it copied committed, and said so.
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = interrupted(
+        VOLUME,
+        &["resilver", "--sim", "256M", "--sim-state", "resilvering", "--limit", "16", "--no-progress"],
+        move || started.elapsed().as_millis() > 2500,
+    );
+    assert_eq!(code, Some(130), "{stdout}{stderr}");
+    assert!(stdout.contains("resilver place 1"), "the report: {stdout}");
+    assert!(stderr.contains("interrupted by SIGINT") && stderr.contains("nothing continues it"), "{stderr}");
+
     // perf: the run until the signal, marked partial.
     let started = std::time::Instant::now();
     let (code, stdout, stderr) =

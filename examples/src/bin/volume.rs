@@ -12,6 +12,7 @@ use nvme_examples::args::{self, BLOCK_BYTES, QUEUE_DEPTH_MAX, SIM_BYTES_MAX};
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, explain, DeviceChoice, VolumeLocation};
 use nvme_examples::health::Health;
+use nvme_examples::interrupt;
 use nvme_examples::logging;
 use nvme_examples::prometheus;
 use nvme_examples::volume_view::{check_text, human_bytes, resilver_text, status_text};
@@ -276,6 +277,7 @@ enum Done {
 fn main() -> ExitCode {
     logging::init("volume");
     let cli = Cli::parse();
+    interrupt::install();
     if let Err(message) = check_args(&cli.command) {
         args::exit_usage_error::<Cli>("volume", &message);
     }
@@ -287,6 +289,10 @@ fn main() -> ExitCode {
         Command::Fail(a) => fail(a),
         Command::Resolve(a) => resolve(a),
     };
+    if let (Ok(_), Some(signal)) = (&result, interrupt::signal_name()) {
+        eprintln!("volume: interrupted by {signal}: the report above is of what was done; {}", continue_hint(&cli));
+        return ExitCode::from(interrupt::EXIT_INTERRUPTED);
+    }
     match result {
         Ok(Done::Healthy) => ExitCode::SUCCESS,
         Ok(Done::Attention) => ExitCode::from(EXIT_ATTENTION),
@@ -295,6 +301,37 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The exact command that continues a resilver a signal stopped: its
+/// progress is in the volume's metadata. After a replace, the volume's
+/// devices are the ones given and the new one.
+fn continue_hint(cli: &Cli) -> String {
+    let (volume, place, new) = match &cli.command {
+        Command::Resilver(a) => (&a.volume, a.place, None),
+        Command::Replace(a) => (&a.volume, Some(a.place), a.new_pci.as_deref().map(|pci| (pci, a.new_ns))),
+        Command::Resolve(a) => (&a.volume, None, None),
+        _ => return "nothing was left half done".into(),
+    };
+    if volume.sim.is_some() {
+        return "the simulated volume ends with this process: nothing continues it".into();
+    }
+    let mut command = vec!["volume".to_owned(), "resilver".to_owned()];
+    for pci in volume.location.pci.iter().map(String::as_str).chain(new.map(|(pci, _)| pci)) {
+        command.extend(["--pci".to_owned(), pci.to_owned()]);
+    }
+    let mut ns: Vec<String> = volume.location.ns.iter().map(u32::to_string).collect();
+    if !ns.is_empty() || new.is_some_and(|(_, nsid)| nsid != 1) {
+        if ns.is_empty() {
+            ns = vec!["1".into(); volume.location.pci.len().max(1)];
+        }
+        ns.extend(new.map(|(_, nsid)| nsid.to_string()));
+        command.extend(["--ns".to_owned(), ns.join(",")]);
+    }
+    if let Some(place) = place {
+        command.extend(["--place".to_owned(), place.to_string()]);
+    }
+    format!("what was copied is committed, and `{}` continues the resilver", command.join(" "))
 }
 
 /// Checks across options, before any device is opened.
@@ -551,7 +588,14 @@ fn resilver_place(
         ..ResilverOptions::default()
     };
     let progress = std::io::stderr().is_terminal() && !json && !flags.no_progress;
-    let report = resilver(volume, place, &options, &Control::new(), &mut |p: &ResilverProgress| {
+    // A signal stops the resilver at its next safe point; what it copied
+    // is committed, and a resilver run again continues from there.
+    let control = Control::new();
+    interrupt::on_request({
+        let control = control.clone();
+        move || control.cancel()
+    });
+    let report = resilver(volume, place, &options, &control, &mut |p: &ResilverProgress| {
         if progress {
             let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
             let phase = match p.phase {
@@ -954,6 +998,20 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The command a stopped resilver names continues it on the volume's
+    /// devices: after a replace, the new one is among them.
+    #[test]
+    fn a_stopped_resilver_names_the_command_that_continues_it() {
+        let hint = |line: &[&str]| {
+            continue_hint(&Cli::try_parse_from(std::iter::once("volume").chain(line.iter().copied())).unwrap())
+        };
+        let replace = hint(&["replace", "--pci", "0000:00:11.0", "--place", "0", "--new-pci", "02:00.0"]);
+        assert!(replace.contains("`volume resilver --pci 0000:00:11.0 --pci 0000:02:00.0 --place 0`"), "{replace}");
+        let resilver = hint(&["resilver", "--pci", "0000:00:11.0", "--pci", "0000:00:12.0"]);
+        assert!(resilver.contains("`volume resilver --pci 0000:00:11.0 --pci 0000:00:12.0`"), "{resilver}");
+        assert!(hint(&["resilver", "--sim", "1M"]).contains("nothing continues it"));
+    }
+
     #[test]
     fn the_places_and_namespaces_are_checked() {
         let parse = |line: &[&str]| Cli::try_parse_from(std::iter::once("volume").chain(line.iter().copied()));
@@ -965,7 +1023,9 @@ mod tests {
         assert!(parse(&["resilver", "--qd", "0"]).is_err());
         assert!(parse(&["fail"]).is_err(), "a place is needed");
         let Command::Replace(replace) =
-            parse(&["replace", "--place", "1", "--new-pci", "b", "--pci", "a", "--pci", "b"]).expect("parses").command
+            parse(&["replace", "--place", "1", "--new-pci", "0b:00.0", "--pci", "0a:00.0", "--pci", "0000:0b:00.0"])
+                .expect("parses")
+                .command
         else {
             panic!("a replace")
         };
