@@ -138,6 +138,7 @@ impl Location {
 
 /// How many copies, and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Profile {
     /// One copy on one namespace.
     Single = 0,

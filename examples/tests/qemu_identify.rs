@@ -112,7 +112,7 @@ fn two_controllers_share_one_container() {
 
 /// Wrong addresses give clear errors and a failing status: one that does
 /// not exist, one bound to the kernel's nvme driver, one that is no NVMe
-/// controller, and one that is malformed.
+/// controller (exit 1), and one that is malformed (exit 2).
 #[test]
 fn bad_addresses_give_clear_errors() {
     let vm = Vm::new().controller(Controller::nvme(64 * MIB)).controller(Controller::nvme(64 * MIB).kernel());
@@ -128,7 +128,9 @@ fn bad_addresses_give_clear_errors() {
     assert!(out.contains("identify: no PCI function 0000:00:1e.0"), "{out}");
     assert!(out.contains("identify: 0000:00:11.0 is bound to nvme, not vfio-pci"), "{out}");
     assert!(out.contains("identify: 0000:00:1f.0 is not an NVMe controller"), "{out}");
-    assert!(out.contains("is not a PCI address"), "{out}");
+    // A malformed address is a bad argument (exit 2), refused before any
+    // device is opened.
+    assert!(out.contains("00:10: not a PCI address"), "{out}");
     let statuses: Vec<&str> = out.lines().filter(|l| l.starts_with("status=")).collect();
-    assert_eq!(statuses, ["status=1", "status=1", "status=1", "status=1", "status=0"], "{out}");
+    assert_eq!(statuses, ["status=1", "status=1", "status=1", "status=2", "status=0"], "{out}");
 }

@@ -44,7 +44,7 @@ fn the_floor_and_the_profile_run_on_qemu() {
     assert_eq!(outcome.status, 0, "{}\nconsole:\n{}", outcome.output, outcome.console);
     assert!(outcome.output.contains("refusal: exit 1"), "{}", outcome.output);
     assert!(
-        outcome.output.contains("perf: --rw randwrite overwrites the data of namespace 1 of 00:10.0")
+        outcome.output.contains("perf: --rw randwrite overwrites the data of namespace 1 of 0000:00:10.0")
             && outcome.output.contains("pass --yes to go on"),
         "{}",
         outcome.output

@@ -33,6 +33,8 @@ fn json(args: &[&str], status: i32) -> Value {
 fn status_of_an_online_mirror() {
     let status = json(&["status"], 0);
     assert_eq!(status["state"], "online");
+    // Enum values in JSON are lowercase, like the states.
+    assert_eq!(status["profile"], "mirror");
     let devices = status["devices"].as_array().expect("devices");
     assert_eq!(devices.len(), 2);
     for (place, device) in devices.iter().enumerate() {

@@ -207,6 +207,7 @@ fn written_extent(zones: &[(u64, u64, bool)]) -> (u64, bool) {
 
 /// What a device holds, for tools deciding whether it may be formatted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DeviceState {
     /// No label anywhere, and every place a label could be was read.
     Blank,

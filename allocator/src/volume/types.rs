@@ -13,6 +13,7 @@ use std::time::Duration;
 
 /// How data reaches a zoned namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WriteMode {
     /// Zone Append where the device has it (every ZNS device must), else
     /// ordered writes.
@@ -27,6 +28,7 @@ pub enum WriteMode {
 
 /// Where a volume keeps its blocks' checksums (format only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChecksumStore {
     /// In every device's per-block metadata when each has room for a tag
     /// ([`crate::tags`]), else in zone checksum areas ([`crate::area`]):
@@ -206,6 +208,7 @@ pub struct CommitPhases {
 
 /// Progress of reclaim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReclaimProgress {
     /// No zone is below the live ratio.
     Idle,
