@@ -53,3 +53,25 @@ mod tests {
         assert!(!is_fio_log(b"my notes\n"));
     }
 }
+
+/// Set once a tool has printed its result (text or JSON).
+static RESULT_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes that the tool's result is printed: an error after it (an output
+/// that could not be written, a signal) is said on stderr only, so that
+/// stdout keeps one JSON object.
+pub fn result_printed() {
+    RESULT_PRINTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Says why `tool` failed: on stderr, and, when `--json` was asked for and
+/// no result was printed, as one JSON object on stdout too
+/// (`{"tool": ..., "error": ...}`), so that a script reading stdout always
+/// gets an object.
+pub fn failure(tool: &str, message: &str) {
+    eprintln!("{tool}: {message}");
+    let json = std::env::args().skip(1).any(|a| a == "--json");
+    if json && !RESULT_PRINTED.load(std::sync::atomic::Ordering::Relaxed) {
+        println!("{}", serde_json::json!({ "tool": tool, "error": message }));
+    }
+}

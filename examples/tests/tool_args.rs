@@ -609,3 +609,23 @@ fn sigint_stops_a_tool_with_its_results_and_how_to_continue() {
     assert_eq!((value["partial"].as_bool(), value["interrupted_by"].as_str()), (Some(true), Some("SIGINT")), "{value}");
     assert!(value["seconds"].as_f64().unwrap() < 30.0 && value["ios"].as_u64().unwrap() > 0, "{value}");
 }
+
+/// With --json, a failure is one JSON object on stdout too (`tool` and
+/// `error`), the message on stderr as well; a result already printed is
+/// never followed by a second object.
+#[test]
+fn json_failures_are_json_on_stdout() {
+    let cases: [(&str, &[&str], i32); 3] = [
+        (SEQWRITE, &["--sim", "--json", "--size", "2G", "--no-progress"], FAILURE),
+        (VOLUME, &["resolve", "--sim", "16M", "--keep", "sim0", "--yes", "--json"], FAILURE),
+        (SCRUB, &["--sim", "16M", "--json", "--resume", "--state", "/nonexistent/x.state"], USAGE),
+    ];
+    for (tool, args, status) in cases {
+        let (code, stdout, stderr) = run(tool, args);
+        assert_eq!(code, Some(status), "{args:?}: {stderr}");
+        let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        let error = value["error"].as_str().unwrap_or_else(|| panic!("no error in {value}"));
+        assert!(!error.is_empty() && stderr.contains(error), "{value} / {stderr}");
+        assert_eq!(value["tool"], tool.rsplit('/').next().unwrap());
+    }
+}

@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("identify: {message}");
+            nvme_examples::output::failure("identify", &message);
             ExitCode::FAILURE
         }
     }

@@ -108,11 +108,11 @@ fn main() -> ExitCode {
         Ok(Outcome::Damaged) => ExitCode::from(3),
         Ok(Outcome::Clean | Outcome::Incomplete) => ExitCode::SUCCESS,
         Err(Stop::Refused(message)) => {
-            eprintln!("scrub: {message}");
+            nvme_examples::output::failure("scrub", &message);
             ExitCode::from(2)
         }
         Err(Stop::Failed(message)) => {
-            eprintln!("scrub: {message}");
+            nvme_examples::output::failure("scrub", &message);
             ExitCode::FAILURE
         }
         Err(Stop::Interrupted(message)) => {

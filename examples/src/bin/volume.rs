@@ -297,7 +297,7 @@ fn main() -> ExitCode {
         Ok(Done::Healthy) => ExitCode::SUCCESS,
         Ok(Done::Attention) => ExitCode::from(EXIT_ATTENTION),
         Err(message) => {
-            eprintln!("volume: {message}");
+            nvme_examples::output::failure("volume", &message);
             ExitCode::FAILURE
         }
     }

@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     match run(&Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("zeroout: {message}");
+            nvme_examples::output::failure("zeroout", &message);
             ExitCode::FAILURE
         }
     }

@@ -210,7 +210,7 @@ fn main() -> ExitCode {
         }
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("perf: {message}");
+            nvme_examples::output::failure("perf", &message);
             ExitCode::FAILURE
         }
     }

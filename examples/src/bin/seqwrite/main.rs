@@ -187,7 +187,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("seqwrite: {message}");
+            output::failure("seqwrite", &message);
             match interrupt::requested() {
                 true => ExitCode::from(interrupt::EXIT_INTERRUPTED),
                 false => ExitCode::FAILURE,

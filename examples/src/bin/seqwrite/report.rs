@@ -221,6 +221,7 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
         true => print_json(args, run, &summary),
         false => print_text(args, run, &summary),
     }
+    nvme_examples::output::result_printed();
     if !unsaved.is_empty() {
         return Err(format!("the results above stand, but could not write {}", unsaved.join("; ")));
     }
