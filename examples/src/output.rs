@@ -42,18 +42,6 @@ pub fn is_fio_log(head: &[u8]) -> bool {
     fields.next().is_some_and(|f| f.parse::<u64>().is_ok()) && fields.next().is_some_and(|f| f.parse::<f64>().is_ok())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_are_told_from_their_first_bytes() {
-        assert!(is_svg(b"  <svg xmlns=...") && !is_svg(b"notes"));
-        assert!(is_fio_log(b"1000, 2048, 1, 4096, 0\n") && is_fio_log(b""));
-        assert!(!is_fio_log(b"my notes\n"));
-    }
-}
-
 /// Set once a tool has printed its result (text or JSON).
 static RESULT_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -73,5 +61,17 @@ pub fn failure(tool: &str, message: &str) {
     let json = std::env::args().skip(1).any(|a| a == "--json");
     if json && !RESULT_PRINTED.load(std::sync::atomic::Ordering::Relaxed) {
         println!("{}", serde_json::json!({ "tool": tool, "error": message }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_told_from_their_first_bytes() {
+        assert!(is_svg(b"  <svg xmlns=...") && !is_svg(b"notes"));
+        assert!(is_fio_log(b"1000, 2048, 1, 4096, 0\n") && is_fio_log(b""));
+        assert!(!is_fio_log(b"my notes\n"));
     }
 }
