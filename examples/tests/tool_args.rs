@@ -629,3 +629,22 @@ fn json_failures_are_json_on_stdout() {
         assert_eq!(value["tool"], tool.rsplit('/').next().unwrap());
     }
 }
+
+/// Each tool's `--help` begins with its own purpose, and `--version`
+/// names the tool.
+#[test]
+fn each_tool_names_itself_in_help_and_version() {
+    const IDENTIFY: &str = env!("CARGO_BIN_EXE_identify");
+    const PLOT: &str = env!("CARGO_BIN_EXE_plot");
+    let mut firsts = std::collections::BTreeSet::new();
+    for tool in [IDENTIFY, PERF, ZEROOUT, SEQWRITE, SCRUB, VOLUME, PLOT] {
+        let name = tool.rsplit('/').next().unwrap();
+        let (code, help, _) = run(tool, &["--help"]);
+        assert_eq!(code, Some(0));
+        let first = help.lines().next().unwrap_or_default().to_owned();
+        assert!(!first.starts_with("The tools:") && !first.is_empty(), "{name}: {first}");
+        assert!(firsts.insert(first.clone()), "{name} shares its first help line: {first}");
+        let (_, version, _) = run(tool, &["--version"]);
+        assert!(version.starts_with(&format!("{name} ")), "{name}: {version}");
+    }
+}

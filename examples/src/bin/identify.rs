@@ -12,8 +12,8 @@ use std::sync::Arc;
 /// Identify NVMe controllers bound to vfio-pci.
 #[derive(Parser, Debug)]
 #[command(
+    name = "identify",
     version,
-    about,
     after_help = "Without --pci, every NVMe function bound to vfio-pci is reported, like `nvme list`.\n\
                   Bind devices with hack/setup-vfio bind."
 )]

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 /// Draw fio-format bandwidth logs (time ms, KiB/s, ...) as an SVG chart.
 #[derive(Parser, Debug)]
 #[command(
+    name = "plot",
     version,
-    about,
     after_help = "--out is never one of the logs read, and an existing file there is replaced only when it is an \
                   SVG (a chart drawn before) or with --force.\n\
                   Exit status: 0 drawn; 1 a log or the chart could not be read or written; 2 a bad argument (a \

@@ -24,8 +24,8 @@ use zoned_allocator::{checksum, Device, DeviceOptions, Profile, Volume, VolumeOp
 /// Verify every block of a volume and repair bad copies from the other one.
 #[derive(Parser, Debug)]
 #[command(
+    name = "scrub",
     version,
-    about,
     long_about = None,
     after_help = "The report ends with the result of the pass: clean (every byte of the copies scrubbed read and \
                   verified, over every run of a resumed pass, and no bad block left), incomplete (no bad block left \

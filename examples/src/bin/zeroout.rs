@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// Zero a range of an NVMe namespace, choosing the command from what the device really offers.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "zeroout", version)]
 struct Args {
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
     #[arg(long, value_name = "BDF", value_parser = nvme_examples::args::pci_address)]

@@ -60,7 +60,7 @@ impl Rw {
 
 /// Measure a namespace's IOPS, bandwidth and latency through polled queue pairs.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "perf", version)]
 struct Args {
     /// I/O pattern.
     #[arg(long, value_enum, default_value = "randread")]

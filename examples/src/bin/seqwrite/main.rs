@@ -32,7 +32,9 @@ use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions, Wri
 /// Sequential writes through the zoned allocator (fio --rw=write style).
 /// WARNING: the tool owns the namespaces it is given and overwrites them.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(
+    name = "seqwrite",
+    version, long_about = None)]
 struct Args {
     /// Controller PCI address: one, or two for a mirror across controllers.
     /// Default: the first NVMe function bound to vfio-pci.
