@@ -140,6 +140,7 @@ fn perf_numbers_are_checked_before_any_device() {
     refused(PERF, &["--qd", "65535"], USAGE, &["--qd", "1..=1024"]);
     refused(PERF, &["--time", "0"], USAGE, &["--time"]);
     refused(PERF, &["--time", "1.5"], USAGE, &["--time", "expected whole seconds"]);
+    refused(PERF, &["--rw", "randread", "--rwmixread", "70"], USAGE, &["--rwmixread applies to --rw randrw only"]);
     refused(SEQWRITE, &["--sim", "--sim-zone", "1k"], USAGE, &["--sim-zone", "a multiple of 4096 bytes"]);
     refused(PERF, &["--qpairs", "0"], USAGE, &["--qpairs"]);
     refused(PERF, &["--bs", "0"], USAGE, &["--bs"]);

@@ -89,9 +89,10 @@ struct Args {
     /// Controller PCI address; default: the first NVMe function bound to vfio-pci.
     #[arg(long, value_name = "BDF", value_parser = nvme_examples::args::pci_address)]
     pci: Option<String>,
-    /// Percentage of reads for randrw.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
-    rwmixread: u8,
+    /// Percentage of reads for randrw, 0..=100 (default 50); refused with
+    /// other jobs.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    rwmixread: Option<u8>,
     /// Bytes of the namespace to use, more than 0, from --offset (default:
     /// all of it).
     #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
@@ -197,8 +198,15 @@ fn sim_lba(text: &str) -> Result<u32, String> {
     }
 }
 
+/// Reads in a randrw job when --rwmixread is not given, in percent.
+const RWMIXREAD_DEFAULT: u8 = 50;
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.rwmixread.is_some() && args.rw != Rw::Randrw {
+        // An option that does not apply is refused, not ignored.
+        nvme_examples::args::exit_usage_error::<Args>("perf", "--rwmixread applies to --rw randrw only");
+    }
     interrupt::install();
     match run(&args) {
         Ok(()) if interrupt::requested() => {
@@ -478,7 +486,7 @@ impl Picker {
         let region_start = args.offset / u64::from(ns.block_size());
         Picker {
             rw: args.rw,
-            rwmixread: u64::from(args.rwmixread),
+            rwmixread: u64::from(args.rwmixread.unwrap_or(RWMIXREAD_DEFAULT)),
             rng: Prng::with_stream(args.seed, u64::from(job.index)),
             random: matches!(args.rw, Rw::Randread | Rw::Randwrite | Rw::Randrw),
             region_start,
