@@ -336,3 +336,27 @@ mod pci_tests {
         }
     }
 }
+
+/// Bytes of memory this host has available now (`MemAvailable` in
+/// `/proc/meminfo`); `None` when it cannot be read.
+pub fn memory_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses a simulated run whose devices would hold `bytes` in memory
+/// when the host has less available, naming both: checked before the
+/// simulator is built, so that `--sim 1T` fails at once rather than
+/// growing until the host runs out.
+pub fn sim_fits(option: &str, bytes: u64) -> Result<(), String> {
+    match memory_available_bytes() {
+        Some(available) if bytes > available => Err(format!(
+            "{option}: the simulated devices would hold about {} in memory; this host has {} available",
+            human_size(bytes),
+            human_size(available)
+        )),
+        _ => Ok(()),
+    }
+}

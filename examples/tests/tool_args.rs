@@ -649,3 +649,12 @@ fn each_tool_names_itself_in_help_and_version() {
         assert!(version.starts_with(&format!("{name} ")), "{name}: {version}");
     }
 }
+
+/// A simulated volume larger than the host's memory is refused at once
+/// (exit 2), naming what it would take and what the host has, instead of
+/// growing until the host runs out.
+#[test]
+fn simulated_sizes_are_capped_to_the_host() {
+    refused(SCRUB, &["--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
+    refused(VOLUME, &["status", "--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
+}

@@ -104,6 +104,11 @@ fn main() -> ExitCode {
     if let Err(message) = args.volume.device_choices() {
         args::exit_usage_error::<Args>("scrub", &message);
     }
+    // Each copy of the simulated volume's data is kept in memory.
+    let copies = Profile::from(args.sim_profile).devices().max(2) as u64;
+    if let Err(message) = args.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(copies))) {
+        args::exit_usage_error::<Args>("scrub", &message);
+    }
     match run(&args) {
         Ok(Outcome::Damaged) => ExitCode::from(3),
         Ok(Outcome::Clean | Outcome::Incomplete) => ExitCode::SUCCESS,

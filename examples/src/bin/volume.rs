@@ -334,8 +334,23 @@ fn continue_hint(cli: &Cli) -> String {
     format!("what was copied is committed, and `{}` continues the resilver", command.join(" "))
 }
 
+/// A simulated volume must fit in the host's memory: both copies of its
+/// data, and the quarter more its stories write.
+fn check_sim_size(command: &Command) -> Result<(), String> {
+    let volume = match command {
+        Command::Status(a) => &a.volume,
+        Command::Replace(a) => &a.volume,
+        Command::Resilver(a) => &a.volume,
+        Command::Check(a) => &a.volume,
+        Command::Fail(a) => &a.volume,
+        Command::Resolve(a) => &a.volume,
+    };
+    volume.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(5) / 4 * 3))
+}
+
 /// Checks across options, before any device is opened.
 fn check_args(command: &Command) -> Result<(), String> {
+    check_sim_size(command)?;
     let volume = match command {
         Command::Status(a) => &a.volume,
         Command::Resilver(a) => &a.volume,
