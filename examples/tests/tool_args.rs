@@ -657,4 +657,5 @@ fn each_tool_names_itself_in_help_and_version() {
 fn simulated_sizes_are_capped_to_the_host() {
     refused(SCRUB, &["--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
     refused(VOLUME, &["status", "--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
+    refused(SEQWRITE, &["--sim", "--sim-capacity", "1T"], USAGE, &["--sim-capacity", "in memory", "available"]);
 }

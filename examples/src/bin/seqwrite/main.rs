@@ -204,6 +204,11 @@ fn main() -> ExitCode {
 /// open, before the first write.
 fn check_args(args: &Args) -> Result<(), String> {
     device_choices(args)?;
+    if args.sim {
+        // What the run writes is kept in memory, on each namespace.
+        let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
+        args::sim_fits("--sim-capacity", args.sim_capacity.saturating_mul(namespaces))?;
+    }
     if let Amount::Bytes(bytes) = args.size {
         if bytes < args.bs {
             return Err(format!("--size {}: less than one --bs {} write", human_size(bytes), human_size(args.bs)));
