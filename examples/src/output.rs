@@ -23,10 +23,15 @@ pub fn check(option: &str, path: &Path, ours: impl Fn(&[u8]) -> bool) -> Result<
     }
     let mut probe = path.as_os_str().to_owned();
     probe.push(format!(".probe-{}", std::process::id()));
-    let probe = Path::new(&probe);
+    writable(option, path, Path::new(&probe))
+}
+
+/// Checks that a file can be made at `probe` (made and removed), beside
+/// `path`, which `option` names: the directory exists and takes files.
+pub fn writable(option: &str, path: &Path, probe: &Path) -> Result<(), String> {
     std::fs::write(probe, b"")
         .and_then(|()| std::fs::remove_file(probe))
-        .map_err(|e| format!("{option} {shown}: cannot write there: {e}"))
+        .map_err(|e| format!("{option} {}: cannot write there ({}: {e})", path.display(), probe.display()))
 }
 
 /// An SVG (a chart drawn before).

@@ -187,9 +187,9 @@ pub(super) fn analyze(
 /// headers name.
 fn side(images: &[Option<[SegmentImage; 2]>], volume_id: u64, bits: LocationBits) -> Side {
     let max_generation = max_generation(images, volume_id);
-    let tips = crate::journal::recovery::tips(images, volume_id);
-    let header_session = tips.iter().flatten().next().map_or(0, |t| t.session);
     let Ok(recovered) = recover(images, volume_id, false) else {
+        let tips = crate::journal::recovery::tips(images, volume_id);
+        let header_session = tips.iter().flatten().next().map_or(0, |t| t.session);
         return Side {
             session: header_session,
             lineage: vec![header_session],

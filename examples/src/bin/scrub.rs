@@ -178,11 +178,9 @@ fn check_state(args: &Args) -> Result<Option<Checkpoint>, Stop> {
             )));
         }
     }
-    // Where the checkpoint will be written, tried now.
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, b"").and_then(|()| std::fs::remove_file(&temporary)).map_err(|e| {
-        Stop::Refused(format!("--state {shown}: cannot write beside it ({}: {e})", temporary.display()))
-    })?;
+    // Where the checkpoint will be written (beside it, then renamed),
+    // tried now.
+    nvme_examples::output::writable("--state", path, &path.with_extension("tmp")).map_err(Stop::Refused)?;
     Ok(existing)
 }
 

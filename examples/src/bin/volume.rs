@@ -337,25 +337,28 @@ fn continue_hint(cli: &Cli) -> String {
 /// A simulated volume must fit in the host's memory: both copies of its
 /// data, and the quarter more its stories write.
 fn check_sim_size(command: &Command) -> Result<(), String> {
-    let volume = match command {
-        Command::Status(a) => &a.volume,
-        Command::Replace(a) => &a.volume,
-        Command::Resilver(a) => &a.volume,
-        Command::Check(a) => &a.volume,
-        Command::Fail(a) => &a.volume,
-        Command::Resolve(a) => &a.volume,
-    };
+    let volume = command.volume();
     volume.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(5) / 4 * 3))
+}
+
+impl Command {
+    /// Where the volume the command acts on is.
+    fn volume(&self) -> &VolumeArgs {
+        match self {
+            Command::Status(a) => &a.volume,
+            Command::Replace(a) => &a.volume,
+            Command::Resilver(a) => &a.volume,
+            Command::Check(a) => &a.volume,
+            Command::Fail(a) => &a.volume,
+            Command::Resolve(a) => &a.volume,
+        }
+    }
 }
 
 /// Checks across options, before any device is opened.
 fn check_args(command: &Command) -> Result<(), String> {
     check_sim_size(command)?;
-    let volume = match command {
-        Command::Status(a) => &a.volume,
-        Command::Resilver(a) => &a.volume,
-        Command::Check(a) => &a.volume,
-        Command::Fail(a) => &a.volume,
+    match command {
         Command::Resolve(a) => {
             let given: Vec<String> = match a.volume.sim {
                 Some(_) => vec!["sim0".into(), "sim1".into()],
@@ -364,7 +367,6 @@ fn check_args(command: &Command) -> Result<(), String> {
             if !given.contains(&a.keep) {
                 return Err(format!("--keep {}: not one of the volume's controllers ({})", a.keep, given.join(", ")));
             }
-            &a.volume
         }
         Command::Replace(a) => {
             if a.volume.sim.is_some() {
@@ -393,9 +395,10 @@ fn check_args(command: &Command) -> Result<(), String> {
                     }
                 }
             }
-            &a.volume
         }
-    };
+        _ => {}
+    }
+    let volume = command.volume();
     if volume.sim.is_none() {
         volume.location.device_choices()?;
     }
