@@ -94,7 +94,7 @@ fn run(profile: Profile, name: &'static str, args: &Args) -> Result<Figures, Err
         for _ in 0..args.writes {
             match volume.write(0, &data, 0) {
                 Ok(id) => live.push_back(id),
-                Err(Error::NoSpace) => {
+                Err(Error::NoSpace(_)) => {
                     for _ in 0..live.len() / 2 {
                         volume.free(live.pop_front().expect("live extents"))?;
                     }

@@ -25,8 +25,9 @@ pub enum Error {
     InvalidArgument(String),
     /// No extent with this ID.
     NoSuchExtent(ExtentId),
-    /// Every zone is in use: free extents, commit and reclaim, then retry.
-    NoSpace,
+    /// No room for the write: what is full is named. For data, free
+    /// extents, commit and reclaim, then retry; nothing was written.
+    NoSpace(Full),
     /// Every device given is blank: no label anywhere, and every place a
     /// label could be was read. Only then may a tool offer to format.
     NoVolume,
@@ -190,6 +191,19 @@ pub enum Error {
     },
 }
 
+/// What ran out of room ([`Error::NoSpace`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// Every empty data zone of the device at `place` is taken, but for
+    /// those kept for reclaim ([`crate::VolumeOptions::reserve_zones`]).
+    Data {
+        /// The volume's device place.
+        place: usize,
+    },
+    /// The metadata segment being written has no room for the record.
+    Metadata,
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -198,7 +212,12 @@ impl fmt::Display for Error {
             Error::InvalidConfig(why) => write!(f, "invalid volume configuration: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NoSuchExtent(id) => write!(f, "no extent {id}"),
-            Error::NoSpace => write!(f, "no space left on the volume (free, commit and reclaim, then retry)"),
+            Error::NoSpace(Full::Data { place }) => write!(
+                f,
+                "no space left on the volume: the data zones of place {place} are full, but for those kept for \
+                 reclaim (free extents, commit and reclaim, then retry)"
+            ),
+            Error::NoSpace(Full::Metadata) => write!(f, "no space left in the metadata segment for this record"),
             Error::NoVolume => write!(f, "no volume found on these devices: every one is blank"),
             Error::BlankDevice { device, volume_id } => write!(
                 f,

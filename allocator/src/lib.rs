@@ -95,7 +95,7 @@ mod volume;
 pub mod zones;
 
 pub use device::{Device, DeviceOptions};
-pub use error::{Error, Result};
+pub use error::{Error, Full, Result};
 pub use journal::format::{MemberRecord, ScrubRecord, SessionRecord, FORMAT_VERSION};
 pub use journal::recovery::Dropped;
 pub use owners::OWNER_LOST;

@@ -169,6 +169,51 @@ impl ZoneTable {
         self.zones.iter().filter(|z| z.usage != ZoneUse::NotOwned).map(|z| u64::from(z.capacity)).sum()
     }
 
+    /// How many allocations of `blocks` for `slot` succeed in a row before
+    /// one fails for want of space, with no zone coming back (no free and
+    /// reclaim) in between: those the slot's open zone still takes, then
+    /// those of each empty zone it may open, in the order it opens them.
+    /// O(zones): for reports and checks, never for placement.
+    pub fn room(&self, slot: Slot, blocks: u32) -> u64 {
+        assert!(blocks > 0, "empty allocation");
+        // A zone with `left` blocks takes one allocation if they fit, and
+        // one more each time at least `blocks` are left that do not fall
+        // below the finish threshold (`allocate` retires it then).
+        let fits = |left: u32| {
+            let first = u64::from(left >= blocks);
+            let keep = blocks.max(self.finish_threshold).max(1);
+            first + if left >= keep { u64::from((left - keep) / blocks) } else { 0 }
+        };
+        let open = self.open_zone(slot).map_or(0, |zone| {
+            let entry = &self.zones[zone as usize];
+            fits(entry.capacity - entry.allocated)
+        });
+        let reserve = if slot == Slot::Reclaim { 0 } else { self.reserve };
+        let usable = self.empty.len().saturating_sub(reserve);
+        // `allocate` fails, rather than skipping, at a zone too small.
+        let empty = self.empty.iter().take(usable).map(|&zone| self.zones[zone as usize].capacity);
+        open + empty.take_while(|&capacity| capacity >= blocks).map(fits).sum::<u64>()
+    }
+
+    /// Blocks the lane holds when full: its zones' capacity, but for the
+    /// empty zones placement keeps back for reclaim (the largest, so the
+    /// figure is never more than writes find) and for zones worn out
+    /// (whose live blocks still count).
+    pub fn usable_blocks(&self) -> u64 {
+        let mut owned = Vec::new();
+        let mut blocks = 0;
+        for entry in &self.zones {
+            match entry.usage {
+                ZoneUse::NotOwned => {}
+                ZoneUse::Worn => blocks += u64::from(entry.valid),
+                _ => owned.push(entry.capacity),
+            }
+        }
+        owned.sort_unstable();
+        let kept = owned.len().saturating_sub(self.reserve);
+        blocks + owned[..kept].iter().map(|&c| u64::from(c)).sum::<u64>()
+    }
+
     /// Blocks of live extents.
     pub fn valid_blocks(&self) -> u64 {
         self.zones.iter().map(|z| u64::from(z.valid)).sum()
@@ -472,6 +517,45 @@ mod tests {
         let b = t.allocate(Slot::Stream(1), 3).unwrap();
         assert_ne!(a.zone, b.zone);
         assert_eq!(t.allocate(Slot::Stream(0), 11), Err(PlaceError::TooLarge));
+    }
+
+    #[test]
+    fn room_is_how_many_allocations_succeed_in_a_row() {
+        // Mixed capacities, thresholds, sizes and partly used open zones,
+        // against the allocator itself.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % u64::from(n)) as u32
+        };
+        for _ in 0..2000 {
+            let capacities: Vec<u32> = (0..1 + next(6)).map(|_| 1 + next(40)).collect();
+            let mut t = ZoneTable::new(&capacities, |z| z != 0, 2, next(3) as usize);
+            t.set_finish_threshold(next(12));
+            for _ in 0..next(4) {
+                let _ = t.allocate(Slot::Stream(next(2) as u8), 1 + next(8));
+            }
+            let (slot, blocks) = (if next(4) == 0 { Slot::Reclaim } else { Slot::Stream(0) }, 1 + next(12));
+            let room = t.room(slot, blocks);
+            let mut copy = t.clone();
+            let mut done = 0;
+            while copy.allocate(slot, blocks).is_ok() {
+                done += 1;
+            }
+            assert_eq!(room, done, "{capacities:?}, {blocks} blocks for {slot:?}: {t:?}");
+        }
+    }
+
+    #[test]
+    fn usable_blocks_leave_out_the_reserve_and_what_worn_zones_cannot_take() {
+        let mut t = ZoneTable::new(&[10, 12, 8, 12], |z| z != 0, 1, 1);
+        assert_eq!(t.usable_blocks(), 8 + 12, "the largest empty zone kept back");
+        let a = t.allocate(Slot::Stream(0), 5).unwrap();
+        t.add_valid(a.zone, 3);
+        t.wear_out(a.zone);
+        assert_eq!(t.usable_blocks(), 3 + 8, "a worn zone's live blocks, and no more");
     }
 
     #[test]

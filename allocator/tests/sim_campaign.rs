@@ -143,7 +143,7 @@ fn work(volume: &mut Volume, rng: &mut Prng, steps: usize, state: &mut Work) -> 
                     Ok(id) => {
                         state.current.insert(id, (data_seed, blocks));
                     }
-                    Err(Error::NoSpace) => {}
+                    Err(Error::NoSpace(_)) => {}
                     Err(_) => return false,
                 }
             }

@@ -58,7 +58,7 @@ fn work(volume: &mut Volume, rng: &mut Prng, steps: usize, committed: &mut Model
                     Ok(id) => {
                         current.insert(id, (data_seed, blocks));
                     }
-                    Err(zoned_allocator::Error::NoSpace) => {}
+                    Err(zoned_allocator::Error::NoSpace(_)) => {}
                     Err(_) => return outcome,
                 }
             }

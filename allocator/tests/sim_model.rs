@@ -49,7 +49,7 @@ fn run(seed: u64, steps: usize) {
                     Ok(id) => {
                         assert!(current.insert(id, (data_seed, blocks)).is_none(), "seed {seed}: ID {id} reused");
                     }
-                    Err(Error::NoSpace) => {}
+                    Err(Error::NoSpace(_)) => {}
                     Err(e) => panic!("seed {seed} step {step}: write: {e}"),
                 }
             }

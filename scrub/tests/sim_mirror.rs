@@ -420,6 +420,47 @@ fn a_replacement_too_small_or_a_blank_rejoin_is_refused_by_name_and_changes_noth
     check(&mut volume, &data, false);
 }
 
+/// A blank conventional device as large as the lost member (128 MiB),
+/// cut into software zones of 16 MiB and 32 KiB (asked at open, room for
+/// a checksum area):
+/// 7 zones where the member has 8, two of them for metadata either way.
+/// Its bytes are enough; its data zones hold 4 zones of extents where the
+/// volume holds 5, and it is 90% full. Before, it was taken, and the
+/// resilver ended with copies still missing, one "no space" per extent;
+/// now it is refused before anything changes, with what it would hold
+/// beside what it must.
+#[test]
+fn a_replacement_whose_zones_cannot_hold_every_copy_is_refused_before_anything_changes() {
+    let configs = vec![zns(8, 16 << 10), zns(8, 16 << 10), support::conventional(128), support::conventional(160)];
+    let harness = Harness::new(configs, vec![(0, 1), (1, 1)]);
+    let zone = (16 << 20) + (32 << 10);
+    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(zone), ..volume_options() };
+    let mut volume = harness.format(&options);
+    let extent = volume.max_extent_bytes();
+    assert_eq!(extent, 512 << 10, "the test's geometry assumes 512 KiB extents");
+    let mut data = Data::new();
+    for i in 0..volume.capacity_bytes() * 9 / 10 / extent as u64 {
+        let bytes = pattern(i, extent / 4096);
+        data.insert(volume.write(0, &bytes, i).unwrap(), bytes);
+    }
+    volume.fail_device(1, "test").unwrap();
+    volume.commit().unwrap();
+    let (seq, writes, missing) = (volume.committed_seq(), harness.writes(), volume.missing_blocks(1));
+    match volume.replace(1, device(&harness, 2), false) {
+        Err(Error::Member { device: 1, why }) => assert!(why.contains("cannot hold the copies"), "{why}"),
+        other => panic!("expected Member, got {other:?}"),
+    }
+    assert_eq!(harness.writes(), writes, "nothing was written to any device");
+    assert_eq!(volume.committed_seq(), seq, "nothing was committed");
+    assert_eq!(volume.status().state, VolumeState::Degraded);
+    assert_eq!(volume.missing_blocks(1), missing, "no copy changed");
+    check(&mut volume, &data, false);
+    // A device with two more zones takes the place, and every copy.
+    volume.replace(1, device(&harness, 3), false).expect("a larger device holds every copy");
+    resilver_all(&mut volume, 1);
+    check(&mut volume, &data, true);
+}
+
 /// The host asks for device 1 back while writes are in flight on it (an
 /// orderly removal: the driver quiesces the controller and gives the device
 /// up), and the replacement arrives only afterwards, on a controller that

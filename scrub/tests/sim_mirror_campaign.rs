@@ -125,7 +125,7 @@ impl Run {
                     Ok(id) => {
                         self.current.insert(id, (seed, blocks));
                     }
-                    Err(Error::NoSpace) => self.free_some(volume),
+                    Err(Error::NoSpace(_)) => self.free_some(volume),
                     Err(Error::Command { .. }) if self.writes_may_fail => {}
                     Err(error) => panic!("{}", self.context(&format!("write: {error}"))),
                 }

@@ -202,7 +202,7 @@ pub fn run(capacity_bytes: u64, extent_bytes: usize, settings: &Settings) -> Res
         }
         match volume.write(0, &buffer, row.extents) {
             Ok(_) => {}
-            Err(Error::NoSpace) => break,
+            Err(Error::NoSpace(_)) => break,
             Err(error) => return Err(format!("{label}: write {}: {error}", row.extents)),
         }
         row.data_bytes += extent_bytes as u64;

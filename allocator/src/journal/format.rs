@@ -36,8 +36,10 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// 6 kept every owner in memory, its pages' owners under the record's
 /// checksum only; version 7 had no zone checksum areas; version 8 had no
 /// sessions (a record could not be told from another side's with the same
-/// numbers).
-pub const FORMAT_VERSION: u8 = 9;
+/// numbers); version 9 used every block of a zone before its checksum area,
+/// so that extents of the largest size left each zone's tail unused and
+/// the volume held less than it reported.
+pub const FORMAT_VERSION: u8 = 10;
 /// Sessions a volume's metadata keeps, newest last (see [`SessionRecord`]).
 pub(crate) const MAX_SESSIONS: usize = 16;
 const VERSION: u8 = FORMAT_VERSION;
@@ -375,6 +377,10 @@ pub(crate) struct Superblock {
     /// The last sessions, newest last: the current one, and the ones this
     /// history went on from.
     pub sessions: Vec<SessionRecord>,
+    /// Each data zone takes data in a multiple of this many blocks (a
+    /// power of two), so that extents of any power-of-two size up to it
+    /// fill the zone exactly (see [`crate::volume::zone_data_blocks`]).
+    pub data_unit_blocks: u32,
 }
 
 /// One page of the extent table as a checkpoint carries it
@@ -851,6 +857,7 @@ mod tests {
                 tag_stride: 64,
                 location_offset_bits: 16,
                 checksum_area: false,
+                data_unit_blocks: 1,
                 sessions: vec![SessionRecord::new(u8::MAX, 0, 0, 0), SessionRecord::new(1, 3, 2, 40)],
             },
             lane_zones: vec![64, 32],

@@ -55,9 +55,22 @@ pub(crate) fn meta_zones_on(profile: Profile, g: u32, device: usize) -> u32 {
     meta_copies(profile, g).iter().filter(|c| c.device == device).count() as u32 * 2 * g
 }
 
-/// Default software zone size for a conventional namespace of `bytes`.
-pub(crate) fn default_software_zone_bytes(bytes: u64) -> u64 {
-    (bytes / 512).next_power_of_two().clamp(1 << 20, 256 << 20)
+/// Default software zone size for a conventional namespace of `bytes`: a
+/// power of two for the data, and after it, on a volume with checksum
+/// areas, the area that data needs.
+pub(crate) fn default_software_zone_bytes(bytes: u64, area: bool) -> u64 {
+    let data = (bytes / 512).next_power_of_two().clamp(1 << 20, 256 << 20);
+    if area {
+        with_area(data)
+    } else {
+        data
+    }
+}
+
+/// A zone of `data` bytes, and the checksum area after it.
+pub(crate) fn with_area(data: u64) -> u64 {
+    let blocks = (data / BLOCK_SIZE as u64).min(u64::from(u32::MAX)) as u32;
+    data + u64::from(crate::area::area_blocks(blocks)) * BLOCK_SIZE as u64
 }
 
 /// Metadata bytes a checkpoint may need for `blocks` of data: every extent

@@ -198,7 +198,7 @@ impl Journal {
         let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if self.offset + blocks > self.segment_blocks(devices) {
-            return Err(crate::Error::NoSpace);
+            return Err(crate::Error::NoSpace(crate::error::Full::Metadata));
         }
         self.broken = true;
         self.failed_blocks = blocks;
@@ -277,7 +277,7 @@ impl Journal {
         let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if at + blocks > self.segment_blocks(devices) {
-            return Err(crate::Error::NoSpace);
+            return Err(crate::Error::NoSpace(crate::error::Full::Metadata));
         }
         self.failed_blocks = (at - self.offset) + blocks;
         for copy in self.present(devices)? {
@@ -315,7 +315,7 @@ impl Journal {
             }
         }
         if at >= self.segment_blocks(devices) {
-            return Err(crate::Error::NoSpace);
+            return Err(crate::Error::NoSpace(crate::error::Full::Metadata));
         }
         for (copy, frontier) in frontiers {
             if frontier < at {
@@ -419,7 +419,7 @@ impl Journal {
         let record = encode_record(stamp, self.volume_id, payload);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if LABEL_BLOCKS + blocks > self.segment_blocks(devices) {
-            return Err(crate::Error::NoSpace);
+            return Err(crate::Error::NoSpace(crate::error::Full::Metadata));
         }
         for copy in self.present(devices)? {
             let device = devices[copy.device].as_mut().expect("present");

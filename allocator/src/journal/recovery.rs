@@ -29,7 +29,7 @@
 //! TigerBeetle's journal recovery makes the same distinction between torn,
 //! missing and corrupt entries (`src/vsr/journal.zig`).
 
-use super::layout::{default_software_zone_bytes, meta_zones_per_segment, SegmentImage, LABEL_BLOCKS};
+use super::layout::{default_software_zone_bytes, meta_zones_per_segment, with_area, SegmentImage, LABEL_BLOCKS};
 use super::{
     decode_begin, decode_delta, decode_label, decode_record_ops, push_session, Header, Kind, Label, LabelRead, Op,
     PageImage, SessionRecord, HEADER_BYTES,
@@ -74,8 +74,11 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
     } else {
         let capacity_bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
         let mut sizes: Vec<u64> = hint_software_zone_bytes.into_iter().collect();
-        sizes.push(default_software_zone_bytes(capacity_bytes));
+        sizes.push(default_software_zone_bytes(capacity_bytes, false));
         sizes.extend((16..=30).map(|shift| 1u64 << shift));
+        // A volume with checksum areas has each zone's area after a power
+        // of two of data.
+        sizes.extend((16..=30).map(|shift| with_area(1u64 << shift)));
         for bytes in sizes {
             let blocks = (bytes / BLOCK_SIZE as u64).min(u64::from(u32::MAX)) as u32;
             if blocks == 0 || device.load_zones(blocks).is_err() {

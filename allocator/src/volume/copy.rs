@@ -5,7 +5,7 @@
 
 use super::write::Payload;
 use super::{PendingWrite, Volume, WriteDone};
-use crate::error::{Error, Result};
+use crate::error::{Error, Full, Result};
 use crate::zones::Slot;
 use crate::{ExtentId, BLOCK_SIZE};
 use nvme_driver::IoBuffer;
@@ -111,7 +111,7 @@ impl Volume {
         let slot = Slot::Stream(stream);
         let table = &self.lanes[lane].table;
         if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
-            return Err(Error::NoSpace);
+            return Err(Error::NoSpace(Full::Data { place: self.lanes[lane].device }));
         }
         // A copy is tagged as its extent is, its tags written from the
         // checksums the pending write holds.

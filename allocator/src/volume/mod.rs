@@ -397,7 +397,7 @@ impl Volume {
             .ok_or_else(|| Error::Corrupt(format!("{} offset bits", superblock.location_offset_bits)))?;
         for (place, device) in devices.iter().enumerate() {
             if let Some(device) = device {
-                check_locations(bits, place, device)?;
+                check_locations(&superblock, place, device)?;
             }
         }
         let copy_supported = devices.iter().map(|d| d.as_ref().is_some_and(|d| d.ns.supports(Oncs::COPY))).collect();
@@ -555,14 +555,53 @@ impl Volume {
         self.superblock.max_extent_blocks as usize * BLOCK_SIZE
     }
 
-    /// Bytes the volume can hold: its first lane's zones, less the reclaim
-    /// reserve.
+    /// Each data zone takes a whole number of these bytes, so extents of
+    /// any power-of-two size up to it fill [`Volume::capacity_bytes`]
+    /// exactly: the largest extent, unless the zones are too small to hold
+    /// a whole number of them at a cost of at most 1/32 of each
+    /// ([`zone_data_blocks`]).
+    pub fn data_unit_bytes(&self) -> usize {
+        self.superblock.data_unit_blocks as usize * BLOCK_SIZE
+    }
+
+    /// Bytes of data the volume holds when full, one copy counted: what
+    /// the lane in use that holds the least can take in its data zones,
+    /// with the metadata zones, the checksum areas and the zones kept for
+    /// reclaim taken out ([`ZoneTable::usable_blocks`]). Extents of any
+    /// power-of-two size up to the volume's data unit fill exactly this
+    /// much ([`zone_data_blocks`]); [`Volume::room`] says what writes of
+    /// any size still fit.
     pub fn capacity_bytes(&self) -> u64 {
-        let table = &self.lanes[self.first_online_lane()].table;
-        let zones: Vec<u32> = (0..table.zone_count()).filter(|&z| table.zone(z).usage != ZoneUse::NotOwned).collect();
-        let reserve: u64 =
-            zones.iter().take(self.superblock.reserve_zones as usize).map(|&z| u64::from(table.zone(z).capacity)).sum();
-        (table.capacity_blocks() - reserve) * BLOCK_SIZE as u64
+        let online = (0..self.lanes.len()).filter(|&lane| self.lane_online(lane));
+        online.map(|lane| self.lanes[lane].table.usable_blocks()).min().unwrap_or(0) * BLOCK_SIZE as u64
+    }
+
+    /// Bytes that writes of `extent_bytes` each to `stream` can still
+    /// add, one after another, before one fails with [`Error::NoSpace`]:
+    /// in every lane in use, the stream's open zone and each empty zone
+    /// but those kept for reclaim, counting only whole extents per zone.
+    /// Frees count once committed and reclaimed. O(zones): for tools that
+    /// check a size before they write.
+    pub fn room(&self, stream: u8, extent_bytes: usize) -> Result<u64> {
+        if stream >= self.superblock.streams {
+            return Err(Error::InvalidArgument(format!(
+                "stream {stream}: the volume has {} stream(s)",
+                self.superblock.streams
+            )));
+        }
+        if extent_bytes == 0 || !extent_bytes.is_multiple_of(BLOCK_SIZE) || extent_bytes > self.max_extent_bytes() {
+            return Err(Error::InvalidArgument(format!(
+                "extents of {extent_bytes} bytes: expected a nonzero multiple of 4096 up to {}",
+                self.max_extent_bytes()
+            )));
+        }
+        let blocks = (extent_bytes / BLOCK_SIZE) as u32;
+        let online = (0..self.lanes.len()).filter(|&lane| self.lane_online(lane));
+        let extents = online
+            .map(|lane| self.lanes[lane].table.room(crate::zones::Slot::Stream(stream), blocks))
+            .min()
+            .unwrap_or(0);
+        Ok(extents * extent_bytes as u64)
     }
 
     /// The journal sequence number of the last commit.
@@ -664,26 +703,62 @@ impl Volume {
     }
 }
 
-/// The blocks of each of `device`'s zones that take data: all of them, or
-/// those before the checksum area on a volume with areas.
+/// The blocks of each of `device`'s zones that take data on a volume of
+/// `superblock`'s shape ([`zone_data_blocks`]).
 pub(super) fn data_capacities(device: &Device, superblock: &Superblock) -> Vec<u32> {
-    let data = |capacity| if superblock.checksum_area { crate::area::data_blocks(capacity) } else { capacity };
-    device.zones.iter().map(|z| data(z.capacity_blocks)).collect()
+    let (area, unit) = (superblock.checksum_area, superblock.data_unit_blocks);
+    device.zones.iter().map(|z| zone_data_blocks(z.capacity_blocks, area, unit)).collect()
+}
+
+/// The blocks of a zone of `capacity` blocks that take data: all of them,
+/// or those before its checksum area on a volume with areas
+/// ([`crate::area::data_blocks`]), rounded down to a multiple of `unit`
+/// blocks. Extents are never split across zones, so a zone whose data is
+/// not a whole number of extents leaves its tail unused when filled with
+/// them: rounding the data to a whole number of the largest power-of-two
+/// extent makes the capacity a volume reports exactly what extents of any
+/// power-of-two size up to that unit fill (`tests/sim_capacity.rs`).
+pub(crate) fn zone_data_blocks(capacity: u32, checksum_area: bool, unit: u32) -> u32 {
+    let data = if checksum_area { crate::area::data_blocks(capacity) } else { capacity };
+    data - data % unit.max(1)
+}
+
+/// The data unit of a new volume ([`Superblock::data_unit_blocks`]): the
+/// largest power of two up to `largest` blocks (the largest extent the
+/// devices take in one command) of which every zone's data holds a whole
+/// number at a cost of at most 1/32 of it. ZNS zones without checksum
+/// areas and software zones (sized for it, [`software_zone_blocks_for`])
+/// lose nothing; a 64 MiB ZNS zone with a checksum area and 1 MiB extents
+/// loses 224 of its 16,352 blocks (1.4%), which extents of 1 MiB could not
+/// fill anyway.
+pub(super) fn data_unit_blocks(devices: &[Device], checksum_area: bool, largest: u32) -> u32 {
+    let mut unit = if largest == 0 { 1 } else { 1 << (31 - largest.leading_zeros()) };
+    let datas: Vec<u32> = devices
+        .iter()
+        .flat_map(|d| d.zones.iter().map(|z| zone_data_blocks(z.capacity_blocks, checksum_area, 1)))
+        .collect();
+    while unit > 1 && datas.iter().any(|&data| data % unit > data / 32) {
+        unit /= 2;
+    }
+    unit
 }
 
 /// A device in place `place` must have zones the extent table can locate:
-/// no larger than the split the volume was formatted with allows, and no
-/// more of them.
-pub(super) fn check_locations(bits: LocationBits, place: usize, device: &Device) -> Result<()> {
-    let largest = device.zones.iter().map(|z| z.capacity_blocks).max().unwrap_or(0);
+/// their data ([`data_capacities`]; nothing else in a zone is located by
+/// the table) no larger than the split the volume was formatted with
+/// allows, and no more of them.
+pub(super) fn check_locations(superblock: &Superblock, place: usize, device: &Device) -> Result<()> {
+    let bits = LocationBits::from_offset_bits(superblock.location_offset_bits)
+        .ok_or_else(|| Error::Corrupt(format!("{} offset bits", superblock.location_offset_bits)))?;
+    let largest = data_capacities(device, superblock).into_iter().max().unwrap_or(0);
     if bits.fits(largest, device.zones.len() as u32) {
         return Ok(());
     }
     Err(Error::Member {
         device: place,
         why: format!(
-            "namespace {} has {} zones of up to {largest} blocks; the volume's extent table locates zones of up to {} \
-             blocks",
+            "namespace {} has {} zones of up to {largest} blocks of data; the volume's extent table locates zones of \
+             up to {} blocks",
             device.ns.nsid(),
             device.zones.len(),
             1u64 << bits.offset_bits(),

@@ -35,17 +35,20 @@ impl Volume {
         if options.streams == 0 || options.streams > 64 {
             return Err(Error::InvalidConfig(format!("{} streams: expected 1..=64", options.streams)));
         }
+        let store = checksum_store_for(&devices, options.checksums)?;
+        let area = store == ChecksumStore::Area;
         let mut software_zone_blocks = 0;
         for device in &mut devices {
-            let blocks = software_zone_blocks_for(device, options)?;
+            let blocks = software_zone_blocks_for(device, options, area)?;
             if !device.is_zoned() {
                 software_zone_blocks = blocks;
             }
             device.load_zones(blocks)?;
         }
         let g = meta_zones_per_segment(&devices[0], segments_on(profile, 0))?;
-        let store = checksum_store_for(&devices, options.checksums)?;
-        let max_extent_blocks = max_extent_blocks(&devices, options, store);
+        let largest = transfer_blocks(&devices, options);
+        let data_unit_blocks = super::data_unit_blocks(&devices, area, largest);
+        let max_extent_blocks = max_extent_blocks(&devices, largest, area, data_unit_blocks);
         let superblock = Superblock {
             profile,
             streams: options.streams,
@@ -70,8 +73,9 @@ impl Volume {
                 _ => 0,
             },
             location_offset_bits: location_bits(&devices)?.offset_bits(),
-            checksum_area: store == ChecksumStore::Area,
+            checksum_area: area,
             sessions: vec![SessionRecord::new(u8::MAX, 0, 0, 0)],
+            data_unit_blocks,
         };
         let label =
             Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
@@ -590,12 +594,15 @@ fn lanes_of(profile: Profile, device: usize) -> impl Iterator<Item = usize> {
     lanes.iter().enumerate().filter(move |&(_, &d)| d == device).map(|(lane, _)| lane)
 }
 
-fn software_zone_blocks_for(device: &Device, options: &VolumeOptions) -> Result<u32> {
+/// Software zones for a conventional `device`: the size asked, else the
+/// default for its capacity, with room after its data for the checksum
+/// area on a volume with areas, so that the data stays a power of two.
+fn software_zone_blocks_for(device: &Device, options: &VolumeOptions, area: bool) -> Result<u32> {
     if device.is_zoned() {
         return Ok(0);
     }
     let capacity = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
-    let bytes = options.software_zone_bytes.unwrap_or_else(|| default_software_zone_bytes(capacity));
+    let bytes = options.software_zone_bytes.unwrap_or_else(|| default_software_zone_bytes(capacity, area));
     if bytes < BLOCK_SIZE as u64 || !bytes.is_multiple_of(BLOCK_SIZE as u64) || bytes > u64::from(u32::MAX) * 4096 {
         return Err(Error::InvalidConfig(format!("software zones of {bytes} bytes: expected a multiple of 4096")));
     }
@@ -646,21 +653,25 @@ fn location_bits(devices: &[Device]) -> Result<crate::table::LocationBits> {
     })
 }
 
-fn max_extent_blocks(devices: &[Device], options: &VolumeOptions, store: ChecksumStore) -> u32 {
+/// The largest extent one command to every device takes, in blocks: the
+/// option, the transfer limits and, for Zone Append, its own.
+fn transfer_blocks(devices: &[Device], options: &VolumeOptions) -> u32 {
     let mut bytes = options.max_extent_bytes.max(BLOCK_SIZE);
     for d in devices {
         bytes = bytes.min(d.max_transfer_bytes);
         if d.is_zoned() && options.write_mode != WriteMode::Ordered && d.append_max_bytes >= BLOCK_SIZE {
             bytes = bytes.min(d.append_max_bytes);
         }
-        let data = |capacity| match store {
-            ChecksumStore::Area => crate::area::data_blocks(capacity),
-            _ => capacity,
-        };
-        let smallest_zone = d.zones.iter().map(|z| data(z.capacity_blocks) as usize * BLOCK_SIZE).min().unwrap_or(0);
-        bytes = bytes.min(smallest_zone);
     }
     (bytes / BLOCK_SIZE).min(crate::table::MAX_BLOCKS as usize) as u32
+}
+
+/// The largest extent: what one command takes (`largest`), and no more
+/// than the smallest zone's data.
+fn max_extent_blocks(devices: &[Device], largest: u32, area: bool, unit: u32) -> u32 {
+    let zones = devices.iter().flat_map(|d| d.zones.iter());
+    let smallest = zones.map(|z| super::zone_data_blocks(z.capacity_blocks, area, unit)).min().unwrap_or(0);
+    largest.min(smallest)
 }
 
 fn new_volume_id() -> u64 {

@@ -4,7 +4,7 @@
 
 use super::member::Failed;
 use super::Volume;
-use crate::error::{Error, Result};
+use crate::error::{Error, Full, Result};
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use std::time::Instant;
@@ -58,7 +58,7 @@ impl Volume {
         }
         let placement = match self.lanes[lane].table.allocate(slot, blocks) {
             Ok(placement) => placement,
-            Err(PlaceError::NoSpace) => return Err(Error::NoSpace),
+            Err(PlaceError::NoSpace) => return Err(Error::NoSpace(Full::Data { place: device })),
             Err(PlaceError::TooLarge) => {
                 return Err(Error::InvalidArgument(format!("{blocks} blocks exceed a zone")));
             }

@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::journal::recovery::{probe, tips, Probe};
 use crate::journal::{MemberRecord, Op};
-use crate::zones::ZoneTable;
+use crate::zones::{Slot, ZoneTable};
 use crate::{ExtentId, Location, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 
@@ -160,6 +160,8 @@ impl Volume {
             for zone in 0..self.lanes[lane].sealed.len() as u32 {
                 self.unseal(lane, zone);
             }
+            // The new device may have more or fewer zones than the old.
+            self.lanes[lane].sealed = vec![0; self.lanes[lane].table.zone_count() as usize];
         }
         // The metadata copies on the place go back where format puts them.
         let g = self.journal.g;
@@ -236,6 +238,8 @@ impl Volume {
                 }
             }
         }
+        super::check_locations(&self.superblock, place, device)?;
+        self.check_room_for_copies(place, device)?;
         if !device.is_zoned() {
             // The first conventional member: its software zones are the
             // volume's from now on (the labels say so).
@@ -245,17 +249,79 @@ impl Volume {
         Ok(())
     }
 
+    /// Checks that `device`, its zones loaded, can hold every copy place
+    /// `place` must receive, by placing them in a table of its zones as the
+    /// resilver will: in the physical order of the copy it reads from, each
+    /// into stream 0's zones, whole extents only. Bytes alone do not tell:
+    /// zones that take fewer whole extents hold less than their size.
+    fn check_room_for_copies(&self, place: usize, device: &Device) -> Result<()> {
+        let (profile, g) = (self.superblock.profile, self.journal.g);
+        let meta_zones = super::meta_zones_on(profile, g, place);
+        let capacities = super::data_capacities(device, &self.superblock);
+        let source = (0..self.lanes.len()).find(|&l| self.lanes[l].device != place && self.lane_online(l));
+        for lane in (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place) {
+            let mut table = ZoneTable::new(
+                &capacities,
+                |zone| super::lane_owns(profile, lane, meta_zones, zone),
+                self.superblock.streams,
+                self.superblock.reserve_zones as usize,
+            );
+            table.set_finish_threshold(self.superblock.finish_threshold_blocks);
+            let mut copies: Vec<(Location, u32)> = self
+                .table
+                .iter()
+                .filter_map(|(_, entry)| {
+                    let at = entry.locations[source?];
+                    (!at.is_missing()).then_some((at, entry.blocks))
+                })
+                .collect();
+            copies.sort_unstable_by_key(|&(at, _)| (at.zone, at.offset));
+            let needed: u64 = copies.iter().map(|&(_, blocks)| u64::from(blocks)).sum();
+            if let Some(placed) =
+                copies.iter().position(|&(_, blocks)| table.allocate(Slot::Stream(0), blocks).is_err())
+            {
+                let fresh = ZoneTable::new(
+                    &capacities,
+                    |zone| super::lane_owns(profile, lane, meta_zones, zone),
+                    self.superblock.streams,
+                    self.superblock.reserve_zones as usize,
+                );
+                let block = BLOCK_SIZE as u64;
+                return Err(Error::Member {
+                    device: place,
+                    why: format!(
+                        "the new device cannot hold the copies it must receive: {} extents ({} bytes), and its data \
+                         zones ({} bytes, beyond its metadata and the zones kept for reclaim) take only the first \
+                         {placed} of them, whole",
+                        copies.len(),
+                        needed * block,
+                        fresh.usable_blocks() * block,
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Software zones for a conventional device taking the place of a ZNS
     /// one, on a volume with no conventional member yet: the size asked at
     /// open ([`crate::VolumeOptions::software_zone_bytes`]), else the
     /// default for its capacity, but never so small that its metadata
     /// segments would hold less than the volume's or a zone less than the
-    /// largest extent.
+    /// largest extent (with the checksum area after, on a volume with
+    /// areas).
     fn software_zones_for_replacement(&self, capacity_bytes: u64) -> u32 {
-        let asked = self.options.software_zone_bytes.map(|bytes| (bytes / BLOCK_SIZE as u64) as u32);
-        let default = (crate::journal::layout::default_software_zone_bytes(capacity_bytes) / BLOCK_SIZE as u64) as u32;
-        let segment = self.superblock.meta_segment_blocks.div_ceil(u64::from(self.journal.g)) as u32;
-        asked.unwrap_or(default.max(segment).max(self.superblock.max_extent_blocks))
+        use crate::journal::layout::{default_software_zone_bytes, with_area};
+        let block = BLOCK_SIZE as u64;
+        if let Some(bytes) = self.options.software_zone_bytes {
+            return (bytes / block) as u32;
+        }
+        let segment = self.superblock.meta_segment_blocks.div_ceil(u64::from(self.journal.g));
+        let data = (default_software_zone_bytes(capacity_bytes, false) / block)
+            .max(segment)
+            .max(u64::from(self.superblock.max_extent_blocks));
+        let bytes = if self.superblock.checksum_area { with_area(data * block) } else { data * block };
+        (bytes / block) as u32
     }
 
     /// An empty zone table for lane `lane` over its device's zones.

@@ -5,7 +5,7 @@ use super::member::Failed;
 use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode, COPIES_MAX};
 use crate::checksum::block_crcs;
 use crate::device;
-use crate::error::{Error, Result};
+use crate::error::{Error, Full, Result};
 use crate::table::Entry;
 use crate::tags::TagLayout;
 use crate::zones::{Slot, ZoneUse};
@@ -96,7 +96,7 @@ impl Volume {
         for lane in self.lanes.iter().filter(|l| self.devices[l.device].is_some()) {
             let table = &lane.table;
             if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
-                return Err(Error::NoSpace);
+                return Err(Error::NoSpace(Full::Data { place: lane.device }));
             }
         }
         let crcs = match crcs {

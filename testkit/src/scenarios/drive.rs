@@ -66,12 +66,12 @@ pub struct WriteReport {
     pub extents: u64,
     pub bytes: u64,
     pub most_in_flight: usize,
-    /// The plan stopped at `Error::NoSpace`.
+    /// The plan stopped at `Error::NoSpace(_)`.
     pub no_space: bool,
 }
 
 /// Writes `planned`, [`WRITE_DEPTH`] at a time in flight, adding each
-/// finished extent to `model`. With `stop_at_no_space`, `Error::NoSpace`
+/// finished extent to `model`. With `stop_at_no_space`, `Error::NoSpace(_)`
 /// ends the plan early (reported); otherwise it is a failure.
 pub fn write_all(
     volume: &mut Volume,
@@ -111,7 +111,7 @@ pub fn write_all(
                     pending.insert(id, *write);
                     report.most_in_flight = report.most_in_flight.max(volume.writes_in_flight());
                 }
-                Err(Error::NoSpace) if stop_at_no_space => {
+                Err(Error::NoSpace(_)) if stop_at_no_space => {
                     report.no_space = true;
                     break 'bursts;
                 }

@@ -19,7 +19,7 @@
 //! - `tags` (ZNS with per-block metadata): the same, with the volume's
 //!   checksums in block tags (required).
 //! - `limits` (ZNS, max-open 2, max-active 4): two streams are refused at
-//!   format; one stream fills the volume to `Error::NoSpace`; after frees
+//!   format; one stream fills the volume to `Error::NoSpace(_)`; after frees
 //!   and reclaim it fills again; everything reads back.
 //! - `reopen write` (one): format, write, free, commit; then writes and
 //!   frees left uncommitted, and the volume is abandoned.

@@ -80,6 +80,7 @@ impl Writer {
         for session in &s.sessions {
             self.session(session);
         }
+        self.u32(s.data_unit_blocks);
     }
     pub(super) fn session(&mut self, s: &SessionRecord) {
         self.u64(s.id);
@@ -205,6 +206,10 @@ impl<'a> Reader<'a> {
             return Err(corrupt(format!("{count} sessions")));
         }
         let sessions = (0..count).map(|_| self.session()).collect::<Result<Vec<_>>>()?;
+        let data_unit_blocks = self.u32()?;
+        if !data_unit_blocks.is_power_of_two() || data_unit_blocks > crate::table::MAX_BLOCKS {
+            return Err(corrupt(format!("zones taking data in units of {data_unit_blocks} blocks")));
+        }
         Ok(Superblock {
             profile,
             streams,
@@ -222,6 +227,7 @@ impl<'a> Reader<'a> {
             location_offset_bits,
             checksum_area,
             sessions,
+            data_unit_blocks,
         })
     }
     pub(super) fn session(&mut self) -> Result<SessionRecord> {
