@@ -167,7 +167,7 @@ impl Amount {
 impl std::fmt::Display for Amount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Amount::Bytes(bytes) => write!(f, "{bytes}"),
+            Amount::Bytes(bytes) => write!(f, "{}", human_size(*bytes)),
             Amount::Percent(percent) => write!(f, "{percent}%"),
         }
     }

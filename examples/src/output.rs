@@ -69,6 +69,44 @@ pub fn failure(tool: &str, message: &str) {
     }
 }
 
+/// Why a run stopped short: an argument the devices refuse, found once
+/// they are open and before anything is written (a size past what they
+/// hold, a block size past their largest transfer), which exits 2 as a
+/// bad argument does before; or an error, which exits 1.
+#[derive(Debug)]
+pub enum Failure {
+    /// A bad argument, found against the devices.
+    Argument(String),
+    /// Anything else.
+    Error(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Error(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Failure::Error(message.to_owned())
+    }
+}
+
+impl Failure {
+    /// Says why `tool` failed ([`failure`]), and the status to exit with:
+    /// 2 for an argument, 130 when a signal stopped the run, else 1.
+    pub fn report(&self, tool: &str) -> std::process::ExitCode {
+        let (message, status) = match self {
+            Failure::Argument(message) => (message, 2),
+            Failure::Error(message) if crate::interrupt::requested() => (message, crate::interrupt::EXIT_INTERRUPTED),
+            Failure::Error(message) => (message, 1),
+        };
+        failure(tool, message);
+        std::process::ExitCode::from(status)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

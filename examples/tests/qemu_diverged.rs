@@ -4,7 +4,12 @@
 //! 1. `seqwrite --format` makes a mirror across a conventional controller
 //!    behind a hot-plug port (A) and a ZNS one (B), and fills part of it.
 //! 2. A second `seqwrite --degraded` writes while QEMU unplugs A
-//!    (`device_del`): the volume gives A up and goes on, on B alone.
+//!    (`device_del`): the volume gives A up and goes on, on B alone. The
+//!    writer is slowed (a 30 ms sleep per idle poll, one write in flight:
+//!    about 10 s) so that it is still writing when the guest lets A go,
+//!    which takes seconds after the unplug (pciehp's attention button);
+//!    at full speed it could end first, and A would then be stale, not
+//!    diverged.
 //! 3. A comes back in its slot (QMP `device_add` on its own image, as a
 //!    drive re-seated), and a new process opens it alone (`seqwrite
 //!    --degraded --pci A`) and writes: both sides went on alone.
@@ -49,8 +54,8 @@ fn script() -> String {
          echo '== a mirror across A and B'\n\
          seqwrite --pci {PULLED} --pci {ZONED} --profile mirror --format --yes --bs 256k --size 20% --no-progress\n\
          echo '== writes while A is pulled'\n\
-         seqwrite --pci {PULLED} --pci {ZONED} --profile mirror --degraded --bs 256k --size 10% --iodepth 8 \
-         --no-progress > /tmp/pulled.txt 2>&1 &\n\
+         seqwrite --pci {PULLED} --pci {ZONED} --profile mirror --degraded --bs 256k --size 60% \
+         --poll-sleep-us 30000 --no-progress > /tmp/pulled.txt 2>&1 &\n\
          pid=$!\n\
          i=0\n\
          while [ $i -lt 300 ] && [ \"$(ls /proc/$pid/task 2>/dev/null | wc -l)\" -lt 2 ] \\\n\
@@ -126,6 +131,7 @@ fn members_pulled_apart_and_written_alone_are_shown_diverged_and_resolved() {
     assert_eq!(outcome.status, 0, "{}", outcome.report());
     eprintln!("{:.1} s in the VM:\n{}", outcome.elapsed.as_secs_f64(), outcome.output);
     assert_eq!(line_after(&outcome, "qemu-diverged: pulled-writes exit ").trim(), "0", "{}", outcome.report());
+    assert!(outcome.output.contains("given up"), "A was not given up while B was written: {}", outcome.report());
     let (code, status) = exit_and_json(&outcome, "qemu-diverged: status exit ");
     assert_eq!((code, status["state"].as_str()), (3, Some("diverged")), "{status}");
     let sides = status["sides"].as_array().expect("both sides");

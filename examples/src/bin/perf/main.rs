@@ -22,6 +22,7 @@ use nvme_examples::args::{
 use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::open_controller;
 use nvme_examples::interrupt;
+use nvme_examples::output::Failure;
 use report::{report, PerSecond, ProfileNs, RawTimes, WorkerResult};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -217,14 +218,11 @@ fn main() -> ExitCode {
             ExitCode::from(interrupt::EXIT_INTERRUPTED)
         }
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            nvme_examples::output::failure("perf", &message);
-            ExitCode::FAILURE
-        }
+        Err(failure) => failure.report("perf"),
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> Result<(), Failure> {
     if args.rw.writes() && !args.sim {
         // Asked before any device is opened.
         let device = args.pci.as_deref().unwrap_or("the first vfio-pci controller");
@@ -244,7 +242,10 @@ fn run(args: &Args) -> Result<(), String> {
             Some(zone) => {
                 let zone_blocks = zone / u64::from(args.sim_lba);
                 if zone > args.sim_capacity {
-                    return Err(format!("--sim-zone {zone} is larger than --sim-capacity {}", args.sim_capacity));
+                    return Err(Failure::Argument(format!(
+                        "--sim-zone {zone} is larger than --sim-capacity {}",
+                        args.sim_capacity
+                    )));
                 }
                 SimConfig::zoned(blocks / zone_blocks * zone_blocks, args.sim_lba, zone_blocks, zone_blocks)
             }
@@ -258,35 +259,52 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
+    // What the options ask of this namespace is checked before any I/O:
+    // a bad fit is a bad argument (exit 2), never a region silently cut.
+    let argument = |message: String| Err(Failure::Argument(message));
     if args.bs == 0 || !args.bs.is_multiple_of(block) || args.bs > ns.max_transfer_bytes() {
-        return Err(format!(
+        return argument(format!(
             "--bs {} must be a multiple of the {block}-byte block and at most {} bytes (MDTS)",
             args.bs,
             ns.max_transfer_bytes()
         ));
     }
     let offset_blocks = args.offset / block;
-    if offset_blocks >= ns.capacity_blocks() {
-        return Err(format!("--offset {} is past the namespace's end", args.offset));
+    if offset_blocks >= ns.capacity_blocks() || !args.offset.is_multiple_of(block) {
+        return argument(format!(
+            "--offset {}: expected a multiple of the {block}-byte block before the namespace's end ({} bytes)",
+            args.offset,
+            ns.capacity_blocks() * block
+        ));
     }
+    let left = ns.capacity_blocks() - offset_blocks;
     let region_blocks = match args.size {
-        Some(bytes) => (bytes / block).min(ns.capacity_blocks() - offset_blocks),
-        None => ns.capacity_blocks() - offset_blocks,
+        Some(bytes) if bytes.div_ceil(block) > left => {
+            return argument(format!(
+                "--size {}: from --offset {} the namespace holds {} ({} bytes)",
+                nvme_examples::args::human_size(bytes),
+                args.offset,
+                nvme_examples::args::human_size(left * block),
+                left * block
+            ));
+        }
+        Some(bytes) => bytes / block,
+        None => left,
     };
     let io_blocks = args.bs / block;
     if region_blocks < io_blocks * u64::from(args.qpairs) {
-        return Err("--size leaves less than one I/O per queue pair".into());
+        return argument("--size leaves less than one I/O per queue pair".into());
     }
     let most = u16::try_from(controller.max_queue_entries()).unwrap_or(u16::MAX);
     let entries = args.queue_entries.unwrap_or(DEFAULT_QUEUE_ENTRIES.max(args.qd + 1).min(most));
     if entries <= args.qd || entries > most {
-        return Err(format!(
+        return argument(format!(
             "--queue-entries {entries}: expected {}..={most} (--qd + 1 to CAP.MQES + 1)",
             u32::from(args.qd) + 1
         ));
     }
     if args.copy_in && args.engine == Engine::Raw {
-        return Err("--copy-in runs on the driver engines only".into());
+        return argument("--copy-in runs on the driver engines only".into());
     }
     let zones = zoned_shares(args, &controller, &ns, offset_blocks, region_blocks, io_blocks)?;
 
@@ -332,7 +350,7 @@ fn run(args: &Args) -> Result<(), String> {
     let zone_count = zones.as_ref().map(|shares| shares.iter().map(Vec::len).sum::<usize>());
     report(args, &controller, &ns, entries, zone_count, &total);
     if total.errors > 0 {
-        return Err(format!("{} I/Os failed; first: {}", total.errors, total.first_error.unwrap_or_default()));
+        return Err(format!("{} I/Os failed; first: {}", total.errors, total.first_error.unwrap_or_default()).into());
     }
     Ok(())
 }

@@ -19,8 +19,9 @@ use nvme_examples::confirm::confirm_on_stdin;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::interrupt;
 use nvme_examples::logging;
-use nvme_examples::output;
+use nvme_examples::output::{self, Failure};
 use nvme_examples::profile::ProfileArg;
+use nvme_examples::volume_view::human_bytes;
 use report::{report, Run, Tally};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -188,13 +189,7 @@ fn main() -> ExitCode {
     interrupt::install();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            output::failure("seqwrite", &message);
-            match interrupt::requested() {
-                true => ExitCode::from(interrupt::EXIT_INTERRUPTED),
-                false => ExitCode::FAILURE,
-            }
-        }
+        Err(failure) => failure.report("seqwrite"),
     }
 }
 
@@ -322,7 +317,7 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
     device::open_controllers(&args.pci)
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> Result<(), Failure> {
     if args.format {
         // Asked before any device is opened.
         let what = format!("--format destroys everything on {}", describe_devices(args, &device_choices(args)?));
@@ -335,7 +330,7 @@ fn run(args: &Args) -> Result<(), String> {
     let controllers = controllers(args)?;
     let options = volume_options(args);
     let (mut volume, created) = open_volume(args, &controllers, &options)?;
-    let target = check_against(args, &volume)?;
+    let target = check_against(args, &volume).map_err(Failure::Argument)?;
     // Where the first data zone starts (after the metadata segments), on
     // the first copy in use.
     let lane = (0..volume.lanes()).find(|&l| volume.lane_online(l)).unwrap_or(0);
@@ -358,7 +353,7 @@ fn run(args: &Args) -> Result<(), String> {
         eprintln!();
     }
     if let Some(message) = failure {
-        return Err(message);
+        return Err(message.into());
     }
     committed.map_err(|e| format!("final commit: {e}"))?;
     tally.commits += 1;
@@ -379,7 +374,7 @@ fn run(args: &Args) -> Result<(), String> {
     report(args, &mut volume, &run)?;
     volume.close().map_err(|e| format!("close: {e}"))?;
     match run.interrupted {
-        Some(signal) => Err(Interrupted(signal).to_string()),
+        Some(signal) => Err(Interrupted(signal).to_string().into()),
         None => Ok(()),
     }
 }
@@ -433,28 +428,51 @@ fn open_volume(args: &Args, controllers: &[Controller], options: &VolumeOptions)
 }
 
 /// Checks --size, --bs and --stream against the open volume, before the
-/// first write; the bytes to write.
+/// first write; the bytes to write. A percentage is of the volume's
+/// capacity ([`Volume::capacity_bytes`]), and what is asked must fit in
+/// writes of --bs ([`Volume::room`]): refused otherwise, naming what fits.
 fn check_against(args: &Args, volume: &Volume) -> Result<u64, String> {
-    let capacity = volume.capacity_bytes();
-    let free = capacity.saturating_sub(volume.stats().valid_bytes);
-    let target = args.size.bytes(capacity, args.bs);
-    if target == 0 {
-        return Err(format!(
-            "--size {}: less than one --bs {} write on a volume of {capacity} bytes",
-            args.size, args.bs
-        ));
-    }
-    if target > free {
-        return Err(format!(
-            "--size {}: {} bytes asked, {} free of {} (free extents, or --format)",
-            args.size, target, free, capacity
-        ));
-    }
     if args.bs as usize > volume.max_extent_bytes() {
-        return Err(format!("--bs {}: the volume's largest extent is {}", args.bs, volume.max_extent_bytes()));
+        return Err(format!(
+            "--bs {}: the volume's largest extent is {}",
+            human_size(args.bs),
+            human_size(volume.max_extent_bytes() as u64)
+        ));
     }
     if args.stream >= volume.streams() {
         return Err(format!("--stream {}: the volume has {} stream(s)", args.stream, volume.streams()));
+    }
+    let capacity = volume.capacity_bytes();
+    let used = volume.stats().valid_bytes;
+    let target = args.size.bytes(capacity, args.bs);
+    if target == 0 {
+        return Err(format!(
+            "--size {}: less than one --bs {} write on a volume of {}",
+            args.size,
+            human_size(args.bs),
+            human_size(capacity)
+        ));
+    }
+    let room = volume.room(args.stream, args.bs as usize).map_err(|e| e.to_string())?;
+    if target > room {
+        let whole = if room + used < capacity {
+            format!(
+                "; zones take whole writes, which a power of two up to {} fills exactly",
+                human_size(volume.data_unit_bytes() as u64)
+            )
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "--size {}: {} asked, and writes of --bs {} fit {} more (--size {room} or less; the volume holds {}, {} \
+             used{whole}); nothing was written",
+            args.size,
+            human_bytes(target),
+            human_size(args.bs),
+            human_bytes(room),
+            human_bytes(capacity),
+            human_bytes(used),
+        ));
     }
     Ok(target)
 }
