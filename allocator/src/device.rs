@@ -158,6 +158,12 @@ impl Device {
         self.identity.0 = address.to_string();
     }
 
+    /// Where the device is (its address, once told), its controller's
+    /// model and its serial number.
+    pub fn identity(&self) -> (&str, &str, &str) {
+        (&self.identity.0, &self.identity.1, &self.identity.2)
+    }
+
     /// Whether the controller was reset since the volume last knew its
     /// writes durable.
     pub(crate) fn reset_since_durable(&self) -> bool {

@@ -44,6 +44,40 @@ pub fn confirm_on_stdin(tool: &str, what: &str, yes: bool) -> Result<(), String>
     confirm(tool, what, yes, &mut stdin.lock(), is_terminal, &mut std::io::stderr())
 }
 
+/// A confirmation in two steps, so that it can name the devices by what
+/// they are without opening any when nobody can answer:
+/// [`Confirmation::before_opening`] refuses at once without `--yes` and
+/// without a terminal; [`Confirmation::ask`], once the devices are open
+/// (and only read), asks with them named ([`crate::device::named`]).
+#[derive(Debug)]
+#[must_use = "ask once the devices are open"]
+pub struct Confirmation {
+    ask: bool,
+}
+
+impl Confirmation {
+    /// Before any device is opened: `Err` naming `what` (as the arguments
+    /// give it) when the user can be neither asked nor has said `--yes`.
+    pub fn before_opening(what: &str, yes: bool) -> Result<Confirmation, String> {
+        if yes {
+            return Ok(Confirmation { ask: false });
+        }
+        if !std::io::stdin().is_terminal() {
+            return Err(format!("{what}; stdin is not a terminal to ask on: pass --yes to go on"));
+        }
+        Ok(Confirmation { ask: true })
+    }
+
+    /// Asks, unless `--yes` was given: `what` names the devices opened.
+    pub fn ask(self, tool: &str, what: &str) -> Result<(), String> {
+        if self.ask {
+            confirm_on_stdin(tool, what, false)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use crate::args::{self, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX};
 use nvme_driver::vfio::{self, Vfio};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use std::sync::Arc;
-use zoned_allocator::{Device, DeviceOptions, Error, Volume, VolumeOptions};
+use zoned_allocator::{Device, DeviceOptions, DeviceState, Error, Volume, VolumeOptions};
 
 /// The VFIO container every controller a tool opens goes into: one IOMMU
 /// address space, so a DMA buffer of one controller is reachable by the
@@ -167,6 +167,59 @@ pub fn open_device(controllers: &[Controller], choice: DeviceChoice, options: De
     Ok(device)
 }
 
+/// How a confirmation names `device` before destroying what it holds:
+/// its namespace and address, the controller's model and serial, its size,
+/// and what it holds ([`Volume::probe`], reads only). On a host with
+/// several drives the address alone is how the wrong one gets wiped.
+pub fn named(device: &mut Device) -> String {
+    let (address, model, serial) = device.identity();
+    let ns = device.namespace();
+    let bytes = ns.capacity_blocks() * u64::from(ns.block_size());
+    let kind = if device.is_zoned() { ", zoned" } else { "" };
+    let head = format!(
+        "namespace {} of {address} ({model}, serial {serial}, {}{kind})",
+        ns.nsid(),
+        crate::volume_view::human_bytes(bytes)
+    );
+    format!("{head}, which holds {}", holds(&Volume::probe(device)))
+}
+
+/// [`named`] for namespace `nsid` of `controller`, for a tool that writes
+/// to the namespace itself (perf, zeroout): opened as a device to read
+/// what it holds, then closed.
+pub fn named_namespace(controller: &Controller, nsid: u32) -> String {
+    let options = DeviceOptions { queue_depth: 8, buffers: 4, ..DeviceOptions::default() };
+    match Device::open(controller, nsid, options) {
+        Ok(mut device) => {
+            device.set_identity(controller.transport().name());
+            named(&mut device)
+        }
+        Err(error) => {
+            let id = controller.identify();
+            format!(
+                "namespace {nsid} of {} ({}, serial {}; what it holds could not be read: {error})",
+                controller.transport().name(),
+                id.mn.trim(),
+                id.sn.trim()
+            )
+        }
+    }
+}
+
+/// What a device holds, in words.
+pub fn holds(state: &DeviceState) -> String {
+    match state {
+        DeviceState::Blank => "nothing (blank)".into(),
+        DeviceState::Member { volume_id, device_index, profile } => {
+            let profile = format!("{profile:?}").to_lowercase();
+            format!("place {device_index} of {profile} volume {volume_id:#018x}")
+        }
+        DeviceState::Unreadable(what) => format!("no label, and reads failed ({what}): it may hold a volume"),
+        DeviceState::Unrecognized => "data that is not a volume's".into(),
+        DeviceState::OtherVersion(version) => format!("a volume of format version {version}"),
+    }
+}
+
 /// Opens the volume on `devices` for a tool that writes to it, without
 /// `--format`: `Ok(None)` when there is none and every device reads back
 /// blank (nothing can be lost, so the tool may make one); any other error
@@ -212,6 +265,25 @@ pub fn explain(error: Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A confirmation names a device by what it is and what it holds:
+    /// blank, then a volume's member with the volume's ID.
+    #[test]
+    fn a_device_is_named_by_address_model_serial_and_what_it_holds() {
+        use nvme_driver::sim::{SimConfig, Simulator};
+        let config = SimConfig { serial: "SN-7".into(), ..SimConfig::zoned(64 << 11, 512, 8 << 11, 8 << 11) };
+        let transport: Arc<dyn Transport> = Simulator::new(config);
+        let controller = Controller::init(transport, ControllerOptions::default()).unwrap();
+        let blank = named_namespace(&controller, 1);
+        assert!(blank.starts_with("namespace 1 of sim (QEMU NVMe Ctrl, serial SN-7, 64.0 MiB, zoned)"), "{blank}");
+        assert!(blank.ends_with("which holds nothing (blank)"), "{blank}");
+        let device = Device::open(&controller, 1, DeviceOptions::default()).unwrap();
+        let volume = Volume::format(vec![device], &VolumeOptions::default()).unwrap();
+        let id = volume.id();
+        drop(volume.close().unwrap());
+        let member = named_namespace(&controller, 1);
+        assert!(member.ends_with(&format!("which holds place 0 of single volume {id:#018x}")), "{member}");
+    }
 
     fn choose(pci: &[&str], ns: &[u32], wanted: usize) -> Result<Vec<(usize, u32)>, String> {
         let pci: Vec<String> = pci.iter().map(|s| s.to_string()).collect();

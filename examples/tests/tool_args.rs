@@ -287,9 +287,7 @@ fn perf_copies_each_write_in_when_asked() {
     assert_eq!(code, Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!((report["copy_in"].as_bool(), report["errors"].as_u64()), (Some(true), Some(0)), "{report}");
-    let (code, _, stderr) = run(PERF, &["--sim", "--rw", "write", "--time", "1", "--copy-in", "--engine", "raw"]);
-    assert_eq!(code, Some(1));
-    assert!(stderr.contains("driver engine"), "{stderr}");
+    refused(PERF, &["--rw", "write", "--copy-in", "--engine", "raw"], USAGE, &["--copy-in", "driver engines"]);
 }
 
 /// `volume replace --format` formats a real device: on the simulator, which
@@ -655,6 +653,56 @@ fn perf_refuses_a_region_past_the_namespace() {
     refused(PERF, &["--sim", "--sim-capacity", "64M", "--offset", "32M", "--size", "48M"], USAGE, &["holds 32"]);
     let (code, _, stderr) = run(PERF, &["--sim", "--sim-capacity", "64M", "--offset", "32M", "--size", "32M"]);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// Runs `binary args` on a pseudo-terminal (util-linux `script`, in every
+/// Debian), typing `answer`: its status and everything it printed.
+fn on_terminal(binary: &str, args: &[&str], answer: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let command = std::iter::once(binary).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script runs");
+    child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("the answer is typed");
+    let output = child.wait_with_output().expect("script ends");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    (output.status.code(), text)
+}
+
+/// Before destroying anything, the question names the device by address,
+/// namespace, model, serial and size, and says what it holds: asked once
+/// the devices are open (only read), never before, when it could only
+/// repeat the arguments. Without a terminal it is still refused before
+/// any device is opened.
+#[test]
+fn confirmations_name_the_device_by_what_it_is_and_what_it_holds() {
+    let replace = ["replace", "--sim", "16M", "--sim-state", "degraded", "--degraded", "--place", "1"];
+    let replace = [&replace[..], &["--new-pci", "sim2"]].concat();
+    let (code, text) = on_terminal(VOLUME, &replace, "no\n");
+    assert_eq!(code, Some(FAILURE), "{text}");
+    for named in
+        ["namespace 1 of sim2", "serial sim-2", "1.0 GiB", "which holds nothing (blank)", "place 1 of volume 0x"]
+    {
+        assert!(text.contains(named), "no {named:?} in {text}");
+    }
+    assert!(text.contains("not confirmed: nothing was changed"), "{text}");
+    let (code, text) = on_terminal(VOLUME, &["fail", "--sim", "16M", "--place", "1"], "no\n");
+    assert_eq!(code, Some(FAILURE), "{text}");
+    for named in ["gives up place 1 of volume 0x", "namespace 1 of sim1", "serial sim-1"] {
+        assert!(text.contains(named), "no {named:?} in {text}");
+    }
+    // Typed "yes", the device named goes.
+    let (code, text) = on_terminal(VOLUME, &["fail", "--sim", "16M", "--place", "1"], "yes\n");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("place 1: given up"), "{text}");
+    // Nobody to ask: refused before anything is opened.
+    refused(VOLUME, &replace, FAILURE, &["stdin is not a terminal", "--yes"]);
+    refused(PERF, &["--rw", "write", "--pci", "1:0.0"], FAILURE, &["0000:01:00.0", "stdin is not a terminal", "--yes"]);
+    refused(ZEROOUT, &[], FAILURE, &["stdin is not a terminal", "--yes"]);
 }
 
 /// With --json, a failure is one JSON object on stdout too (`tool` and

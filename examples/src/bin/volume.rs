@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
 use nvme_driver::{Controller, ControllerOptions, Transport};
 use nvme_examples::args::{self, BLOCK_BYTES, QUEUE_DEPTH_MAX, SIM_BYTES_MAX};
-use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::confirm::{confirm_on_stdin, Confirmation};
 use nvme_examples::device::{self, explain, DeviceChoice, VolumeLocation};
 use nvme_examples::health::Health;
 use nvme_examples::interrupt;
@@ -702,7 +702,9 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
         "replace destroys everything on namespace {} of {new_name}{formatted}, which takes place {} of the volume",
         a.new_ns, a.place
     );
-    confirm_on_stdin("volume", &what, a.yes)?;
+    // Refused here when nobody can answer; asked once the new device is
+    // open, naming it by what it is and holds.
+    let confirmation = Confirmation::before_opening(&what, a.yes)?;
     let mut controllers = open_controllers(&a.volume)?;
     let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
     let new_name = controllers[new_index].name.clone();
@@ -714,6 +716,13 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     // The place replaced is failed or missing: the volume opens without it.
     let mut volume = a.volume.location.open_volume(devices, true)?;
     let mut new_device = open_device(&controllers[new_index], a.new_ns, options)?;
+    let what = format!(
+        "replace destroys everything on {}{formatted}, to take place {} of volume {:#018x}",
+        device::named(&mut new_device),
+        a.place,
+        volume.id()
+    );
+    confirmation.ask("volume", &what)?;
     if !a.force {
         if let Some(holds) = not_blank(&Volume::probe(&mut new_device), volume.id()) {
             return Err(format!(
@@ -844,10 +853,26 @@ fn fail(a: &FailArgs) -> Result<Done, String> {
          one copy until a replace and its resilver",
         a.place
     );
-    confirm_on_stdin("volume", &what, a.yes)?;
+    let confirmation = Confirmation::before_opening(&what, a.yes)?;
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
     let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
+    let status = volume.status();
+    if let Some(device) = status.devices.get(a.place).filter(|d| !d.pci.is_empty()) {
+        let what = format!(
+            "fail gives up place {} of volume {:#018x}, namespace {} of {} ({}, serial {}): the volume goes on \
+             degraded, and what is written from now on has one copy until a replace and its resilver",
+            a.place,
+            volume.id(),
+            device.nsid,
+            device.pci,
+            device.model,
+            device.serial
+        );
+        confirmation.ask("volume", &what)?;
+    } else {
+        confirmation.ask("volume", &what)?;
+    }
     // The allocator logs a member given up as an error; here it is what
     // was asked for, and the status below shows it.
     let level = log::max_level();
@@ -892,15 +917,26 @@ fn resolve(a: &ResolveArgs) -> Result<Done, String> {
     };
     let named =
         |side: &DivergedSide| if side.name.is_empty() { format!("device {}", side.device) } else { side.name.clone() };
+    // A side in full: its address, with the controller's model and serial.
+    let described = |side: &DivergedSide| {
+        let name = named(side);
+        match controllers.iter().find(|c| c.name == side.name) {
+            Some(c) => {
+                let id = c.controller.identify();
+                format!("{name}: {}, serial {}", id.mn.trim(), id.sn.trim())
+            }
+            None => name,
+        }
+    };
     let keep = sides.iter().find(|s| named(s) == a.keep).ok_or_else(|| format!("--keep {}: not a side", a.keep))?;
     let lost = sides.iter().find(|s| s.place != keep.place).expect("two sides");
     let what = format!(
         "resolve keeps place {} ({}) and rebuilds place {} ({}) from it: the other side's {} extent(s), {} ({} \
          byte(s)) that the kept side lacks, and its last commit ({} of generation {}), are lost",
         keep.place,
-        named(keep),
+        described(keep),
         lost.place,
-        named(lost),
+        described(lost),
         lost.extents_only_here,
         human_bytes(lost.bytes_only_here),
         lost.bytes_only_here,
@@ -965,7 +1001,9 @@ fn sim_story(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
     config.memory_limit_bytes = 2 * total + (1 << 30);
     let controllers = (0..3)
         .map(|index| {
-            let transport: Arc<dyn Transport> = Simulator::new(config.clone());
+            // Each its own serial, as drives have.
+            let transport: Arc<dyn Transport> =
+                Simulator::new(SimConfig { serial: format!("sim-{index}"), ..config.clone() });
             let controller =
                 Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("simulator: {e}"))?;
             Ok(Named { name: format!("sim{index}"), controller })

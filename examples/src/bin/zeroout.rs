@@ -9,7 +9,7 @@ use nvme_driver::quirks::QuirkOverride;
 use nvme_driver::zeroout::{ZeroStats, ZeroStrategy};
 use nvme_driver::{ControllerOptions, IoBuffer, Namespace};
 use nvme_examples::args::{self, LBA_BYTES_MIN, QUEUE_DEPTH_MAX};
-use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::confirm::Confirmation;
 use nvme_examples::device::open_controller;
 use serde_json::json;
 use std::process::ExitCode;
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if args.length.is_none() {
+    let confirmation = if args.length.is_none() {
         // The range runs to the namespace's end, a length nobody typed:
         // asked before any device is opened.
         let controller = args.pci.as_deref().unwrap_or("the default controller");
@@ -85,18 +85,32 @@ fn run(args: &Args) -> Result<(), String> {
         } else {
             format!("this zeroes namespace {} of {controller} from byte {} to its end", args.ns, args.offset)
         };
-        confirm_on_stdin("zeroout", &what, args.yes)?;
-    }
+        // Refused here when nobody can answer; asked once the controller
+        // is open, naming the namespace by what it is and holds.
+        Some(Confirmation::before_opening(&what, args.yes)?)
+    } else {
+        None
+    };
     let options = ControllerOptions { quirk_overrides: args.quirks.clone(), ..ControllerOptions::default() };
     let controller = open_controller(args.pci.as_deref(), options)?;
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
     let capacity = ns.capacity_blocks() * block;
     let length = checked_length(args, block, capacity)?;
-    if args.length.is_some() && args.offset == 0 && length == capacity {
+    let whole = args.offset == 0 && length == capacity;
+    let confirmation = match confirmation {
+        Some(confirmation) => Some(confirmation),
         // A --length of the whole namespace: asked before the first write.
-        let what = format!("this zeroes all of namespace {} of {}", args.ns, controller.transport().name());
-        confirm_on_stdin("zeroout", &what, args.yes)?;
+        None if whole => Some(Confirmation::before_opening("this zeroes all of the namespace", args.yes)?),
+        None => None,
+    };
+    if let Some(confirmation) = confirmation {
+        let named = nvme_examples::device::named_namespace(&controller, args.ns);
+        let what = match whole {
+            true => format!("this zeroes all of {named}"),
+            false => format!("this zeroes {named} from byte {} to its end", args.offset),
+        };
+        confirmation.ask("zeroout", &what)?;
     }
     if let Some(strategy) = args.strategy {
         ns.set_zero_strategy(strategy).map_err(|e| format!("--strategy {}: {e}", strategy.name()))?;

@@ -19,7 +19,7 @@ use nvme_driver::{Controller, ControllerOptions, IoBuffer, IoCompletion, Namespa
 use nvme_examples::args::{
     self, BLOCK_BYTES, IO_BYTES_MAX, LBA_BYTES_MIN, QUEUE_DEPTH_MAX, SIM_BYTES_MAX, THREADS_MAX,
 };
-use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::confirm::Confirmation;
 use nvme_examples::device::open_controller;
 use nvme_examples::interrupt;
 use nvme_examples::output::Failure;
@@ -208,6 +208,9 @@ fn main() -> ExitCode {
         // An option that does not apply is refused, not ignored.
         nvme_examples::args::exit_usage_error::<Args>("perf", "--rwmixread applies to --rw randrw only");
     }
+    if args.copy_in && args.engine == Engine::Raw {
+        nvme_examples::args::exit_usage_error::<Args>("perf", "--copy-in runs on the driver engines only");
+    }
     interrupt::install();
     match run(&args) {
         Ok(()) if interrupt::requested() => {
@@ -223,13 +226,17 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
-    if args.rw.writes() && !args.sim {
-        // Asked before any device is opened.
-        let device = args.pci.as_deref().unwrap_or("the first vfio-pci controller");
-        let rw = args.rw.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
-        let what = format!("--rw {rw} overwrites the data of namespace {} of {device}", args.ns);
-        confirm_on_stdin("perf", &what, args.yes)?;
-    }
+    // A write job is refused here when nobody can answer, and asked once
+    // the controller is open, naming the namespace by what it is and holds.
+    let rw = args.rw.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+    let confirmation = match args.rw.writes() && !args.sim {
+        true => {
+            let device = args.pci.as_deref().unwrap_or("the first vfio-pci controller");
+            let what = format!("--rw {rw} overwrites the data of namespace {} of {device}", args.ns);
+            Some(Confirmation::before_opening(&what, args.yes)?)
+        }
+        false => None,
+    };
     let options = ControllerOptions {
         shadow_doorbells: !args.no_shadow_doorbells,
         sgl: args.sgl,
@@ -258,6 +265,10 @@ fn run(args: &Args) -> Result<(), Failure> {
         open_controller(args.pci.as_deref(), options)?
     };
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
+    if let Some(confirmation) = confirmation {
+        let what = format!("--rw {rw} overwrites {}", nvme_examples::device::named_namespace(&controller, args.ns));
+        confirmation.ask("perf", &what)?;
+    }
     let block = u64::from(ns.block_size());
     // What the options ask of this namespace is checked before any I/O:
     // a bad fit is a bad argument (exit 2), never a region silently cut.
@@ -302,9 +313,6 @@ fn run(args: &Args) -> Result<(), Failure> {
             "--queue-entries {entries}: expected {}..={most} (--qd + 1 to CAP.MQES + 1)",
             u32::from(args.qd) + 1
         ));
-    }
-    if args.copy_in && args.engine == Engine::Raw {
-        return argument("--copy-in runs on the driver engines only".into());
     }
     let zones = zoned_shares(args, &controller, &ns, offset_blocks, region_blocks, io_blocks)?;
 

@@ -15,7 +15,7 @@ use nvme_examples::args::{
     THREADS_MAX,
 };
 use nvme_examples::checksums::ChecksumsArg;
-use nvme_examples::confirm::confirm_on_stdin;
+use nvme_examples::confirm::Confirmation;
 use nvme_examples::device::{self, choose_devices, DeviceChoice};
 use nvme_examples::interrupt;
 use nvme_examples::logging;
@@ -318,18 +318,22 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
-    if args.format {
-        // Asked before any device is opened.
-        let what = format!("--format destroys everything on {}", describe_devices(args, &device_choices(args)?));
-        confirm_on_stdin("seqwrite", &what, args.yes || args.sim)?;
-    }
+    // Refused before any device is opened when nobody can answer; asked
+    // once they are, naming each.
+    let confirmation = match args.format {
+        true => {
+            let what = format!("--format destroys everything on {}", describe_devices(args, &device_choices(args)?));
+            Some(Confirmation::before_opening(&what, args.yes || args.sim)?)
+        }
+        false => None,
+    };
     if args.crc32c != "auto" {
         // Read once, at the first checksum: set before any.
         std::env::set_var("ZONED_CRC32C", &args.crc32c);
     }
     let controllers = controllers(args)?;
     let options = volume_options(args);
-    let (mut volume, created) = open_volume(args, &controllers, &options)?;
+    let (mut volume, created) = open_volume(args, &controllers, &options, confirmation)?;
     let target = check_against(args, &volume).map_err(Failure::Argument)?;
     // Where the first data zone starts (after the metadata segments), on
     // the first copy in use.
@@ -410,9 +414,18 @@ fn volume_options(args: &Args) -> VolumeOptions {
 
 /// Formats (with --format, or on devices that all read back blank) or
 /// opens the volume; whether it is new.
-fn open_volume(args: &Args, controllers: &[Controller], options: &VolumeOptions) -> Result<(Volume, bool), String> {
+fn open_volume(
+    args: &Args,
+    controllers: &[Controller],
+    options: &VolumeOptions,
+    confirmation: Option<Confirmation>,
+) -> Result<(Volume, bool), String> {
     let format = || Volume::format(open_devices(args, controllers)?, options).map_err(|e| format!("format: {e}"));
-    if args.format {
+    if let Some(confirmation) = confirmation {
+        let mut devices = open_devices(args, controllers)?;
+        let named: Vec<String> = devices.iter_mut().map(device::named).collect();
+        confirmation.ask("seqwrite", &format!("--format destroys everything on {}", named.join(" and ")))?;
+        drop(devices);
         return Ok((format()?, true));
     }
     match device::open_for_writing(open_devices(args, controllers)?, options)? {
