@@ -553,12 +553,26 @@ fn sigint_stops_a_tool_with_its_results_and_how_to_continue() {
     let scratch = Scratch::new("sigint");
     let state = scratch.path("scrub.state");
     let exists = || std::path::Path::new(&state).exists();
-    let (code, stdout, stderr) =
-        interrupted(SCRUB, &["--sim", "256M", "--limit", "32", "--state", &state, "--no-progress"], exists);
+    let scrub = ["--sim", "256M", "--sim-rot", "64", "--limit", "32", "--state", &state, "--no-progress"];
+    let (code, stdout, stderr) = interrupted(SCRUB, &scrub, exists);
     assert_eq!(code, Some(130), "{stdout}{stderr}");
     assert!(stdout.contains("scrub"), "the report: {stdout}");
     assert!(stderr.contains("interrupted by SIGINT") && stderr.contains("--resume"), "{stderr}");
     assert!(std::fs::read_to_string(&state).unwrap().contains("\"finished\":false"));
+    // The command it names continues the pass (without its rate limit
+    // here), and the pass then reports every rotten block: those found
+    // before the signal, and the rest.
+    let hint = stderr.split('`').nth(1).unwrap_or_else(|| panic!("no command in {stderr}"));
+    let again: Vec<&str> = hint.split(' ').skip(1).filter(|&a| a != "--limit" && a != "32").collect();
+    assert!(again.contains(&"--resume") && again.contains(&"--sim-rot"), "{hint}");
+    let found_before = stdout.split("errors: ").nth(1).and_then(|t| t.split(' ').next()).unwrap_or_default();
+    let found_before: u64 = found_before.parse().unwrap_or_else(|_| panic!("no errors line in {stdout}"));
+    assert!(found_before < 64, "the signal came after the whole pass: {stdout}");
+    let (code, stdout, stderr) = run(SCRUB, &[&again[..], &["--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(value["report"]["outcome"], "clean", "{value}");
+    assert_eq!(value["report"]["errors"]["checksum"], 64, "found before the signal: {found_before}; {value}");
 
     let (code, stdout, stderr) = interrupted(
         SEQWRITE,
@@ -703,6 +717,21 @@ fn confirmations_name_the_device_by_what_it_is_and_what_it_holds() {
     refused(VOLUME, &replace, FAILURE, &["stdin is not a terminal", "--yes"]);
     refused(PERF, &["--rw", "write", "--pci", "1:0.0"], FAILURE, &["0000:01:00.0", "stdin is not a terminal", "--yes"]);
     refused(ZEROOUT, &[], FAILURE, &["stdin is not a terminal", "--yes"]);
+}
+
+/// `--cancel-after` stops near what it says: before, it was checked only
+/// at the 64 MiB checkpoints, and `--cancel-after 1M` read 120 MiB.
+#[test]
+fn scrub_cancel_after_stops_near_it_and_says_how_to_continue() {
+    let scratch = Scratch::new("cancel-after");
+    let state = scratch.path("scrub.state");
+    let args = ["--sim", "256M", "--cancel-after", "1M", "--qd", "1", "--state", &state, "--json", "--no-progress"];
+    let (code, stdout, stderr) = run(SCRUB, &args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let read = value["report"]["bytes_read"].as_u64().unwrap();
+    assert!((1 << 20..=16 << 20).contains(&read), "{read} bytes read for --cancel-after 1M");
+    assert_eq!(value["report"]["cancelled"].as_bool(), Some(true), "{value}");
 }
 
 /// With --json, a failure is one JSON object on stdout too (`tool` and

@@ -35,6 +35,11 @@ impl Volume {
         if options.streams == 0 || options.streams > 64 {
             return Err(Error::InvalidConfig(format!("{} streams: expected 1..=64", options.streams)));
         }
+        let volume_id = match options.volume_id {
+            Some(0) => return Err(Error::InvalidConfig("volume ID 0".into())),
+            Some(id) => id,
+            None => new_volume_id(),
+        };
         let store = checksum_store_for(&devices, options.checksums)?;
         let area = store == ChecksumStore::Area;
         let mut software_zone_blocks = 0;
@@ -77,8 +82,7 @@ impl Volume {
             sessions: vec![SessionRecord::new(u8::MAX, 0, 0, 0)],
             data_unit_blocks,
         };
-        let label =
-            Label { volume_id: new_volume_id(), device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
+        let label = Label { volume_id, device_index: 0, copy: 0, segment: 0, generation: 1, superblock };
         // Checks the zone budget and lane sizes before anything is written.
         let mut volume = Volume::assemble(devices.into_iter().map(Some).collect(), label, options.clone(), &[])?;
         let segment_blocks = volume.journal.present_segment_blocks(&volume.devices);

@@ -112,6 +112,12 @@ pub struct VolumeOptions {
     /// volume goes on degraded on the other. A device that goes away is
     /// given up at once.
     pub max_device_errors: u64,
+    /// Format only: the new volume's ID ([`Volume::id`]) instead of a
+    /// random one, as `mkfs -U` takes a UUID: to make a known volume again
+    /// (the tools' simulated volumes, so that a checkpoint taken on one run
+    /// resumes on the next). Nonzero. Two volumes an appliance holds
+    /// together must never share one.
+    pub volume_id: Option<u64>,
 }
 
 impl Default for VolumeOptions {
@@ -132,6 +138,7 @@ impl Default for VolumeOptions {
             rewind: false,
             degraded: false,
             max_device_errors: 16,
+            volume_id: None,
         }
     }
 }

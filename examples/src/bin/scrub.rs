@@ -76,7 +76,10 @@ struct Args {
     /// file is refused (and a file that is not a checkpoint always is).
     #[arg(long, requires = "state", conflicts_with = "resume")]
     new_pass: bool,
-    /// Cancel after this many bytes, more than 0 (for tests of resume).
+    /// Cancel at the first checkpoint past this many bytes verified, more
+    /// than 0 (for tests of resume). Checkpoints come at least that often;
+    /// the reads already submitted or awaiting verification still finish,
+    /// so it stops a few reads after (at --qd 1, within a few MiB).
     #[arg(long, value_parser = args::size_in(1, 1, u64::MAX))]
     cancel_after: Option<u64>,
     /// crc32c implementation: auto (the faster one here, measured), hardware or table.
@@ -95,6 +98,34 @@ struct Args {
     /// Profile of the simulated volume.
     #[arg(long, value_enum, default_value = "mirror", requires = "sim")]
     sim_profile: ProfileArg,
+    /// Rot this many blocks of the simulated volume's first copy (one bit
+    /// each, spread evenly over its extents), for the scrub to find. The
+    /// same --sim, --sim-profile and --sim-rot make the same volume, its ID
+    /// included, so that a pass saved with --state resumes on the next run.
+    #[arg(long, default_value = "0", requires = "sim")]
+    sim_rot: u64,
+}
+
+/// The command that continues this pass from its checkpoint: the same
+/// arguments, with --resume, and without what would start over
+/// (--new-pass) or stop it again (--cancel-after).
+fn continue_command(resuming: bool) -> String {
+    let mut again = Vec::new();
+    let mut given = std::env::args();
+    while let Some(arg) = given.next() {
+        match arg.as_str() {
+            "--new-pass" => {}
+            "--cancel-after" => {
+                given.next();
+            }
+            _ if arg.starts_with("--cancel-after=") => {}
+            _ => again.push(arg),
+        }
+    }
+    if !resuming {
+        again.push("--resume".into());
+    }
+    again.join(" ")
 }
 
 fn main() -> ExitCode {
@@ -200,9 +231,11 @@ fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), Stri
     let mut config = SimConfig::empty().with_namespace(namespace.clone());
     config.memory_limit_bytes = 2 * bytes + (1 << 30);
     let profile = Profile::from(args.sim_profile);
-    let controllers: Vec<Controller> = (0..profile.devices())
-        .map(|_| {
-            let transport: Arc<dyn Transport> = Simulator::new(config.clone());
+    let sims: Vec<Arc<Simulator>> = (0..profile.devices()).map(|_| Simulator::new(config.clone())).collect();
+    let controllers: Vec<Controller> = sims
+        .iter()
+        .map(|sim| {
+            let transport: Arc<dyn Transport> = sim.clone();
             Controller::init(transport, ControllerOptions::default()).map_err(|e| format!("simulator: {e}"))
         })
         .collect::<Result<_, _>>()?;
@@ -210,7 +243,12 @@ fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), Stri
         .iter()
         .map(|c| Device::open(c, 1, device_options(args)).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
-    let options = VolumeOptions { profile, ..VolumeOptions::default() };
+    // The same arguments make the same volume: its ID too.
+    let volume_id = [bytes, args.sim_profile as u64, args.sim_rot]
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, &value| (hash ^ value).wrapping_mul(0x0100_0000_01b3))
+        | 1;
+    let options = VolumeOptions { profile, volume_id: Some(volume_id), ..VolumeOptions::default() };
     let mut volume = Volume::format(devices, &options).map_err(|e| format!("format: {e}"))?;
     let chunk = 256 << 10;
     let data: Vec<u8> = (0..chunk).map(|i| (i * 31 + i / 4096) as u8).collect();
@@ -224,6 +262,14 @@ fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), Stri
         written += chunk as u64;
     }
     volume.commit().map_err(|e| format!("commit: {e}"))?;
+    // Rot: one block in every so many of the first copy's extents.
+    let ids: Vec<_> = volume.extent_ids().collect();
+    for n in 0..args.sim_rot.min(ids.len() as u64) {
+        let id = ids[(n * ids.len() as u64 / args.sim_rot.max(1)) as usize];
+        let location = volume.location(id, 0).ok_or("a simulated extent without its first copy")?;
+        let lba = volume.lba(0, location);
+        sims[volume.lane_device(0)].corrupt_at_rest(1, lba + n % 8, 3);
+    }
     Ok((controllers, volume))
 }
 
@@ -263,6 +309,11 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         verify_threads: args.verify_threads,
         submit_and_wait: args.submit_and_wait,
         lanes: args.copy.map(|c| vec![c]),
+        // --cancel-after is checked at each checkpoint: one at least that
+        // often, so that the cancel comes after it, not the next 64 MiB.
+        checkpoint_every_bytes: args.cancel_after.map_or(ScrubOptions::default().checkpoint_every_bytes, |limit| {
+            limit.min(ScrubOptions::default().checkpoint_every_bytes)
+        }),
         ..ScrubOptions::default()
     };
     let control = Control::new();
@@ -328,20 +379,20 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         println!("  crc32c: {}, {} verify thread(s)", checksum::implementation().name(), args.verify_threads);
     }
     volume.close().map_err(|e| format!("close: {e}"))?;
+    let hint = || match &args.state {
+        Some(path) if save_error.is_none() => {
+            format!("the pass is saved in {}: `{}` continues it", path.display(), continue_command(args.resume))
+        }
+        _ => "nothing was saved to continue from (--state FILE keeps the pass, and --resume continues it)".into(),
+    };
     if let Some(signal) = interrupt::signal_name() {
-        let hint = match &args.state {
-            Some(path) if save_error.is_none() => {
-                let mut again: Vec<String> = std::env::args().filter(|a| a != "--new-pass").collect();
-                if !args.resume {
-                    again.push("--resume".into());
-                }
-                format!("the pass is saved in {}: `{}` continues it", path.display(), again.join(" "))
-            }
-            _ => "nothing was saved to continue from (--state FILE keeps the pass, and --resume continues it)".into(),
-        };
         return Err(Stop::Interrupted(format!(
-            "interrupted by {signal}; the report above is of what was read; {hint}"
+            "interrupted by {signal}; the report above is of what was read; {}",
+            hint()
         )));
+    }
+    if args.cancel_after.is_some() && report.cancelled {
+        eprintln!("scrub: cancelled after --cancel-after, as asked; {}", hint());
     }
     if let Some(e) = save_error {
         return Err(Stop::Unsaved {
