@@ -734,6 +734,17 @@ fn scrub_cancel_after_stops_near_it_and_says_how_to_continue() {
     assert_eq!(value["report"]["cancelled"].as_bool(), Some(true), "{value}");
 }
 
+/// Options that do not apply are refused, not ignored.
+#[test]
+fn options_that_do_not_apply_are_refused() {
+    refused(SEQWRITE, &["--degraded"], USAGE, &["--degraded applies to a mirror"]);
+    refused(SEQWRITE, &["--profile", "dup", "--degraded"], USAGE, &["--degraded applies to a mirror"]);
+    refused(SEQWRITE, &["--sim", "--software-zone", "1M"], USAGE, &["--software-zone", "zoned"]);
+    refused(SEQWRITE, &["--same-data", "--checksum-threads", "2"], USAGE, &["--same-data", "--checksum-threads"]);
+    refused(PERF, &["--rw", "randread", "--rwmixread", "70"], USAGE, &["--rwmixread applies to --rw randrw only"]);
+    refused(PERF, &["--copy-in", "--engine", "raw"], USAGE, &["--copy-in"]);
+}
+
 /// With --json, a failure is one JSON object on stdout too (`tool` and
 /// `error`), the message on stderr as well; a result already printed is
 /// never followed by a second object.
@@ -781,4 +792,8 @@ fn simulated_sizes_are_capped_to_the_host() {
     refused(SCRUB, &["--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
     refused(VOLUME, &["status", "--sim", "1T"], USAGE, &["--sim", "in memory", "available"]);
     refused(SEQWRITE, &["--sim", "--sim-capacity", "1T"], USAGE, &["--sim-capacity", "in memory", "available"]);
+    refused(PERF, &["--sim", "--sim-capacity", "1T", "--rw", "write"], USAGE, &["--sim-capacity", "in memory"]);
+    // A read job reads blocks never written, which take no memory.
+    let (code, _, stderr) = run(PERF, &["--sim", "--sim-capacity", "1T", "--time", "1"]);
+    assert_eq!(code, Some(0), "{stderr}");
 }

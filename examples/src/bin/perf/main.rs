@@ -211,6 +211,14 @@ fn main() -> ExitCode {
     if args.copy_in && args.engine == Engine::Raw {
         nvme_examples::args::exit_usage_error::<Args>("perf", "--copy-in runs on the driver engines only");
     }
+    if args.sim && args.rw.writes() {
+        // What a write job writes is kept in memory; reads of blocks never
+        // written take none.
+        let written = args.size.unwrap_or(args.sim_capacity).min(args.sim_capacity);
+        if let Err(message) = args::sim_fits("--sim-capacity", written) {
+            nvme_examples::args::exit_usage_error::<Args>("perf", &message);
+        }
+    }
     interrupt::install();
     match run(&args) {
         Ok(()) if interrupt::requested() => {

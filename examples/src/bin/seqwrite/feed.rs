@@ -40,7 +40,7 @@ impl Feed {
         let (lend_tx, lend_rx) = mpsc::channel::<FillBuffer>();
         let lend_rx = Arc::new(Mutex::new(lend_rx));
         let next_write = Arc::new(AtomicU64::new(0));
-        let threads = if args.same_data { 0 } else { args.checksum_threads };
+        let threads = if args.same_data { 0 } else { args.checksum_threads() };
         let workers = (0..threads)
             .map(|_| {
                 let ready_tx = ready_tx.clone();
@@ -98,12 +98,12 @@ impl Feed {
                 }),
                 false => volume.submit_write_with_checksums(args.stream, data, sequence, crcs.clone()),
             }
-        } else if args.checksum_threads == 0 && args.zero_copy {
+        } else if args.checksum_threads() == 0 && args.zero_copy {
             volume.fill_buffer().and_then(|mut buffer| {
                 fill(&mut buffer[..bs], sequence);
                 volume.submit_filled(args.stream, buffer, bs, sequence)
             })
-        } else if args.checksum_threads == 0 {
+        } else if args.checksum_threads() == 0 {
             fill(&mut self.inline, sequence);
             volume.submit_write(args.stream, &self.inline, sequence)
         } else {
@@ -165,7 +165,7 @@ enum Data {
 
 /// Lent buffers out to the checksum threads at once with `--zero-copy`.
 pub(crate) fn fill_lookahead(args: &Args) -> usize {
-    args.iodepth + args.checksum_threads
+    args.iodepth + args.checksum_threads()
 }
 
 /// Keeps up to `lookahead` lent buffers out to the checksum threads: as

@@ -53,12 +53,13 @@ struct Args {
     /// Recreate the volume (destroys its contents; asks first, see --yes).
     #[arg(long)]
     format: bool,
-    /// With --format: where the volume keeps its blocks' checksums. auto:
-    /// block tags on namespaces with per-block metadata, zone checksum
-    /// areas otherwise; area: after each zone's data, on any namespace;
-    /// map: in memory and the journal; tags.
-    #[arg(long, value_enum, default_value = "auto")]
-    checksums: ChecksumsArg,
+    /// For a new volume (--format, or blank devices): where it keeps its
+    /// blocks' checksums (default auto). auto: block tags on namespaces
+    /// with per-block metadata, zone checksum areas otherwise; area: after
+    /// each zone's data, on any namespace; map: in memory and the journal;
+    /// tags. Refused on an existing volume.
+    #[arg(long, value_enum)]
+    checksums: Option<ChecksumsArg>,
     /// Open a mirror with a member missing, blank or failing, on the one
     /// left (the member is recorded failed, and what is written has one
     /// copy until `volume replace` and its resilver); with --profile
@@ -94,11 +95,13 @@ struct Args {
     /// streams.
     #[arg(long, default_value_t = 0, value_parser = args::int_in::<u8>(0, STREAMS_MAX - 1))]
     stream: u8,
-    /// Streams of a new volume, 1..=64.
-    #[arg(long, default_value_t = 1, value_parser = args::int_in::<u8>(1, STREAMS_MAX))]
-    streams: u8,
+    /// Streams of a new volume (--format, or blank devices), 1..=64
+    /// (default 1). Refused on an existing volume.
+    #[arg(long, value_parser = args::int_in::<u8>(1, STREAMS_MAX))]
+    streams: Option<u8>,
     /// Software zone size on conventional namespaces, a multiple of 4k
-    /// (default: from the capacity).
+    /// (default: from the capacity, with room for a checksum area after a
+    /// power of two of data). Refused when every namespace is zoned.
     #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
     software_zone: Option<u64>,
     /// Interval of the logs and the flatness figure, in milliseconds,
@@ -111,10 +114,11 @@ struct Args {
     /// Draw bandwidth over time to this SVG file.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
-    /// Threads computing checksums ahead of the writer, 0..=64; 0
-    /// checksums on the submitting thread.
-    #[arg(long, default_value_t = 1, value_parser = args::int_in::<usize>(0, THREADS_MAX))]
-    checksum_threads: usize,
+    /// Threads computing checksums ahead of the writer, 0..=64 (default
+    /// 1); 0 checksums on the submitting thread. Refused with --same-data,
+    /// which computes none.
+    #[arg(long, value_parser = args::int_in::<usize>(0, THREADS_MAX), conflicts_with = "same_data")]
+    checksum_threads: Option<usize>,
     /// Commit after every this many bytes (and at the end), at least 4k.
     #[arg(long, default_value = "256M", value_parser = args::size_in(1, BLOCK_BYTES, u64::MAX))]
     commit_every: u64,
@@ -136,7 +140,7 @@ struct Args {
     /// once before the run: no per-write data generation or checksum
     /// work (and, with --zero-copy, no copy either), so what is left is
     /// the allocator and the device. The volume still stores and checks
-    /// every block's checksum. --checksum-threads is ignored.
+    /// every block's checksum.
     #[arg(long)]
     same_data: bool,
     /// Read everything back and verify it afterwards.
@@ -180,6 +184,18 @@ const POLL_SLEEP_US_MAX: u64 = 1_000_000;
 /// The simulator's logical block.
 const SIM_LBA_BYTES: u64 = 512;
 
+impl Args {
+    /// Threads computing checksums ahead of the writer (none with
+    /// --same-data, which computes them once).
+    fn checksum_threads(&self) -> usize {
+        if self.same_data {
+            0
+        } else {
+            self.checksum_threads.unwrap_or(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     logging::init("seqwrite");
     let args = Args::parse();
@@ -199,6 +215,15 @@ fn main() -> ExitCode {
 /// open, before the first write.
 fn check_args(args: &Args) -> Result<(), String> {
     device_choices(args)?;
+    // Options that do not apply are refused, not ignored.
+    if args.degraded && Profile::from(args.profile) != Profile::Mirror {
+        return Err("--degraded applies to a mirror (--profile mirror): a volume on one device has no member to \
+                    go on without"
+            .into());
+    }
+    if args.sim && args.sim_zone != 0 && args.software_zone.is_some() {
+        return Err("--software-zone applies to conventional namespaces, and --sim-zone makes a zoned one".into());
+    }
     if args.sim {
         // What the run writes is kept in memory, on each namespace.
         let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
@@ -243,12 +268,12 @@ fn check_new_volume(args: &Args) -> Result<(), String> {
             human_size(largest)
         ));
     }
-    if args.stream >= args.streams {
+    let streams = args.streams.unwrap_or(1);
+    if args.stream >= streams {
         return Err(format!(
-            "--stream {}: --format makes a volume of --streams {} (streams 0..={})",
+            "--stream {}: --format makes a volume of --streams {streams} (streams 0..={})",
             args.stream,
-            args.streams,
-            args.streams - 1
+            streams - 1
         ));
     }
     Ok(())
@@ -334,6 +359,7 @@ fn run(args: &Args) -> Result<(), Failure> {
     let controllers = controllers(args)?;
     let options = volume_options(args);
     let (mut volume, created) = open_volume(args, &controllers, &options, confirmation)?;
+    check_applies(args, &mut volume, created).map_err(Failure::Argument)?;
     let target = check_against(args, &volume).map_err(Failure::Argument)?;
     // Where the first data zone starts (after the metadata segments), on
     // the first copy in use.
@@ -397,9 +423,9 @@ impl std::fmt::Display for Interrupted {
 fn volume_options(args: &Args) -> VolumeOptions {
     VolumeOptions {
         profile: Profile::from(args.profile),
-        streams: args.streams,
+        streams: args.streams.unwrap_or(1),
         software_zone_bytes: args.software_zone,
-        checksums: args.checksums.into(),
+        checksums: args.checksums.unwrap_or(ChecksumsArg::Auto).into(),
         degraded: args.degraded,
         write_mode: if args.ordered {
             WriteMode::Ordered
@@ -438,6 +464,32 @@ fn open_volume(
             Ok((format()?, true))
         }
     }
+}
+
+/// Refuses, before the first write, options that do not apply to the
+/// volume opened: those of a new volume on one that exists, and software
+/// zones where every namespace is zoned.
+fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), String> {
+    if !created {
+        for (given, option) in [(args.streams.is_some(), "--streams"), (args.checksums.is_some(), "--checksums")] {
+            if given {
+                return Err(format!(
+                    "{option} applies to a new volume (--format, or blank devices), and this one exists: it has {} \
+                     stream(s) and keeps its checksums {}",
+                    volume.streams(),
+                    match volume.checksum_store() {
+                        zoned_allocator::ChecksumStore::Tags => "in block tags",
+                        zoned_allocator::ChecksumStore::Area => "in zone checksum areas",
+                        _ => "in the extent map",
+                    }
+                ));
+            }
+        }
+    }
+    if args.software_zone.is_some() && volume.devices_mut().iter().flatten().all(|d| d.is_zoned()) {
+        return Err("--software-zone applies to conventional namespaces, and every one here is zoned".into());
+    }
+    Ok(())
 }
 
 /// Checks --size, --bs and --stream against the open volume, before the
@@ -535,4 +587,35 @@ fn write(args: &Args, volume: &mut Volume, feed: &mut Feed, tally: &mut Tally, t
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated ZNS volume of one stream, as `args` would open it.
+    fn opened(args: &Args) -> (Vec<Controller>, Volume) {
+        let controllers = controllers(args).unwrap();
+        let volume = Volume::format(open_devices(args, &controllers).unwrap(), &volume_options(args)).unwrap();
+        (controllers, volume)
+    }
+
+    /// Options of a new volume are refused on one that exists, not
+    /// ignored; software zones are refused where every namespace is zoned.
+    #[test]
+    fn options_that_do_not_apply_to_the_volume_opened_are_refused() {
+        let args = Args::parse_from(["seqwrite", "--sim", "--sim-capacity", "256M", "--sim-zone", "16M"]);
+        let (_controllers, mut volume) = opened(&args);
+        assert_eq!(check_applies(&args, &mut volume, false), Ok(()));
+        for (option, value) in [("--streams", "2"), ("--checksums", "map")] {
+            let given = Args::parse_from(["seqwrite", "--sim", option, value]);
+            assert_eq!(check_applies(&given, &mut volume, true), Ok(()), "{option} on a new volume");
+            let refused = check_applies(&given, &mut volume, false).unwrap_err();
+            assert!(refused.contains(option) && refused.contains("applies to a new volume"), "{refused}");
+            assert!(refused.contains("1 stream(s)"), "{refused}");
+        }
+        let zones = Args::parse_from(["seqwrite", "--sim", "--software-zone", "1M"]);
+        let refused = check_applies(&zones, &mut volume, true).unwrap_err();
+        assert!(refused.contains("every one here is zoned"), "{refused}");
+    }
 }

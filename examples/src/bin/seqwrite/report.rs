@@ -176,7 +176,7 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
     let checksums_kind = volume.checksum_store().name();
     let mapped_extents = volume.mapped_extents();
     let checksum_s =
-        if args.checksum_threads == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
+        if args.checksum_threads() == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
 
     if args.verify {
         verify(volume, bs, args.same_data).map_err(|e| format!("verify: {e}"))?;
@@ -279,7 +279,7 @@ fn print_json(args: &Args, run: &Run, summary: &Summary) {
         },
         "commits": commits,
         "commit_seconds": commit_time.as_secs_f64(),
-        "checksum_threads": args.checksum_threads,
+        "checksum_threads": args.checksum_threads(),
         "zero_copy": args.zero_copy,
         "same_data": args.same_data,
         "crc32c": checksum::implementation().name(),
@@ -359,7 +359,7 @@ fn print_text(args: &Args, run: &Run, summary: &Summary) {
     println!(
         "  checksums: crc32c {}, {} worker thread(s), {}",
         checksum::implementation().name(),
-        args.checksum_threads,
+        args.checksum_threads(),
         match (checksums_kind, tag_bytes) {
             (_, Some(bytes)) => format!("in block tags ({bytes} bytes of metadata per block)"),
             ("area", _) => format!("in zone checksum areas ({mapped_extents} extent(s) still in memory)"),
