@@ -255,18 +255,9 @@ impl Volume {
     /// into stream 0's zones, whole extents only. Bytes alone do not tell:
     /// zones that take fewer whole extents hold less than their size.
     fn check_room_for_copies(&self, place: usize, device: &Device) -> Result<()> {
-        let (profile, g) = (self.superblock.profile, self.journal.g);
-        let meta_zones = super::meta_zones_on(profile, g, place);
-        let capacities = super::data_capacities(device, &self.superblock);
         let source = (0..self.lanes.len()).find(|&l| self.lanes[l].device != place && self.lane_online(l));
         for lane in (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place) {
-            let mut table = ZoneTable::new(
-                &capacities,
-                |zone| super::lane_owns(profile, lane, meta_zones, zone),
-                self.superblock.streams,
-                self.superblock.reserve_zones as usize,
-            );
-            table.set_finish_threshold(self.superblock.finish_threshold_blocks);
+            let mut table = self.table_on(lane, device);
             let mut copies: Vec<(Location, u32)> = self
                 .table
                 .iter()
@@ -280,12 +271,6 @@ impl Volume {
             if let Some(placed) =
                 copies.iter().position(|&(_, blocks)| table.allocate(Slot::Stream(0), blocks).is_err())
             {
-                let fresh = ZoneTable::new(
-                    &capacities,
-                    |zone| super::lane_owns(profile, lane, meta_zones, zone),
-                    self.superblock.streams,
-                    self.superblock.reserve_zones as usize,
-                );
                 let block = BLOCK_SIZE as u64;
                 return Err(Error::Member {
                     device: place,
@@ -295,7 +280,7 @@ impl Volume {
                          {placed} of them, whole",
                         copies.len(),
                         needed * block,
-                        fresh.usable_blocks() * block,
+                        table.usable_blocks() * block,
                     ),
                 });
             }
@@ -326,11 +311,15 @@ impl Volume {
 
     /// An empty zone table for lane `lane` over its device's zones.
     fn fresh_table(&self, lane: usize) -> ZoneTable {
-        let device = self.lanes[lane].device;
+        self.table_on(lane, self.dev(self.lanes[lane].device))
+    }
+
+    /// An empty zone table for lane `lane` over the zones of `device`, which
+    /// is (or is to be) at the lane's place.
+    fn table_on(&self, lane: usize, device: &Device) -> ZoneTable {
         let profile = self.superblock.profile;
-        let g = self.journal.g;
-        let meta_zones = super::meta_zones_on(profile, g, device);
-        let capacities = super::data_capacities(self.dev(device), &self.superblock);
+        let meta_zones = super::meta_zones_on(profile, self.journal.g, self.lanes[lane].device);
+        let capacities = super::data_capacities(device, &self.superblock);
         let mut table = ZoneTable::new(
             &capacities,
             |zone| super::lane_owns(profile, lane, meta_zones, zone),
