@@ -2,8 +2,9 @@
 //! after its zone's data, for namespaces whose LBA format has no per-block
 //! metadata to carry block tags ([`crate::tags`]).
 //!
-//! A data zone of `capacity` blocks takes data in its first
-//! [`data_blocks`]`(capacity)` blocks. When placement stops using it (the
+//! A data zone of `capacity` blocks takes data in at most its first
+//! [`data_blocks`]`(capacity)` blocks (the volume rounds that down to a
+//! whole number of its data unit: `zone_data_blocks`). When placement stops using it (the
 //! zone is full, or retired) and its writes are done, the volume writes
 //! its *area* right after the data it holds: the tags of its first
 //! `sealed` blocks, 8 bytes each in block order ([`crate::tags`]' format

@@ -172,36 +172,54 @@ pub fn open_device(controllers: &[Controller], choice: DeviceChoice, options: De
 /// and what it holds ([`Volume::probe`], reads only). On a host with
 /// several drives the address alone is how the wrong one gets wiped.
 pub fn named(device: &mut Device) -> String {
+    named_and_held(device).0
+}
+
+/// [`named`], and what the device holds.
+pub fn named_and_held(device: &mut Device) -> (String, DeviceState) {
+    let state = Volume::probe(device);
+    (format!("{}, which holds {}", identified(device), holds(&state)), state)
+}
+
+/// A device by its namespace, address, model, serial and size.
+fn identified(device: &Device) -> String {
     let (address, model, serial) = device.identity();
     let ns = device.namespace();
     let bytes = ns.capacity_blocks() * u64::from(ns.block_size());
     let kind = if device.is_zoned() { ", zoned" } else { "" };
-    let head = format!(
+    format!(
         "namespace {} of {address} ({model}, serial {serial}, {}{kind})",
         ns.nsid(),
         crate::volume_view::human_bytes(bytes)
-    );
-    format!("{head}, which holds {}", holds(&Volume::probe(device)))
+    )
 }
 
 /// [`named`] for namespace `nsid` of `controller`, for a tool that writes
 /// to the namespace itself (perf, zeroout): opened as a device to read
 /// what it holds, then closed.
 pub fn named_namespace(controller: &Controller, nsid: u32) -> String {
+    probe_namespace(controller, nsid, controller.transport().name()).0
+}
+
+/// [`named_namespace`] with the controller at `address`, and what the
+/// namespace holds (`None` when it cannot be opened as a device to read
+/// it).
+pub fn probe_namespace(controller: &Controller, nsid: u32, address: &str) -> (String, Option<DeviceState>) {
     let options = DeviceOptions { queue_depth: 8, buffers: 4, ..DeviceOptions::default() };
     match Device::open(controller, nsid, options) {
         Ok(mut device) => {
-            device.set_identity(controller.transport().name());
-            named(&mut device)
+            device.set_identity(address);
+            let (named, state) = named_and_held(&mut device);
+            (named, Some(state))
         }
         Err(error) => {
             let id = controller.identify();
-            format!(
-                "namespace {nsid} of {} ({}, serial {}; what it holds could not be read: {error})",
-                controller.transport().name(),
+            let named = format!(
+                "namespace {nsid} of {address} ({}, serial {}; what it holds could not be read: {error})",
                 id.mn.trim(),
                 id.sn.trim()
-            )
+            );
+            (named, None)
         }
     }
 }

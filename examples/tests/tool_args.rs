@@ -649,7 +649,7 @@ fn seqwrite_sizes_are_of_what_the_volume_holds_and_one_that_cannot_fit_is_refuse
         let (code, _, stderr) = run(SEQWRITE, &[&["--sim", "--format", "--no-progress"][..], args].concat());
         assert_eq!(code, Some(USAGE), "{case}: {stderr}");
         assert!(
-            stderr.contains("--size") && stderr.contains("fit") && stderr.contains("nothing was written"),
+            stderr.contains("--size") && stderr.contains("fit") && stderr.contains("no data was written"),
             "{stderr}"
         );
         assert!(!stderr.contains("--format") && !stderr.contains("no space left"), "{case}: {stderr}");

@@ -87,7 +87,8 @@ pub struct DeviceStatus {
     pub zones_worn: u64,
     /// Bytes of live copies it holds.
     pub used_bytes: u64,
-    /// Bytes its lanes can hold.
+    /// Bytes its lanes hold when full ([`crate::zones::ZoneTable::usable_blocks`]:
+    /// data zones, less the zones kept for reclaim).
     pub capacity_bytes: u64,
     /// Bytes of copies it should hold but lacks.
     pub missing_bytes: u64,
@@ -237,7 +238,7 @@ impl Volume {
                         }
                     }
                     status.used_bytes += table.valid_blocks() * BLOCK_SIZE as u64;
-                    status.capacity_bytes += table.capacity_blocks() * BLOCK_SIZE as u64;
+                    status.capacity_bytes += table.usable_blocks() * BLOCK_SIZE as u64;
                 }
             }
             devices.push(status);

@@ -450,6 +450,14 @@ fn new_controller(volume: &VolumeArgs, controllers: &mut Vec<Named>, bdf: &str) 
 }
 
 /// Opens the volume's devices on `controllers`, each told its address.
+/// Each of the volume's devices named, with what it holds, read only
+/// (no volume is opened): what a confirmation names.
+fn members_read(volume: &VolumeArgs, controllers: &[Named]) -> Result<Vec<(String, DeviceState)>, String> {
+    let options = DeviceOptions { queue_depth: 8, buffers: 4, ..DeviceOptions::default() };
+    let mut devices = open_devices(volume, controllers, options)?;
+    Ok(devices.iter_mut().map(device::named_and_held).collect())
+}
+
 fn open_devices(volume: &VolumeArgs, controllers: &[Named], options: DeviceOptions) -> Result<Vec<Device>, String> {
     let choices = match volume.sim {
         // sim1 is left out when the story has it pulled.
@@ -702,12 +710,32 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
         "replace destroys everything on namespace {} of {new_name}{formatted}, which takes place {} of the volume",
         a.new_ns, a.place
     );
-    // Refused here when nobody can answer; asked once the new device is
-    // open, naming it by what it is and holds.
+    // Refused here when nobody can answer; asked once the devices are
+    // open, and only read: before the volume is opened (which may write)
+    // and before anything is formatted.
     let confirmation = Confirmation::before_opening(&what, a.yes)?;
     let mut controllers = open_controllers(&a.volume)?;
     let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
     let new_name = controllers[new_index].name.clone();
+    let volume_id = members_read(&a.volume, &controllers)?.into_iter().find_map(|(_, state)| match state {
+        DeviceState::Member { volume_id, .. } => Some(volume_id),
+        _ => None,
+    });
+    let (named, state) = device::probe_namespace(&controllers[new_index].controller, a.new_ns, &new_name);
+    if !a.force {
+        if let Some(holds) = state.as_ref().and_then(|state| not_blank(state, volume_id.unwrap_or(0))) {
+            return Err(format!(
+                "replace: namespace {} of {new_name} is not blank: {holds}; nothing was changed (--force destroys \
+                 what it holds)",
+                a.new_ns
+            ));
+        }
+    }
+    let of_volume = volume_id.map_or_else(|| "the volume".to_string(), |id| format!("volume {id:#018x}"));
+    confirmation.ask(
+        "volume",
+        &format!("replace destroys everything on {named}{formatted}, to take place {} of {of_volume}", a.place),
+    )?;
     if a.volume.sim.is_none() {
         match_lba_format(a, &mut controllers, new_index)?;
     }
@@ -716,13 +744,6 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     // The place replaced is failed or missing: the volume opens without it.
     let mut volume = a.volume.location.open_volume(devices, true)?;
     let mut new_device = open_device(&controllers[new_index], a.new_ns, options)?;
-    let what = format!(
-        "replace destroys everything on {}{formatted}, to take place {} of volume {:#018x}",
-        device::named(&mut new_device),
-        a.place,
-        volume.id()
-    );
-    confirmation.ask("volume", &what)?;
     if !a.force {
         if let Some(holds) = not_blank(&Volume::probe(&mut new_device), volume.id()) {
             return Err(format!(
@@ -855,24 +876,27 @@ fn fail(a: &FailArgs) -> Result<Done, String> {
     );
     let confirmation = Confirmation::before_opening(&what, a.yes)?;
     let controllers = open_controllers(&a.volume)?;
+    // The device at the place, by its label (read only: the volume is
+    // opened, which may write, once the answer is yes).
+    let at_place = members_read(&a.volume, &controllers)?.into_iter().find_map(|(named, state)| match state {
+        DeviceState::Member { volume_id, device_index, .. } if usize::from(device_index) == a.place => {
+            Some((named, volume_id))
+        }
+        _ => None,
+    });
+    match at_place {
+        Some((named, volume_id)) => confirmation.ask(
+            "volume",
+            &format!(
+                "fail gives up place {} of volume {volume_id:#018x}, {named}: the volume goes on degraded, and \
+                 what is written from now on has one copy until a replace and its resilver",
+                a.place
+            ),
+        )?,
+        None => confirmation.ask("volume", &what)?,
+    }
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
     let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
-    let status = volume.status();
-    if let Some(device) = status.devices.get(a.place).filter(|d| !d.pci.is_empty()) {
-        let what = format!(
-            "fail gives up place {} of volume {:#018x}, namespace {} of {} ({}, serial {}): the volume goes on \
-             degraded, and what is written from now on has one copy until a replace and its resilver",
-            a.place,
-            volume.id(),
-            device.nsid,
-            device.pci,
-            device.model,
-            device.serial
-        );
-        confirmation.ask("volume", &what)?;
-    } else {
-        confirmation.ask("volume", &what)?;
-    }
     // The allocator logs a member given up as an error; here it is what
     // was asked for, and the status below shows it.
     let level = log::max_level();

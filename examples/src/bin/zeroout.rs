@@ -11,6 +11,7 @@ use nvme_driver::{ControllerOptions, IoBuffer, Namespace};
 use nvme_examples::args::{self, LBA_BYTES_MIN, QUEUE_DEPTH_MAX};
 use nvme_examples::confirm::Confirmation;
 use nvme_examples::device::open_controller;
+use nvme_examples::output::Failure;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -68,14 +69,11 @@ fn main() -> ExitCode {
     nvme_examples::logging::init("zeroout");
     match run(&Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            nvme_examples::output::failure("zeroout", &message);
-            ExitCode::FAILURE
-        }
+        Err(failure) => failure.report("zeroout"),
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> Result<(), Failure> {
     let confirmation = if args.length.is_none() {
         // The range runs to the namespace's end, a length nobody typed:
         // asked before any device is opened.
@@ -96,7 +94,7 @@ fn run(args: &Args) -> Result<(), String> {
     let ns = controller.namespace(args.ns).map_err(|e| e.to_string())?;
     let block = u64::from(ns.block_size());
     let capacity = ns.capacity_blocks() * block;
-    let length = checked_length(args, block, capacity)?;
+    let length = checked_length(args, block, capacity).map_err(Failure::Argument)?;
     let whole = args.offset == 0 && length == capacity;
     let confirmation = match confirmation {
         Some(confirmation) => Some(confirmation),

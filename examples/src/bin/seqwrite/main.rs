@@ -358,9 +358,13 @@ fn run(args: &Args) -> Result<(), Failure> {
     }
     let controllers = controllers(args)?;
     let options = volume_options(args);
+    if args.software_zone.is_some() && open_devices(args, &controllers)?.iter().all(Device::is_zoned) {
+        // Before a format could make the volume.
+        return Err(Failure::Argument(SOFTWARE_ZONES_ON_ZNS.into()));
+    }
     let (mut volume, created) = open_volume(args, &controllers, &options, confirmation)?;
     check_applies(args, &mut volume, created).map_err(Failure::Argument)?;
-    let target = check_against(args, &volume).map_err(Failure::Argument)?;
+    let target = check_against(args, &volume, created).map_err(Failure::Argument)?;
     // Where the first data zone starts (after the metadata segments), on
     // the first copy in use.
     let lane = (0..volume.lanes()).find(|&l| volume.lane_online(l)).unwrap_or(0);
@@ -487,16 +491,18 @@ fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), 
         }
     }
     if args.software_zone.is_some() && volume.devices_mut().iter().flatten().all(|d| d.is_zoned()) {
-        return Err("--software-zone applies to conventional namespaces, and every one here is zoned".into());
+        return Err(SOFTWARE_ZONES_ON_ZNS.into());
     }
     Ok(())
 }
+
+const SOFTWARE_ZONES_ON_ZNS: &str = "--software-zone applies to conventional namespaces, and every one here is zoned";
 
 /// Checks --size, --bs and --stream against the open volume, before the
 /// first write; the bytes to write. A percentage is of the volume's
 /// capacity ([`Volume::capacity_bytes`]), and what is asked must fit in
 /// writes of --bs ([`Volume::room`]): refused otherwise, naming what fits.
-fn check_against(args: &Args, volume: &Volume) -> Result<u64, String> {
+fn check_against(args: &Args, volume: &Volume, created: bool) -> Result<u64, String> {
     if args.bs as usize > volume.max_extent_bytes() {
         return Err(format!(
             "--bs {}: the volume's largest extent is {}",
@@ -520,17 +526,27 @@ fn check_against(args: &Args, volume: &Volume) -> Result<u64, String> {
     }
     let room = volume.room(args.stream, args.bs as usize).map_err(|e| e.to_string())?;
     if target > room {
-        let whole = if room + used < capacity {
-            format!(
+        // Why less fits than the capacity left, when it does.
+        let blocks = volume.room(args.stream, BLOCK_BYTES as usize).map_err(|e| e.to_string())?;
+        let mut why = String::new();
+        if room < blocks {
+            why += &format!(
                 "; zones take whole writes, which a power of two up to {} fills exactly",
                 human_size(volume.data_unit_bytes() as u64)
-            )
-        } else {
-            String::new()
+            );
+        }
+        if blocks + used < capacity {
+            why += "; zones closed with room left (at a reopen, or after a failed write) take nothing more until \
+                    reclaim empties and resets them";
+        }
+        let fits = match room {
+            0 => "nothing more fits".to_string(),
+            room => format!("--size {room} or less fits"),
         };
+        let written = if created { "the volume was made, and no data was written" } else { "nothing was written" };
         return Err(format!(
-            "--size {}: {} asked, and writes of --bs {} fit {} more (--size {room} or less; the volume holds {}, {} \
-             used{whole}); nothing was written",
+            "--size {}: {} asked, and writes of --bs {} fit {} more ({fits}; the volume holds {}, {} used{why}); \
+             {written}",
             args.size,
             human_bytes(target),
             human_size(args.bs),
