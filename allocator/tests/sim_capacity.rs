@@ -52,7 +52,10 @@ fn fill(volume: &mut Volume, bytes: usize, context: &str) -> (u64, Error) {
 /// one cut into the default software zones.
 fn cases() -> Vec<(String, Harness, VolumeOptions)> {
     let mut cases = Vec::new();
-    let geometries = [("zoned", zns(16, 16 << 10)), ("small zones", zns(16, 4096)), ("conventional", conventional(64))];
+    // Zones of 16 MiB and 32 KiB: room for a checksum area after 16 MiB
+    // of data, as software zones are sized.
+    let geometries =
+        [("zoned", zns(16, (16 << 10) + 32)), ("small zones", zns(16, 4096)), ("conventional", conventional(64))];
     for (geometry, config) in geometries {
         for store in [ChecksumStore::Area, ChecksumStore::Map, ChecksumStore::Tags] {
             let metadata = if store == ChecksumStore::Tags { 8 } else { 0 };
@@ -66,7 +69,7 @@ fn cases() -> Vec<(String, Harness, VolumeOptions)> {
     // A mirror of a zoned and a conventional member holds what its smaller
     // member holds.
     let options = VolumeOptions { profile: Profile::Mirror, checksums: ChecksumStore::Area, ..volume_options() };
-    let mixed = Harness::new(vec![zns(16, 16 << 10), conventional(48)], vec![(0, 1), (1, 1)]);
+    let mixed = Harness::new(vec![zns(16, (16 << 10) + 32), conventional(48)], vec![(0, 1), (1, 1)]);
     cases.push(("mixed Mirror Area".into(), mixed, options));
     cases
 }
@@ -78,8 +81,8 @@ fn every_profile_and_checksum_store_holds_exactly_its_capacity() {
         let capacity = volume.capacity_bytes();
         assert!(capacity > 0, "{context}");
         // Zones of 4 MiB with checksum areas hold no whole number of the
-        // largest extents (512 KiB) without giving up an eighth: the unit
-        // is smaller there, and everywhere else the largest extent.
+        // largest extents (512 KiB) without giving up more than 1/256: the
+        // unit is smaller there, and everywhere else the largest extent.
         let unit = volume.data_unit_bytes();
         if context.starts_with("small zones") && options.checksums == ChecksumStore::Area {
             assert!(unit < volume.max_extent_bytes(), "{context}: {unit}");

@@ -118,12 +118,21 @@ fn zns_conventional_zone_capacity_and_4k_lbas() {
     assert!(detail(&outcome, "4k", "geometry").starts_with("ZNS, 4096-byte LBAs"));
     // Zones of 4096 blocks with a capacity of 3072; a volume with checksum
     // areas (the format's choice without metadata) keeps the last of those
-    // for the area.
+    // for the area, and takes data in a whole number of its data unit,
+    // which gives up at most 1/256 of it.
     let capacity = detail(&outcome, "zcap", "capacity");
-    let usable = match detail(&outcome, "zcap", "format").contains("checksums in zone checksum areas") {
+    let data = match detail(&outcome, "zcap", "format").contains("checksums in zone checksum areas") {
         true => zoned_allocator::area::data_blocks(3072),
         false => 3072,
     };
+    let unit: u32 = capacity
+        .split("units of ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no data unit in {capacity}"));
+    assert!(unit.is_power_of_two() && data % unit <= data / 256, "{capacity}");
+    let usable = data - data % unit;
     assert!(capacity.starts_with(&format!("zones of 4096 blocks with {usable} usable")), "{capacity}");
 }
 

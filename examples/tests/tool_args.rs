@@ -631,9 +631,10 @@ fn sigint_stops_a_tool_with_its_results_and_how_to_continue() {
 /// naming what fits, and never suggesting --format.
 #[test]
 fn seqwrite_sizes_are_of_what_the_volume_holds_and_one_that_cannot_fit_is_refused() {
-    for zone in ["16M", "0"] {
+    // The rig's zones (64 MiB), and a conventional namespace.
+    for (capacity, zone) in [("1G", "64M"), ("256M", "0")] {
         for checksums in ["area", "map"] {
-            let args = ["--sim", "--sim-capacity", "256M", "--sim-zone", zone, "--checksums", checksums, "--format"];
+            let args = ["--sim", "--sim-capacity", capacity, "--sim-zone", zone, "--checksums", checksums, "--format"];
             let (code, stdout, stderr) = run(SEQWRITE, &[&args[..], &["--size", "100%", "--json"]].concat());
             assert_eq!(code, Some(0), "zone {zone}, {checksums}: {stderr}");
             let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -644,7 +645,9 @@ fn seqwrite_sizes_are_of_what_the_volume_holds_and_one_that_cannot_fit_is_refuse
     }
     for (case, args) in [
         ("more than the volume", &["--size", "2G"][..]),
-        ("a size whose writes leave zone tails", &["--size", "100%", "--bs", "384k"]),
+        // 64 MiB zones with checksum areas hold 63.75 MiB of data: half a
+        // write of 512 KiB left in each.
+        ("a size whose writes leave zone tails", &["--size", "100%", "--bs", "512k"]),
     ] {
         let (code, _, stderr) = run(SEQWRITE, &[&["--sim", "--format", "--no-progress"][..], args].concat());
         assert_eq!(code, Some(USAGE), "{case}: {stderr}");

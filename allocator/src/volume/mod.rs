@@ -557,9 +557,9 @@ impl Volume {
 
     /// Each data zone takes a whole number of these bytes, so extents of
     /// any power-of-two size up to it fill [`Volume::capacity_bytes`]
-    /// exactly: the largest extent, unless the zones are too small to hold
-    /// a whole number of them at a cost of at most 1/32 of each
-    /// ([`zone_data_blocks`]).
+    /// exactly: the largest extent, unless the zones cannot hold a whole
+    /// number of them at a cost of at most 1/256 of each
+    /// ([`zone_data_blocks`]); [`Volume::room`] counts any other size.
     pub fn data_unit_bytes(&self) -> usize {
         self.superblock.data_unit_blocks as usize * BLOCK_SIZE
     }
@@ -726,18 +726,20 @@ pub(crate) fn zone_data_blocks(capacity: u32, checksum_area: bool, unit: u32) ->
 /// The data unit of a new volume ([`Superblock::data_unit_blocks`]): the
 /// largest power of two up to `largest` blocks (the largest extent the
 /// devices take in one command) of which every zone's data holds a whole
-/// number at a cost of at most 1/32 of it. ZNS zones without checksum
-/// areas and software zones (sized for it, [`software_zone_blocks_for`])
-/// lose nothing; a 64 MiB ZNS zone with a checksum area and 1 MiB extents
-/// loses 224 of its 16,352 blocks (1.4%), which extents of 1 MiB could not
-/// fill anyway.
+/// number at a cost of at most 1/256 of it, so that the rounding never
+/// costs what it saves. ZNS zones without checksum areas whose capacity
+/// is a multiple of the largest extent, and software zones (sized for it,
+/// `software_zone_blocks_for`), lose nothing and take the largest extent
+/// as their unit; a 64 MiB ZNS zone with a checksum area has 16,352 blocks
+/// of data: its unit is 256 KiB (32 blocks given up, 0.2%, which 256 KiB
+/// extents could not fill anyway), and extents of 1 MiB leave 192 more.
 pub(super) fn data_unit_blocks(devices: &[Device], checksum_area: bool, largest: u32) -> u32 {
     let mut unit = if largest == 0 { 1 } else { 1 << (31 - largest.leading_zeros()) };
     let datas: Vec<u32> = devices
         .iter()
         .flat_map(|d| d.zones.iter().map(|z| zone_data_blocks(z.capacity_blocks, checksum_area, 1)))
         .collect();
-    while unit > 1 && datas.iter().any(|&data| data % unit > data / 32) {
+    while unit > 1 && datas.iter().any(|&data| data % unit > data / 256) {
         unit /= 2;
     }
     unit

@@ -81,7 +81,9 @@ pub fn check_capacity(check: &Check, volume: &Volume, geometry: &Geometry, model
     check.ok(
         "capacity",
         format!(
-            "zones of {zone_blocks} blocks with {capacity} usable; {filled} zones filled; extents end by block {furthest}"
+            "zones of {zone_blocks} blocks with {capacity} usable (data in units of {} blocks); {filled} zones \
+             filled; extents end by block {furthest}",
+            volume.data_unit_bytes() / 4096
         ),
     );
     Ok(())
