@@ -740,8 +740,8 @@ fn scrub_cancel_after_stops_near_it_and_says_how_to_continue() {
 /// Options that do not apply are refused, not ignored.
 #[test]
 fn options_that_do_not_apply_are_refused() {
-    refused(SEQWRITE, &["--degraded"], USAGE, &["--degraded applies to a mirror"]);
-    refused(SEQWRITE, &["--profile", "dup", "--degraded"], USAGE, &["--degraded applies to a mirror"]);
+    refused(SEQWRITE, &["--degraded", "--format"], USAGE, &["--degraded", "--format makes a new volume"]);
+    refused(SEQWRITE, &["--sim", "--degraded"], USAGE, &["--degraded applies to a mirror", "single"]);
     refused(SEQWRITE, &["--sim", "--software-zone", "1M"], USAGE, &["--software-zone", "zoned"]);
     refused(SEQWRITE, &["--same-data", "--checksum-threads", "2"], USAGE, &["--same-data", "--checksum-threads"]);
     refused(PERF, &["--rw", "randread", "--rwmixread", "70"], USAGE, &["--rwmixread applies to --rw randrw only"]);

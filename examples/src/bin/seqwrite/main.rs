@@ -216,10 +216,8 @@ fn main() -> ExitCode {
 fn check_args(args: &Args) -> Result<(), String> {
     device_choices(args)?;
     // Options that do not apply are refused, not ignored.
-    if args.degraded && Profile::from(args.profile) != Profile::Mirror {
-        return Err("--degraded applies to a mirror (--profile mirror): a volume on one device has no member to \
-                    go on without"
-            .into());
+    if args.degraded && args.format {
+        return Err("--degraded opens a mirror that exists on the member left; --format makes a new volume".into());
     }
     if args.sim && args.sim_zone != 0 && args.software_zone.is_some() {
         return Err("--software-zone applies to conventional namespaces, and --sim-zone makes a zoned one".into());
@@ -493,6 +491,12 @@ fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), 
     if args.software_zone.is_some() && volume.devices_mut().iter().flatten().all(|d| d.is_zoned()) {
         return Err(SOFTWARE_ZONES_ON_ZNS.into());
     }
+    if args.degraded && volume.profile() != Profile::Mirror {
+        return Err(format!(
+            "--degraded applies to a mirror, and this volume is {}: it has no member to go on without",
+            format!("{:?}", volume.profile()).to_lowercase()
+        ));
+    }
     Ok(())
 }
 
@@ -633,5 +637,11 @@ mod tests {
         let zones = Args::parse_from(["seqwrite", "--sim", "--software-zone", "1M"]);
         let refused = check_applies(&zones, &mut volume, true).unwrap_err();
         assert!(refused.contains("every one here is zoned"), "{refused}");
+        // --degraded opens a mirror on the member left, whatever --profile
+        // says (the labels say what the volume is); on a single volume it
+        // is refused.
+        let degraded = Args::parse_from(["seqwrite", "--sim", "--degraded"]);
+        let refused = check_applies(&degraded, &mut volume, false).unwrap_err();
+        assert!(refused.contains("--degraded applies to a mirror, and this volume is single"), "{refused}");
     }
 }
