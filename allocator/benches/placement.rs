@@ -74,5 +74,29 @@ fn placement(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, placement);
+/// Choosing an extent's devices in a pool of N (`docs/pool.md`, decision
+/// 3): one pass over at most 16 places per copy, so the cost per extent
+/// must stay flat from N = 1 to 16 (the pool issue asks for at most 1.1x).
+fn chooser(c: &mut Criterion) {
+    use zoned_allocator::chooser::Chooser;
+    let mut group = c.benchmark_group("chooser");
+    group.measurement_time(Duration::from_secs(3));
+    for (devices, copies) in [(1, 1), (4, 1), (16, 1), (4, 2), (16, 3)] {
+        let mut chooser = Chooser::new();
+        for place in 0..devices {
+            chooser.add(place, 1 << 40);
+        }
+        let mut out = vec![0u8; copies];
+        let id = BenchmarkId::new(format!("{copies}_copies"), format!("{devices}_devices"));
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                chooser.choose(BLOCKS, 0, &mut out).unwrap();
+                black_box(&out);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, placement, chooser);
 criterion_main!(benches);

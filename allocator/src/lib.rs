@@ -82,6 +82,7 @@
 
 pub mod area;
 pub mod checksum;
+pub mod chooser;
 pub mod device;
 mod error;
 #[doc(hidden)]

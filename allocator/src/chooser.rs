@@ -1,0 +1,314 @@
+//! Which devices of a pool take an extent's copies (`docs/pool.md`,
+//! decision 3): the `copies` distinct writable devices with the lowest
+//! *key*, in constant work whatever the fill.
+//!
+//! - A device's *load* rises at each allocation by the bytes placed over
+//!   its free fraction, as bcachefs's `bch2_dev_stripe_increment` does
+//!   (`fs/bcachefs/alloc_foreground.c`): devices then fill in proportion
+//!   to their free space, and a larger or emptier one takes more.
+//! - A device with [`Chooser::set_queue_target`] blocks or more in flight
+//!   is passed over while enough others are below it, as OpenZFS moves on
+//!   from a vdev whose queue reaches its target (`metaslab_class_rotate`,
+//!   `module/zfs/metaslab.c`): a device slow to finish its writes (busy,
+//!   or slower) then takes them at the rate it completes them, and the
+//!   others the rest. (Weighing bytes in flight into the load would not:
+//!   they are bounded, so they only shift a device's load, not its share
+//!   of the writes.)
+//! - A pool has at most [`MAX_DEVICES`]; the choice is one pass over them
+//!   under a mask of the devices excluded (away, full, already holding a
+//!   copy): no sort, no allocation.
+//!
+//! The chooser keeps no zones: the volume tells it each device's free
+//! blocks ([`Chooser::set_free`]) and masks a device whose zones cannot
+//! take an extent.
+
+/// The most devices in a pool.
+pub const MAX_DEVICES: usize = 16;
+
+/// A set of device places, one bit each.
+pub type DeviceMask = u16;
+
+/// Fixed point of loads: an allocation of all of a device's free space
+/// adds this much.
+const SCALE: u64 = 1 << 20;
+
+/// Loads are brought back down by their minimum past this, so that they
+/// never overflow (the order of keys is unchanged).
+const RENORMALISE_AT: u64 = 1 << 62;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Member {
+    /// Placed in the pool and taking writes.
+    writable: bool,
+    /// Blocks it can still take.
+    free_blocks: u64,
+    /// Raised by each allocation, by its bytes over the free fraction.
+    load: u64,
+    /// Blocks of writes submitted and not completed.
+    inflight_blocks: u64,
+}
+
+impl Member {
+    /// What `blocks` placed here weigh: their share of its free space, so
+    /// more as the device fills, and less on a larger one.
+    fn weight(&self, blocks: u64) -> u64 {
+        blocks.saturating_mul(SCALE) / self.free_blocks.max(1)
+    }
+}
+
+/// Why a choice failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Short {
+    /// Copies asked for.
+    pub wanted: usize,
+    /// Devices writable and not excluded.
+    pub available: DeviceMask,
+}
+
+/// The devices of a pool, by place, as placement sees them. See the
+/// [module documentation](self).
+#[derive(Clone, Debug)]
+pub struct Chooser {
+    members: [Member; MAX_DEVICES],
+    /// Blocks in flight at which a device is passed over.
+    queue_target_blocks: u64,
+}
+
+impl Default for Chooser {
+    fn default() -> Self {
+        Chooser { members: [Member::default(); MAX_DEVICES], queue_target_blocks: u64::MAX }
+    }
+}
+
+impl Chooser {
+    /// A pool with no device writable yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Device `place` takes writes (it joined, or came back), with
+    /// `free_blocks` free. Its load starts at the lowest of the others',
+    /// so that it is neither flooded nor starved. Panics if `place` is out
+    /// of range.
+    pub fn add(&mut self, place: usize, free_blocks: u64) {
+        let start = self.members.iter().filter(|m| m.writable).map(|m| m.load).min().unwrap_or(0);
+        self.members[place] = Member { writable: true, free_blocks, load: start, inflight_blocks: 0 };
+    }
+
+    /// Device `place` takes no more writes (away, failed, being removed).
+    pub fn remove(&mut self, place: usize) {
+        self.members[place].writable = false;
+    }
+
+    /// Device `place` can now take `free_blocks` (after an allocation, a
+    /// reset, a reclaim).
+    pub fn set_free(&mut self, place: usize, free_blocks: u64) {
+        self.members[place].free_blocks = free_blocks;
+    }
+
+    /// A device with `blocks` or more in flight is passed over while enough
+    /// others are below it (no limit until set).
+    pub fn set_queue_target(&mut self, blocks: u64) {
+        self.queue_target_blocks = blocks.max(1);
+    }
+
+    /// The writable devices.
+    pub fn writable(&self) -> DeviceMask {
+        (0..MAX_DEVICES).filter(|&p| self.members[p].writable).fold(0, |mask, p| mask | 1 << p)
+    }
+
+    /// Chooses `out.len()` distinct writable devices outside `exclude` for
+    /// an extent of `blocks`, lowest key first, and charges each the
+    /// extent's weight. Constant work: one pass over the places per copy.
+    pub fn choose(&mut self, blocks: u32, exclude: DeviceMask, out: &mut [u8]) -> Result<(), Short> {
+        let available = self.writable() & !exclude;
+        if (available.count_ones() as usize) < out.len() {
+            return Err(Short { wanted: out.len(), available });
+        }
+        let mut taken = exclude | !self.writable();
+        for slot in out.iter_mut() {
+            // The lowest load below the queue target, else the lowest load.
+            let mut best: Option<(bool, u64, usize)> = None;
+            for place in 0..MAX_DEVICES {
+                if taken & (1 << place) != 0 {
+                    continue;
+                }
+                let member = &self.members[place];
+                let key = (member.inflight_blocks >= self.queue_target_blocks, member.load, place);
+                if best.is_none_or(|b| key < b) {
+                    best = Some(key);
+                }
+            }
+            let (_, _, place) = best.expect("enough devices were counted");
+            taken |= 1 << place;
+            *slot = place as u8;
+            let member = &mut self.members[place];
+            member.load = member.load.saturating_add(member.weight(u64::from(blocks)));
+        }
+        self.renormalise();
+        Ok(())
+    }
+
+    /// A write of `blocks` to `place` was submitted.
+    pub fn submitted(&mut self, place: usize, blocks: u32) {
+        self.members[place].inflight_blocks += u64::from(blocks);
+    }
+
+    /// A write of `blocks` to `place` completed (`Ok` or not).
+    pub fn completed(&mut self, place: usize, blocks: u32) {
+        let member = &mut self.members[place];
+        member.inflight_blocks = member.inflight_blocks.saturating_sub(u64::from(blocks));
+    }
+
+    fn renormalise(&mut self) {
+        let writable = self.members.iter().filter(|m| m.writable);
+        let low = writable.map(|m| m.load).min().unwrap_or(0);
+        if self.members.iter().any(|m| m.writable && m.load > RENORMALISE_AT) {
+            for member in self.members.iter_mut().filter(|m| m.writable) {
+                member.load -= low;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(capacities: &[u64]) -> Chooser {
+        let mut chooser = Chooser::new();
+        for (place, &capacity) in capacities.iter().enumerate() {
+            chooser.add(place, capacity);
+        }
+        chooser
+    }
+
+    /// Allocates `count` extents of `blocks` with `copies` copies, each
+    /// completing at once; the blocks placed on each device.
+    fn fill(chooser: &mut Chooser, free: &mut [u64], count: usize, blocks: u32, copies: usize) -> Vec<u64> {
+        let mut placed = vec![0u64; free.len()];
+        let mut out = vec![0u8; copies];
+        for _ in 0..count {
+            chooser.choose(blocks, 0, &mut out).unwrap();
+            for &place in &out {
+                let place = usize::from(place);
+                free[place] -= u64::from(blocks);
+                placed[place] += u64::from(blocks);
+                chooser.set_free(place, free[place]);
+            }
+        }
+        placed
+    }
+
+    #[test]
+    fn copies_go_to_distinct_writable_devices_outside_the_mask() {
+        let mut chooser = pool(&[100; 6]);
+        chooser.remove(2);
+        let mut out = [0u8; 3];
+        for round in 0..200 {
+            chooser.choose(1, 1 << 4, &mut out).unwrap();
+            let mut seen = 0u16;
+            for &place in &out {
+                assert!(place != 2 && place != 4, "round {round}: {out:?}");
+                assert_eq!(seen & 1 << place, 0, "round {round}: {out:?} repeats a device");
+                seen |= 1 << place;
+            }
+        }
+    }
+
+    #[test]
+    fn too_few_devices_is_short_and_names_those_left() {
+        let mut chooser = pool(&[100; 3]);
+        chooser.remove(0);
+        let mut out = [0u8; 3];
+        assert_eq!(chooser.choose(1, 0, &mut out), Err(Short { wanted: 3, available: 0b110 }));
+        let mut two = [0u8; 2];
+        assert_eq!(chooser.choose(1, 1 << 1, &mut two), Err(Short { wanted: 2, available: 0b100 }));
+        assert!(chooser.choose(1, 0, &mut two).is_ok());
+    }
+
+    #[test]
+    fn equal_devices_take_equal_shares() {
+        for (devices, copies) in [(4, 1), (4, 2), (5, 3), (16, 3)] {
+            let mut free = vec![100_000u64; devices];
+            let mut chooser = pool(&free);
+            let placed = fill(&mut chooser, &mut free, 3000, 8, copies);
+            let (low, high) = (placed.iter().min().unwrap(), placed.iter().max().unwrap());
+            assert!(high - low <= 3 * 8, "{devices} devices, {copies} copies: {placed:?}");
+        }
+    }
+
+    #[test]
+    fn devices_fill_in_proportion_to_their_free_space() {
+        // 2:1:1 by size: filled to the same fraction as they go.
+        let mut free = vec![40_000u64, 20_000, 20_000];
+        let mut chooser = pool(&free);
+        fill(&mut chooser, &mut free, 4000, 8, 1);
+        let fractions: Vec<f64> = free.iter().zip([40_000.0, 20_000.0, 20_000.0]).map(|(&f, c)| f as f64 / c).collect();
+        for fraction in &fractions {
+            assert!((fraction - fractions[0]).abs() < 0.02, "free fractions {fractions:?}");
+        }
+        // And a second copy never doubles up on the large one.
+        let mut out = [0u8; 2];
+        chooser.choose(8, 0, &mut out).unwrap();
+        assert_ne!(out[0], out[1]);
+    }
+
+    #[test]
+    fn a_device_slow_to_complete_is_chosen_less() {
+        let mut chooser = pool(&[1_000_000; 2]);
+        chooser.set_queue_target(4 * 64);
+        let mut out = [0u8; 1];
+        let mut chosen = [0u32; 2];
+        for _ in 0..100 {
+            chooser.choose(64, 0, &mut out).unwrap();
+            let place = usize::from(out[0]);
+            chosen[place] += 1;
+            chooser.submitted(place, 64);
+            // Device 1's writes complete at once; device 0's never do.
+            if place == 1 {
+                chooser.completed(1, 64);
+            }
+        }
+        // Device 0 takes writes until its queue is at the target, then
+        // none; device 1 the rest.
+        assert_eq!(chosen, [4, 96]);
+        // With no device below the target, the lowest load is taken.
+        let mut stuck = pool(&[1_000_000; 2]);
+        stuck.set_queue_target(64);
+        for _ in 0..10 {
+            stuck.choose(64, 0, &mut out).unwrap();
+            stuck.submitted(usize::from(out[0]), 64);
+        }
+        assert!(stuck.members[0].inflight_blocks >= 4 * 64 && stuck.members[1].inflight_blocks >= 4 * 64);
+    }
+
+    #[test]
+    fn a_device_that_joins_is_neither_flooded_nor_starved() {
+        let mut free = vec![100_000u64; 3];
+        let mut chooser = pool(&free);
+        fill(&mut chooser, &mut free, 3000, 8, 1);
+        // A fourth, empty: it takes more than its quarter (it is emptier),
+        // but not every extent.
+        free.push(100_000);
+        chooser.add(3, 100_000);
+        let placed = fill(&mut chooser, &mut free, 400, 8, 1);
+        assert!(placed[3] > 100 * 8 && placed[3] < 400 * 8, "{placed:?}");
+    }
+
+    #[test]
+    fn loads_are_brought_down_before_they_overflow_and_keep_their_order() {
+        let mut chooser = pool(&[1000, 1000, 1000]);
+        for (place, load) in [(0, RENORMALISE_AT + 5), (1, RENORMALISE_AT + 1), (2, RENORMALISE_AT + 9)] {
+            chooser.members[place].load = load;
+        }
+        let mut out = [0u8; 1];
+        chooser.choose(1, 0, &mut out).unwrap();
+        assert_eq!(out, [1]);
+        let loads: Vec<u64> = chooser.members[..3].iter().map(|m| m.load).collect();
+        assert!(loads.iter().all(|&l| l < 1 << 32), "{loads:?}");
+        // The order of the others is kept: 0 before 2.
+        chooser.choose(1, 1 << 1, &mut out).unwrap();
+        assert_eq!(out, [0]);
+    }
+}
