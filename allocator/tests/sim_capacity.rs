@@ -130,3 +130,29 @@ fn room_refuses_a_size_no_write_can_have() {
     }
     assert!(matches!(volume.room(1, BLOCK_SIZE), Err(Error::InvalidArgument(_))), "stream 1 of 1");
 }
+
+/// A mirror of a conventional and a ZNS namespace (the seed's mixed pair:
+/// 1 GiB each, 64 MiB zones). Before, the metadata segments were sized in
+/// zones of the first member: with the conventional one first (2 MiB
+/// software zones, 6 a segment), the ZNS member gave 12 of its 16 zones to
+/// metadata and the pair held 191 MiB. The conventional member now takes
+/// software zones as large as the ZNS member's, and the pair holds what a
+/// ZNS pair holds, in either order.
+#[test]
+fn a_mixed_mirror_wastes_no_more_than_a_zns_pair() {
+    let options = VolumeOptions { profile: Profile::Mirror, ..volume_options() };
+    let pair = Harness::new(vec![zns(16, 64 << 10), zns(16, 64 << 10)], vec![(0, 1), (1, 1)]);
+    let zns_pair = pair.format(&options).capacity_bytes();
+    for order in [[0, 1], [1, 0]] {
+        let configs = [conventional(1024), zns(16, 64 << 10)];
+        let configs = order.iter().map(|&i| configs[i].clone()).collect();
+        let harness = Harness::new(configs, vec![(0, 1), (1, 1)]);
+        let mut volume = harness.format(&options);
+        let capacity = volume.capacity_bytes();
+        assert!(capacity * 100 >= zns_pair * 99, "order {order:?}: {capacity} of a ZNS pair's {zns_pair}");
+        // And it holds it.
+        let unit = volume.data_unit_bytes();
+        let (written, _) = fill(&mut volume, unit, &format!("order {order:?}"));
+        assert_eq!(written, capacity, "order {order:?}");
+    }
+}

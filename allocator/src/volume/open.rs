@@ -42,13 +42,20 @@ impl Volume {
         };
         let store = checksum_store_for(&devices, options.checksums)?;
         let area = store == ChecksumStore::Area;
+        // Zoned members first: a conventional member of a volume with
+        // zoned ones takes software zones as large as their zones, so that
+        // one count of zones per metadata segment suits every member (with
+        // 2 MiB software zones first, a mirror's 64 MiB ZNS member gave 12
+        // of its 16 zones to metadata).
+        for device in devices.iter_mut().filter(|d| d.is_zoned()) {
+            device.load_zones(0)?;
+        }
+        let zoned = devices.iter().filter(|d| d.is_zoned()).flat_map(|d| d.zones.iter());
+        let zoned_zone_blocks = zoned.map(|z| z.capacity_blocks).max();
         let mut software_zone_blocks = 0;
-        for device in &mut devices {
-            let blocks = software_zone_blocks_for(device, options, area)?;
-            if !device.is_zoned() {
-                software_zone_blocks = blocks;
-            }
-            device.load_zones(blocks)?;
+        for device in devices.iter_mut().filter(|d| !d.is_zoned()) {
+            software_zone_blocks = software_zone_blocks_for(device, options, area, zoned_zone_blocks)?;
+            device.load_zones(software_zone_blocks)?;
         }
         let g = meta_zones_per_segment(&devices[0], segments_on(profile, 0))?;
         let largest = transfer_blocks(&devices, options);
@@ -598,15 +605,33 @@ fn lanes_of(profile: Profile, device: usize) -> impl Iterator<Item = usize> {
     lanes.iter().enumerate().filter(move |&(_, &d)| d == device).map(|(lane, _)| lane)
 }
 
-/// Software zones for a conventional `device`: the size asked, else the
-/// default for its capacity, with room after its data for the checksum
-/// area on a volume with areas, so that the data stays a power of two.
-fn software_zone_blocks_for(device: &Device, options: &VolumeOptions, area: bool) -> Result<u32> {
+/// Zones a conventional member must get to take its zoned partners' zone
+/// size: fewer, and a few metadata and reserve zones would be most of it.
+const MIN_ZONES_TO_MATCH: u64 = 16;
+
+/// Software zones for a conventional `device`: the size asked; else, on a
+/// volume with zoned members, their largest zone capacity
+/// (`zoned_zone_blocks`) when the device takes [`MIN_ZONES_TO_MATCH`] of
+/// them; else the default for its capacity, with room after the data for
+/// the checksum area on a volume with areas, so that the data stays whole.
+fn software_zone_blocks_for(
+    device: &Device,
+    options: &VolumeOptions,
+    area: bool,
+    zoned_zone_blocks: Option<u32>,
+) -> Result<u32> {
     if device.is_zoned() {
         return Ok(0);
     }
     let capacity = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
-    let bytes = options.software_zone_bytes.unwrap_or_else(|| default_software_zone_bytes(capacity, area));
+    // The zoned members' zone, as it is (with an area, the data is then
+    // theirs too), when this device still has as many zones as a volume
+    // needs at the least.
+    let default = || match zoned_zone_blocks.map(|blocks| u64::from(blocks) * BLOCK_SIZE as u64) {
+        Some(bytes) if capacity / bytes >= MIN_ZONES_TO_MATCH => bytes,
+        _ => default_software_zone_bytes(capacity, area),
+    };
+    let bytes = options.software_zone_bytes.unwrap_or_else(default);
     if bytes < BLOCK_SIZE as u64 || !bytes.is_multiple_of(BLOCK_SIZE as u64) || bytes > u64::from(u32::MAX) * 4096 {
         return Err(Error::InvalidConfig(format!("software zones of {bytes} bytes: expected a multiple of 4096")));
     }
