@@ -576,6 +576,25 @@ impl Volume {
         online.map(|lane| self.lanes[lane].table.usable_blocks()).min().unwrap_or(0) * BLOCK_SIZE as u64
     }
 
+    /// A write of `len` bytes to `stream` is one the volume takes: a
+    /// stream it has, and a nonzero multiple of 4 KiB up to the largest
+    /// extent.
+    pub(super) fn check_write_shape(&self, stream: u8, len: usize) -> Result<()> {
+        if stream >= self.superblock.streams {
+            return Err(Error::InvalidArgument(format!(
+                "stream {stream}: the volume has {} stream(s)",
+                self.superblock.streams
+            )));
+        }
+        if len == 0 || !len.is_multiple_of(BLOCK_SIZE) || len > self.max_extent_bytes() {
+            return Err(Error::InvalidArgument(format!(
+                "a write of {len} bytes: expected a nonzero multiple of 4096 up to {}",
+                self.max_extent_bytes()
+            )));
+        }
+        Ok(())
+    }
+
     /// Bytes that writes of `extent_bytes` each to `stream` can still
     /// add, one after another, before one fails with [`Error::NoSpace`]:
     /// in every lane in use, the stream's open zone and each empty zone
@@ -583,18 +602,7 @@ impl Volume {
     /// Frees count once committed and reclaimed. O(zones): for tools that
     /// check a size before they write.
     pub fn room(&self, stream: u8, extent_bytes: usize) -> Result<u64> {
-        if stream >= self.superblock.streams {
-            return Err(Error::InvalidArgument(format!(
-                "stream {stream}: the volume has {} stream(s)",
-                self.superblock.streams
-            )));
-        }
-        if extent_bytes == 0 || !extent_bytes.is_multiple_of(BLOCK_SIZE) || extent_bytes > self.max_extent_bytes() {
-            return Err(Error::InvalidArgument(format!(
-                "extents of {extent_bytes} bytes: expected a nonzero multiple of 4096 up to {}",
-                self.max_extent_bytes()
-            )));
-        }
+        self.check_write_shape(stream, extent_bytes)?;
         let blocks = (extent_bytes / BLOCK_SIZE) as u32;
         let online = (0..self.lanes.len()).filter(|&lane| self.lane_online(lane));
         let extents = online

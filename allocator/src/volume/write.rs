@@ -71,21 +71,10 @@ impl Volume {
                 return Err(Error::InvalidArgument(format!("{len} bytes of a {}-byte buffer", buffer.len())));
             }
         }
-        if stream >= self.superblock.streams {
-            return Err(Error::InvalidArgument(format!(
-                "stream {stream}: the volume has {} stream(s)",
-                self.superblock.streams
-            )));
-        }
         if owner == crate::OWNER_LOST {
             return Err(Error::InvalidArgument(format!("owner {owner} is reserved (a lost owner)")));
         }
-        if len == 0 || !len.is_multiple_of(BLOCK_SIZE) || len > self.max_extent_bytes() {
-            return Err(Error::InvalidArgument(format!(
-                "a write of {len} bytes: expected a nonzero multiple of 4096 up to {}",
-                self.max_extent_bytes()
-            )));
-        }
+        self.check_write_shape(stream, len)?;
         if crcs.as_ref().is_some_and(|crcs| crcs.len() * BLOCK_SIZE != len) {
             return Err(Error::InvalidArgument(format!("{} checksums for {len} bytes", crcs.map_or(0, |c| c.len()))));
         }
