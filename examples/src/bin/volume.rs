@@ -743,15 +743,9 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     let devices = open_devices(&a.volume, &controllers, options)?;
     // The place replaced is failed or missing: the volume opens without it.
     let mut volume = a.volume.location.open_volume(devices, true)?;
-    let mut new_device = open_device(&controllers[new_index], a.new_ns, options)?;
-    if !a.force {
-        if let Some(holds) = not_blank(&Volume::probe(&mut new_device), volume.id()) {
-            return Err(format!(
-                "replace: namespace {} of {new_name} is not blank: {holds}; pass --force to destroy what it holds",
-                a.new_ns
-            ));
-        }
-    }
+    // What it holds was checked above; without --force, `Volume::replace`
+    // checks again (a device that could not be read then is refused here).
+    let new_device = open_device(&controllers[new_index], a.new_ns, options)?;
     volume.replace(a.place, new_device, a.force).map_err(|e| format!("replace: {e}"))?;
     let left = volume.status().resilver.iter().find(|r| r.place == a.place).map_or(0, |r| r.bytes_left);
     if !a.json {

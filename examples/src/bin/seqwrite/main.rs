@@ -356,12 +356,12 @@ fn run(args: &Args) -> Result<(), Failure> {
     }
     let controllers = controllers(args)?;
     let options = volume_options(args);
-    if args.software_zone.is_some() && open_devices(args, &controllers)?.iter().all(Device::is_zoned) {
+    if args.software_zone.is_some() {
         // Before a format could make the volume.
-        return Err(Failure::Argument(SOFTWARE_ZONES_ON_ZNS.into()));
+        check_software_zone(args, &open_devices(args, &controllers)?).map_err(Failure::Argument)?;
     }
     let (mut volume, created) = open_volume(args, &controllers, &options, confirmation)?;
-    check_applies(args, &mut volume, created).map_err(Failure::Argument)?;
+    check_applies(args, &volume, created).map_err(Failure::Argument)?;
     let target = check_against(args, &volume, created).map_err(Failure::Argument)?;
     // Where the first data zone starts (after the metadata segments), on
     // the first copy in use.
@@ -469,9 +469,9 @@ fn open_volume(
 }
 
 /// Refuses, before the first write, options that do not apply to the
-/// volume opened: those of a new volume on one that exists, and software
-/// zones where every namespace is zoned.
-fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), String> {
+/// volume opened: those of a new volume on one that exists, and
+/// --degraded on one that is not a mirror.
+fn check_applies(args: &Args, volume: &Volume, created: bool) -> Result<(), String> {
     if !created {
         for (given, option) in [(args.streams.is_some(), "--streams"), (args.checksums.is_some(), "--checksums")] {
             if given {
@@ -488,9 +488,6 @@ fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), 
             }
         }
     }
-    if args.software_zone.is_some() && volume.devices_mut().iter().flatten().all(|d| d.is_zoned()) {
-        return Err(SOFTWARE_ZONES_ON_ZNS.into());
-    }
     if args.degraded && volume.profile() != Profile::Mirror {
         return Err(format!(
             "--degraded applies to a mirror, and this volume is {}: it has no member to go on without",
@@ -500,7 +497,13 @@ fn check_applies(args: &Args, volume: &mut Volume, created: bool) -> Result<(), 
     Ok(())
 }
 
-const SOFTWARE_ZONES_ON_ZNS: &str = "--software-zone applies to conventional namespaces, and every one here is zoned";
+/// Refuses software zones where every namespace given is zoned.
+fn check_software_zone(args: &Args, devices: &[Device]) -> Result<(), String> {
+    if args.software_zone.is_some() && devices.iter().all(Device::is_zoned) {
+        return Err("--software-zone applies to conventional namespaces, and every one here is zoned".into());
+    }
+    Ok(())
+}
 
 /// Checks --size, --bs and --stream against the open volume, before the
 /// first write; the bytes to write. A percentage is of the volume's
@@ -625,23 +628,24 @@ mod tests {
     #[test]
     fn options_that_do_not_apply_to_the_volume_opened_are_refused() {
         let args = Args::parse_from(["seqwrite", "--sim", "--sim-capacity", "256M", "--sim-zone", "16M"]);
-        let (_controllers, mut volume) = opened(&args);
-        assert_eq!(check_applies(&args, &mut volume, false), Ok(()));
+        let (controllers, volume) = opened(&args);
+        assert_eq!(check_applies(&args, &volume, false), Ok(()));
         for (option, value) in [("--streams", "2"), ("--checksums", "map")] {
             let given = Args::parse_from(["seqwrite", "--sim", option, value]);
-            assert_eq!(check_applies(&given, &mut volume, true), Ok(()), "{option} on a new volume");
-            let refused = check_applies(&given, &mut volume, false).unwrap_err();
+            assert_eq!(check_applies(&given, &volume, true), Ok(()), "{option} on a new volume");
+            let refused = check_applies(&given, &volume, false).unwrap_err();
             assert!(refused.contains(option) && refused.contains("applies to a new volume"), "{refused}");
             assert!(refused.contains("1 stream(s)"), "{refused}");
         }
         let zones = Args::parse_from(["seqwrite", "--sim", "--software-zone", "1M"]);
-        let refused = check_applies(&zones, &mut volume, true).unwrap_err();
+        let devices = open_devices(&args, &controllers).unwrap();
+        let refused = check_software_zone(&zones, &devices).unwrap_err();
         assert!(refused.contains("every one here is zoned"), "{refused}");
         // --degraded opens a mirror on the member left, whatever --profile
         // says (the labels say what the volume is); on a single volume it
         // is refused.
         let degraded = Args::parse_from(["seqwrite", "--sim", "--degraded"]);
-        let refused = check_applies(&degraded, &mut volume, false).unwrap_err();
+        let refused = check_applies(&degraded, &volume, false).unwrap_err();
         assert!(refused.contains("--degraded applies to a mirror, and this volume is single"), "{refused}");
     }
 }
