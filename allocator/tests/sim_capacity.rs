@@ -12,7 +12,7 @@ use nvme_testkit::harness as support;
 use nvme_driver::sim::SimConfig;
 use nvme_testkit::data::pattern;
 use support::{conventional, volume_options, zns, Harness};
-use zoned_allocator::{ChecksumStore, Error, Full, Profile, Volume, VolumeOptions, BLOCK_SIZE};
+use zoned_allocator::{ChecksumStore, Error, ExtentId, Full, Profile, Volume, VolumeOptions, BLOCK_SIZE};
 
 /// `config` with `bytes` of metadata per LBA on each namespace.
 fn with_metadata(mut config: SimConfig, bytes: u16) -> SimConfig {
@@ -33,11 +33,21 @@ fn harness(profile: Profile, config: &SimConfig) -> Harness {
 /// Writes extents of `bytes` to stream 0 until the volume says it is full;
 /// the bytes it took. Any other error fails the test.
 fn fill(volume: &mut Volume, bytes: usize, context: &str) -> (u64, Error) {
+    let (written, error, _) = fill_keeping(volume, bytes, context);
+    (written, error)
+}
+
+/// [`fill`], and each extent written with the seed of its bytes.
+fn fill_keeping(volume: &mut Volume, bytes: usize, context: &str) -> (u64, Error, Vec<(ExtentId, u64)>) {
     let mut written = 0u64;
+    let mut extents = Vec::new();
     for i in 0u64.. {
         match volume.write(0, &pattern(i, bytes / BLOCK_SIZE), i) {
-            Ok(_) => written += bytes as u64,
-            Err(error @ Error::NoSpace(_)) => return (written, error),
+            Ok(id) => {
+                written += bytes as u64;
+                extents.push((id, i));
+            }
+            Err(error @ Error::NoSpace(_)) => return (written, error, extents),
             Err(error) => panic!("{context}: write {i} after {written} bytes: {error}"),
         }
         if i % 256 == 255 {
@@ -76,7 +86,7 @@ fn cases() -> Vec<(String, Harness, VolumeOptions)> {
 
 #[test]
 fn every_profile_and_checksum_store_holds_exactly_its_capacity() {
-    for (context, harness, options) in cases() {
+    for (context, mut harness, options) in cases() {
         let mut volume = harness.format(&options);
         let capacity = volume.capacity_bytes();
         assert!(capacity > 0, "{context}");
@@ -92,7 +102,7 @@ fn every_profile_and_checksum_store_holds_exactly_its_capacity() {
         for bytes in [unit, unit / 2, BLOCK_SIZE] {
             assert_eq!(volume.room(0, bytes).unwrap(), capacity, "{context}: room for writes of {bytes}");
         }
-        let (written, full) = fill(&mut volume, unit, &context);
+        let (written, full, extents) = fill_keeping(&mut volume, unit, &context);
         assert_eq!(written, capacity, "{context}: bytes written before no space, of the capacity reported");
         // Not even one block more: the figure is not a lower bound.
         let error = volume.write(0, &pattern(1, 1), 1).unwrap_err();
@@ -102,6 +112,16 @@ fn every_profile_and_checksum_store_holds_exactly_its_capacity() {
         assert_eq!(volume.stats().valid_bytes, capacity, "{context}");
         volume.commit().unwrap();
         volume.check_invariants();
+        // Nothing the refusals met is lost or changed, across a reopen.
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        assert_eq!(volume.stats().extents, extents.len() as u64, "{context}");
+        let mut back = vec![0u8; unit];
+        for &(id, seed) in &extents {
+            volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+            assert!(back == pattern(seed, unit / BLOCK_SIZE), "{context}: extent {id} reads back other bytes");
+        }
     }
 }
 
