@@ -234,9 +234,17 @@ impl fmt::Display for Error {
                 f,
                 "device {device}: no label found, but it holds data (not blank); format it explicitly to reuse it"
             ),
+            Error::UnsupportedVersion { device, version } if *version < crate::FORMAT_VERSION => write!(
+                f,
+                "device {device} holds a volume of format version {version}; this build reads version {} only: to \
+                 move its data, read it with the build that wrote it and write it to a volume this build formats \
+                 (docs/allocator.md, \"Formats\")",
+                crate::FORMAT_VERSION
+            ),
             Error::UnsupportedVersion { device, version } => write!(
                 f,
-                "device {device} holds a volume of format version {version}; this build reads version {}",
+                "device {device} holds a volume of format version {version}, newer than this build's {}: open it with \
+                 the build that wrote it",
                 crate::FORMAT_VERSION
             ),
             Error::MetadataLost { seq: 0, what, .. } => write!(f, "committed metadata lost on every copy: {what}"),

@@ -1,4 +1,4 @@
-//! The extent table: every extent as one fixed-size record of 12 bytes, in
+//! The extent table: every extent as one fixed-size record of 24 bytes, in
 //! pages, indexed by slot. Owners are not here: they live on the device
 //! (see [`crate::owners`]). Nothing is
 //! allocated per extent and nothing is kept per 4 KiB block: checksums are
@@ -7,19 +7,24 @@
 //! by position is kept: a walk in physical order builds one for its pass
 //! ([`LaneOrder`]). See `allocator/METADATA.md`, step 2.
 //!
-//! A record holds each copy's location packed into 36 bits (zone and
-//! offset, split where [`LocationBits`] says; all ones is a missing
-//! copy), the extent's data blocks (1 to [`MAX_BLOCKS`]; 0 marks a slot
-//! that holds no extent) and the slot's generation (12 bits). An extent's
-//! ID is its slot and that generation, so an ID kept after its extent was
-//! freed names no extent even once the slot is reused, until the
-//! generation comes round again (after 4,096 reuses of that one slot).
+//! A record holds up to [`COPIES_MAX`] copies, each as the lane it lies
+//! in (5 bits: which device's zones, see `docs/pool.md`, decision 1) and
+//! its location packed into 36 bits (zone and offset, split where
+//! [`LocationBits`] says; all ones is a copy whose bytes are missing, to
+//! be written by a resilver), the extent's data blocks (1 to
+//! [`MAX_BLOCKS`]; 0 marks a slot that holds no extent) and the slot's
+//! generation (12 bits). Each copy records its own lane, as the
+//! raid-stripe-tree of btrfs records each stripe's device: placement over
+//! many devices, and Zone Append, choose where a copy goes per extent.
+//! An extent's ID is its slot and that generation, so an ID kept after its
+//! extent was freed names no extent even once the slot is reused, until
+//! the generation comes round again (after 4,096 reuses of that one slot).
 //! Slot 0 is never used, so the first extents of a volume are 1, 2, 3...
 //!
 //! A slot with no extent is free, linked into the free list through its
-//! lane-0 location and reused first, or reserved for a write in flight
-//! ([`Table::reserve`]), marked by a missing lane-1 location. Pages are
-//! [`PAGE_SLOTS`] records (4,080 bytes).
+//! first copy's location and reused first, or reserved for a write in
+//! flight ([`Table::reserve`]), marked by a missing second location. Pages
+//! are [`PAGE_SLOTS`] records (8,160 bytes).
 
 use crate::journal::PageImage;
 use crate::{ExtentId, Location};
@@ -27,16 +32,33 @@ use crate::{ExtentId, Location};
 /// Records per page.
 pub const PAGE_SLOTS: usize = 340;
 
+/// Copies an extent has at most: a 3-copy mirror's.
+pub const COPIES_MAX: usize = 3;
+
+/// Lanes a record can name (5 bits, all ones marking no copy).
+pub const LANES_MAX: usize = 31;
+
 /// Bits of a packed location.
 const LOCATION_BITS: u32 = 36;
 /// The packed form of [`Location::MISSING`].
 const MISSING: u64 = (1 << LOCATION_BITS) - 1;
+/// Bits of a copy's lane, above its location.
+const LANE_BITS: u32 = 5;
+/// The lane of a copy slot that holds no copy.
+const NO_LANE: u8 = (1 << LANE_BITS) - 1;
+/// Where a word's upper field (blocks in the first, the generation in the
+/// second) begins.
+const UPPER_SHIFT: u32 = 52;
 /// Bits of the slot in an extent ID, below the generation.
 const SLOT_BITS: u32 = 36;
 const GENERATION_BITS: u32 = 12;
 const BLOCKS_BITS: u32 = 12;
 /// The largest extent a record holds, in data blocks.
 pub const MAX_BLOCKS: u32 = (1 << BLOCKS_BITS) - 1;
+
+const _: () = assert!(LANES_MAX == NO_LANE as usize);
+const _: () = assert!(LOCATION_BITS + LANE_BITS <= UPPER_SHIFT);
+const _: () = assert!(UPPER_SHIFT + BLOCKS_BITS <= 64 && UPPER_SHIFT + GENERATION_BITS <= 64);
 
 /// How a volume's locations pack into 36 bits: the offset in the low
 /// `offset_bits`, the zone above. Chosen at format from the largest zone
@@ -100,64 +122,172 @@ impl LocationBits {
     }
 }
 
-/// One extent as the table holds it.
+/// One extent as the table holds it: its blocks and up to
+/// [`COPIES_MAX`] copies, each in its own lane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Data blocks.
     pub blocks: u32,
-    /// Each copy's location (lane 1 is [`Location::MISSING`] in a
-    /// single-copy volume).
-    pub locations: [Location; 2],
+    /// Per copy slot: its lane, or [`NO_LANE`] when the slot holds no
+    /// copy. Copies fill the first slots.
+    lanes: [u8; COPIES_MAX],
+    /// Per copy slot: where the copy lies ([`Location::MISSING`] while its
+    /// bytes are missing from its lane).
+    locations: [Location; COPIES_MAX],
 }
 
 impl Entry {
-    /// An entry from per-lane locations (one or two).
-    pub fn new(blocks: u32, locations: &[Location]) -> Entry {
-        assert!((1..=2).contains(&locations.len()), "{} copies", locations.len());
-        Entry { blocks, locations: [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)] }
+    /// An entry of `blocks` with a copy at each (lane, location) of
+    /// `copies`: one to [`COPIES_MAX`], each in its own lane.
+    pub fn new(blocks: u32, copies: &[(usize, Location)]) -> Entry {
+        assert!((1..=COPIES_MAX).contains(&copies.len()), "{} copies", copies.len());
+        let mut entry = Entry { blocks, lanes: [NO_LANE; COPIES_MAX], locations: [Location::MISSING; COPIES_MAX] };
+        for (index, &(lane, location)) in copies.iter().enumerate() {
+            assert!(lane < LANES_MAX, "lane {lane}");
+            assert!(copies[..index].iter().all(|&(other, _)| other != lane), "two copies in lane {lane}");
+            entry.lanes[index] = lane as u8;
+            entry.locations[index] = location;
+        }
+        entry
+    }
+
+    /// An entry whose copy `i` lies in lane `i`, at `locations[i]`.
+    pub fn on_lanes(blocks: u32, locations: &[Location]) -> Entry {
+        let mut copies = [(0, Location::MISSING); COPIES_MAX];
+        for (lane, &location) in locations.iter().enumerate().take(COPIES_MAX) {
+            copies[lane] = (lane, location);
+        }
+        Entry::new(blocks, &copies[..locations.len()])
+    }
+
+    /// Where the copy in lane `lane` lies: [`Location::MISSING`] when its
+    /// bytes are missing, or when the extent has no copy there.
+    pub fn on(&self, lane: usize) -> Location {
+        self.slot_of(lane).map_or(Location::MISSING, |index| self.locations[index])
+    }
+
+    /// Whether the extent has a copy (present or missing) in lane `lane`.
+    pub fn has_lane(&self, lane: usize) -> bool {
+        self.slot_of(lane).is_some()
+    }
+
+    fn slot_of(&self, lane: usize) -> Option<usize> {
+        (lane < LANES_MAX).then(|| self.lanes.iter().position(|&l| usize::from(l) == lane)).flatten()
+    }
+
+    /// Each copy, present or missing: its lane and location.
+    pub fn copies(self) -> impl Iterator<Item = (usize, Location)> {
+        let count = self.copy_count();
+        (0..count).map(move |index| (usize::from(self.lanes[index]), self.locations[index]))
+    }
+
+    /// Copies the extent has, present or missing.
+    pub fn copy_count(&self) -> usize {
+        self.lanes.iter().take_while(|&&lane| lane != NO_LANE).count()
+    }
+
+    /// Whether every copy's bytes are missing: the extent is lost.
+    pub fn is_lost(&self) -> bool {
+        self.copies().all(|(_, location)| location.is_missing())
+    }
+
+    /// Whether every copy lies in a lane below `lanes`, each in its own,
+    /// and the slots past the copies are empty: the shape a volume of
+    /// `lanes` lanes holds.
+    pub fn within(&self, lanes: usize) -> bool {
+        let count = self.copy_count();
+        let copies = &self.lanes[..count];
+        count > 0
+            && copies.iter().all(|&lane| usize::from(lane) < lanes)
+            && (1..count).all(|index| !copies[..index].contains(&copies[index]))
+            && self.locations[count..].iter().all(|location| location.is_missing())
+    }
+
+    /// Moves the copy in lane `lane` to `to`, or adds a copy there when
+    /// the extent has none. False when it has no room for another.
+    pub fn set(&mut self, lane: usize, to: Location) -> bool {
+        let index = match self.slot_of(lane) {
+            Some(index) => index,
+            None if lane < LANES_MAX && self.copy_count() < COPIES_MAX => self.copy_count(),
+            None => return false,
+        };
+        self.lanes[index] = lane as u8;
+        self.locations[index] = to;
+        true
     }
 }
 
-/// Three words: each lane's packed location (low 32 bits), then both
-/// locations' high 4 bits, the blocks and the generation.
+/// Three words, one per copy slot: the copy's packed location in the low
+/// 36 bits and its lane in the 5 above; the blocks in the first word's top
+/// 12 bits, the generation in the second's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-struct Record([u32; 3]);
+struct Record([u64; COPIES_MAX]);
 
-const _: () = assert!(size_of::<Record>() == 12);
-const _: () = assert!(size_of::<[Record; PAGE_SLOTS]>() == 4080);
+const _: () = assert!(size_of::<Record>() == 24);
+const _: () = assert!(size_of::<[Record; PAGE_SLOTS]>() == 8160);
 
 impl Record {
-    fn location(self, lane: usize) -> u64 {
-        u64::from(self.0[lane]) | (u64::from((self.0[2] >> (4 * lane)) & 0xF) << 32)
+    /// Copy slot `index`'s packed location.
+    fn location(self, index: usize) -> u64 {
+        self.0[index] & MISSING
     }
 
-    fn set_location(&mut self, lane: usize, packed: u64) {
+    fn set_location(&mut self, index: usize, packed: u64) {
         debug_assert!(packed <= MISSING);
-        self.0[lane] = packed as u32;
-        let shift = 4 * lane;
-        self.0[2] = (self.0[2] & !(0xF << shift)) | (((packed >> 32) as u32) << shift);
+        self.0[index] = (self.0[index] & !MISSING) | packed;
+    }
+
+    /// Copy slot `index`'s lane ([`NO_LANE`]: no copy).
+    fn lane(self, index: usize) -> u8 {
+        ((self.0[index] >> LOCATION_BITS) & u64::from(NO_LANE)) as u8
+    }
+
+    fn set_lane(&mut self, index: usize, lane: u8) {
+        debug_assert!(lane <= NO_LANE);
+        let mask = u64::from(NO_LANE) << LOCATION_BITS;
+        self.0[index] = (self.0[index] & !mask) | (u64::from(lane) << LOCATION_BITS);
     }
 
     fn blocks(self) -> u32 {
-        (self.0[2] >> 8) & MAX_BLOCKS
+        (self.0[0] >> UPPER_SHIFT) as u32 & MAX_BLOCKS
     }
 
     fn set_blocks(&mut self, blocks: u32) {
         debug_assert!(blocks <= MAX_BLOCKS);
-        self.0[2] = (self.0[2] & !(MAX_BLOCKS << 8)) | (blocks << 8);
+        let mask = u64::from(MAX_BLOCKS) << UPPER_SHIFT;
+        self.0[0] = (self.0[0] & !mask) | (u64::from(blocks) << UPPER_SHIFT);
     }
 
     fn generation(self) -> u32 {
-        self.0[2] >> 20
+        (self.0[1] >> UPPER_SHIFT) as u32 & ((1 << GENERATION_BITS) - 1)
     }
 
     fn set_generation(&mut self, generation: u32) {
-        self.0[2] = (self.0[2] & 0x000F_FFFF) | ((generation & ((1 << GENERATION_BITS) - 1)) << 20);
+        let mask = ((1u64 << GENERATION_BITS) - 1) << UPPER_SHIFT;
+        let generation = u64::from(generation & ((1 << GENERATION_BITS) - 1));
+        self.0[1] = (self.0[1] & !mask) | (generation << UPPER_SHIFT);
+    }
+
+    /// A free slot's record as a checkpoint keeps it: its generation only.
+    fn free(generation: u32) -> Record {
+        let mut record = Record::default();
+        record.set_generation(generation);
+        record
     }
 
     fn is_reserved(self) -> bool {
         self.blocks() == 0 && self.location(1) == MISSING
+    }
+
+    /// Whether the bits outside the fields are clear, as every record
+    /// written holds them.
+    fn spare_bits_clear(self) -> bool {
+        let used = (1u64 << (LOCATION_BITS + LANE_BITS)) - 1;
+        let upper = |bits: u32| ((1u64 << bits) - 1) << UPPER_SHIFT;
+        self.0[0] & !(used | upper(BLOCKS_BITS)) == 0
+            && self.0[1] & !(used | upper(GENERATION_BITS)) == 0
+            && self.0[2] & !used == 0
     }
 }
 
@@ -181,6 +311,9 @@ pub enum TableError {
     Blocks(u32),
     /// A location that does not pack.
     Location(Location),
+    /// A stored record whose copies are not one per lane, or whose spare
+    /// bits are set: slot.
+    Malformed(u64),
 }
 
 impl std::fmt::Display for TableError {
@@ -190,6 +323,7 @@ impl std::fmt::Display for TableError {
             TableError::Taken(id) => write!(f, "extent {id:#x}'s slot holds another extent"),
             TableError::Blocks(blocks) => write!(f, "an extent of {blocks} blocks (1 to {MAX_BLOCKS})"),
             TableError::Location(location) => write!(f, "location {location:?} outside the volume's zones"),
+            TableError::Malformed(slot) => write!(f, "slot {slot}'s record is malformed"),
         }
     }
 }
@@ -252,8 +386,8 @@ impl Table {
         if entry.blocks == 0 || entry.blocks > MAX_BLOCKS {
             return Err(TableError::Blocks(entry.blocks));
         }
-        match entry.locations.iter().find(|l| !l.is_missing() && self.bits.pack_checked(**l).is_none()) {
-            Some(&location) => Err(TableError::Location(location)),
+        match entry.copies().find(|(_, l)| !l.is_missing() && self.bits.pack_checked(*l).is_none()) {
+            Some((_, location)) => Err(TableError::Location(location)),
             None => Ok(()),
         }
     }
@@ -267,8 +401,9 @@ impl Table {
         let bits = self.bits;
         let record = self.record_mut(slot);
         record.set_blocks(entry.blocks);
-        for (lane, &location) in entry.locations.iter().enumerate() {
-            record.set_location(lane, bits.pack(location));
+        for index in 0..COPIES_MAX {
+            record.set_lane(index, entry.lanes[index]);
+            record.set_location(index, bits.pack(entry.locations[index]));
         }
     }
 
@@ -331,9 +466,8 @@ impl Table {
     fn push_free(&mut self, slot: u64) {
         let next = self.free;
         let record = self.record_mut(slot);
-        record.set_blocks(0);
+        *record = Record::free(record.generation());
         record.set_location(0, next);
-        record.set_location(1, 0);
         self.free = slot;
     }
 
@@ -399,10 +533,13 @@ impl Table {
     }
 
     fn entry(&self, record: Record) -> Entry {
-        Entry {
-            blocks: record.blocks(),
-            locations: [self.bits.unpack(record.location(0)), self.bits.unpack(record.location(1))],
+        let mut entry =
+            Entry { blocks: record.blocks(), lanes: [NO_LANE; COPIES_MAX], locations: [Location::MISSING; COPIES_MAX] };
+        for index in 0..COPIES_MAX {
+            entry.lanes[index] = record.lane(index);
+            entry.locations[index] = self.bits.unpack(record.location(index));
         }
+        entry
     }
 
     /// Frees extent `id`, returning what it was; its slot goes to the
@@ -414,14 +551,15 @@ impl Table {
         Some(entry)
     }
 
-    /// Moves copy `lane` of extent `id` to `to` (either may be missing).
-    /// False when `id` is not live.
+    /// Moves the copy of extent `id` in lane `lane` to `to` (either may
+    /// be missing), or adds a copy there when it has none. False when `id`
+    /// is not live, or has no room for another copy.
     pub fn set_location(&mut self, id: ExtentId, lane: usize, to: Location) -> bool {
-        if self.get(id).is_none() {
+        let Some(mut entry) = self.get(id) else { return false };
+        if !entry.set(lane, to) {
             return false;
         }
-        let packed = self.bits.pack(to);
-        self.record_mut(split(id).0).set_location(lane, packed);
+        self.fill(split(id).0, &entry);
         true
     }
 
@@ -443,7 +581,7 @@ impl Table {
     pub(crate) fn page_image<'a>(&self, index: u64, mapped: impl Fn(ExtentId) -> Option<&'a [u32]>) -> PageImage {
         let mut image = PageImage {
             index,
-            records: vec![[0; 3]; PAGE_SLOTS],
+            records: vec![[0; COPIES_MAX]; PAGE_SLOTS],
             owners: Vec::new(),
             mapped: Vec::new(),
             owners_at: 0,
@@ -452,7 +590,7 @@ impl Table {
             let slot = index * PAGE_SLOTS as u64 + at as u64;
             let Some(record) = self.record(slot).filter(|_| slot < self.end) else { continue };
             if record.blocks() == 0 {
-                image.records[at] = [0, 0, record.generation() << 20];
+                image.records[at] = Record::free(record.generation()).0;
                 continue;
             }
             image.records[at] = record.0;
@@ -479,9 +617,11 @@ impl Table {
             let mut record = Record(words);
             if record.blocks() == 0 {
                 // Free: its generation only; the free list is rebuilt.
-                record = Record([0, 0, record.generation() << 20]);
+                record = Record::free(record.generation());
             } else if slot == 0 {
                 return Err(TableError::BadId(0));
+            } else if !record.spare_bits_clear() || !self.entry(record).within(LANES_MAX) {
+                return Err(TableError::Malformed(first + at as u64));
             }
             let was_live = self.record(slot).is_some_and(|r| r.blocks() != 0);
             *self.record_mut(slot) = record;
@@ -570,7 +710,7 @@ impl Table {
     pub fn census(&self, lane: usize, zones: u32) -> ZoneCensus {
         let mut census = ZoneCensus::new(zones);
         for (_, entry) in self.iter() {
-            let location = entry.locations[lane];
+            let location = entry.on(lane);
             if !location.is_missing() && location.zone < zones {
                 census.add(location, entry.blocks);
             }
@@ -597,7 +737,7 @@ impl Table {
         let mut next = starts.clone();
         let mut keys = vec![K::default(); starts[zones]];
         for (id, entry) in self.iter() {
-            let location = entry.locations[lane];
+            let location = entry.on(lane);
             let zone = location.zone as usize;
             if location.is_missing() || zone >= zones {
                 continue;
@@ -616,8 +756,8 @@ impl Table {
     /// is still there.
     fn at(&self, slot: u64, lane: usize, location: Location) -> Option<(ExtentId, Entry)> {
         let record = self.record(slot).filter(|r| r.blocks() != 0)?;
-        (self.bits.unpack(record.location(lane)) == location)
-            .then(|| (join(slot, record.generation()), self.entry(record)))
+        let entry = self.entry(record);
+        (entry.on(lane) == location).then(|| (join(slot, record.generation()), entry))
     }
 
     /// The first two live copies in lane `lane` that overlap, or (given
@@ -668,7 +808,7 @@ impl Table {
         };
         // The extent with a copy at `location`, other than `not`.
         let id_at = |location: Location, not: ExtentId| {
-            let mut found = self.iter().filter(|(id, entry)| entry.locations[lane] == location && *id != not);
+            let mut found = self.iter().filter(|(id, entry)| entry.on(lane) == location && *id != not);
             found.next().map_or(0, |(id, _)| id)
         };
         for zone in 0..census.copies.len() {
@@ -800,7 +940,7 @@ mod tests {
     }
 
     fn entry(blocks: u32, a: Location, b: Location) -> Entry {
-        Entry { blocks, locations: [a, b] }
+        Entry::on_lanes(blocks, &[a, b])
     }
 
     #[test]
@@ -830,7 +970,7 @@ mod tests {
         assert_eq!(table.get(a), None);
         assert_eq!(table.get(c).unwrap().blocks, 7);
         assert!(table.set_location(c, 1, Location::MISSING));
-        assert_eq!(table.get(c).unwrap().locations[1], Location::MISSING);
+        assert_eq!(table.get(c).unwrap().on(1), Location::MISSING);
         assert!(!table.set_location(a, 0, at(0, 0)));
         assert_eq!(table.len(), 2);
         let live: Vec<ExtentId> = table.iter().map(|(id, _)| id).collect();
@@ -885,7 +1025,7 @@ mod tests {
         assert_eq!(split(table.insert(&entry(1, at(0, 0), at(0, 0))).unwrap()).0, 1);
         assert_eq!(split(table.insert(&entry(1, at(0, 1), at(0, 1))).unwrap()).0, 3);
         assert_eq!(table.len(), 4);
-        assert!(table.memory_bytes() >= 3 * 4080, "slot 1000 lies on the third page");
+        assert!(table.memory_bytes() >= 3 * 8160, "slot 1000 lies on the third page");
     }
 
     #[test]
@@ -946,5 +1086,78 @@ mod tests {
         let order = table.lane_order(1, 8);
         let walked: Vec<ExtentId> = order.walk(&table, at(0, 0)).map(|(_, id, _)| id).collect();
         assert_eq!(walked, vec![c, d]);
+    }
+
+    #[test]
+    fn a_record_packs_each_copy_with_its_lane_byte_for_byte() {
+        let bits = LocationBits::new(1024, 64).unwrap();
+        let mut table = Table::new(bits);
+        // Copies in lanes 7, 2 and 30, the second missing; 9 blocks.
+        let entry = Entry::new(9, &[(7, at(5, 3)), (2, Location::MISSING), (30, at(63, 1023))]);
+        let id = table.insert(&entry).unwrap();
+        let freed = table.insert(&Entry::new(1, &[(0, at(0, 0))])).unwrap();
+        table.remove(freed);
+        let again = table.insert(&entry).unwrap();
+        assert_eq!(split(again), (2, 1));
+        let image = table.page_image(0, |_| None);
+        // Zones of 1,024 blocks: the offset in 10 bits, the zone above.
+        let copy = |lane: u64, zone: u64, offset: u64| (lane << 36) | (zone << 10) | offset;
+        assert_eq!(
+            image.records[1],
+            [copy(7, 5, 3) | (9 << 52), copy(2, 0x3FF_FFFF, 0x3FF), copy(30, 63, 1023)],
+            "slot 1: lanes above locations, blocks and generation in the top bits"
+        );
+        assert_eq!(image.records[2][1] >> 52, 1, "slot 2's generation");
+        assert_eq!(image.records[0], [0; 3], "slot 0 is never used");
+        assert_eq!(table.get(id), Some(entry));
+        assert_eq!(entry.copies().collect::<Vec<_>>(), vec![(7, at(5, 3)), (2, Location::MISSING), (30, at(63, 1023))]);
+        assert_eq!((entry.on(30), entry.on(2), entry.on(3)), (at(63, 1023), Location::MISSING, Location::MISSING));
+        assert!(entry.has_lane(2) && !entry.has_lane(3) && !entry.is_lost());
+        // A loaded page gives back the same entries.
+        let mut loaded = Table::new(bits);
+        loaded.load_page(&image).unwrap();
+        loaded.finish_load();
+        assert_eq!(loaded.get(id), Some(entry));
+        assert_eq!(loaded.get(again), Some(entry));
+    }
+
+    #[test]
+    fn malformed_records_are_refused_at_load() {
+        let bits = LocationBits::new(1024, 64).unwrap();
+        let mut table = Table::new(bits);
+        table.insert(&Entry::new(4, &[(0, at(1, 0)), (1, at(2, 0))])).unwrap();
+        let good = table.page_image(0, |_| None);
+        type Break = fn(&mut [u64; 3]);
+        let cases: [(&str, Break); 4] = [
+            ("two copies in one lane: lane 0 again", |w| w[1] &= !(31 << 36)),
+            ("no copy at all", |w| {
+                w[0] |= 31 << 36;
+                w[1] |= 31 << 36;
+            }),
+            ("a location in an empty copy slot", |w| w[2] = (31 << 36) | 5),
+            ("spare bits", |w| w[2] |= 1 << 45),
+        ];
+        for (what, break_it) in cases {
+            let mut image = good.clone();
+            break_it(&mut image.records[1]);
+            let mut loaded = Table::new(bits);
+            assert_eq!(loaded.load_page(&image), Err(TableError::Malformed(1)), "{what}");
+        }
+        assert!(Table::new(bits).load_page(&good).is_ok());
+    }
+
+    #[test]
+    fn a_copy_moves_within_its_lane_or_is_added_in_another() {
+        let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
+        let id = table.insert(&Entry::new(2, &[(3, at(1, 0))])).unwrap();
+        assert!(table.set_location(id, 3, at(4, 4)), "moved within lane 3");
+        assert!(table.set_location(id, 5, Location::MISSING), "a missing copy added in lane 5");
+        assert!(table.set_location(id, 0, at(2, 2)));
+        assert_eq!(
+            table.get(id).unwrap().copies().collect::<Vec<_>>(),
+            vec![(3, at(4, 4)), (5, Location::MISSING), (0, at(2, 2))]
+        );
+        assert!(!table.set_location(id, 6, at(3, 3)), "no room for a fourth copy");
+        assert!(table.get(id).unwrap().within(6) && !table.get(id).unwrap().within(5));
     }
 }

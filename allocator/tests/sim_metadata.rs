@@ -935,3 +935,37 @@ fn a_record_two_copies_hold_with_the_same_numbers_but_other_contents_is_refused(
     let mut volume = Volume::open(vec![harness.devices().remove(0)], &degraded).expect("device 0 alone");
     check(&mut volume, &model);
 }
+
+#[test]
+fn a_volume_of_the_format_before_lanes_per_copy_is_refused_naming_its_version() {
+    // Format 11 records each copy's lane; a format-10 volume (its labels
+    // say 10, their checksums hold) is refused, named, and left alone.
+    for (mut harness, options) in [single_conventional(), mirror()] {
+        let mut volume = harness.format(&options);
+        fill(&mut volume, &mut Model::new(), 2);
+        drop(volume);
+        harness.restart();
+        let mut relabelled = 0;
+        for sim in &harness.sims {
+            for lba in (0..4 * ZONE_LBAS).step_by(LPB as usize) {
+                let mut block: Vec<u8> = (lba..lba + LPB).flat_map(|l| sim.read_block(1, l)).collect();
+                if &block[..8] != b"ZNVLABEL" || block[8] != zoned_allocator::FORMAT_VERSION {
+                    continue;
+                }
+                block[8] = 10;
+                let crc = zoned_allocator::checksum::crc(&block[..4092]);
+                block[4092..].copy_from_slice(&crc.to_le_bytes());
+                sim.write_at_rest(1, lba, &block);
+                relabelled += 1;
+            }
+        }
+        assert!(relabelled >= 4, "labels found: {relabelled}");
+        let before = device_writes(&harness);
+        let error = harness.open(&options).expect_err("a format-10 volume opens");
+        assert!(matches!(error, Error::UnsupportedVersion { version: 10, .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(said.contains("format version 10") && said.contains("the build that wrote it"), "{said}");
+        assert_eq!(device_writes(&harness), before, "a refused open wrote to a device");
+        assert_eq!(Volume::probe(&mut harness.devices()[0]), DeviceState::OtherVersion(10));
+    }
+}

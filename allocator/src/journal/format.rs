@@ -20,6 +20,7 @@
 
 use crate::checksum::crc;
 use crate::error::{Error, Result};
+use crate::table::Entry;
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 
 mod codec;
@@ -39,7 +40,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ZNVOLLOG");
 /// numbers); version 9 used every block of a zone before its checksum area,
 /// so that extents of the largest size left each zone's tail unused and
 /// the volume held less than it reported.
-pub const FORMAT_VERSION: u8 = 10;
+pub const FORMAT_VERSION: u8 = 11;
 /// Sessions a volume's metadata keeps, newest last (see [`SessionRecord`]).
 pub(crate) const MAX_SESSIONS: usize = 16;
 const VERSION: u8 = FORMAT_VERSION;
@@ -161,37 +162,22 @@ pub(crate) fn unix_now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// One extent as the journal stores it.
+/// One extent as the journal stores it: its blocks and each copy's lane
+/// and location, as the extent table holds them (kept inline, so that
+/// decoding the log allocates nothing per extent).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ExtentRecord {
     pub id: ExtentId,
     pub owner: u64,
-    pub blocks: u32,
-    /// One per copy (lane): the first `copies` (kept inline, so that
-    /// decoding the log allocates nothing per extent).
-    locations: [Location; 2],
-    copies: u8,
+    pub entry: Entry,
     /// One per block; empty on a volume whose devices carry block tags.
     pub crcs: Vec<u32>,
 }
 
 impl ExtentRecord {
-    /// An extent with a copy at each of `locations` (one or two).
-    pub fn new(id: ExtentId, owner: u64, blocks: u32, locations: &[Location], crcs: Vec<u32>) -> ExtentRecord {
-        assert!((1..=2).contains(&locations.len()), "an extent has one or two copies");
-        let copies = locations.len() as u8;
-        let locations = [locations[0], locations.get(1).copied().unwrap_or(Location::MISSING)];
-        ExtentRecord { id, owner, blocks, locations, copies, crcs }
-    }
-
-    /// Where each copy lies, one per lane.
-    pub fn locations(&self) -> &[Location] {
-        &self.locations[..usize::from(self.copies)]
-    }
-
-    /// Where each copy lies, to change.
-    pub fn locations_mut(&mut self) -> &mut [Location] {
-        &mut self.locations[..usize::from(self.copies)]
+    /// Extent `id` of `owner`, as `entry`.
+    pub fn new(id: ExtentId, owner: u64, entry: Entry, crcs: Vec<u32>) -> ExtentRecord {
+        ExtentRecord { id, owner, entry, crcs }
     }
 }
 
@@ -390,7 +376,7 @@ pub(crate) struct Superblock {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PageImage {
     pub index: u64,
-    pub records: Vec<[u32; 3]>,
+    pub records: Vec<[u64; crate::table::COPIES_MAX]>,
     /// Each slot's owner, when encoding; empty when decoded (open keeps
     /// owners on the device: `owners_at` says where).
     pub owners: Vec<u64>,
@@ -741,7 +727,7 @@ pub(crate) fn encode_pages(pages: &[PageImage], volume_id: u64, seq: u64) -> Enc
         w.u64(page.index);
         for record in &page.records {
             for &word in record {
-                w.u32(word);
+                w.u64(word);
             }
         }
         blobs.push((page.index, w.0.len()));
@@ -773,12 +759,15 @@ pub(crate) fn encode_owner_pages(pages: &[(u64, Vec<u64>)], volume_id: u64, seq:
 }
 
 /// Bytes [`encode_pages`] takes for one page without mapped checksums.
-pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * 12 + OWNER_BLOB_BYTES + 4;
+pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * RECORD_BYTES + OWNER_BLOB_BYTES + 4;
+
+/// Bytes of one slot's record in a checkpoint page.
+pub(crate) const RECORD_BYTES: usize = 8 * crate::table::COPIES_MAX;
 
 /// Bytes an extent record takes with `copies` locations and `blocks`
 /// checksums: for sizing metadata.
 pub(crate) fn extent_record_bytes(copies: usize, blocks: usize) -> usize {
-    1 + 8 + 8 + 4 + 1 + copies * 8 + blocks * 4
+    1 + 8 + 8 + 4 + 1 + copies * 9 + blocks * 4
 }
 
 #[cfg(test)]
@@ -786,7 +775,8 @@ mod tests {
     use super::*;
 
     fn extent(id: u64) -> ExtentRecord {
-        ExtentRecord::new(id, 99, 2, &[Location { zone: 3, offset: 4 }, Location { zone: 5, offset: 6 }], vec![7, 8])
+        let entry = Entry::new(2, &[(0, Location { zone: 3, offset: 4 }), (2, Location { zone: 5, offset: 6 })]);
+        ExtentRecord::new(id, 99, entry, vec![7, 8])
     }
 
     #[test]
@@ -825,7 +815,7 @@ mod tests {
     fn checkpoints_round_trip() {
         let page = |index: u64| PageImage {
             index,
-            records: (0..crate::table::PAGE_SLOTS as u32).map(|i| [i, i * 3, i << 20]).collect(),
+            records: (0..crate::table::PAGE_SLOTS as u64).map(|i| [i, i * 3, i << 52]).collect(),
             owners: (0..crate::table::PAGE_SLOTS as u64).map(|i| i * 7 + index).collect(),
             mapped: vec![(3, vec![1, 2, 3]), (339, vec![9])],
             owners_at: 0,
@@ -922,7 +912,7 @@ mod tests {
     #[test]
     fn member_and_scrub_ops_and_missing_copies_round_trip() {
         let mut missing = extent(7);
-        missing.locations_mut()[1] = Location::MISSING;
+        missing.entry.set(2, Location::MISSING);
         let ops = vec![
             Op::Member {
                 device: 1,

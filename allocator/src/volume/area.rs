@@ -30,7 +30,7 @@ impl Volume {
         let mut tags = vec![0u8; area_blocks(covered) as usize * BLOCK_SIZE];
         for (&id, crcs) in &self.mapped {
             let Some(extent) = self.table.get(id) else { continue };
-            let at = extent.locations[lane];
+            let at = extent.on(lane);
             if at.is_missing() || at.zone != zone {
                 continue;
             }
@@ -105,10 +105,9 @@ impl Volume {
         let (table, lanes) = (&self.table, &self.lanes);
         self.mapped.retain(|&id, _| {
             let Some(entry) = table.get(id) else { return true };
-            !entry.locations[..lanes.len()]
-                .iter()
-                .zip(lanes)
-                .all(|(at, lane)| at.is_missing() || lane.area_covers(at.zone, at.offset, entry.blocks))
+            !entry
+                .copies()
+                .all(|(lane, at)| at.is_missing() || lanes[lane].area_covers(at.zone, at.offset, entry.blocks))
         });
         // Open's replay fills the map with every extent added since the
         // checkpoint began: its table need not stay that large.
@@ -137,7 +136,7 @@ impl Volume {
             return Ok(crcs.to_vec());
         }
         let entry = self.live(id)?;
-        let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, true)?;
+        let tags = self.area_tags(lane, entry.on(lane), entry.blocks, true)?;
         Ok(crate::tags::data_crcs(AREA, &tags).collect())
     }
 
@@ -193,7 +192,7 @@ impl Volume {
     /// area blocks holding them are read, changed and written back. Nothing
     /// when the zone is not sealed (the map holds the checksums).
     pub(super) fn patch_area(&mut self, id: ExtentId, lane: usize, crcs: &[u32]) -> Result<()> {
-        let at = self.live(id)?.locations[lane];
+        let at = self.live(id)?.on(lane);
         let sealed = self.lanes[lane].sealed.get(at.zone as usize).copied().unwrap_or(0);
         if !self.area || at.is_missing() || sealed == 0 {
             return Ok(());
@@ -273,7 +272,7 @@ impl Volume {
             if self.mapped.contains_key(&id) {
                 continue;
             }
-            for (lane, at) in entry.locations[..self.lanes.len()].iter().enumerate() {
+            for (lane, at) in entry.copies() {
                 assert!(
                     at.is_missing() || self.lanes[lane].area_covers(at.zone, at.offset, entry.blocks),
                     "extent {id} has no checksums in the map and its copy {lane} at {at:?} lies outside its zone's area"

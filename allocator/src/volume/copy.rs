@@ -13,12 +13,12 @@ use nvme_driver::IoBuffer;
 impl Volume {
     /// Whether copy `lane` of extent `id` is missing.
     pub fn lacks_copy(&self, id: ExtentId, lane: usize) -> bool {
-        lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.locations[lane].is_missing())
+        lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.on(lane).is_missing())
     }
 
     /// Blocks of the copies lane `lane` lacks.
     pub fn missing_blocks(&self, lane: usize) -> u64 {
-        self.table.iter().filter(|(_, e)| e.locations[lane].is_missing()).map(|(_, e)| u64::from(e.blocks)).sum()
+        self.table.iter().filter(|(_, e)| e.on(lane).is_missing()).map(|(_, e)| u64::from(e.blocks)).sum()
     }
 
     /// Queues a write of `data`, extent `id`'s contents, as its missing
@@ -95,7 +95,7 @@ impl Volume {
     ) -> Result<()> {
         self.check_resets()?;
         let extent = self.live(id)?;
-        if lane >= self.lanes.len() || !extent.locations[lane].is_missing() {
+        if lane >= self.lanes.len() || !extent.on(lane).is_missing() {
             return Err(Error::InvalidArgument(format!("extent {id} does not lack copy {lane}")));
         }
         if !self.lane_online(lane) {

@@ -18,20 +18,18 @@ impl Volume {
         journal: bool,
     ) -> Result<()> {
         let lanes = self.lanes.len();
-        if entry.locations[..lanes].iter().all(|l| l.is_missing())
-            || entry.locations[lanes..].iter().any(|l| !l.is_missing())
-        {
+        if entry.is_lost() || !entry.within(lanes) {
             return Err(Error::Corrupt(format!("extent {id} has no copy, or one past the volume's lanes")));
         }
         let added = if journal { self.table.fill_reserved(id, &entry) } else { self.table.insert_at(id, &entry) };
         added.map_err(|e| Error::Corrupt(format!("extent {id}: {e}")))?;
-        for (lane, &location) in entry.locations[..lanes].iter().enumerate() {
+        for (lane, location) in entry.copies() {
             if !location.is_missing() && !self.loading {
                 self.lanes[lane].table.add_valid(location.zone, entry.blocks);
             }
         }
         if journal {
-            self.ops.push(Op::Add(ExtentRecord::new(id, owner, entry.blocks, &entry.locations[..lanes], crcs.clone())));
+            self.ops.push(Op::Add(ExtentRecord::new(id, owner, entry, crcs.clone())));
         }
         if !crcs.is_empty() {
             self.mapped.insert(id, crcs.into_boxed_slice());
@@ -46,7 +44,7 @@ impl Volume {
         self.mapped.remove(&id);
         self.owners.clear(split(id).0);
         self.live_blocks -= u64::from(entry.blocks);
-        for (lane, &location) in entry.locations[..self.lanes.len()].iter().enumerate() {
+        for (lane, location) in entry.copies() {
             if !location.is_missing() && !self.loading {
                 self.lanes[lane].table.remove_valid(location.zone, entry.blocks);
             }
@@ -63,11 +61,8 @@ impl Volume {
     /// named, and reads as uncorrectable (see [`Volume::lost_extents`]).
     pub(super) fn move_extent(&mut self, id: ExtentId, lane_index: usize, to: Location, journal: bool) {
         let entry = self.table.get(id).expect("moving a live extent");
-        let from = entry.locations[lane_index];
-        if to.is_missing()
-            && !from.is_missing()
-            && entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing())
-        {
+        let from = entry.on(lane_index);
+        if to.is_missing() && !from.is_missing() && entry.copies().all(|(l, at)| l == lane_index || at.is_missing()) {
             log::error!("extent {id}: its last copy is gone; it is lost (it reads as uncorrectable until freed)");
         }
         assert!(self.table.set_location(id, lane_index, to), "extent {id} is live");
@@ -91,7 +86,7 @@ impl Volume {
         let lanes = self.lanes.len();
         self.table
             .iter()
-            .filter(|(_, e)| (0..lanes).all(|l| e.locations[l].is_missing() || !self.lane_online(l)))
+            .filter(|(_, e)| (0..lanes).all(|l| e.on(l).is_missing() || !self.lane_online(l)))
             .map(|(id, e)| (id, e.blocks))
             .collect()
     }

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::journal::layout::SegmentImage;
 use crate::journal::recovery::{max_generation, recover, Recovered};
 use crate::journal::{Op, SessionRecord};
-use crate::table::{Entry, LocationBits, Table};
+use crate::table::{LocationBits, Table};
 use crate::BLOCK_SIZE;
 use std::fmt;
 
@@ -218,9 +218,7 @@ fn side(images: &[Option<[SegmentImage; 2]>], volume_id: u64, bits: LocationBits
         };
         for op in ops {
             match op {
-                Op::Add(record) => {
-                    whole &= table.put(record.id, &Entry::new(record.blocks, record.locations())).is_ok()
-                }
+                Op::Add(record) => whole &= table.put(record.id, &record.entry).is_ok(),
                 Op::Free(id) => {
                     table.remove(id);
                 }

@@ -163,7 +163,7 @@ impl Volume {
         for (_, entry) in self.table.iter() {
             // The devices holding a copy of it, in use or not.
             let holders = || {
-                let copies = entry.locations.iter().enumerate().filter(|(_, at)| !at.is_missing());
+                let copies = entry.copies().filter(|(_, at)| !at.is_missing());
                 copies.map(|(lane, _)| self.lanes[lane].device)
             };
             let on_device = holders().any(|d| d == device);
@@ -215,8 +215,8 @@ impl Volume {
             match op {
                 Op::Add(record) => {
                     for &lane in &lanes {
-                        if !record.locations()[lane].is_missing() {
-                            record.locations_mut()[lane] = Location::MISSING;
+                        if !record.entry.on(lane).is_missing() {
+                            record.entry.set(lane, Location::MISSING);
                             not_durable.push((record.id, lane));
                         }
                     }
@@ -229,7 +229,7 @@ impl Volume {
             }
         }
         for (id, lane) in not_durable {
-            if self.table.get(id).is_some_and(|e| !e.locations[lane].is_missing()) {
+            if self.table.get(id).is_some_and(|e| !e.on(lane).is_missing()) {
                 self.move_extent(id, lane, Location::MISSING, false);
             }
         }

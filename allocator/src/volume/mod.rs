@@ -462,7 +462,7 @@ impl Volume {
 
     /// The copy's location.
     pub fn location(&self, id: ExtentId, lane: usize) -> Option<Location> {
-        self.table.get(id).filter(|_| lane < self.lanes.len()).map(|e| e.locations[lane])
+        self.table.get(id).filter(|_| lane < self.lanes.len()).map(|e| e.on(lane))
     }
 
     /// The first LBA of `location` on lane `lane`'s namespace (0 while the
@@ -690,13 +690,13 @@ impl Volume {
         for (lane_index, lane) in self.lanes.iter().enumerate() {
             let mut valid = vec![0u32; lane.table.zone_count() as usize];
             for (_, entry) in self.table.iter() {
-                let location = entry.locations[lane_index];
+                let location = entry.on(lane_index);
                 if !location.is_missing() {
                     valid[location.zone as usize] += entry.blocks;
                 }
             }
             for (_, entry) in self.table.iter() {
-                assert!(entry.locations[self.lanes.len()..].iter().all(|l| l.is_missing()), "a copy past the lanes");
+                assert!(entry.within(self.lanes.len()), "a copy past the lanes");
             }
             if let Some(why) = self.overlap(lane_index, true) {
                 panic!("{why}");

@@ -13,7 +13,7 @@ use crate::journal::layout::{
 };
 use crate::journal::recovery::{max_generation, probe, recover, tips, Probe};
 use crate::journal::{self, push_session, Label, MemberRecord, Op, PageImage, SessionRecord, Superblock};
-use crate::table::{split, Entry, ZoneCensus};
+use crate::table::{split, ZoneCensus};
 use crate::zones::{ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -378,7 +378,7 @@ impl Volume {
         let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
         let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
         let ids: Vec<(ExtentId, u32)> =
-            self.table.iter().filter(|(_, e)| !e.locations[lane].is_missing()).map(|(id, e)| (id, e.blocks)).collect();
+            self.table.iter().filter(|(_, e)| !e.on(lane).is_missing()).map(|(id, e)| (id, e.blocks)).collect();
         let step = (ids.len() / 16).max(1);
         let mut failed_read = None;
         for &(id, blocks) in ids.iter().step_by(step).take(16) {
@@ -454,7 +454,8 @@ impl Volume {
             // With checksum areas, an extent outside the map must lie within
             // its zones' areas.
             let uncovered = || {
-                entry.locations[..lanes].iter().zip(&self.lanes).any(|(at, lane)| {
+                entry.copies().any(|(lane, at)| {
+                    let lane = &self.lanes[lane];
                     !at.is_missing()
                         && at.zone < lane.table.zone_count()
                         && !lane.area_covers(at.zone, at.offset, entry.blocks)
@@ -463,11 +464,13 @@ impl Volume {
             let no_crcs = unmapped && (self.tags.is_none() || (self.area && uncovered()));
             // An extent with no copy left is lost (its checksums matter no
             // more), not malformed: it stays, named.
-            let lost = entry.locations[..lanes].iter().all(|l| l.is_missing());
-            if entry.locations[lanes..].iter().any(|l| !l.is_missing()) || (no_crcs && !lost) {
+            if entry.copy_count() != lanes || !entry.within(lanes) {
                 return Err(Error::Corrupt(format!("extent {id}: wrong shape")));
             }
-            for (lane, &location) in entry.locations[..lanes].iter().enumerate() {
+            if no_crcs && !entry.is_lost() {
+                return Err(Error::Corrupt(format!("extent {id}: no checksums")));
+            }
+            for (lane, location) in entry.copies() {
                 self.check_location(lane, location, entry.blocks)?;
                 if !location.is_missing() {
                     census[lane].add(location, entry.blocks);
@@ -495,18 +498,19 @@ impl Volume {
             Op::Add(record) => {
                 // An extent of a volume with tags may keep its checksums in
                 // the map (tags its controller could not carry).
+                let entry = record.entry;
                 let crcs_fit =
-                    record.crcs.len() == record.blocks as usize || (record.crcs.is_empty() && self.tags.is_some());
-                if record.locations().len() != self.lanes.len() || !crcs_fit {
+                    record.crcs.len() == entry.blocks as usize || (record.crcs.is_empty() && self.tags.is_some());
+                let lanes = self.lanes.len();
+                if entry.copy_count() != lanes || !entry.within(lanes) || !crcs_fit {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 // Where it lies is checked once the log is replayed, for
                 // what is live then: a zone this extent used may since have
                 // gone to a moved metadata segment.
-                if let Some(&location) = record.locations().iter().find(|l| !self.table.fits(**l)) {
+                if let Some((_, location)) = entry.copies().find(|(_, l)| !self.table.fits(*l)) {
                     return Err(Error::Corrupt(format!("extent {} at {location:?}, outside the volume", record.id)));
                 }
-                let entry = Entry::new(record.blocks, record.locations());
                 self.table.put(record.id, &entry).map_err(|e| Error::Corrupt(format!("extent {}: {e}", record.id)))?;
                 self.owners.set(split(record.id).0, record.owner);
                 if record.crcs.is_empty() {
@@ -877,7 +881,12 @@ mod tests {
             let at = volume.location(first, 0).expect("its copy");
             let crcs = volume.checksums(first).map(<[u32]>::to_vec).unwrap_or_default();
             let forged = volume.table.reserve();
-            volume.ops.push(Op::Add(ExtentRecord::new(forged, 2, 4, &[forge(at)], crcs)));
+            volume.ops.push(Op::Add(ExtentRecord::new(
+                forged,
+                2,
+                crate::table::Entry::on_lanes(4, &[forge(at)]),
+                crcs,
+            )));
             volume.commit().expect("the forged addition is journaled");
             let devices = volume.close().expect("close");
             match Volume::open(devices, &options) {

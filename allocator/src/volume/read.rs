@@ -24,7 +24,7 @@ impl Volume {
         }
         // The copies that can be read: present, on a device in use.
         let lanes: Vec<usize> =
-            (0..self.lanes.len()).filter(|&l| self.lane_online(l) && !extent.locations[l].is_missing()).collect();
+            (0..self.lanes.len()).filter(|&l| self.lane_online(l) && !extent.on(l).is_missing()).collect();
         let Some(&first) = lanes.first() else {
             let owner = self.owner(id).ok();
             return Err(Error::Uncorrectable { extent: id, owner, blocks: (0..blocks).collect() });
@@ -89,7 +89,7 @@ impl Volume {
             // Its tags are in its zone's checksum area.
             self.read_copy(id, lane, out)?;
             let entry = self.live(id)?;
-            let tags = self.area_tags(lane, entry.locations[lane], entry.blocks, false)?;
+            let tags = self.area_tags(lane, entry.on(lane), entry.blocks, false)?;
             let layout = self.tags.expect("a volume with checksum areas reads tags");
             return Ok(crate::tags::mismatches(layout, self.volume_id, id, 0, out, &tags));
         }
@@ -149,7 +149,7 @@ impl Volume {
         if lane >= self.lanes.len() {
             return Err(Error::InvalidArgument(format!("lane {lane}")));
         }
-        let location = extent.locations[lane];
+        let location = extent.on(lane);
         if location.is_missing() {
             return Err(Error::InvalidArgument(format!("extent {id} has no copy {lane}")));
         }

@@ -95,7 +95,7 @@ impl Volume {
     fn next_to_reclaim(&mut self, lane: usize, zone: u32) -> Option<ExtentId> {
         loop {
             while let Some(id) = self.reclaim_queue.pop() {
-                let location = self.table.get(id).map(|e| e.locations[lane]);
+                let location = self.table.get(id).map(|e| e.on(lane));
                 if location.is_some_and(|l| !l.is_missing() && l.zone == zone) {
                     return Some(id);
                 }
@@ -106,8 +106,8 @@ impl Volume {
             let mut found: Vec<(u32, ExtentId)> = self
                 .table
                 .iter()
-                .filter(|(_, e)| !e.locations[lane].is_missing() && e.locations[lane].zone == zone)
-                .map(|(id, e)| (e.locations[lane].offset, id))
+                .filter(|(_, e)| !e.on(lane).is_missing() && e.on(lane).zone == zone)
+                .map(|(id, e)| (e.on(lane).offset, id))
                 .collect();
             if found.is_empty() {
                 debug_assert!(false, "lane {lane} zone {zone} counts live blocks but holds no extent");
@@ -125,7 +125,7 @@ impl Volume {
     pub(super) fn relocate(&mut self, id: ExtentId, lane: usize) -> Result<u32> {
         let extent = self.live(id)?;
         let blocks = extent.blocks;
-        let from = extent.locations[lane];
+        let from = extent.on(lane);
         let (zone, offset) = self.place(lane, Slot::Reclaim, blocks)?;
         let to = Location { zone, offset };
         let result = self.relocate_placed(id, lane, from, to);

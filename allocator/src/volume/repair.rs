@@ -140,7 +140,7 @@ impl Volume {
         if !crcs.is_empty() && !mismatches(good, crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
         }
-        let location = extent.locations[lane];
+        let location = extent.on(lane);
         let device = self.lanes[lane].device;
         let lba = self.dev(device).lba(location.zone, location.offset);
         self.write_copy_at(id, device, lba, good)?;

@@ -133,9 +133,7 @@ impl Volume {
         let copies: Vec<(ExtentId, usize)> = self
             .table
             .iter()
-            .flat_map(|(id, entry)| {
-                lanes.iter().filter(move |&&l| !entry.locations[l].is_missing()).map(move |&l| (id, l))
-            })
+            .flat_map(|(id, entry)| lanes.iter().filter(move |&&l| !entry.on(l).is_missing()).map(move |&l| (id, l)))
             .collect();
         for (id, lane) in copies {
             self.move_extent(id, lane, Location::MISSING, false);
@@ -262,7 +260,7 @@ impl Volume {
                 .table
                 .iter()
                 .filter_map(|(_, entry)| {
-                    let at = entry.locations[source?];
+                    let at = entry.on(source?);
                     (!at.is_missing()).then_some((at, entry.blocks))
                 })
                 .collect();

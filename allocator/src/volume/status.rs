@@ -167,13 +167,13 @@ impl Volume {
         for (_, extent) in self.table.iter() {
             let bytes = u64::from(extent.blocks) * BLOCK_SIZE as u64;
             let mut lacks = false;
-            for (lane, location) in extent.locations[..copies].iter().enumerate() {
+            for (lane, location) in extent.copies() {
                 if location.is_missing() {
                     missing_per_lane[lane] += bytes;
                     lacks = true;
                 }
             }
-            let readable = (0..copies).any(|l| !extent.locations[l].is_missing() && self.lane_online(l));
+            let readable = (0..copies).any(|l| !extent.on(l).is_missing() && self.lane_online(l));
             if !readable {
                 redundancy.bytes_lost += bytes;
                 redundancy.extents_lost += 1;

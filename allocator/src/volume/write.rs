@@ -495,7 +495,7 @@ impl Volume {
                 for (to, from) in locations.iter_mut().zip(&pending.locations[..copies]) {
                     *to = from.expect("every copy placed");
                 }
-                let entry = Entry::new(pending.blocks, &locations[..copies]);
+                let entry = Entry::on_lanes(pending.blocks, &locations[..copies]);
                 // A tagged extent's checksums live on the devices, with the
                 // data; its list goes back for the next write.
                 let crcs = if pending.tagged {

@@ -121,7 +121,7 @@ impl Volume {
                 .table
                 .iter()
                 .filter_map(|(id, entry)| {
-                    let location = entry.locations[lane_index];
+                    let location = entry.on(lane_index);
                     if location.is_missing() {
                         return None;
                     }
@@ -136,7 +136,7 @@ impl Volume {
             moved = !stale.is_empty();
             for (location, id, entry) in stale {
                 log::warn!("lane {lane_index}: extent {id}'s copy at {location:?} is not on the device: missing");
-                if entry.locations.iter().enumerate().all(|(l, at)| l == lane_index || at.is_missing()) {
+                if entry.copies().all(|(l, at)| l == lane_index || at.is_missing()) {
                     return Err(Error::Corrupt(format!("extent {id}'s only copy is not on the returning device")));
                 }
                 self.move_extent(id, lane_index, Location::MISSING, true);

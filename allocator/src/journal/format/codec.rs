@@ -4,6 +4,7 @@
 //! field that runs past its record or holds a value no writer makes.
 
 use super::*;
+use crate::table::{COPIES_MAX, LANES_MAX};
 
 pub(super) fn corrupt(why: String) -> Error {
     Error::Corrupt(why)
@@ -108,12 +109,13 @@ impl Writer {
     pub(super) fn extent(&mut self, e: &ExtentRecord) {
         self.u64(e.id);
         self.u64(e.owner);
-        self.u32(e.blocks);
-        self.u8(e.copies);
-        for &l in e.locations() {
-            self.location(l);
+        self.u32(e.entry.blocks);
+        self.u8(e.entry.copy_count() as u8);
+        for (lane, location) in e.entry.copies() {
+            self.u8(lane as u8);
+            self.location(location);
         }
-        debug_assert!(e.crcs.is_empty() || e.crcs.len() == e.blocks as usize);
+        debug_assert!(e.crcs.is_empty() || e.crcs.len() == e.entry.blocks as usize);
         self.u8(u8::from(!e.crcs.is_empty()));
         for &c in &e.crcs {
             self.u32(c);
@@ -277,14 +279,19 @@ impl<'a> Reader<'a> {
         let id = self.u64()?;
         let owner = self.u64()?;
         let blocks = self.u32()?;
-        let copies = self.u8()?;
-        if copies == 0 || copies > 2 || blocks == 0 {
+        let copies = usize::from(self.u8()?);
+        if copies == 0 || copies > COPIES_MAX || blocks == 0 {
             return Err(corrupt(format!("extent {id}: {copies} copies of {blocks} blocks")));
         }
-        let mut locations = [Location::MISSING; 2];
-        for location in &mut locations[..usize::from(copies)] {
-            *location = self.location()?;
+        let mut placed = [(0, Location::MISSING); COPIES_MAX];
+        for index in 0..copies {
+            let lane = usize::from(self.u8()?);
+            if lane >= LANES_MAX || placed[..index].iter().any(|&(other, _)| other == lane) {
+                return Err(corrupt(format!("extent {id}: a copy in lane {lane}")));
+            }
+            placed[index] = (lane, self.location()?);
         }
+        let entry = Entry::new(blocks, &placed[..copies]);
         let crcs = match self.u8()? {
             0 => Vec::new(),
             1 => {
@@ -293,7 +300,7 @@ impl<'a> Reader<'a> {
             }
             other => return Err(corrupt(format!("extent {id}: checksum flag {other}"))),
         };
-        Ok(ExtentRecord { id, owner, blocks, locations, copies, crcs })
+        Ok(ExtentRecord { id, owner, entry, crcs })
     }
     pub(super) fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
@@ -329,10 +336,10 @@ impl<'a> Reader<'a> {
         let mut pages = Vec::with_capacity(count.min(self.data.len() / PAGE_BYTES + 1));
         for _ in 0..count {
             let index = self.u64()?;
-            let raw = self.take(slots * 12)?;
+            let raw = self.take(slots * RECORD_BYTES)?;
             let records = if keep {
-                let word = |r: &[u8], i: usize| u32::from_le_bytes(r[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-                raw.chunks_exact(12).map(|r| [word(r, 0), word(r, 1), word(r, 2)]).collect()
+                let word = |r: &[u8], i: usize| u64::from_le_bytes(r[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+                raw.chunks_exact(RECORD_BYTES).map(|r| std::array::from_fn(|i| word(r, i))).collect()
             } else {
                 Vec::new()
             };
