@@ -166,6 +166,12 @@ impl Entry {
         self.slot_of(lane).map_or(Location::MISSING, |index| self.locations[index])
     }
 
+    /// Whether the extent has a copy in lane `lane` whose bytes are
+    /// missing (for a resilver to write).
+    pub fn missing_in(&self, lane: usize) -> bool {
+        self.slot_of(lane).is_some_and(|index| self.locations[index].is_missing())
+    }
+
     /// Whether the extent has a copy (present or missing) in lane `lane`.
     pub fn has_lane(&self, lane: usize) -> bool {
         self.slot_of(lane).is_some()

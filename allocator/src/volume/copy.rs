@@ -13,12 +13,12 @@ use nvme_driver::IoBuffer;
 impl Volume {
     /// Whether copy `lane` of extent `id` is missing.
     pub fn lacks_copy(&self, id: ExtentId, lane: usize) -> bool {
-        lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.on(lane).is_missing())
+        lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.missing_in(lane))
     }
 
     /// Blocks of the copies lane `lane` lacks.
     pub fn missing_blocks(&self, lane: usize) -> u64 {
-        self.table.iter().filter(|(_, e)| e.on(lane).is_missing()).map(|(_, e)| u64::from(e.blocks)).sum()
+        self.table.iter().filter(|(_, e)| e.missing_in(lane)).map(|(_, e)| u64::from(e.blocks)).sum()
     }
 
     /// Queues a write of `data`, extent `id`'s contents, as its missing
@@ -95,7 +95,7 @@ impl Volume {
     ) -> Result<()> {
         self.check_resets()?;
         let extent = self.live(id)?;
-        if lane >= self.lanes.len() || !extent.on(lane).is_missing() {
+        if lane >= self.lanes.len() || !extent.missing_in(lane) {
             return Err(Error::InvalidArgument(format!("extent {id} does not lack copy {lane}")));
         }
         if !self.lane_online(lane) {
@@ -121,11 +121,11 @@ impl Volume {
             (true, Some(crcs)) => crcs,
             (true, None) => data.checksums(),
         };
-        let copies = self.lanes.len();
         // With checksum areas the checksums go to the map when the copy is
         // done (until its zone is sealed), not with the data.
         let tagged = tagged && !self.area;
-        let pending = PendingWrite { tagged, ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, copies) };
+        let pending =
+            PendingWrite { tagged, ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, &[lane]) };
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;
@@ -145,7 +145,7 @@ impl Volume {
         let result = match pending.error {
             Some(error) => Err(error),
             None => {
-                let to = pending.locations[lane].expect("the copy was placed");
+                let to = pending.locations[0].expect("the copy was placed");
                 if to.is_missing() {
                     Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
                 } else if self.lacks_copy(pending.id, lane) {

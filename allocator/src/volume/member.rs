@@ -196,11 +196,12 @@ impl Volume {
             let Some(pending) = self.writes[index].as_mut() else { continue };
             let mut ended = false;
             for &lane in &lanes {
-                if pending.in_flight[lane] {
-                    pending.in_flight[lane] = false;
+                let Some(copy) = pending.copy_in(lane) else { continue };
+                if pending.in_flight[copy] {
+                    pending.in_flight[copy] = false;
                     pending.remaining -= 1;
-                    pending.locations[lane] = Some(Location::MISSING);
-                    self.lanes[lane].table.write_completed(pending.zones[lane]);
+                    pending.locations[copy] = Some(Location::MISSING);
+                    self.lanes[lane].table.write_completed(pending.zones[copy]);
                     self.device_writes[device] -= 1;
                     ended = true;
                 }

@@ -119,8 +119,7 @@ impl Lane {
     }
 }
 
-/// Copies an extent has at most: a mirror's or a dup's two.
-const COPIES_MAX: usize = 2;
+use crate::table::COPIES_MAX;
 
 /// Spare maps of appended blocks a lane keeps at most (one per zone it
 /// may have open at once is enough).
@@ -139,12 +138,14 @@ struct PendingWrite {
     /// Its blocks' tags go with the data, its checksums to no map (see
     /// [`Volume::tagged`]).
     tagged: bool,
-    /// Lanes, the first `copies` of each array below: fixed arrays, so
+    /// Copies, the first `copies` of each array below: fixed arrays, so
     /// that a write allocates nothing for them.
     copies: u8,
+    /// Each copy's lane (distinct).
+    lanes: [u8; COPIES_MAX],
     zones: [u32; COPIES_MAX],
     locations: [Option<Location>; COPIES_MAX],
-    /// Per lane: a command is in flight there.
+    /// Per copy: its command is in flight.
     in_flight: [bool; COPIES_MAX],
     remaining: u8,
     error: Option<Error>,
@@ -153,9 +154,10 @@ struct PendingWrite {
 }
 
 impl PendingWrite {
-    /// A write of `blocks` for extent `id` over `copies` lanes, nothing
-    /// submitted yet: a new extent (`copy_of: None`) or a resilver's copy
-    /// to one lane; its checksums go to the map (see `tagged`).
+    /// A write of `blocks` for extent `id`, a copy in each of `lanes`,
+    /// nothing submitted yet: a new extent (`copy_of: None`) or a
+    /// resilver's copy to one lane; its checksums go to the map (see
+    /// `tagged`).
     fn new(
         copy_of: Option<usize>,
         id: ExtentId,
@@ -163,9 +165,15 @@ impl PendingWrite {
         stream: u8,
         blocks: u32,
         crcs: Vec<u32>,
-        copies: usize,
+        lanes: &[usize],
     ) -> Self {
+        let copies = lanes.len();
         assert!((1..=COPIES_MAX).contains(&copies), "a write of {copies} copies");
+        let mut lane_of = [u8::MAX; COPIES_MAX];
+        for (at, &lane) in lanes.iter().enumerate() {
+            assert!(!lanes[..at].contains(&lane), "two copies in lane {lane}");
+            lane_of[at] = lane as u8;
+        }
         PendingWrite {
             copy_of,
             id,
@@ -175,6 +183,7 @@ impl PendingWrite {
             crcs,
             tagged: false,
             copies: copies as u8,
+            lanes: lane_of,
             zones: [u32::MAX; COPIES_MAX],
             locations: [None; COPIES_MAX],
             in_flight: [false; COPIES_MAX],
@@ -182,6 +191,16 @@ impl PendingWrite {
             error: None,
             reported: false,
         }
+    }
+
+    /// Which of its copies lies in lane `lane`, if any.
+    fn copy_in(&self, lane: usize) -> Option<usize> {
+        self.lanes[..usize::from(self.copies)].iter().position(|&l| usize::from(l) == lane)
+    }
+
+    /// Each copy's index and lane.
+    fn copy_lanes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.lanes[..usize::from(self.copies)].iter().enumerate().map(|(copy, &lane)| (copy, usize::from(lane)))
     }
 }
 

@@ -5,11 +5,24 @@
 use super::member::Failed;
 use super::Volume;
 use crate::error::{Error, Full, Result};
+use crate::table::COPIES_MAX;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use std::time::Instant;
 
 impl Volume {
+    /// The lanes a new extent's copies go to, in `out`; returns how many.
+    /// Today one copy in every lane, as the profile's fixed lanes have it;
+    /// the pool's choice by load (`crate::chooser`, docs/pool.md) takes
+    /// its place once a volume has more lanes than copies.
+    pub(super) fn choose_lanes(&mut self, out: &mut [usize; COPIES_MAX]) -> usize {
+        let copies = self.lanes.len();
+        for (lane, chosen) in out.iter_mut().enumerate().take(copies) {
+            *chosen = lane;
+        }
+        copies
+    }
+
     /// After a write into `zone` failed, the zone's write pointer no longer
     /// stands where the next allocation in it would write: retire it from
     /// `slot` (it is finished once idle, see `process_retiring`), so that
@@ -164,6 +177,9 @@ impl Volume {
     /// Whether a write not yet finished (a new extent's, or a resilver's
     /// copy) has a copy in zone `zone` of lane `lane`.
     pub(super) fn unfinished_write_in(&self, lane: usize, zone: u32) -> bool {
-        self.writes.iter().flatten().any(|pending| pending.zones.get(lane) == Some(&zone))
+        self.writes
+            .iter()
+            .flatten()
+            .any(|pending| pending.copy_in(lane).is_some_and(|copy| pending.zones[copy] == zone))
     }
 }

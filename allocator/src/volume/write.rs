@@ -2,11 +2,11 @@
 //! ordered writes, completions, and the waits that bound them.
 
 use super::member::Failed;
-use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode, COPIES_MAX};
+use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
 use crate::error::{Error, Full, Result};
-use crate::table::Entry;
+use crate::table::{Entry, COPIES_MAX};
 use crate::tags::TagLayout;
 use crate::zones::{Slot, ZoneUse};
 use crate::Token;
@@ -102,17 +102,22 @@ impl Volume {
         };
         // The extent's slot, held until the write ends.
         let id = self.table.reserve();
-        let copies = self.lanes.len();
+        let mut lanes = [0; COPIES_MAX];
+        let copies = self.choose_lanes(&mut lanes);
+        let lanes = &lanes[..copies];
         // Tags where one command carries them whole; else the map.
         let tagged = !self.area && self.tags.is_some_and(|layout| layout.carries(blocks as usize));
-        let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, copies) };
+        let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, lanes) };
         let index = self.pending_slot(pending);
         // A filled buffer goes, as it is, to the last lane whose device can
         // reach it; every other lane gets a copy of it, made first.
-        let lender = source.domain().and_then(|domain| (0..copies).rev().find(|&l| self.dma_domain(l) == Some(domain)));
-        let order = (0..copies).filter(|&l| Some(l) != lender).chain(lender);
+        let lender =
+            source.domain().and_then(|domain| lanes.iter().rev().find(|&&l| self.dma_domain(l) == Some(domain)));
+        let lender = lender.copied();
+        let order = lanes.iter().copied().enumerate().filter(|&(_, l)| Some(l) != lender);
+        let order = order.chain(lender.map(|l| (lanes.iter().position(|&x| x == l).expect("a chosen lane"), l)));
         let mut source = Some(source);
-        for lane in order {
+        for (copy, lane) in order {
             let device = self.lanes[lane].device;
             let submitted = match self.devices[device] {
                 // Written while the device is away: the copy is missing,
@@ -136,7 +141,7 @@ impl Volume {
             };
             let pending = self.writes[index].as_mut().expect("pending write");
             match error {
-                None => pending.locations[lane] = Some(Location::MISSING),
+                None => pending.locations[copy] = Some(Location::MISSING),
                 Some(error) => {
                     pending.reported = true;
                     if pending.remaining == 0 {
@@ -233,23 +238,25 @@ impl Volume {
             }
         };
         self.lanes[lane].table.write_submitted(zone);
-        {
+        let copy = {
             let pending = self.writes[index].as_mut().expect("pending write");
-            pending.zones[lane] = zone;
+            let copy = pending.copy_in(lane).expect("a write to one of its lanes");
+            pending.zones[copy] = zone;
             if mode != Mode::Append {
-                pending.locations[lane] = Some(Location { zone, offset });
+                pending.locations[copy] = Some(Location { zone, offset });
             }
             pending.remaining += 1;
-            pending.in_flight[lane] = true;
-        }
+            pending.in_flight[copy] = true;
+            copy
+        };
         self.device_writes[device] += 1;
         if let Err(error) = self.dev_mut(device).submit(request) {
             self.lanes[lane].table.write_completed(zone);
             self.device_writes[device] -= 1;
             let pending = self.writes[index].as_mut().expect("pending write");
             pending.remaining -= 1;
-            pending.in_flight[lane] = false;
-            pending.locations[lane] = None;
+            pending.in_flight[copy] = false;
+            pending.locations[copy] = None;
             // The room is reserved but nothing was written there: an
             // ordered write after it would not start at the write pointer.
             if mode == Mode::Ordered {
@@ -376,12 +383,14 @@ impl Volume {
             // reaped: its writes already ended (see `give_up`).
             return;
         }
-        let Some(pending) = self.writes.get_mut(index).and_then(Option::as_mut).filter(|p| p.in_flight[lane]) else {
+        let pending = self.writes.get_mut(index).and_then(Option::as_mut);
+        let Some((pending, copy)) = pending.and_then(|p| p.copy_in(lane).filter(|&c| p.in_flight[c]).map(|c| (p, c)))
+        else {
             log::warn!("completion for unknown write token {:#x}", completion.token);
             return;
         };
-        pending.in_flight[lane] = false;
-        let zone = pending.zones[lane];
+        pending.in_flight[copy] = false;
+        let zone = pending.zones[copy];
         let blocks = pending.blocks;
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
@@ -392,7 +401,7 @@ impl Volume {
         match device::status(&completion) {
             Ok(()) => {
                 self.lanes[lane].written[zone as usize] += blocks;
-                if pending.locations[lane].is_none() {
+                if pending.locations[copy].is_none() {
                     // Zone Append: the device chose the LBA. It must lie
                     // within the room reserved in this zone at submission
                     // (`place`), on a 4 KiB block; anything else is a
@@ -404,7 +413,7 @@ impl Volume {
                     let before = self.lanes[lane].written[zone as usize] - blocks;
                     match appended_offset(lba, start, d.lbas_per_block, blocks, reserved) {
                         Some(offset) if self.lanes[lane].claim_appended(zone, offset, blocks, before) => {
-                            pending.locations[lane] = Some(Location { zone, offset })
+                            pending.locations[copy] = Some(Location { zone, offset })
                         }
                         Some(offset) => {
                             pending.error.get_or_insert(Error::BadDeviceResult {
@@ -438,7 +447,7 @@ impl Volume {
                 // Given up: this copy is missing, and the write stands on
                 // the others.
                 let pending = self.writes[index].as_mut().expect("pending write");
-                pending.locations[lane] = Some(Location::MISSING);
+                pending.locations[copy] = Some(Location::MISSING);
                 if matches!(pending.error, Some(Error::Command { what: "data write", .. })) {
                     pending.error = None;
                 }
@@ -473,9 +482,10 @@ impl Volume {
         // A copy that completed on a device given up since is not durable
         // there: missing, as `give_up` marks the copies it journals.
         let copies = usize::from(pending.copies);
-        for (lane, location) in pending.locations[..copies].iter_mut().enumerate() {
-            if self.devices[self.lanes[lane].device].is_none() && location.is_some() {
-                *location = Some(Location::MISSING);
+        for copy in 0..copies {
+            let lane = usize::from(pending.lanes[copy]);
+            if self.devices[self.lanes[lane].device].is_none() && pending.locations[copy].is_some() {
+                pending.locations[copy] = Some(Location::MISSING);
             }
         }
         if let Some(lane) = pending.copy_of {
@@ -491,11 +501,11 @@ impl Volume {
                 Err(Error::NoDevices)
             }
             None => {
-                let mut locations = [Location::MISSING; COPIES_MAX];
-                for (to, from) in locations.iter_mut().zip(&pending.locations[..copies]) {
-                    *to = from.expect("every copy placed");
+                let mut placed = [(0, Location::MISSING); COPIES_MAX];
+                for (copy, lane) in pending.copy_lanes() {
+                    placed[copy] = (lane, pending.locations[copy].expect("every copy placed"));
                 }
-                let entry = Entry::on_lanes(pending.blocks, &locations[..copies]);
+                let entry = Entry::new(pending.blocks, &placed[..copies]);
                 // A tagged extent's checksums live on the devices, with the
                 // data; its list goes back for the next write.
                 let crcs = if pending.tagged {
