@@ -297,10 +297,10 @@ pub fn scrub(
     }
     // A finished checkpoint ends its pass: this scrub starts a new one.
     let resume = resume.filter(|c| !c.finished);
-    let per_lane = volume.valid_blocks() * BLOCK_SIZE as u64;
+    let bytes_total = lanes.iter().map(|&l| volume.lane_valid_blocks(l)).sum::<u64>() * BLOCK_SIZE as u64;
     let found = resume.map(|c| c.findings.clone()).unwrap_or_default();
     let mut report = Report {
-        bytes_total: per_lane * lanes.len() as u64,
+        bytes_total,
         lanes: lanes.clone(),
         errors: found.errors,
         corrected_blocks: found.corrected_blocks,

@@ -202,6 +202,7 @@ impl Volume {
                     pending.remaining -= 1;
                     pending.locations[copy] = Some(Location::MISSING);
                     self.lanes[lane].table.write_completed(pending.zones[copy]);
+                    self.chooser.completed(lane, pending.blocks);
                     self.device_writes[device] -= 1;
                     ended = true;
                 }

@@ -119,7 +119,12 @@ impl Lane {
     }
 }
 
+use crate::chooser::{Chooser, MAX_DEVICES};
 use crate::table::COPIES_MAX;
+
+/// Extents in flight on a lane at which placement passes it over while
+/// others can take the copy (see [`Chooser::set_queue_target`]).
+const QUEUE_TARGET_EXTENTS: u64 = 4;
 
 /// Spare maps of appended blocks a lane keeps at most (one per zone it
 /// may have open at once is enough).
@@ -284,6 +289,9 @@ pub struct Volume {
     /// Checksum lists of finished writes that kept none (their checksums
     /// went to block tags), for the next writes: no allocation per write.
     crc_pool: Vec<Vec<u32>>,
+    /// Which lanes a new extent's copies go to, when a pool has more
+    /// lanes than copies (see `placement::choose_lanes`).
+    chooser: Chooser,
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
@@ -437,6 +445,17 @@ impl Volume {
             zones: lanes.iter().map(|l| u64::from(l.table.zone_count())).sum(),
             ..VolumeStats::default()
         };
+        if lanes.len() > MAX_DEVICES {
+            return Err(Error::InvalidConfig(format!("{} lanes: a volume has at most {MAX_DEVICES}", lanes.len())));
+        }
+        let mut chooser = Chooser::new();
+        for (index, lane) in lanes.iter().enumerate() {
+            chooser.add(index, lane.table.free_blocks());
+        }
+        // A lane with this many blocks of writes in flight is passed over
+        // while others with room are below it, so that a slow device takes
+        // writes at the rate it completes them (OpenZFS's queue target).
+        chooser.set_queue_target(QUEUE_TARGET_EXTENTS * u64::from(superblock.max_extent_blocks.max(1)));
         Ok(Volume {
             devices,
             gone: Vec::new(),
@@ -474,6 +493,7 @@ impl Volume {
             scratch: Vec::new(),
             tag_scratch: Vec::new(),
             crc_pool: Vec::new(),
+            chooser,
             loading: false,
             read_only: None,
         })
@@ -547,9 +567,21 @@ impl Volume {
         self.superblock.profile
     }
 
-    /// Copies per extent.
+    /// Lanes: one per device place, or two on the one device of a dup
+    /// volume. Each extent has its copies in [`Volume::copies`] of them.
     pub fn lanes(&self) -> usize {
         self.lanes.len()
+    }
+
+    /// Copies of each extent, each in a lane of its own, as the profile
+    /// asks.
+    pub fn copies(&self) -> usize {
+        self.superblock.profile.copies()
+    }
+
+    /// Blocks of the copies that lane `lane` holds.
+    pub fn lane_valid_blocks(&self, lane: usize) -> u64 {
+        self.lanes.get(lane).map_or(0, |l| l.table.valid_blocks())
     }
 
     /// Which device (index into the list given at open) holds `lane`.

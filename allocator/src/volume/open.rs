@@ -445,7 +445,7 @@ impl Volume {
         self.mapped.retain(|&id, _| table.get(id).is_some());
         // Checksums whose copies are all in sealed zones since.
         self.drop_covered();
-        let lanes = self.lanes.len();
+        let (lanes, copies) = (self.lanes.len(), self.copies());
         let mut census: Vec<ZoneCensus> = self.lanes.iter().map(|l| ZoneCensus::new(l.table.zone_count())).collect();
         let mut live = 0;
         for (id, entry) in self.table.iter() {
@@ -464,7 +464,7 @@ impl Volume {
             let no_crcs = unmapped && (self.tags.is_none() || (self.area && uncovered()));
             // An extent with no copy left is lost (its checksums matter no
             // more), not malformed: it stays, named.
-            if entry.copy_count() != lanes || !entry.within(lanes) {
+            if entry.copy_count() != copies || !entry.within(lanes) {
                 return Err(Error::Corrupt(format!("extent {id}: wrong shape")));
             }
             if no_crcs && !entry.is_lost() {
@@ -502,7 +502,7 @@ impl Volume {
                 let crcs_fit =
                     record.crcs.len() == entry.blocks as usize || (record.crcs.is_empty() && self.tags.is_some());
                 let lanes = self.lanes.len();
-                if entry.copy_count() != lanes || !entry.within(lanes) || !crcs_fit {
+                if entry.copy_count() != self.copies() || !entry.within(lanes) || !crcs_fit {
                     return Err(Error::Corrupt(format!("extent {}: wrong shape", record.id)));
                 }
                 // Where it lies is checked once the log is replayed, for

@@ -4,6 +4,7 @@
 
 use super::member::Failed;
 use super::Volume;
+use crate::chooser::{DeviceMask, Short};
 use crate::error::{Error, Full, Result};
 use crate::table::COPIES_MAX;
 use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
@@ -11,16 +12,73 @@ use nvme_driver::cmd::zns::ZoneSendAction;
 use std::time::Instant;
 
 impl Volume {
-    /// The lanes a new extent's copies go to, in `out`; returns how many.
-    /// Today one copy in every lane, as the profile's fixed lanes have it;
-    /// the pool's choice by load (`crate::chooser`, docs/pool.md) takes
-    /// its place once a volume has more lanes than copies.
-    pub(super) fn choose_lanes(&mut self, out: &mut [usize; COPIES_MAX]) -> usize {
-        let copies = self.lanes.len();
-        for (lane, chosen) in out.iter_mut().enumerate().take(copies) {
-            *chosen = lane;
+    /// The lanes a new extent of `blocks` for `slot` puts its copies in,
+    /// into `out`; returns how many (the profile's copies). Each lane in
+    /// use must have room for it: else [`Error::NoSpace`] naming a full
+    /// device, before anything is written.
+    ///
+    /// A volume with a lane per copy (a single device, a dup, a mirror of
+    /// two) puts a copy in each. A pool with more lanes than copies asks
+    /// the chooser (`crate::chooser`, docs/pool.md decision 3) for the
+    /// least loaded lanes in use with room: constant work, one pass over
+    /// at most 16 lanes. With fewer of those than copies, it takes them
+    /// all, and lanes whose device is away for the rest: those copies are
+    /// recorded missing, for a resilver to write when the device returns,
+    /// as a mirror's are today.
+    pub(super) fn choose_lanes(&mut self, blocks: u32, slot: Slot, out: &mut [usize; COPIES_MAX]) -> Result<usize> {
+        let copies = self.copies();
+        let reserve = self.superblock.reserve_zones as usize;
+        let full = |table: &crate::zones::ZoneTable| table.would_open(slot, blocks) && table.empty_zones() <= reserve;
+        if self.lanes.len() == copies {
+            if let Some(lane) = self.lanes.iter().find(|l| self.devices[l.device].is_some() && full(&l.table)) {
+                return Err(Error::NoSpace(Full::Data { place: lane.device }));
+            }
+            for (lane, chosen) in out.iter_mut().enumerate().take(copies) {
+                *chosen = lane;
+            }
+            return Ok(copies);
         }
-        copies
+        let (mut away, mut exclude, mut full_place) = (0 as DeviceMask, 0 as DeviceMask, None);
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if self.devices[lane.device].is_none() {
+                away |= 1 << index;
+            } else if full(&lane.table) {
+                full_place.get_or_insert(lane.device);
+            } else {
+                self.chooser.set_free(index, lane.table.free_blocks());
+                continue;
+            }
+            exclude |= 1 << index;
+        }
+        let mut chosen = [0u8; COPIES_MAX];
+        let taken = match self.chooser.choose(blocks, exclude, &mut chosen[..copies]) {
+            Ok(()) => copies,
+            Err(Short { available, .. }) if available != 0 => {
+                let present = available.count_ones() as usize;
+                self.chooser.choose(blocks, exclude, &mut chosen[..present]).expect("as many as available");
+                present
+            }
+            Err(_) => match full_place {
+                Some(place) => return Err(Error::NoSpace(Full::Data { place })),
+                None => return Err(Error::NoDevices),
+            },
+        };
+        // The copies no lane in use can take go to lanes whose device is
+        // away, recorded missing; a full lane takes none.
+        let mut away_lanes = (0..self.lanes.len()).filter(|&lane| away & (1 << lane) != 0);
+        for copy in taken..copies {
+            match away_lanes.next() {
+                Some(lane) => chosen[copy] = lane as u8,
+                None => {
+                    let place = full_place.expect("a lane left out is away or full");
+                    return Err(Error::NoSpace(Full::Data { place }));
+                }
+            }
+        }
+        for (to, &from) in out.iter_mut().zip(&chosen[..copies]) {
+            *to = usize::from(from);
+        }
+        Ok(copies)
     }
 
     /// After a write into `zone` failed, the zone's write pointer no longer

@@ -161,9 +161,9 @@ pub struct VolumeStatus {
 impl Volume {
     /// The volume's standing, device by device: the `zpool status` view.
     pub fn status(&self) -> VolumeStatus {
-        let copies = self.lanes.len();
+        let copies = self.copies();
         let mut redundancy = Redundancy { copies, ..Redundancy::default() };
-        let mut missing_per_lane = vec![0u64; copies];
+        let mut missing_per_lane = vec![0u64; self.lanes.len()];
         for (_, extent) in self.table.iter() {
             let bytes = u64::from(extent.blocks) * BLOCK_SIZE as u64;
             let mut lacks = false;
@@ -173,7 +173,7 @@ impl Volume {
                     lacks = true;
                 }
             }
-            let readable = (0..copies).any(|l| !extent.on(l).is_missing() && self.lane_online(l));
+            let readable = extent.copies().any(|(l, at)| !at.is_missing() && self.lane_online(l));
             if !readable {
                 redundancy.bytes_lost += bytes;
                 redundancy.extents_lost += 1;
@@ -187,7 +187,7 @@ impl Volume {
         let mut devices = Vec::new();
         let mut resilver = Vec::new();
         for (place, member) in self.members.iter().enumerate() {
-            let lanes: Vec<usize> = (0..copies).filter(|&l| self.lanes[l].device == place).collect();
+            let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place).collect();
             let missing_bytes: u64 = lanes.iter().map(|&l| missing_per_lane[l]).sum();
             let present = self.devices[place].as_ref();
             let state = match present {

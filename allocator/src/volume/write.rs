@@ -5,7 +5,7 @@ use super::member::Failed;
 use super::{Mode, PendingWrite, Volume, WriteDone, WriteMode};
 use crate::checksum::block_crcs;
 use crate::device;
-use crate::error::{Error, Full, Result};
+use crate::error::{Error, Result};
 use crate::table::{Entry, COPIES_MAX};
 use crate::tags::TagLayout;
 use crate::zones::{Slot, ZoneUse};
@@ -80,14 +80,11 @@ impl Volume {
         }
         let blocks = (len / BLOCK_SIZE) as u32;
         let slot = Slot::Stream(stream);
-        // Room in every lane in use first, so a write never lands in one
-        // only.
-        for lane in self.lanes.iter().filter(|l| self.devices[l.device].is_some()) {
-            let table = &lane.table;
-            if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
-                return Err(Error::NoSpace(Full::Data { place: lane.device }));
-            }
-        }
+        // Room in every lane it goes to first, so a write never lands in
+        // some only.
+        let mut lanes = [0; COPIES_MAX];
+        let copies = self.choose_lanes(blocks, slot, &mut lanes)?;
+        let lanes = &lanes[..copies];
         let crcs = match crcs {
             Some(crcs) => crcs,
             None => {
@@ -102,9 +99,6 @@ impl Volume {
         };
         // The extent's slot, held until the write ends.
         let id = self.table.reserve();
-        let mut lanes = [0; COPIES_MAX];
-        let copies = self.choose_lanes(&mut lanes);
-        let lanes = &lanes[..copies];
         // Tags where one command carries them whole; else the map.
         let tagged = !self.area && self.tags.is_some_and(|layout| layout.carries(blocks as usize));
         let pending = PendingWrite { tagged, ..PendingWrite::new(None, id, owner, stream, blocks, crcs, lanes) };
@@ -250,9 +244,11 @@ impl Volume {
             copy
         };
         self.device_writes[device] += 1;
+        self.chooser.submitted(lane, blocks);
         if let Err(error) = self.dev_mut(device).submit(request) {
             self.lanes[lane].table.write_completed(zone);
             self.device_writes[device] -= 1;
+            self.chooser.completed(lane, blocks);
             let pending = self.writes[index].as_mut().expect("pending write");
             pending.remaining -= 1;
             pending.in_flight[copy] = false;
@@ -395,6 +391,7 @@ impl Volume {
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
         self.device_writes[device] -= 1;
+        self.chooser.completed(lane, blocks);
         let mut abandon = None;
         let mut worn = false;
         let mut failed = None;
