@@ -66,9 +66,9 @@ impl Volume {
         // The copies no lane in use can take go to lanes whose device is
         // away, recorded missing; a full lane takes none.
         let mut away_lanes = (0..self.lanes.len()).filter(|&lane| away & (1 << lane) != 0);
-        for copy in taken..copies {
+        for slot in &mut chosen[taken..copies] {
             match away_lanes.next() {
-                Some(lane) => chosen[copy] = lane as u8,
+                Some(lane) => *slot = lane as u8,
                 None => {
                     let place = full_place.expect("a lane left out is away or full");
                     return Err(Error::NoSpace(Full::Data { place }));
