@@ -56,6 +56,31 @@ impl Member {
     }
 }
 
+/// How many items of `copies` copies each, on distinct devices, devices
+/// that take `room[i]` items each can hold: the largest `r` with
+/// `sum(min(room[i], r)) >= copies * r` (no device takes two copies of an
+/// item, so none gives more than `r`). Choosing the devices with the most
+/// room left for each item in turn reaches it. With as many devices as
+/// copies it is the smallest room; with fewer, none. O(N log(sum)): for
+/// reports, never for placement.
+pub fn pool_rounds(room: &[u64], copies: usize) -> u64 {
+    if copies == 0 || room.len() < copies {
+        return 0;
+    }
+    let holds = |r: u64| room.iter().map(|&x| u128::from(x.min(r))).sum::<u128>() >= u128::from(r) * copies as u128;
+    let total: u128 = room.iter().map(|&x| u128::from(x)).sum();
+    let (mut low, mut high) = (0u64, u64::try_from(total / copies as u128).unwrap_or(u64::MAX));
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if holds(mid) {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    low
+}
+
 /// Why a choice failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Short {
@@ -310,5 +335,45 @@ mod tests {
         // The order of the others is kept: 0 before 2.
         chooser.choose(1, 1 << 1, &mut out).unwrap();
         assert_eq!(out, [0]);
+    }
+
+    #[test]
+    fn pool_rounds_is_what_distinct_copies_can_fill() {
+        assert_eq!(pool_rounds(&[10, 10, 10], 2), 15);
+        assert_eq!(pool_rounds(&[10, 10, 40], 2), 20, "the large device takes one copy of each, no more");
+        assert_eq!(pool_rounds(&[7, 9], 2), 7, "a mirror of two: the smaller");
+        assert_eq!(pool_rounds(&[7, 9, 100], 1), 116);
+        assert_eq!(pool_rounds(&[2, 2, 1], 2), 2, "whole items only");
+        assert_eq!(pool_rounds(&[5, 5], 3), 0, "fewer devices than copies");
+        assert_eq!(pool_rounds(&[u64::MAX, u64::MAX], 1), u64::MAX);
+        // Against filling greedily, the most room first, over random pools.
+        let mut random = xorshift(7);
+        for _ in 0..500 {
+            let devices = 1 + (random() % 8) as usize;
+            let copies = 1 + (random() % 3) as usize;
+            let mut room: Vec<u64> = (0..devices).map(|_| random() % 40).collect();
+            let expected = pool_rounds(&room, copies);
+            let mut rounds = 0;
+            loop {
+                room.sort_unstable_by(|a, b| b.cmp(a));
+                if room.len() < copies || room[copies - 1] == 0 {
+                    break;
+                }
+                room[..copies].iter_mut().for_each(|r| *r -= 1);
+                rounds += 1;
+            }
+            assert_eq!(rounds, expected, "{devices} devices, {copies} copies");
+        }
+    }
+
+    /// A small PRNG for the tests of this pure module (xorshift).
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut state = seed.max(1);
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
     }
 }

@@ -119,7 +119,7 @@ impl Lane {
     }
 }
 
-use crate::chooser::{Chooser, MAX_DEVICES};
+use crate::chooser::{pool_rounds, Chooser, MAX_DEVICES};
 use crate::table::COPIES_MAX;
 
 /// Extents in flight on a lane at which placement passes it over while
@@ -615,16 +615,26 @@ impl Volume {
         self.superblock.data_unit_blocks as usize * BLOCK_SIZE
     }
 
-    /// Bytes of data the volume holds when full, one copy counted: what
-    /// the lane in use that holds the least can take in its data zones,
-    /// with the metadata zones, the checksum areas and the zones kept for
-    /// reclaim taken out ([`ZoneTable::usable_blocks`]). Extents of any
-    /// power-of-two size up to the volume's data unit fill exactly this
-    /// much ([`zone_data_blocks`]); [`Volume::room`] says what writes of
-    /// any size still fit.
+    /// Bytes of data the volume holds when full, one copy counted. Each
+    /// lane in use can take its data zones, with the metadata zones, the
+    /// checksum areas and the zones kept for reclaim taken out
+    /// ([`ZoneTable::usable_blocks`]), in whole data units; with each
+    /// extent's copies in distinct lanes, the volume holds as many units
+    /// as [`pool_rounds`] finds (with a lane per copy, what the smallest
+    /// lane holds; a pool of equal lanes, their sum over the copies).
+    /// Copies that no lane in use can take (too few of them) are not
+    /// counted: they wait for a resilver. Extents of any power-of-two size
+    /// up to the volume's data unit fill exactly this much
+    /// ([`zone_data_blocks`]); [`Volume::room`] says what writes of any
+    /// size still fit.
     pub fn capacity_bytes(&self) -> u64 {
-        let online = (0..self.lanes.len()).filter(|&lane| self.lane_online(lane));
-        online.map(|lane| self.lanes[lane].table.usable_blocks()).min().unwrap_or(0) * BLOCK_SIZE as u64
+        let unit = u64::from(self.superblock.data_unit_blocks.max(1));
+        let units: Vec<u64> = (0..self.lanes.len())
+            .filter(|&lane| self.lane_online(lane))
+            .map(|lane| self.lanes[lane].table.usable_blocks() / unit)
+            .collect();
+        let copies = self.copies().min(units.len());
+        pool_rounds(&units, copies) * unit * BLOCK_SIZE as u64
     }
 
     /// A write of `len` bytes to `stream` is one the volume takes: a
@@ -648,19 +658,20 @@ impl Volume {
 
     /// Bytes that writes of `extent_bytes` each to `stream` can still
     /// add, one after another, before one fails with [`Error::NoSpace`]:
-    /// in every lane in use, the stream's open zone and each empty zone
-    /// but those kept for reclaim, counting only whole extents per zone.
-    /// Frees count once committed and reclaimed. O(zones): for tools that
-    /// check a size before they write.
+    /// in each lane in use, the stream's open zone and each empty zone
+    /// but those kept for reclaim, counting only whole extents per zone,
+    /// and over the lanes as many extents as their copies fit in distinct
+    /// lanes ([`pool_rounds`]). Frees count once committed and reclaimed.
+    /// O(zones): for tools that check a size before they write.
     pub fn room(&self, stream: u8, extent_bytes: usize) -> Result<u64> {
         self.check_write_shape(stream, extent_bytes)?;
         let blocks = (extent_bytes / BLOCK_SIZE) as u32;
-        let online = (0..self.lanes.len()).filter(|&lane| self.lane_online(lane));
-        let extents = online
+        let extents: Vec<u64> = (0..self.lanes.len())
+            .filter(|&lane| self.lane_online(lane))
             .map(|lane| self.lanes[lane].table.room(crate::zones::Slot::Stream(stream), blocks))
-            .min()
-            .unwrap_or(0);
-        Ok(extents * extent_bytes as u64)
+            .collect();
+        let copies = self.copies().min(extents.len());
+        Ok(pool_rounds(&extents, copies) * extent_bytes as u64)
     }
 
     /// The journal sequence number of the last commit.
