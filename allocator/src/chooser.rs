@@ -1,22 +1,24 @@
 //! Which devices of a pool take an extent's copies (`docs/pool.md`,
-//! decision 3): the `copies` distinct writable devices with the lowest
-//! *key*, in constant work whatever the fill.
+//! decision 3): the `copies` distinct writable devices with the most room
+//! left, in constant work whatever the fill.
 //!
-//! - A device's *load* rises at each allocation by the bytes placed over
-//!   its free fraction, as bcachefs's `bch2_dev_stripe_increment` does
-//!   (`fs/bcachefs/alloc_foreground.c`): devices then fill in proportion
-//!   to their free space, and a larger or emptier one takes more.
+//! - Most room first, as btrfs allocates a chunk on the devices with the
+//!   most free space (`gather_device_info`, `fs/btrfs/volumes.c`): equal
+//!   devices take turns, a larger or emptier one takes more, and a pool
+//!   fills to exactly what [`pool_rounds`] says it holds (taking the
+//!   roomiest devices for each item in turn is what reaches that bound; a
+//!   rule by proportion, as bcachefs's `bch2_dev_stripe_increment`, left a
+//!   mirror over three devices one extent short of it).
 //! - A device with [`Chooser::set_queue_target`] blocks or more in flight
 //!   is passed over while enough others are below it, as OpenZFS moves on
 //!   from a vdev whose queue reaches its target (`metaslab_class_rotate`,
 //!   `module/zfs/metaslab.c`): a device slow to finish its writes (busy,
-//!   or slower) then takes them at the rate it completes them, and the
-//!   others the rest. (Weighing bytes in flight into the load would not:
-//!   they are bounded, so they only shift a device's load, not its share
-//!   of the writes.)
+//!   or slower) takes them at the rate it completes them, and an empty
+//!   device that joins takes its queue's worth, not every write, while
+//!   the others go on taking theirs.
 //! - A pool has at most [`MAX_DEVICES`]; the choice is one pass over them
-//!   under a mask of the devices excluded (away, full, already holding a
-//!   copy): no sort, no allocation.
+//!   per copy under a mask of the devices excluded (away, full, already
+//!   holding a copy): no sort, no allocation.
 //!
 //! The chooser keeps no zones: the volume tells it each device's free
 //! blocks ([`Chooser::set_free`]) and masks a device whose zones cannot
@@ -28,32 +30,14 @@ pub const MAX_DEVICES: usize = 16;
 /// A set of device places, one bit each.
 pub type DeviceMask = u16;
 
-/// Fixed point of loads: an allocation of all of a device's free space
-/// adds this much.
-const SCALE: u64 = 1 << 20;
-
-/// Loads are brought back down by their minimum past this, so that they
-/// never overflow (the order of keys is unchanged).
-const RENORMALISE_AT: u64 = 1 << 62;
-
 #[derive(Clone, Copy, Debug, Default)]
 struct Member {
     /// Placed in the pool and taking writes.
     writable: bool,
     /// Blocks it can still take.
     free_blocks: u64,
-    /// Raised by each allocation, by its bytes over the free fraction.
-    load: u64,
     /// Blocks of writes submitted and not completed.
     inflight_blocks: u64,
-}
-
-impl Member {
-    /// What `blocks` placed here weigh: their share of its free space, so
-    /// more as the device fills, and less on a larger one.
-    fn weight(&self, blocks: u64) -> u64 {
-        blocks.saturating_mul(SCALE) / self.free_blocks.max(1)
-    }
 }
 
 /// How many items of `copies` copies each, on distinct devices, devices
@@ -112,12 +96,9 @@ impl Chooser {
     }
 
     /// Device `place` takes writes (it joined, or came back), with
-    /// `free_blocks` free. Its load starts at the lowest of the others',
-    /// so that it is neither flooded nor starved. Panics if `place` is out
-    /// of range.
+    /// `free_blocks` free. Panics if `place` is out of range.
     pub fn add(&mut self, place: usize, free_blocks: u64) {
-        let start = self.members.iter().filter(|m| m.writable).map(|m| m.load).min().unwrap_or(0);
-        self.members[place] = Member { writable: true, free_blocks, load: start, inflight_blocks: 0 };
+        self.members[place] = Member { writable: true, free_blocks, inflight_blocks: 0 };
     }
 
     /// Device `place` takes no more writes (away, failed, being removed).
@@ -143,8 +124,10 @@ impl Chooser {
     }
 
     /// Chooses `out.len()` distinct writable devices outside `exclude` for
-    /// an extent of `blocks`, lowest key first, and charges each the
-    /// extent's weight. Constant work: one pass over the places per copy.
+    /// an extent of `blocks`: below the queue target first, then the most
+    /// free blocks, then the lowest place; each chosen one is charged the
+    /// blocks (until the volume's next [`Chooser::set_free`]). Constant
+    /// work: one pass over the places per copy.
     pub fn choose(&mut self, blocks: u32, exclude: DeviceMask, out: &mut [u8]) -> Result<(), Short> {
         let available = self.writable() & !exclude;
         if (available.count_ones() as usize) < out.len() {
@@ -152,14 +135,14 @@ impl Chooser {
         }
         let mut taken = exclude | !self.writable();
         for slot in out.iter_mut() {
-            // The lowest load below the queue target, else the lowest load.
-            let mut best: Option<(bool, u64, usize)> = None;
+            let mut best: Option<(bool, std::cmp::Reverse<u64>, usize)> = None;
             for place in 0..MAX_DEVICES {
                 if taken & (1 << place) != 0 {
                     continue;
                 }
                 let member = &self.members[place];
-                let key = (member.inflight_blocks >= self.queue_target_blocks, member.load, place);
+                let busy = member.inflight_blocks >= self.queue_target_blocks;
+                let key = (busy, std::cmp::Reverse(member.free_blocks), place);
                 if best.is_none_or(|b| key < b) {
                     best = Some(key);
                 }
@@ -168,9 +151,8 @@ impl Chooser {
             taken |= 1 << place;
             *slot = place as u8;
             let member = &mut self.members[place];
-            member.load = member.load.saturating_add(member.weight(u64::from(blocks)));
+            member.free_blocks = member.free_blocks.saturating_sub(u64::from(blocks));
         }
-        self.renormalise();
         Ok(())
     }
 
@@ -183,16 +165,6 @@ impl Chooser {
     pub fn completed(&mut self, place: usize, blocks: u32) {
         let member = &mut self.members[place];
         member.inflight_blocks = member.inflight_blocks.saturating_sub(u64::from(blocks));
-    }
-
-    fn renormalise(&mut self) {
-        let writable = self.members.iter().filter(|m| m.writable);
-        let low = writable.map(|m| m.load).min().unwrap_or(0);
-        if self.members.iter().any(|m| m.writable && m.load > RENORMALISE_AT) {
-            for member in self.members.iter_mut().filter(|m| m.writable) {
-                member.load -= low;
-            }
-        }
     }
 }
 
@@ -264,15 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn devices_fill_in_proportion_to_their_free_space() {
-        // 2:1:1 by size: filled to the same fraction as they go.
+    fn the_device_with_the_most_room_takes_the_copy() {
+        // 2:1:1 by size: the large one alone until it has no more room
+        // than the others, then all in turn; they end with equal room.
         let mut free = vec![40_000u64, 20_000, 20_000];
         let mut chooser = pool(&free);
-        fill(&mut chooser, &mut free, 4000, 8, 1);
-        let fractions: Vec<f64> = free.iter().zip([40_000.0, 20_000.0, 20_000.0]).map(|(&f, c)| f as f64 / c).collect();
-        for fraction in &fractions {
-            assert!((fraction - fractions[0]).abs() < 0.02, "free fractions {fractions:?}");
-        }
+        let placed = fill(&mut chooser, &mut free, 4000, 8, 1);
+        assert_eq!(placed, vec![24_000, 4000, 4000], "20,000 blocks to the large one alone, then turns");
+        let spread = free.iter().max().unwrap() - free.iter().min().unwrap();
+        assert!(spread <= 8, "room left {free:?}");
         // And a second copy never doubles up on the large one.
         let mut out = [0u8; 2];
         chooser.choose(8, 0, &mut out).unwrap();
@@ -298,7 +270,7 @@ mod tests {
         // Device 0 takes writes until its queue is at the target, then
         // none; device 1 the rest.
         assert_eq!(chosen, [4, 96]);
-        // With no device below the target, the lowest load is taken.
+        // With no device below the target, the roomiest is taken.
         let mut stuck = pool(&[1_000_000; 2]);
         stuck.set_queue_target(64);
         for _ in 0..10 {
@@ -309,32 +281,33 @@ mod tests {
     }
 
     #[test]
-    fn a_device_that_joins_is_neither_flooded_nor_starved() {
-        let mut free = vec![100_000u64; 3];
+    fn a_device_that_joins_takes_its_queue_not_every_write() {
+        // Three devices half full and a fourth, empty, joins; writes are
+        // in flight 8 at a time, completing oldest first. The newcomer
+        // takes more than its quarter (it has the most room), but never
+        // more than its queue target in flight: the others go on taking
+        // writes, so the pool's bandwidth is not one device's.
+        let mut free = vec![50_000u64, 50_000, 50_000, 100_000];
         let mut chooser = pool(&free);
-        fill(&mut chooser, &mut free, 3000, 8, 1);
-        // A fourth, empty: it takes more than its quarter (it is emptier),
-        // but not every extent.
-        free.push(100_000);
-        chooser.add(3, 100_000);
-        let placed = fill(&mut chooser, &mut free, 400, 8, 1);
-        assert!(placed[3] > 100 * 8 && placed[3] < 400 * 8, "{placed:?}");
-    }
-
-    #[test]
-    fn loads_are_brought_down_before_they_overflow_and_keep_their_order() {
-        let mut chooser = pool(&[1000, 1000, 1000]);
-        for (place, load) in [(0, RENORMALISE_AT + 5), (1, RENORMALISE_AT + 1), (2, RENORMALISE_AT + 9)] {
-            chooser.members[place].load = load;
-        }
+        chooser.set_queue_target(4 * 8);
+        let mut inflight = std::collections::VecDeque::new();
+        let mut placed = [0u64; 4];
         let mut out = [0u8; 1];
-        chooser.choose(1, 0, &mut out).unwrap();
-        assert_eq!(out, [1]);
-        let loads: Vec<u64> = chooser.members[..3].iter().map(|m| m.load).collect();
-        assert!(loads.iter().all(|&l| l < 1 << 32), "{loads:?}");
-        // The order of the others is kept: 0 before 2.
-        chooser.choose(1, 1 << 1, &mut out).unwrap();
-        assert_eq!(out, [0]);
+        for _ in 0..400 {
+            if inflight.len() == 8 {
+                let (place, blocks) = inflight.pop_front().unwrap();
+                chooser.completed(place, blocks);
+            }
+            chooser.choose(8, 0, &mut out).unwrap();
+            let place = usize::from(out[0]);
+            free[place] -= 8;
+            placed[place] += 8;
+            chooser.set_free(place, free[place]);
+            chooser.submitted(place, 8);
+            inflight.push_back((place, 8));
+        }
+        assert!(placed[3] > 100 * 8 && placed[3] < 400 * 8, "{placed:?}");
+        assert!(placed[..3].iter().all(|&p| p > 0), "{placed:?}");
     }
 
     #[test]

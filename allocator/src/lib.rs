@@ -141,11 +141,12 @@ impl Location {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// One copy on one namespace.
+    /// One copy of each extent, on any one of the volume's namespaces.
     Single = 0,
     /// Two copies on one namespace, in different zones.
     Dup = 1,
-    /// One copy on each of two namespaces (possibly two controllers).
+    /// Two copies of each extent on two distinct namespaces of the two or
+    /// more the volume spans (possibly on several controllers).
     Mirror = 2,
 }
 
@@ -158,11 +159,25 @@ impl Profile {
         }
     }
 
-    /// Namespaces the volume spans.
-    pub fn devices(self) -> usize {
+    /// The fewest namespaces a volume of this profile spans.
+    pub fn min_devices(self) -> usize {
         match self {
             Profile::Single | Profile::Dup => 1,
             Profile::Mirror => 2,
         }
+    }
+
+    /// The most namespaces a volume of this profile spans: a dup's one,
+    /// else a pool's [`chooser::MAX_DEVICES`].
+    pub fn max_devices(self) -> usize {
+        match self {
+            Profile::Dup => 1,
+            Profile::Single | Profile::Mirror => chooser::MAX_DEVICES,
+        }
+    }
+
+    /// Whether a volume of this profile can span `devices` namespaces.
+    pub fn spans(self, devices: usize) -> bool {
+        (self.min_devices()..=self.max_devices()).contains(&devices)
     }
 }

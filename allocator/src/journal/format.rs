@@ -44,6 +44,9 @@ pub const FORMAT_VERSION: u8 = 11;
 /// Sessions a volume's metadata keeps, newest last (see [`SessionRecord`]).
 pub(crate) const MAX_SESSIONS: usize = 16;
 const VERSION: u8 = FORMAT_VERSION;
+/// The copy a label names on a member that holds no metadata copy.
+pub(crate) const NO_COPY: u8 = u8::MAX;
+
 /// The most metadata per 4 KiB block a format offers: eight 512-byte LBAs
 /// of 64 bytes, or 4 KiB LBAs with QEMU's largest (and so some drives').
 const MAX_TAG_STRIDE: u32 = 512;
@@ -452,7 +455,8 @@ pub(crate) struct Label {
     /// The device's index in the volume: lane 0's device is 0, a mirror's
     /// second device is 1.
     pub device_index: u8,
-    /// The metadata copy and segment this label heads.
+    /// The metadata copy and segment this label heads ([`NO_COPY`]: the
+    /// label of a member that holds no metadata copy).
     pub copy: u8,
     pub segment: u8,
     /// Bumped whenever labels are rewritten with other contents.
@@ -655,7 +659,7 @@ pub(crate) fn decode_begin(
     let mut r = Reader::new(payload);
     let superblock = r.superblock()?;
     let lanes = r.u8()?;
-    if !(1..=2).contains(&lanes) {
+    if !(1..=crate::chooser::MAX_DEVICES).contains(&usize::from(lanes)) {
         return Err(corrupt(format!("a checkpoint of {lanes} lanes")));
     }
     let lane_zones = (0..lanes).map(|_| r.u32()).collect::<Result<Vec<u32>>>()?;

@@ -11,7 +11,7 @@
 use super::HEADER_BYTES;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::{Profile, BLOCK_SIZE};
+use crate::BLOCK_SIZE;
 use std::ops::Range;
 
 /// Label blocks at the head of every segment (two, so that one bad block
@@ -29,30 +29,40 @@ pub(crate) struct MetaCopy {
     pub segments: [u32; 2],
 }
 
-/// Where format puts the two copies, for segments of `g` zones: each
-/// copy's two segments side by side.
-pub(crate) fn meta_copies(profile: Profile, g: u32) -> [MetaCopy; COPIES] {
-    match profile {
-        Profile::Single | Profile::Dup => {
-            [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 0, segments: [2 * g, 3 * g] }]
-        }
-        Profile::Mirror => [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 1, segments: [0, g] }],
+/// Zones at the start of a member that holds no metadata copy, for its
+/// labels (`Journal::write_member_label`): every member carries labels, so
+/// that open knows it by them.
+pub(crate) const LABEL_ZONES: u32 = 1;
+
+/// Where format puts the two copies on a volume of `devices` namespaces,
+/// for segments of `g` zones: each copy's two segments side by side, both
+/// copies on a volume of one namespace, else one on each of the first two.
+pub(crate) fn meta_copies(devices: usize, g: u32) -> [MetaCopy; COPIES] {
+    if devices <= 1 {
+        [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 0, segments: [2 * g, 3 * g] }]
+    } else {
+        [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 1, segments: [0, g] }]
     }
 }
 
 /// The copies as a superblock places them (after any move).
 pub(crate) fn placed_copies(superblock: &super::Superblock) -> [MetaCopy; COPIES] {
-    let mut copies = meta_copies(superblock.profile, superblock.meta_zones_per_segment);
+    let mut copies = meta_copies(superblock.devices.len(), superblock.meta_zones_per_segment);
     for (copy, segments) in copies.iter_mut().zip(superblock.meta_segments) {
         copy.segments = segments;
     }
     copies
 }
 
-/// Zones at the start of `device` that format gave to metadata (a segment
-/// moved elsewhere leaves its old zones unused).
-pub(crate) fn meta_zones_on(profile: Profile, g: u32, device: usize) -> u32 {
-    meta_copies(profile, g).iter().filter(|c| c.device == device).count() as u32 * 2 * g
+/// Zones at the start of `device` of a volume of `devices` namespaces that
+/// format gave to metadata (a segment moved elsewhere leaves its old zones
+/// unused): two segments per copy on it, or the label zones of a member
+/// with none.
+pub(crate) fn meta_zones_on(devices: usize, g: u32, device: usize) -> u32 {
+    match meta_copies(devices, g).iter().filter(|c| c.device == device).count() as u32 {
+        0 => LABEL_ZONES,
+        copies => copies * 2 * g,
+    }
 }
 
 /// Default software zone size for a conventional namespace of `bytes`: a
@@ -80,14 +90,16 @@ fn worst_checkpoint_bytes(blocks: u64, zones: u64) -> u64 {
 }
 
 /// Zones per metadata segment: room for the labels and the largest
-/// checkpoint the first namespace's capacity allows (every extent a single
-/// block), plus a few deltas. Real volumes hold larger extents, so
-/// checkpoints are far smaller and a segment takes many deltas between
-/// rotations. `segments_here` is how many segments the namespace holds (2
-/// per copy on it).
-pub(crate) fn meta_zones_per_segment(device: &Device, segments_here: u32) -> Result<u32> {
+/// checkpoint a volume of `data_blocks` allows (every extent a single
+/// block; the first namespace's capacity when not given), plus a few
+/// deltas. Real volumes hold larger extents, so checkpoints are far
+/// smaller and a segment takes many deltas between rotations.
+/// `segments_here` is how many segments the namespace holds (2 per copy
+/// on it).
+pub(crate) fn meta_zones_per_segment(device: &Device, segments_here: u32, data_blocks: Option<u64>) -> Result<u32> {
     let zones = &device.zones;
-    let total_blocks: u64 = zones.iter().map(|z| u64::from(z.capacity_blocks)).sum();
+    let own_blocks: u64 = zones.iter().map(|z| u64::from(z.capacity_blocks)).sum();
+    let total_blocks = data_blocks.unwrap_or(own_blocks);
     let needed =
         worst_checkpoint_bytes(total_blocks, zones.len() as u64).div_ceil(BLOCK_SIZE as u64) + LABEL_BLOCKS + 16;
     let mut sum = 0u64;

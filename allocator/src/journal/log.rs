@@ -22,7 +22,7 @@
 //! in place).
 
 use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
-use super::{encode_label, encode_record, Kind, Label, Stamp};
+use super::{encode_label, encode_record, Kind, Label, Stamp, NO_COPY};
 use crate::device::Device;
 use crate::error::Result;
 use crate::BLOCK_SIZE;
@@ -501,6 +501,30 @@ impl Journal {
             }
         }
         Ok(())
+    }
+
+    /// Labels a member that holds no metadata copy (a pool's third device
+    /// on), at the head of its label zone ([`super::layout::LABEL_ZONES`]),
+    /// flushed: the volume, its place and `superblock` (the volume's now),
+    /// so that open knows it. A zoned label zone is reset first and
+    /// finished after, so that it holds no open or active resource.
+    pub fn write_member_label(&self, device: &mut Device, place: usize, superblock: &super::Superblock) -> Result<()> {
+        let label = Label {
+            device_index: place as u8,
+            copy: NO_COPY,
+            segment: 0,
+            superblock: superblock.clone(),
+            ..self.label.clone()
+        };
+        let block = encode_label(&label);
+        if device.is_zoned() {
+            device.zone_action(0, ZoneSendAction::Reset)?;
+        }
+        device.write_at(device.lba(0, 0), &[block.clone(), block].concat())?;
+        if device.is_zoned() {
+            device.zone_action(0, ZoneSendAction::Finish)?;
+        }
+        device.flush()
     }
 
     /// The two label blocks that head `segment` of `copy`.

@@ -352,14 +352,9 @@ impl Volume {
         let volume_id = label.volume_id;
         let g = superblock.meta_zones_per_segment;
         let profile = superblock.profile;
-        let lane_devices: &[usize] = match profile {
-            Profile::Single => &[0],
-            Profile::Dup => &[0, 0],
-            Profile::Mirror => &[0, 1],
-        };
         let mut lanes = Vec::new();
-        for (lane_index, &device) in lane_devices.iter().enumerate() {
-            let meta_zones = meta_zones_on(profile, g, device);
+        for (lane_index, device) in lane_devices(profile, devices.len()).into_iter().enumerate() {
+            let meta_zones = meta_zones_on(devices.len(), g, device);
             // Segments moved out of the format's area (a zone wore out).
             let moved: Vec<u32> = placed_copies(&superblock)
                 .iter()
@@ -407,7 +402,7 @@ impl Volume {
             });
             let lanes_here = lanes.iter().filter(|l| l.device == index).count() as u32;
             let streams = u32::from(superblock.streams);
-            let needed_active = lanes_here * (streams + 1) + meta_copies_on(profile, index);
+            let needed_active = lanes_here * (streams + 1) + meta_copies_on(devices.len(), index);
             let needed_open = lanes_here * streams + 1;
             if let Some((open, active)) = limits {
                 if needed_active > active || needed_open > open {
@@ -448,6 +443,7 @@ impl Volume {
         if lanes.len() > MAX_DEVICES {
             return Err(Error::InvalidConfig(format!("{} lanes: a volume has at most {MAX_DEVICES}", lanes.len())));
         }
+        let lane_count = lanes.len();
         let mut chooser = Chooser::new();
         for (index, lane) in lanes.iter().enumerate() {
             chooser.add(index, lane.table.free_blocks());
@@ -468,7 +464,7 @@ impl Volume {
             tags,
             area: superblock.checksum_area,
             sealed_since_commit: Vec::new(),
-            area_cache: vec![None; 2],
+            area_cache: vec![None; lane_count],
             superblock,
             volume_id,
             options,
@@ -484,7 +480,7 @@ impl Volume {
             held_zone: None,
             bad_blocks: Vec::new(),
             zone_limits,
-            reclaim_open: vec![false; 2],
+            reclaim_open: vec![false; lane_count],
             copy_supported,
             reclaim: None,
             reclaim_queue: Vec::new(),
@@ -838,9 +834,19 @@ pub(super) fn check_locations(superblock: &Superblock, place: usize, device: &De
     })
 }
 
-/// Metadata copies on device `device` (each holds one active zone).
-pub(super) fn meta_copies_on(profile: Profile, device: usize) -> u32 {
-    meta_copies(profile, 1).iter().filter(|c| c.device == device).count() as u32
+/// Metadata copies on device `device` of a volume of `devices` namespaces
+/// (each holds one active zone).
+pub(super) fn meta_copies_on(devices: usize, device: usize) -> u32 {
+    meta_copies(devices, 1).iter().filter(|c| c.device == device).count() as u32
+}
+
+/// The device place of each lane of a volume of `devices` namespaces: a
+/// lane per namespace, or the two of a dup on its one.
+pub(super) fn lane_devices(profile: Profile, devices: usize) -> Vec<usize> {
+    match profile {
+        Profile::Dup => vec![0, 0],
+        Profile::Single | Profile::Mirror => (0..devices).collect(),
+    }
 }
 
 /// Whether `zone` of its device belongs to `lane`: every zone past the

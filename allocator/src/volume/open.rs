@@ -20,15 +20,16 @@ use nvme_driver::cmd::zns::ZoneSendAction;
 use std::time::Instant;
 
 impl Volume {
-    /// Creates a new volume on `devices` (one, or two for a mirror),
-    /// destroying what they held, and commits it. Every option is checked
-    /// before the first write.
+    /// Creates a new volume on `devices` (one to sixteen: a dup takes
+    /// one, a mirror two or more), destroying what they held, and commits
+    /// it. Every option is checked before the first write.
     pub fn format(mut devices: Vec<Device>, options: &VolumeOptions) -> Result<Volume> {
         let profile = options.profile;
-        if devices.len() != profile.devices() {
+        if !profile.spans(devices.len()) {
             return Err(Error::InvalidConfig(format!(
-                "profile {profile:?} takes {} namespace(s), got {}",
-                profile.devices(),
+                "profile {profile:?} spans {} to {} namespace(s), got {}",
+                profile.min_devices(),
+                profile.max_devices(),
                 devices.len()
             )));
         }
@@ -57,7 +58,12 @@ impl Volume {
             software_zone_blocks = software_zone_blocks_for(device, options, area, zoned_zone_blocks)?;
             device.load_zones(software_zone_blocks)?;
         }
-        let g = meta_zones_per_segment(&devices[0], segments_on(profile, 0))?;
+        // The checkpoint must have room for every extent of the volume
+        // (the first namespace's worth, at least, as before pools).
+        let pool_blocks = devices.iter().map(|d| d.zones.iter().map(|z| u64::from(z.capacity_blocks)).sum::<u64>());
+        let data_blocks =
+            pool_blocks.clone().next().unwrap_or(0).max(pool_blocks.sum::<u64>() / profile.copies() as u64);
+        let g = meta_zones_per_segment(&devices[0], segments_on(devices.len(), 0), Some(data_blocks))?;
         let largest = transfer_blocks(&devices, options);
         let data_unit_blocks = super::data_unit_blocks(&devices, area, largest);
         let max_extent_blocks = max_extent_blocks(&devices, largest, area, data_unit_blocks);
@@ -74,7 +80,7 @@ impl Volume {
                 .iter()
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
-            meta_segments: meta_copies(profile, g).map(|copy| copy.segments),
+            meta_segments: meta_copies(devices.len(), g).map(|copy| copy.segments),
             meta_segment_blocks: 0,
             members: (0..devices.len())
                 .map(|_| MemberRecord { id: journal::random_u64(), ..MemberRecord::default() })
@@ -108,6 +114,9 @@ impl Volume {
         let pages = volume.page_chunk(0, volume.table.pages())?;
         let payload = volume.begin_payload(&journal::encode_ops(&[]), &pages.bytes);
         volume.journal.format(&mut volume.devices, &payload)?;
+        for place in 0..volume.devices.len() {
+            volume.label_member(place)?;
+        }
         volume.owners_written(&pages, payload.len() - pages.bytes.len());
         volume.stats.checkpoints += 1;
         Ok(volume)
@@ -248,7 +257,7 @@ impl Volume {
         };
         let absent_zones: Vec<usize> = (0..devices.len())
             .map(|device| {
-                let lane = lanes_of(superblock.profile, device).next().unwrap_or(0);
+                let lane = lanes_of(superblock.profile, superblock.devices.len(), device).next().unwrap_or(0);
                 recovered.lane_zones.get(lane).map_or(0, |&zones| zones as usize)
             })
             .collect();
@@ -599,14 +608,11 @@ impl Volume {
     }
 }
 
-/// The lanes that lie on device place `device`.
-fn lanes_of(profile: Profile, device: usize) -> impl Iterator<Item = usize> {
-    let lanes: &[usize] = match profile {
-        Profile::Single => &[0],
-        Profile::Dup => &[0, 0],
-        Profile::Mirror => &[0, 1],
-    };
-    lanes.iter().enumerate().filter(move |&(_, &d)| d == device).map(|(lane, _)| lane)
+/// The lanes that lie on device place `device` of a volume of `devices`
+/// namespaces (see [`super::lane_devices`]).
+fn lanes_of(profile: Profile, devices: usize, device: usize) -> impl Iterator<Item = usize> {
+    let lanes = super::lane_devices(profile, devices);
+    (0..lanes.len()).filter(move |&lane| lanes[lane] == device)
 }
 
 /// Zones a conventional member must get to take its zoned partners' zone
@@ -812,9 +818,10 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
     Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases, label_ids })
 }
 
-/// Segments (two per metadata copy) on device `device`.
-fn segments_on(profile: Profile, device: usize) -> u32 {
-    2 * super::meta_copies_on(profile, device)
+/// Segments (two per metadata copy) on device `device` of a volume of
+/// `devices` namespaces.
+fn segments_on(devices: usize, device: usize) -> u32 {
+    2 * super::meta_copies_on(devices, device)
 }
 
 /// What `Volume::load` found, for open to act on or check to report.

@@ -167,7 +167,7 @@ impl Volume {
         let lanes = self.lanes.iter().filter(|l| l.device == device);
         let active: u32 = lanes.clone().map(|l| l.table.active_zones()).sum();
         let reclaim_held = lanes.filter(|l| l.table.open_zone(Slot::Reclaim).is_some()).count() as u32;
-        let meta = super::meta_copies_on(self.superblock.profile, device);
+        let meta = super::meta_copies_on(self.superblock.devices.len(), device);
         let streams_active = active - reclaim_held;
         let open_after = match slot {
             Slot::Stream(_) => streams_active + 1 + 1,

@@ -163,7 +163,7 @@ impl Volume {
         }
         // The metadata copies on the place go back where format puts them.
         let g = self.journal.g;
-        for (index, copy) in super::meta_copies(self.superblock.profile, g).into_iter().enumerate() {
+        for (index, copy) in super::meta_copies(self.superblock.devices.len(), g).into_iter().enumerate() {
             if copy.device == place {
                 self.journal.copies[index].segments = copy.segments;
                 self.superblock.meta_segments[index] = copy.segments;
@@ -175,6 +175,7 @@ impl Volume {
         self.journal.label.generation += 1;
         self.bring_online(place);
         self.commit()?;
+        self.label_member(place)?;
         log::info!("device place {place} replaced: {} blocks to resilver", self.missing_on(place));
         Ok(())
     }
@@ -219,13 +220,13 @@ impl Volume {
             ));
         }
         let g = self.journal.g;
-        let meta_zones = super::meta_zones_on(self.superblock.profile, g, place) as usize;
+        let meta_zones = super::meta_zones_on(self.superblock.devices.len(), g, place) as usize;
         if device.zones.len() < meta_zones + 4 {
             return too_small(format!("{} zones", device.zones.len()));
         }
         // Its metadata segments must hold what the others hold.
         let needed = self.superblock.meta_segment_blocks;
-        for copy in super::meta_copies(self.superblock.profile, g).into_iter().filter(|c| c.device == place) {
+        for copy in super::meta_copies(self.superblock.devices.len(), g).into_iter().filter(|c| c.device == place) {
             for segment in 0..2 {
                 let have = crate::journal::layout::segment_capacity(device, copy, g, segment);
                 if have < needed {
@@ -316,7 +317,7 @@ impl Volume {
     /// is (or is to be) at the lane's place.
     fn table_on(&self, lane: usize, device: &Device) -> ZoneTable {
         let profile = self.superblock.profile;
-        let meta_zones = super::meta_zones_on(profile, self.journal.g, self.lanes[lane].device);
+        let meta_zones = super::meta_zones_on(self.superblock.devices.len(), self.journal.g, self.lanes[lane].device);
         let capacities = super::data_capacities(device, &self.superblock);
         let mut table = ZoneTable::new(
             &capacities,
@@ -341,6 +342,19 @@ impl Volume {
         // Make sure the change is journaled even if nothing else is.
         self.ops.push(Op::Member { device: place as u8, record: member.record });
         member.journaled = member.record;
+    }
+
+    /// Labels place `place` when it holds no metadata copy (a pool's third
+    /// device on), so that open knows its device by the label: at format,
+    /// and when a new device takes the place.
+    pub(super) fn label_member(&mut self, place: usize) -> Result<()> {
+        if super::meta_copies_on(self.devices.len(), place) > 0 {
+            return Ok(());
+        }
+        match self.devices[place].as_mut() {
+            Some(device) => self.journal.write_member_label(device, place, &self.superblock),
+            None => Ok(()),
+        }
     }
 
     pub(super) fn take_zone_actions(&mut self, actions: Vec<ZoneAction>) -> Result<()> {

@@ -136,7 +136,7 @@ fn main() -> ExitCode {
         args::exit_usage_error::<Args>("scrub", &message);
     }
     // Each copy of the simulated volume's data is kept in memory.
-    let copies = Profile::from(args.sim_profile).devices().max(2) as u64;
+    let copies = Profile::from(args.sim_profile).min_devices().max(2) as u64;
     if let Err(message) = args.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(copies))) {
         args::exit_usage_error::<Args>("scrub", &message);
     }
@@ -231,7 +231,7 @@ fn sim_volume(args: &Args, bytes: u64) -> Result<(Vec<Controller>, Volume), Stri
     let mut config = SimConfig::empty().with_namespace(namespace.clone());
     config.memory_limit_bytes = 2 * bytes + (1 << 30);
     let profile = Profile::from(args.sim_profile);
-    let sims: Vec<Arc<Simulator>> = (0..profile.devices()).map(|_| Simulator::new(config.clone())).collect();
+    let sims: Vec<Arc<Simulator>> = (0..profile.min_devices()).map(|_| Simulator::new(config.clone())).collect();
     let controllers: Vec<Controller> = sims
         .iter()
         .map(|sim| {

@@ -170,7 +170,7 @@ impl<'a> Reader<'a> {
         let max_extent_blocks = self.u32()?;
         let finish_threshold_blocks = self.u32()?;
         let device_count = self.u8()?;
-        if usize::from(device_count) != profile.devices() || meta_zones_per_segment == 0 || streams == 0 {
+        if !profile.spans(usize::from(device_count)) || meta_zones_per_segment == 0 || streams == 0 {
             return Err(corrupt(format!(
                 "{device_count} devices, {meta_zones_per_segment} zones per segment, {streams} streams for {profile:?}"
             )));

@@ -281,7 +281,7 @@ fn check_new_volume(args: &Args) -> Result<(), String> {
 /// simulator's namespaces are the tool's own: a mirror on --sim without
 /// --ns is on its namespaces 1 and 2.
 fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
-    let mut wanted = Profile::from(args.profile).devices();
+    let mut wanted = Profile::from(args.profile).min_devices();
     // A mirror opened degraded may be given the one device left.
     if args.degraded && !args.format && args.pci.len().max(args.ns.len()) == 1 {
         wanted = 1;
