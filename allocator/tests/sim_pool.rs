@@ -148,3 +148,93 @@ fn the_number_of_devices_is_checked_at_format() {
     let why = refused(Profile::Mirror, harness.devices().into_iter().take(1).collect());
     assert!(why.contains("spans 2 to 16"), "{why}");
 }
+
+/// `harness`'s devices but the one at `away`.
+fn without(harness: &Harness, away: usize) -> Vec<zoned_allocator::Device> {
+    let mut devices = harness.devices();
+    devices.remove(away);
+    devices
+}
+
+#[test]
+fn a_mirror_over_three_goes_on_degraded_with_full_copies_on_the_other_two() {
+    // Place 0 holds a metadata copy; place 2 only its label.
+    for away in [2, 0] {
+        let context = format!("place {away} away");
+        let mut harness = pool(vec![zns(48, 1024), conventional(48), zns(48, 1024)]);
+        let options = options(Profile::Mirror);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 150, 1);
+        drop(volume);
+        harness.restart();
+        match Volume::open(without(&harness, away), &options) {
+            Err(Error::Degraded { missing, .. }) => assert_eq!(missing, vec![away], "{context}"),
+            other => panic!("{context}: opened without degraded: {other:?}"),
+        }
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        let mut volume = Volume::open(without(&harness, away), &degraded).unwrap_or_else(|e| panic!("{context}: {e}"));
+        // Every extent reads, from a copy on a device in use.
+        for (&id, &(seed, blocks)) in &model {
+            let mut back = vec![0u8; blocks * BLOCK_SIZE];
+            volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+            assert!(back == pattern(seed, blocks), "{context}: extent {id}");
+        }
+        // New extents keep both copies, on the two devices in use.
+        let mut fresh = Model::new();
+        write(&mut volume, &mut fresh, 60, 500);
+        for &id in fresh.keys() {
+            let lanes: Vec<usize> =
+                (0..3).filter(|&l| volume.location(id, l).is_some_and(|at| !at.is_missing())).collect();
+            assert_eq!(lanes.len(), 2, "{context}: extent {id} in {lanes:?}");
+            assert!(!lanes.contains(&away), "{context}: extent {id} in {lanes:?}");
+        }
+        let status = volume.status();
+        assert_eq!(status.redundancy.extents_lost, 0, "{context}: {status:?}");
+        model.extend(fresh);
+        drop(volume);
+        harness.restart();
+        // The device comes back: it rejoins with what it held.
+        let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: all three: {e}"));
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn a_single_pool_without_a_device_names_exactly_the_extents_it_held() {
+    let mut harness = pool(vec![zns(48, 1024), zns(48, 1024), zns(48, 1024)]);
+    let options = options(Profile::Single);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 150, 1);
+    let on_two: Vec<u64> =
+        model.keys().copied().filter(|&id| volume.location(id, 2).is_some_and(|at| !at.is_missing())).collect();
+    assert!(!on_two.is_empty() && on_two.len() < model.len(), "{} of {}", on_two.len(), model.len());
+    drop(volume);
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = Volume::open(without(&harness, 2), &degraded).expect("opens degraded");
+    let lost: Vec<u64> = volume.lost_extents().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(lost, on_two, "the extents lost are exactly those on the device away");
+    let status = volume.status();
+    assert_eq!(status.redundancy.extents_lost, on_two.len() as u64, "{status:?}");
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        match volume.read(id, &mut back) {
+            Ok(_) => {
+                assert!(!on_two.contains(&id), "extent {id} read without its device");
+                assert!(back == pattern(seed, blocks), "extent {id}");
+            }
+            Err(Error::Uncorrectable { .. }) => assert!(on_two.contains(&id), "extent {id}"),
+            Err(error) => panic!("extent {id}: {error}"),
+        }
+    }
+    // Writes go on, to the devices in use.
+    let mut fresh = Model::new();
+    write(&mut volume, &mut fresh, 40, 500);
+    drop(volume);
+    harness.restart();
+    model.extend(fresh);
+    let mut volume = harness.open(&options).expect("all three");
+    check(&mut volume, &model);
+}
