@@ -102,8 +102,8 @@ pub use journal::recovery::Dropped;
 pub use owners::OWNER_LOST;
 pub use token::Token;
 pub use volume::{
-    BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, CommitPhases, DeviceErrors, DeviceState,
-    DeviceStatus, DivergedSide, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome,
+    BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, CommitPhases, CopiesLeft, DeviceErrors,
+    DeviceState, DeviceStatus, DivergedSide, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome,
     ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats,
     VolumeStatus, WriteDone, WriteMode,
 };
@@ -148,6 +148,10 @@ pub enum Profile {
     /// Two copies of each extent on two distinct namespaces of the two or
     /// more the volume spans (possibly on several controllers).
     Mirror = 2,
+    /// Three copies of each extent on three distinct namespaces of the
+    /// three or more the volume spans (btrfs's RAID1C3): any two devices
+    /// may go with nothing lost, data or metadata.
+    Mirror3 = 3,
 }
 
 impl Profile {
@@ -156,6 +160,7 @@ impl Profile {
         match self {
             Profile::Single => 1,
             Profile::Dup | Profile::Mirror => 2,
+            Profile::Mirror3 => 3,
         }
     }
 
@@ -164,6 +169,7 @@ impl Profile {
         match self {
             Profile::Single | Profile::Dup => 1,
             Profile::Mirror => 2,
+            Profile::Mirror3 => 3,
         }
     }
 
@@ -172,7 +178,7 @@ impl Profile {
     pub fn max_devices(self) -> usize {
         match self {
             Profile::Dup => 1,
-            Profile::Single | Profile::Mirror => chooser::MAX_DEVICES,
+            Profile::Single | Profile::Mirror | Profile::Mirror3 => chooser::MAX_DEVICES,
         }
     }
 

@@ -27,6 +27,7 @@ fn harness(profile: Profile, config: &SimConfig) -> Harness {
     match profile {
         Profile::Single | Profile::Dup => Harness::single(config.clone()),
         Profile::Mirror => Harness::new(vec![config.clone(), config.clone()], vec![(0, 1), (1, 1)]),
+        Profile::Mirror3 => Harness::new(vec![config.clone(); 3], vec![(0, 1), (1, 1), (2, 1)]),
     }
 }
 
@@ -70,7 +71,10 @@ fn cases() -> Vec<(String, Harness, VolumeOptions)> {
         for store in [ChecksumStore::Area, ChecksumStore::Map, ChecksumStore::Tags] {
             let metadata = if store == ChecksumStore::Tags { 8 } else { 0 };
             let config = with_metadata(config.clone(), metadata);
-            for profile in [Profile::Single, Profile::Dup, Profile::Mirror] {
+            // A 3-copy mirror (three devices) with one store: the others
+            // change nothing that the mirror of two does not cover.
+            let mirror3 = (store == ChecksumStore::Area).then_some(Profile::Mirror3);
+            for profile in [Profile::Single, Profile::Dup, Profile::Mirror].into_iter().chain(mirror3) {
                 let options = VolumeOptions { profile, checksums: store, ..volume_options() };
                 cases.push((format!("{geometry} {profile:?} {store:?}"), harness(profile, &config), options));
             }

@@ -238,3 +238,36 @@ fn a_single_pool_without_a_device_names_exactly_the_extents_it_held() {
     let mut volume = harness.open(&options).expect("all three");
     check(&mut volume, &model);
 }
+
+#[test]
+fn a_three_copy_mirror_loses_nothing_with_any_two_devices_gone() {
+    let configs = || vec![zns(32, 1024), conventional(32), zns(32, 1024), conventional(32)];
+    for gone in [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]] {
+        let context = format!("places {gone:?} gone");
+        let mut harness = pool(configs());
+        let options = options(Profile::Mirror3);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 120, 1);
+        check(&mut volume, &model);
+        drop(volume);
+        harness.restart();
+        let left: Vec<zoned_allocator::Device> =
+            harness.devices().into_iter().enumerate().filter(|(p, _)| !gone.contains(p)).map(|(_, d)| d).collect();
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        let mut volume = Volume::open(left, &degraded).unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(volume.lost_extents().is_empty(), "{context}");
+        for (&id, &(seed, blocks)) in &model {
+            let mut back = vec![0u8; blocks * BLOCK_SIZE];
+            volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+            assert!(back == pattern(seed, blocks), "{context}: extent {id}");
+        }
+        // Writes go on, each with a copy on both devices left (and the
+        // third recorded missing, for a resilver).
+        let mut fresh = Model::new();
+        write(&mut volume, &mut fresh, 20, 900);
+        let status = volume.status();
+        assert_eq!(status.redundancy.extents_lost, 0, "{context}: {status:?}");
+        assert_eq!(status.redundancy.extents_at_risk, model.len() as u64 + 20, "{context}: {status:?}");
+    }
+}

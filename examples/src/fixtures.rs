@@ -3,7 +3,7 @@
 
 use crate::health::Health;
 use zoned_allocator::{
-    DeviceErrors, DeviceStatus, MemberState, Profile, Redundancy, ScrubRecord, VolumeState, VolumeStatus,
+    CopiesLeft, DeviceErrors, DeviceStatus, MemberState, Profile, Redundancy, ScrubRecord, VolumeState, VolumeStatus,
 };
 
 /// Device place `place` in `state`, at `pci` (empty: absent).
@@ -26,6 +26,8 @@ pub fn device(place: usize, state: MemberState, pci: &str) -> DeviceStatus {
         used_bytes: 1 << 20,
         capacity_bytes: 1 << 30,
         missing_bytes: 0,
+        sole_extents: 0,
+        sole_bytes: 0,
     }
 }
 
@@ -37,6 +39,9 @@ pub fn degraded() -> VolumeStatus {
     gone.zones_empty = 0;
     gone.zones_open = 0;
     gone.zones_full = 0;
+    // Every extent's one copy left is on place 0.
+    let mut online = device(0, MemberState::Online, "0000:01:00.0");
+    (online.sole_extents, online.sole_bytes) = (258, (1 << 20) + 8192);
     VolumeStatus {
         volume_id: 0xABCD,
         state: VolumeState::Degraded,
@@ -44,12 +49,15 @@ pub fn degraded() -> VolumeStatus {
         block_tag_bytes: None,
         checksum_areas: false,
         unsealed_zones: 0,
-        devices: vec![device(0, MemberState::Online, "0000:01:00.0"), gone],
+        devices: vec![online, gone],
         redundancy: Redundancy {
             copies: 2,
-            bytes_full: 1 << 20,
-            bytes_at_risk: 8192,
-            extents_at_risk: 2,
+            bytes_full: 0,
+            bytes_at_risk: (1 << 20) + 8192,
+            extents_at_risk: 258,
+            by_copies_left: vec![CopiesLeft { copies: 1, extents: 258, bytes: (1 << 20) + 8192 }],
+            bytes_missing: 8192,
+            extents_missing: 2,
             ..Redundancy::default()
         },
         resilver: Vec::new(),

@@ -214,10 +214,14 @@ fn volume_figures(out: &mut Exposition, status: &VolumeStatus) {
     out.sample(&[], status.redundancy.copies as u64);
     out.family("nvme_volume_bytes_full", Kind::Gauge, "Bytes (counted once) with every copy present.");
     out.sample(&[], status.redundancy.bytes_full);
-    out.family("nvme_volume_bytes_at_risk", Kind::Gauge, "Bytes with a copy missing: one more fault loses them.");
+    out.family("nvme_volume_bytes_at_risk", Kind::Gauge, "Bytes with fewer copies available than the profile asks.");
     out.sample(&[], status.redundancy.bytes_at_risk);
-    out.family("nvme_volume_extents_at_risk", Kind::Gauge, "Extents with a copy missing.");
+    out.family("nvme_volume_extents_at_risk", Kind::Gauge, "Extents with fewer copies available than asked.");
     out.sample(&[], status.redundancy.extents_at_risk);
+    out.family("nvme_volume_bytes_missing", Kind::Gauge, "Bytes of extents with a copy a resilver must write.");
+    out.sample(&[], status.redundancy.bytes_missing);
+    out.family("nvme_volume_extents_missing", Kind::Gauge, "Extents with a copy a resilver must write.");
+    out.sample(&[], status.redundancy.extents_missing);
     out.family("nvme_volume_bytes_lost", Kind::Gauge, "Bytes with no copy on a device in use: lost.");
     out.sample(&[], status.redundancy.bytes_lost);
     out.family("nvme_volume_extents_lost", Kind::Gauge, "Extents with no copy on a device in use: lost.");
@@ -395,8 +399,9 @@ mod tests {
         has("nvme_volume_state{state=\"degraded\"} 1");
         has("nvme_volume_state{state=\"failed\"} 0");
         has("nvme_volume_info{volume_id=\"0x000000000000abcd\",profile=\"mirror\"} 1");
-        has("nvme_volume_bytes_at_risk 8192");
-        has("nvme_volume_extents_at_risk 2");
+        has("nvme_volume_bytes_at_risk 1056768");
+        has("nvme_volume_extents_at_risk 258");
+        has("nvme_volume_extents_missing 2");
         has("# TYPE nvme_volume_device_errors_total counter");
         has("nvme_volume_device_errors_total{place=\"0\",pci=\"0000:01:00.0\",serial=\"SN0\",kind=\"read\"} 3");
         has("nvme_volume_device_errors_total{place=\"1\",pci=\"\",serial=\"\",kind=\"checksum\"} 7");

@@ -159,11 +159,22 @@ fn state_text(out: &mut String, status: &VolumeStatus) {
     if redundancy.extents_at_risk > 0 {
         let _ = writeln!(
             out,
-            "at risk: {} bytes ({}) in {} extent(s) have one copy",
+            "at risk: {} bytes ({}) in {} extent(s) have fewer than their {} copies",
             redundancy.bytes_at_risk,
             human_bytes(redundancy.bytes_at_risk),
-            redundancy.extents_at_risk
+            redundancy.extents_at_risk,
+            redundancy.copies
         );
+        for left in &redundancy.by_copies_left {
+            let _ = writeln!(
+                out,
+                "         {} extent(s) ({}) with {} cop{} left",
+                left.extents,
+                human_bytes(left.bytes),
+                left.copies,
+                if left.copies == 1 { "y" } else { "ies" }
+            );
+        }
     }
     for resilver in &status.resilver {
         let _ = writeln!(
@@ -232,6 +243,7 @@ fn devices_text(out: &mut String, status: &VolumeStatus) {
         "ZONES E/O/F/W",
         "USED",
         "MISSING",
+        "ALONE",
     ];
     let mut rows = Vec::new();
     for device in &status.devices {
@@ -254,6 +266,7 @@ fn devices_text(out: &mut String, status: &VolumeStatus) {
             },
             if present { human_bytes(device.used_bytes) } else { "-".into() },
             human_bytes(device.missing_bytes),
+            if present { human_bytes(device.sole_bytes) } else { "-".into() },
         ]);
     }
     out.push_str(&table(&header, &rows, &[7, 8, 9]));
@@ -451,15 +464,16 @@ volume: 0x000000000000abcd (mirror, 2 copies)
 status: device place 1 is not in use (the device went away)
 action: put a new device in its place (volume replace --place 1 --new-pci BDF), or give the device back and open \
 the volume again (volume status) for it to rejoin
-at risk: 8192 bytes (8.0 KiB) in 2 extent(s) have one copy
+at risk: 1056768 bytes (1.0 MiB) in 258 extent(s) have fewer than their 2 copies
+         258 extent(s) (1.0 MiB) with 1 copy left
   scan: last scrub ended 2023-11-14 22:13:20 UTC (3 h ago): 2.0 MiB verified, 1 bad block(s), 1 repaired, 0 \
 uncorrectable: clean
   used: 1.0 MiB of 1.0 GiB, committed sequence 42
    crc: in the extent map
 
-PLACE  ROLE           PCI           MODEL      SERIAL  NSID  STATE   READ  WRITE  CKSUM  ZONES E/O/F/W  USED     MISSING
-0      mirror copy 0  0000:01:00.0  Model \"Z\"  SN0     1     ONLINE     3      0      7  10/1/4/0       1.0 MiB  0 B
-1      mirror copy 1  -             -          -       1     FAILED     3      0      7  -              -        8.0 KiB
+PLACE  ROLE           PCI           MODEL      SERIAL  NSID  STATE   READ  WRITE  CKSUM  ZONES E/O/F/W  USED     MISSING  ALONE
+0      mirror copy 0  0000:01:00.0  Model \"Z\"  SN0     1     ONLINE     3      0      7  10/1/4/0       1.0 MiB  0 B      1.0 MiB
+1      mirror copy 1  -             -          -       1     FAILED     3      0      7  -              -        8.0 KiB  -
 place 0: 1 timeout(s) and 0 controller reset(s) since open
 place 1: 1 timeout(s) and 0 controller reset(s) since open
 

@@ -58,11 +58,12 @@ fn a_mirror_missing_a_member_opens_only_degraded() {
     assert_eq!(status["devices"][1]["state"], "failed");
     assert_eq!(status["devices"][1]["pci"], "");
     assert_eq!(status["devices"][1]["health"], Value::Null);
-    assert_eq!(status["redundancy"]["bytes_at_risk"], 1 << 20, "the quarter written without place 1");
+    assert_eq!(status["redundancy"]["bytes_missing"], 1 << 20, "the quarter written without place 1");
+    assert_eq!(status["redundancy"]["bytes_at_risk"], status["used_bytes"], "every extent has one copy available");
     let (code, text, _) = run(&["status", "--sim-state", "degraded", "--degraded", "--prometheus"]);
     assert_eq!(code, Some(3));
     assert!(text.contains("\nnvme_volume_state{state=\"degraded\"} 1\n"), "{text}");
-    assert!(text.contains("\nnvme_volume_bytes_at_risk 1048576\n"), "{text}");
+    assert!(text.contains("\nnvme_volume_bytes_missing 1048576\n"), "{text}");
 }
 
 #[test]

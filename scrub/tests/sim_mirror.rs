@@ -102,17 +102,19 @@ fn a_mirror_missing_a_device_opens_only_when_allowed_then_serves_reads_and_write
     let status = volume.status();
     assert_eq!(status.state, VolumeState::Degraded);
     assert_eq!(status.devices[1].state, MemberState::Failed);
-    assert_eq!(status.redundancy.bytes_at_risk, 0, "nothing written yet lacks a copy");
+    assert_eq!(status.redundancy.bytes_missing, 0, "nothing written yet lacks a copy");
+    let all = data.len() as u64;
+    assert_eq!(status.redundancy.extents_at_risk, all, "every extent has one copy available");
     write(&mut volume, &mut data, 10, 2);
     volume.commit().unwrap();
-    let at_risk = volume.status().redundancy.extents_at_risk;
-    assert_eq!(at_risk, 10, "the extents written degraded lack their second copy");
+    let missing = volume.status().redundancy.extents_missing;
+    assert_eq!(missing, 10, "the extents written degraded lack their second copy");
     drop(volume);
     harness.restart();
     // The missing copies are in the metadata: a second degraded open
     // knows them, and so does one with both devices.
     let mut volume = Volume::open(only_first(&harness), &degraded).expect("opens degraded again");
-    assert_eq!(volume.status().redundancy.extents_at_risk, 10);
+    assert_eq!(volume.status().redundancy.extents_missing, 10);
     check(&mut volume, &data, false);
     drop(volume);
     harness.restart();

@@ -342,7 +342,7 @@ pub(crate) struct Superblock {
     pub devices: Vec<(u32, u32, u64, bool)>,
     /// Per metadata copy, the first zone of each of its two segments: where
     /// format put them, or where a segment moved when a zone wore out.
-    pub meta_segments: [[u32; 2]; 2],
+    pub meta_segments: Vec<[u32; 2]>,
     /// Blocks of every metadata segment the journal uses: the smallest
     /// over the copies when the volume was formatted, kept so that a copy
     /// away (or a replacement) never changes how far the log may grow.
@@ -466,6 +466,8 @@ pub(crate) struct Label {
 
 /// What a block holds, read as a label.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Read a few times per open and matched at once: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum LabelRead {
     Label(Label),
     /// No label (zeroes, data, garbage, or a damaged label).
@@ -834,7 +836,7 @@ mod tests {
                 max_extent_blocks: 128,
                 finish_threshold_blocks: 0,
                 devices: vec![(1, 512, 1 << 20, true), (1, 4096, 1 << 17, false)],
-                meta_segments: [[0, 2], [0, 9]],
+                meta_segments: vec![[0, 2], [0, 9]],
                 meta_segment_blocks: 4096,
                 members: vec![
                     MemberRecord::default(),

@@ -18,8 +18,10 @@ use std::ops::Range;
 /// does not take a segment's label).
 pub(crate) const LABEL_BLOCKS: u64 = 2;
 
-/// Metadata copies of every volume.
-pub(crate) const COPIES: usize = 2;
+/// Metadata copies a volume keeps at most: one on each of its first three
+/// devices (as btrfs's RAID1C3 metadata), so that a 3-copy mirror loses
+/// none of it with any two devices gone.
+pub(crate) const COPIES_MAX: usize = 3;
 
 /// One copy of the metadata: which device holds it, and the first zone of
 /// each of its two segments.
@@ -34,21 +36,22 @@ pub(crate) struct MetaCopy {
 /// that open knows it by them.
 pub(crate) const LABEL_ZONES: u32 = 1;
 
-/// Where format puts the two copies on a volume of `devices` namespaces,
-/// for segments of `g` zones: each copy's two segments side by side, both
-/// copies on a volume of one namespace, else one on each of the first two.
-pub(crate) fn meta_copies(devices: usize, g: u32) -> [MetaCopy; COPIES] {
+/// Where format puts the metadata copies on a volume of `devices`
+/// namespaces, for segments of `g` zones: each copy's two segments side by
+/// side; two copies on a volume of one namespace (btrfs's DUP metadata),
+/// else one on each of the first `min(devices, COPIES_MAX)`.
+pub(crate) fn meta_copies(devices: usize, g: u32) -> Vec<MetaCopy> {
     if devices <= 1 {
-        [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 0, segments: [2 * g, 3 * g] }]
+        vec![MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 0, segments: [2 * g, 3 * g] }]
     } else {
-        [MetaCopy { device: 0, segments: [0, g] }, MetaCopy { device: 1, segments: [0, g] }]
+        (0..devices.min(COPIES_MAX)).map(|device| MetaCopy { device, segments: [0, g] }).collect()
     }
 }
 
 /// The copies as a superblock places them (after any move).
-pub(crate) fn placed_copies(superblock: &super::Superblock) -> [MetaCopy; COPIES] {
+pub(crate) fn placed_copies(superblock: &super::Superblock) -> Vec<MetaCopy> {
     let mut copies = meta_copies(superblock.devices.len(), superblock.meta_zones_per_segment);
-    for (copy, segments) in copies.iter_mut().zip(superblock.meta_segments) {
+    for (copy, &segments) in copies.iter_mut().zip(&superblock.meta_segments) {
         copy.segments = segments;
     }
     copies

@@ -21,7 +21,7 @@
 //! same stance: a write that may have failed is superseded, never repeated
 //! in place).
 
-use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, COPIES, LABEL_BLOCKS};
+use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, LABEL_BLOCKS};
 use super::{encode_label, encode_record, Kind, Label, Stamp, NO_COPY};
 use crate::device::Device;
 use crate::error::Result;
@@ -60,7 +60,7 @@ pub(crate) struct Journal {
     pub volume_id: u64,
     /// Zones per segment.
     pub g: u32,
-    pub copies: [MetaCopy; COPIES],
+    pub copies: Vec<MetaCopy>,
     /// What every label of the volume says (copy and segment are set per
     /// label written).
     pub label: Label,
@@ -146,7 +146,7 @@ impl Journal {
     /// A copy on a device given up is left as it was, and outranked by the
     /// next checkpoint's generation.
     pub(super) fn present(&self, devices: &[Option<Device>]) -> Result<Vec<MetaCopy>> {
-        let copies: Vec<MetaCopy> = self.copies.into_iter().filter(|c| devices[c.device].is_some()).collect();
+        let copies: Vec<MetaCopy> = self.copies.iter().copied().filter(|c| devices[c.device].is_some()).collect();
         if copies.is_empty() {
             return Err(crate::Error::NoDevices);
         }
@@ -439,7 +439,7 @@ impl Journal {
     /// targeted that the device reports worn out (Read Only or Offline).
     pub fn worn_target(&self, devices: &mut [Option<Device>]) -> Option<(usize, u32)> {
         let target = 1 - self.segment;
-        for (index, copy) in self.copies.into_iter().enumerate() {
+        for (index, copy) in self.copies.iter().copied().enumerate() {
             let Some(device) = devices[copy.device].as_mut() else { continue };
             if !device.is_zoned() {
                 continue;

@@ -408,7 +408,7 @@ impl Volume {
                         first + self.journal.g
                     );
                     self.journal.move_segment(copy, target, first);
-                    self.superblock.meta_segments = self.journal.label.superblock.meta_segments;
+                    self.superblock.meta_segments = self.journal.label.superblock.meta_segments.clone();
                     self.stats.meta_zones_replaced += 1;
                 }
                 None => {

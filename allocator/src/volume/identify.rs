@@ -4,7 +4,7 @@
 use super::Volume;
 use crate::device::{zone_has_write_pointer, Device};
 use crate::error::{Error, Result};
-use crate::journal::layout::{placed_copies, read_segment_image, segment_capacity, MetaCopy, SegmentImage, COPIES};
+use crate::journal::layout::{placed_copies, read_segment_image, segment_capacity, MetaCopy, SegmentImage, COPIES_MAX};
 use crate::journal::recovery::{chain_end, probe, Probe};
 use crate::journal::{Label, Superblock};
 use crate::Profile;
@@ -134,7 +134,7 @@ pub(super) fn read_images(
     every_copy: bool,
 ) -> Vec<Option<[SegmentImage; 2]>> {
     let g = superblock.meta_zones_per_segment;
-    let mut images: Vec<Option<[SegmentImage; 2]>> = Vec::with_capacity(COPIES);
+    let mut images: Vec<Option<[SegmentImage; 2]>> = Vec::with_capacity(COPIES_MAX);
     for copy in placed_copies(superblock) {
         let Some(device) = devices[copy.device].as_mut() else {
             images.push(None);

@@ -32,7 +32,9 @@ pub use fork::DivergedSide;
 pub use identify::DeviceState;
 pub use repair::MetadataScrub;
 pub use scan::LaneReads;
-pub use status::{DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus};
+pub use status::{
+    CopiesLeft, DeviceErrors, DeviceStatus, MemberState, Redundancy, ResilverStatus, VolumeState, VolumeStatus,
+};
 pub use types::*;
 
 use crate::device::Device;
@@ -845,7 +847,7 @@ pub(super) fn meta_copies_on(devices: usize, device: usize) -> u32 {
 pub(super) fn lane_devices(profile: Profile, devices: usize) -> Vec<usize> {
     match profile {
         Profile::Dup => vec![0, 0],
-        Profile::Single | Profile::Mirror => (0..devices).collect(),
+        Profile::Single | Profile::Mirror | Profile::Mirror3 => (0..devices).collect(),
     }
 }
 

@@ -80,7 +80,7 @@ impl Volume {
                 .iter()
                 .map(|d| (d.ns.nsid(), d.ns.block_size(), d.ns.capacity_blocks(), d.is_zoned()))
                 .collect(),
-            meta_segments: meta_copies(devices.len(), g).map(|copy| copy.segments),
+            meta_segments: meta_copies(devices.len(), g).iter().map(|copy| copy.segments).collect(),
             meta_segment_blocks: 0,
             members: (0..devices.len())
                 .map(|_| MemberRecord { id: journal::random_u64(), ..MemberRecord::default() })
@@ -419,7 +419,7 @@ impl Volume {
             return Ok(());
         }
         let other = 1 - self.journal.segment;
-        for (copy, segments) in self.journal.copies.into_iter().zip(images) {
+        for (copy, segments) in self.journal.copies.clone().into_iter().zip(images) {
             let Some(segments) = segments else { continue };
             let Some(device) = self.devices[copy.device].as_mut() else { continue };
             let stale = segments[other as usize]

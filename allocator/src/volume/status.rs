@@ -92,25 +92,53 @@ pub struct DeviceStatus {
     pub capacity_bytes: u64,
     /// Bytes of copies it should hold but lacks.
     pub missing_bytes: u64,
+    /// Extents whose only copy available is on it: lost if it went too
+    /// (ZFS's "one more device" question, asked of each device).
+    pub sole_extents: u64,
+    /// Their bytes.
+    pub sole_bytes: u64,
 }
 
-/// How much of the data has every copy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+/// How much of the data has every copy. A copy is available when its
+/// bytes are on a device in use: not missing (to be written by a
+/// resilver), and not on a device away or given up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Redundancy {
     /// Copies each extent should have.
     pub copies: usize,
-    /// Bytes (counted once per extent) with every copy present.
+    /// Bytes (counted once per extent) with every copy available.
     pub bytes_full: u64,
-    /// Bytes with at least one copy missing: one more fault loses them.
+    /// Bytes with fewer copies available than asked (at least one).
     pub bytes_at_risk: u64,
-    /// Extents with at least one copy missing.
+    /// Extents with fewer copies available than asked (at least one).
     pub extents_at_risk: u64,
+    /// The extents at risk by how many copies they have left, from one
+    /// up: with one left, the next fault on its device loses them.
+    pub by_copies_left: Vec<CopiesLeft>,
+    /// Bytes of the extents with a copy missing from its device, for a
+    /// resilver to write (written while the device was away, or on a
+    /// device put in a place since). A copy on a device that is away but
+    /// holds it is not missing: it counts again when the device rejoins.
+    pub bytes_missing: u64,
+    /// Extents with a copy missing.
+    pub extents_missing: u64,
     /// Bytes with no copy on a device in use: lost with the device that
     /// held their only copy (counted in neither figure above). They read
     /// as uncorrectable until freed ([`Volume::lost_extents`] names them).
     pub bytes_lost: u64,
     /// Extents lost so.
     pub extents_lost: u64,
+}
+
+/// Extents with `copies` copies available, fewer than asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CopiesLeft {
+    /// Copies available.
+    pub copies: usize,
+    /// Extents with that many.
+    pub extents: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 /// A resilver's progress: what remains to be copied to a device.
@@ -162,28 +190,54 @@ impl Volume {
     /// The volume's standing, device by device: the `zpool status` view.
     pub fn status(&self) -> VolumeStatus {
         let copies = self.copies();
+        let mut by_copies_left = vec![CopiesLeft::default(); copies];
         let mut redundancy = Redundancy { copies, ..Redundancy::default() };
         let mut missing_per_lane = vec![0u64; self.lanes.len()];
+        let mut sole_per_device = vec![(0u64, 0u64); self.devices.len()];
         for (_, extent) in self.table.iter() {
             let bytes = u64::from(extent.blocks) * BLOCK_SIZE as u64;
-            let mut lacks = false;
+            let mut available = 0;
+            let mut last_place = 0;
+            if extent.copies().any(|(_, location)| location.is_missing()) {
+                redundancy.bytes_missing += bytes;
+                redundancy.extents_missing += 1;
+            }
             for (lane, location) in extent.copies() {
                 if location.is_missing() {
                     missing_per_lane[lane] += bytes;
-                    lacks = true;
+                } else if self.lane_online(lane) {
+                    available += 1;
+                    last_place = self.lanes[lane].device;
                 }
             }
-            let readable = extent.copies().any(|(l, at)| !at.is_missing() && self.lane_online(l));
-            if !readable {
-                redundancy.bytes_lost += bytes;
-                redundancy.extents_lost += 1;
-            } else if lacks {
-                redundancy.bytes_at_risk += bytes;
-                redundancy.extents_at_risk += 1;
-            } else {
-                redundancy.bytes_full += bytes;
+            match available {
+                0 => {
+                    redundancy.bytes_lost += bytes;
+                    redundancy.extents_lost += 1;
+                }
+                left if left < copies => {
+                    redundancy.bytes_at_risk += bytes;
+                    redundancy.extents_at_risk += 1;
+                    by_copies_left[left].extents += 1;
+                    by_copies_left[left].bytes += bytes;
+                }
+                _ => redundancy.bytes_full += bytes,
+            }
+            // A dup's two copies are on one device: it is the sole holder
+            // of both.
+            let one_device = extent
+                .copies()
+                .filter(|&(l, at)| !at.is_missing() && self.lane_online(l))
+                .all(|(l, _)| self.lanes[l].device == last_place);
+            if available > 0 && one_device {
+                sole_per_device[last_place].0 += 1;
+                sole_per_device[last_place].1 += bytes;
             }
         }
+        redundancy.by_copies_left = (1..copies)
+            .map(|left| CopiesLeft { copies: left, ..by_copies_left[left] })
+            .filter(|c| c.extents > 0)
+            .collect();
         let mut devices = Vec::new();
         let mut resilver = Vec::new();
         for (place, member) in self.members.iter().enumerate() {
@@ -200,7 +254,7 @@ impl Volume {
             }
             let mut status = DeviceStatus {
                 place,
-                role: role(self.superblock.profile, &lanes),
+                role: role(self.superblock.profile, self.devices.len(), &lanes),
                 state,
                 why: member.why.clone(),
                 nsid: self.superblock.devices[place].0,
@@ -222,6 +276,8 @@ impl Volume {
                 used_bytes: 0,
                 capacity_bytes: 0,
                 missing_bytes,
+                sole_extents: sole_per_device[place].0,
+                sole_bytes: sole_per_device[place].1,
             };
             (status.pci, status.model, status.serial) = member.identity.clone();
             if let Some(device) = present {
@@ -272,11 +328,13 @@ impl Volume {
     }
 }
 
-/// A place's role, in words.
-fn role(profile: Profile, lanes: &[usize]) -> String {
+/// A place's role in a volume of `devices` places, in words.
+fn role(profile: Profile, devices: usize, lanes: &[usize]) -> String {
     match (profile, lanes) {
-        (Profile::Mirror, [lane]) => format!("mirror copy {lane}"),
         (Profile::Dup, _) => "both copies (dup)".into(),
-        _ => "the only copy".into(),
+        (Profile::Single, _) if devices == 1 => "the only copy".into(),
+        (Profile::Single, _) => "the only copy of the extents placed on it".into(),
+        (Profile::Mirror, [lane]) if devices == 2 => format!("mirror copy {lane}"),
+        _ => format!("one of the {} copies of the extents placed on it", profile.copies()),
     }
 }

@@ -33,7 +33,7 @@ impl Volume {
         let g = self.journal.g;
         let current = self.journal.segment;
         let mut rotate = false;
-        for copy in self.journal.copies {
+        for copy in self.journal.copies.clone() {
             let Some(device) = self.devices[copy.device].as_ref() else { continue };
             if !device.is_zoned() {
                 continue;

@@ -450,9 +450,9 @@ fn unplug(check: &Check, controllers: &[Controller], host: &mut dyn Host) -> Res
     let status = print_status(check, "degraded", &volume)?;
     require_states("degraded", &status, VolumeState::Degraded, &[MemberState::Failed, MemberState::Online])?;
     let at_risk = blocks_of(&model, unplugged) * BLOCK_SIZE as u64;
-    if status.redundancy.bytes_at_risk != at_risk || status.redundancy.extents_at_risk != written as u64 {
+    if status.redundancy.bytes_missing != at_risk || status.redundancy.extents_missing != written as u64 {
         return Err(format!(
-            "at risk: {:?}; expected {written} extents, {at_risk} bytes (those written since the unplug began)",
+            "missing: {:?}; expected {written} extents, {at_risk} bytes (those written since the unplug began)",
             status.redundancy
         ));
     }
@@ -491,8 +491,8 @@ fn degraded(check: &Check, controllers: &[Controller], host: &mut dyn Host) -> R
     let unplugged = |owner: u64| batches.batch_of(owner) == Some("unplug");
     let (bytes, copies) = verify_copies(&mut volume, seed, &model, |lane, owner| lane == 0 && unplugged(owner))?;
     check.ok("verify", format!("{} extents, {} read back, {copies} copies on device 1", model.len(), mib(bytes)));
-    if status.redundancy.extents_at_risk != counts["unplug"] {
-        return Err(format!("at risk: {:?}; expected the {} unplug extents", status.redundancy, counts["unplug"]));
+    if status.redundancy.extents_missing != counts["unplug"] {
+        return Err(format!("missing: {:?}; expected the {} unplug extents", status.redundancy, counts["unplug"]));
     }
     check.ok("extents", describe_counts(&counts));
     invariants(check, &volume)?;

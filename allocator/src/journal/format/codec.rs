@@ -57,6 +57,7 @@ impl Writer {
             self.u64(capacity);
             self.u8(u8::from(zoned));
         }
+        self.u8(s.meta_segments.len() as u8);
         for segments in &s.meta_segments {
             self.u32(segments[0]);
             self.u32(segments[1]);
@@ -161,6 +162,7 @@ impl<'a> Reader<'a> {
             0 => Profile::Single,
             1 => Profile::Dup,
             2 => Profile::Mirror,
+            3 => Profile::Mirror3,
             other => return Err(corrupt(format!("unknown profile {other}"))),
         };
         let streams = self.u8()?;
@@ -179,7 +181,12 @@ impl<'a> Reader<'a> {
         for _ in 0..device_count {
             devices.push((self.u32()?, self.u32()?, self.u64()?, self.u8()? != 0));
         }
-        let meta_segments = [[self.u32()?, self.u32()?], [self.u32()?, self.u32()?]];
+        let copies = usize::from(self.u8()?);
+        let expected = crate::journal::layout::meta_copies(usize::from(device_count), 1).len();
+        if copies != expected {
+            return Err(corrupt(format!("{copies} metadata copies on {device_count} devices, {expected} expected")));
+        }
+        let meta_segments = (0..copies).map(|_| Ok([self.u32()?, self.u32()?])).collect::<Result<Vec<_>>>()?;
         let meta_segment_blocks = self.u64()?;
         let mut members = Vec::new();
         for _ in 0..device_count {
