@@ -363,12 +363,12 @@ pub fn resilver_text(report: &ResilverReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "resilver place {}: {} of {} copied ({} extent(s)), copy {} to copy {}, in {:.2} s ({:.1} MiB/s), {} commit(s)",
+        "resilver place {}: {} of {} copied ({} extent(s)), from lane(s) {} to lane {}, in {:.2} s ({:.1} MiB/s), {} commit(s)",
         report.place,
         human_bytes(report.bytes_copied),
         human_bytes(report.bytes_total),
         report.extents_copied,
-        report.source_lane,
+        report.source_lanes.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
         report.target_lane,
         report.duration_s,
         report.rate_mib_s,
@@ -558,7 +558,8 @@ health:
     fn a_resilver_report_says_whether_it_is_complete() {
         let report = ResilverReport {
             place: 1,
-            source_lane: 0,
+            source_lanes: vec![0],
+            source_bytes: vec![1 << 20],
             target_lane: 1,
             bytes_total: 1 << 20,
             bytes_copied: 1 << 20,
@@ -572,7 +573,7 @@ health:
             ..ResilverReport::default()
         };
         let text = resilver_text(&report);
-        assert!(text.starts_with("resilver place 1: 1.0 MiB of 1.0 MiB copied (4 extent(s)), copy 0 to copy 1"));
+        assert!(text.starts_with("resilver place 1: 1.0 MiB of 1.0 MiB copied (4 extent(s)), from lane(s) 0 to lane 1"));
         assert!(text.ends_with("result: complete: every copy this place lacked is written\n"), "{text}");
         let cut = ResilverReport { cancelled: true, bytes_left: 4096, ..report.clone() };
         assert!(resilver_text(&cut).ends_with("result: cancelled with 4.0 KiB left (run it again to continue)\n"));

@@ -93,7 +93,8 @@ pub struct Planner {
     max_blocks: u32,
     done: bool,
     /// Plan only extents that lack their copy in this lane (a resilver's
-    /// work), skipping the rest.
+    /// work) and that the volume reads from this planner's lane
+    /// ([`Volume::copy_source`]), skipping the rest.
     lacking_in: Option<usize>,
     /// Never merge two extents into one read (a resilver that writes each
     /// read's buffer as one extent's copy).
@@ -134,7 +135,9 @@ impl Planner {
         self
     }
 
-    /// Plans only the extents whose copy in lane `target` is missing.
+    /// Plans only the extents whose copy in lane `target` is missing and
+    /// is to be read from this planner's lane ([`Volume::copy_source`]):
+    /// one planner per source lane covers each such extent once.
     pub fn lacking_in(mut self, target: usize) -> Self {
         self.lacking_in = Some(target);
         self
@@ -166,7 +169,7 @@ impl Planner {
         let mut walked_to = None;
         let order = self.order.get_or_insert_with(|| volume.lane_order(self.lane));
         'walk: for extent in volume.extents_in_order(order, self.next) {
-            if self.lacking_in.is_some_and(|target| !volume.lacks_copy(extent.id, target)) {
+            if self.lacking_in.is_some_and(|target| volume.copy_source(extent.id, target) != Some(self.lane)) {
                 continue;
             }
             // A position may fall inside an extent: skip its planned head.

@@ -1,11 +1,15 @@
-//! Resilver: writing every copy a mirror member lacks (it was replaced, or
-//! came back after missing some writes), from the other copy, in physical
-//! order and at high queue depth.
+//! Resilver: writing every copy a member lacks (it was replaced, or came
+//! back after missing some writes), from the other copies, in physical
+//! order and at high queue depth, reading every survivor at once.
 //!
-//! - The reads are the scrub's: the [`Planner`] walks the source copy in
-//!   physical order, taking only extents that lack the target copy, and
-//!   merges adjacent ones into large reads; a fixed number are in flight on
-//!   the source's queue pair ([`ResilverOptions::max_in_flight`]).
+//! - The reads are the scrub's: a [`Planner`] per source lane walks that
+//!   lane in physical order, taking only the extents that lack the target
+//!   copy and that the volume reads from it ([`Volume::copy_source`]:
+//!   each extent from one of the lanes holding it, spread over them), and
+//!   merges adjacent ones into large reads; a fixed number are in flight
+//!   on each source's queue pair ([`ResilverOptions::max_in_flight`]), so
+//!   a pool's rebuild reads all its survivors in parallel, each at its
+//!   own queue depth (dRAID's lesson: not one drive's bandwidth).
 //! - Each completed read is copied out of its DMA buffer, verified against
 //!   the extents' checksums ([`ResilverOptions::verify`]), and each extent
 //!   is queued as a write of its missing copy
@@ -41,7 +45,7 @@ use zoned_allocator::{ExtentId, Location, Profile, Volume, BLOCK_SIZE};
 /// How to resilver.
 #[derive(Clone, Debug)]
 pub struct ResilverOptions {
-    /// Reads of the source copy in flight.
+    /// Reads in flight on each source lane.
     pub max_in_flight: usize,
     /// Largest read; `None` is the namespace's largest transfer. Never
     /// below the volume's largest extent (an extent is copied whole).
@@ -111,8 +115,10 @@ pub struct ResilverProgress {
 pub struct ResilverReport {
     /// The device place brought up to date.
     pub place: usize,
-    /// The copy (lane) read, and the copy written.
-    pub source_lane: usize,
+    /// The lanes read (every other lane in use that holds copies).
+    pub source_lanes: Vec<usize>,
+    /// Bytes read from each of them, in the same order.
+    pub source_bytes: Vec<u64>,
     /// The copy written.
     pub target_lane: usize,
     /// Bytes of copies missing when it began.
@@ -247,8 +253,8 @@ pub fn resilver(
 #[allow(missing_debug_implementations)]
 pub struct Resilver {
     options: ResilverOptions,
-    planner: Planner,
-    queue: VecDeque<Read>,
+    /// One walk per source lane.
+    walks: Vec<Walk>,
     /// Reads in flight: tag → read.
     in_flight: Vec<Option<Read>>,
     free_tags: Vec<usize>,
@@ -274,14 +280,27 @@ pub struct Resilver {
     zero_copy: bool,
 }
 
-/// Walks of the source a resilver makes at most: the first, and more only
-/// when the volume moved extents behind it between steps.
+/// Walks of the sources a resilver makes at most: the first, and more only
+/// when the volume moved extents behind them between steps.
 const MAX_PASSES: u32 = 8;
 
-/// A walk of `source` from `from` over the extents lacking their copy in
-/// `target`.
-fn planner(source: usize, from: Location, target: usize, one_extent_per_read: bool) -> Planner {
-    Planner::new(source, from, 0, usize::MAX).lacking_in(target).one_extent_per_read(one_extent_per_read)
+/// One source lane's walk: its planner, the reads planned and not yet
+/// submitted, and its reads in flight.
+struct Walk {
+    lane: usize,
+    planner: Planner,
+    queue: VecDeque<Read>,
+    reads_in_flight: usize,
+}
+
+impl Walk {
+    /// A walk of `lane` from `from` over the extents lacking their copy in
+    /// `target` that are read from it.
+    fn new(lane: usize, from: Location, target: usize, one_extent_per_read: bool) -> Walk {
+        let planner =
+            Planner::new(lane, from, 0, usize::MAX).lacking_in(target).one_extent_per_read(one_extent_per_read);
+        Walk { lane, planner, queue: VecDeque::new(), reads_in_flight: 0 }
+    }
 }
 
 fn blocks_of(volume: &Volume, id: ExtentId) -> u64 {
@@ -298,7 +317,7 @@ impl Resilver {
                 options.max_in_flight
             )));
         }
-        if volume.profile() != Profile::Mirror {
+        if volume.copies() < 2 || volume.profile() == Profile::Dup {
             return Err(Error::InvalidArgument(format!("a {:?} volume has no member to resilver", volume.profile())));
         }
         let target = (0..volume.lanes()).find(|&l| volume.lane_device(l) == place);
@@ -308,24 +327,28 @@ impl Resilver {
         if !volume.lane_online(target) {
             return Err(Error::InvalidArgument(format!("device place {place} is not in use: replace it first")));
         }
-        let source = (0..volume.lanes()).find(|&l| l != target && volume.lane_online(l));
-        let Some(source) = source else {
+        let sources: Vec<usize> = (0..volume.lanes()).filter(|&l| l != target && volume.lane_online(l)).collect();
+        if sources.is_empty() {
             return Err(Error::InvalidArgument("no other copy in use to read from".into()));
-        };
+        }
         let bytes_total = volume.missing_blocks(target) * BLOCK_SIZE as u64;
-        let zero_copy = volume.dma_domain(source).is_some() && volume.dma_domain(source) == volume.dma_domain(target);
+        // Reads written as they are when every source shares the target's
+        // I/O address space.
+        let domain = volume.dma_domain(target);
+        let zero_copy = domain.is_some() && sources.iter().all(|&l| volume.dma_domain(l) == domain);
+        let start = Location { zone: 0, offset: 0 };
         let now = Instant::now();
         Ok(Resilver {
             options: options.clone(),
-            planner: planner(source, Location { zone: 0, offset: 0 }, target, zero_copy),
-            queue: VecDeque::new(),
+            walks: sources.iter().map(|&lane| Walk::new(lane, start, target, zero_copy)).collect(),
             in_flight: Vec::new(),
             free_tags: Vec::new(),
             reads_in_flight: 0,
             copies_in_flight: 0,
             report: ResilverReport {
                 place,
-                source_lane: source,
+                source_bytes: vec![0; sources.len()],
+                source_lanes: sources,
                 target_lane: target,
                 bytes_total,
                 verified: options.verify,
@@ -380,58 +403,76 @@ impl Resilver {
     /// at the caller's next poll or commit). Returns `true` when every
     /// missing copy was planned and written.
     pub fn step(&mut self, volume: &mut Volume, budget_bytes: u64) -> Result<bool> {
-        let source = self.report.source_lane;
+        let target = self.report.target_lane;
         let depth = self.options.max_in_flight;
         let mut step_bytes = 0u64;
         let mut idle_since: Option<Instant> = None;
-        // The source takes no write while we read it: wait out the
+        // The sources take no write while we read them: wait out the
         // caller's writes there.
         volume.quiesce()?;
         // The volume may have changed since the last step (extents freed,
-        // moved by reclaim, zones reset): plan again from the first read
-        // not yet submitted.
-        if let Some(first) = self.queue.front() {
-            let from = first.start;
-            self.queue.clear();
-            self.planner = planner(source, from, self.report.target_lane, self.zero_copy);
+        // moved by reclaim, zones reset): each source plans again from its
+        // first read not yet submitted.
+        for walk in &mut self.walks {
+            if let Some(first) = walk.queue.front() {
+                let from = first.start;
+                *walk = Walk {
+                    reads_in_flight: walk.reads_in_flight,
+                    ..Walk::new(walk.lane, from, target, self.zero_copy)
+                };
+            }
         }
-        let limit = volume.lane_reads(source)?.max_request_bytes();
-        let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
-        self.planner.set_max_request(max_request);
+        let mut max_requests = Vec::with_capacity(self.walks.len());
+        for walk in &mut self.walks {
+            let limit = volume.lane_reads(walk.lane)?.max_request_bytes();
+            let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
+            walk.planner.set_max_request(max_request);
+            max_requests.push(max_request);
+        }
         loop {
             let reading = step_bytes < budget_bytes;
-            if reading && self.queue.len() < 2 * depth {
-                self.planner.refill(volume, &mut self.queue, 4 * depth);
-            }
             let mut moved = false;
-            while step_bytes < budget_bytes && self.reads_in_flight < depth && !self.queue.is_empty() {
-                let bytes = self.queue.front().map_or(0, Read::bytes) as u64;
-                if self.over_rate(bytes) {
-                    break;
+            for index in 0..self.walks.len() {
+                let walk = &mut self.walks[index];
+                if reading && walk.queue.len() < 2 * depth {
+                    walk.planner.refill(volume, &mut walk.queue, 4 * depth);
                 }
-                let tag = self.free_tags.pop().unwrap_or(self.in_flight.len());
-                let (lba, read_bytes) = self.queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
-                if !volume.lane_reads(source)?.submit(lba, read_bytes, tag as u64)? {
-                    self.free_tags.push(tag);
-                    break;
+                while step_bytes < budget_bytes
+                    && self.walks[index].reads_in_flight < depth
+                    && !self.walks[index].queue.is_empty()
+                {
+                    let walk = &self.walks[index];
+                    let bytes = walk.queue.front().map_or(0, Read::bytes) as u64;
+                    if self.over_rate(bytes) {
+                        break;
+                    }
+                    let tag = self.free_tags.pop().unwrap_or(self.in_flight.len());
+                    let (lba, read_bytes) = walk.queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
+                    if !volume.lane_reads(walk.lane)?.submit(lba, read_bytes, tag as u64)? {
+                        self.free_tags.push(tag);
+                        break;
+                    }
+                    let read = self.walks[index].queue.pop_front().expect("non-empty");
+                    if tag == self.in_flight.len() {
+                        self.in_flight.push(Some(read));
+                    } else {
+                        self.in_flight[tag] = Some(read);
+                    }
+                    self.account_depth();
+                    self.walks[index].reads_in_flight += 1;
+                    self.reads_in_flight += 1;
+                    self.bytes_submitted += bytes;
+                    step_bytes += bytes;
+                    moved = true;
                 }
-                let read = self.queue.pop_front().expect("non-empty");
-                if tag == self.in_flight.len() {
-                    self.in_flight.push(Some(read));
-                } else {
-                    self.in_flight[tag] = Some(read);
-                }
-                self.account_depth();
-                self.reads_in_flight += 1;
-                self.bytes_submitted += bytes;
-                step_bytes += bytes;
-                moved = true;
             }
             let mut completions = std::mem::take(&mut self.completions);
-            volume.lane_reads(source)?.poll(&mut completions);
-            for completion in completions.drain(..) {
-                moved = true;
-                self.read_done(volume, completion)?;
+            for index in 0..self.walks.len() {
+                volume.lane_reads(self.walks[index].lane)?.poll(&mut completions);
+                for completion in completions.drain(..) {
+                    moved = true;
+                    self.read_done(volume, completion)?;
+                }
             }
             self.completions = completions;
             while let Some(checked) = self.checker.as_mut().and_then(Checker::try_recv) {
@@ -443,11 +484,11 @@ impl Resilver {
                 moved = true;
                 self.copy_done(volume, done);
             }
-            let mut finished = self.queue.is_empty() && self.planner.is_done();
+            let mut finished = self.walks.iter().all(|w| w.queue.is_empty() && w.planner.is_done());
             let idle = self.reads_in_flight == 0 && self.checker.as_ref().is_none_or(|c| c.outstanding == 0);
             if finished && idle && self.copies_in_flight == 0 && self.passes < MAX_PASSES {
                 // Reclaim between steps may have moved an extent behind
-                // the walk: another pass over what is still missing.
+                // the walks: another pass over what is still missing.
                 let skipped: std::collections::BTreeSet<ExtentId> = self
                     .report
                     .unrecoverable
@@ -455,7 +496,6 @@ impl Resilver {
                     .copied()
                     .chain(self.report.copy_failures.iter().map(|(id, _)| *id))
                     .collect();
-                let target = self.report.target_lane;
                 let left = volume.missing_blocks(target)
                     - skipped
                         .iter()
@@ -464,8 +504,10 @@ impl Resilver {
                         .sum::<u64>();
                 if left > 0 {
                     self.passes += 1;
-                    self.planner = planner(source, Location { zone: 0, offset: 0 }, target, self.zero_copy);
-                    self.planner.set_max_request(max_request);
+                    for (walk, &max_request) in self.walks.iter_mut().zip(&max_requests) {
+                        *walk = Walk::new(walk.lane, Location { zone: 0, offset: 0 }, target, self.zero_copy);
+                        walk.planner.set_max_request(max_request);
+                    }
                     finished = false;
                     if reading {
                         continue;
@@ -512,6 +554,10 @@ impl Resilver {
         self.free_tags.push(tag);
         self.account_depth();
         self.reads_in_flight -= 1;
+        if let Some(index) = self.walks.iter().position(|w| w.lane == read.lane) {
+            self.walks[index].reads_in_flight -= 1;
+            self.report.source_bytes[index] += read.bytes() as u64;
+        }
         self.report.reads += 1;
         self.report.bytes_read += read.bytes() as u64;
         let meta = ReadMeta::of(volume, &read, completion.metadata);

@@ -16,6 +16,21 @@ impl Volume {
         lane < self.lanes.len() && self.table.get(id).is_some_and(|e| e.missing_in(lane))
     }
 
+    /// The lane a resilver reads extent `id`'s missing copy in lane
+    /// `target` from: one of the lanes in use that hold a copy, the same
+    /// for the extent each time it is asked, and spread over them by the
+    /// extent's ID, so that a rebuild reads every survivor at once rather
+    /// than the first. `None` when the extent lacks no copy there, or no
+    /// copy of it is in use.
+    pub fn copy_source(&self, id: ExtentId, target: usize) -> Option<usize> {
+        let entry = self.table.get(id).filter(|e| e.missing_in(target))?;
+        let holds =
+            |&(lane, at): &(usize, crate::Location)| lane != target && !at.is_missing() && self.lane_online(lane);
+        let count = entry.copies().filter(holds).count();
+        let pick = (crate::table::split(id).0 % count.max(1) as u64) as usize;
+        entry.copies().filter(holds).nth(pick).map(|(lane, _)| lane)
+    }
+
     /// Blocks of the copies lane `lane` lacks.
     pub fn missing_blocks(&self, lane: usize) -> u64 {
         self.table.iter().filter(|(_, e)| e.missing_in(lane)).map(|(_, e)| u64::from(e.blocks)).sum()
