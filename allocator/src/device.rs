@@ -78,6 +78,9 @@ pub struct Device {
     reserved: Option<DmaBuffer>,
     pub(crate) lbas_per_block: u64,
     pub(crate) stash: VecDeque<IoCompletion>,
+    /// Completions of the volume's writes that an engine's poll reaped
+    /// ([`crate::LaneReads::poll`]), for the volume's next poll.
+    pub(crate) held: VecDeque<IoCompletion>,
     next_token: u64,
     timeout: Duration,
     /// Largest transfer in bytes (MDTS and the pool buffer size).
@@ -143,6 +146,7 @@ impl Device {
             fill_pool,
             reserved: None,
             stash: VecDeque::new(),
+            held: VecDeque::new(),
             next_token: 0,
             timeout: options.timeout,
             max_transfer_bytes: max_transfer,

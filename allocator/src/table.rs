@@ -209,6 +209,17 @@ impl Entry {
             && self.locations[count..].iter().all(|location| location.is_missing())
     }
 
+    /// Moves the copy in lane `from` to lane `lane`, at `to`. False when
+    /// it has no copy in `from`, or has one in `lane` already.
+    pub fn relane(&mut self, from: usize, lane: usize, to: Location) -> bool {
+        let Some(index) = self.slot_of(from).filter(|_| lane < LANES_MAX && !self.has_lane(lane)) else {
+            return false;
+        };
+        self.lanes[index] = lane as u8;
+        self.locations[index] = to;
+        true
+    }
+
     /// Moves the copy in lane `lane` to `to`, or adds a copy there when
     /// the extent has none. False when it has no room for another.
     pub fn set(&mut self, lane: usize, to: Location) -> bool {
@@ -563,6 +574,18 @@ impl Table {
     pub fn set_location(&mut self, id: ExtentId, lane: usize, to: Location) -> bool {
         let Some(mut entry) = self.get(id) else { return false };
         if !entry.set(lane, to) {
+            return false;
+        }
+        self.fill(split(id).0, &entry);
+        true
+    }
+
+    /// Moves extent `id`'s copy in lane `from` to lane `lane`, at `to`.
+    /// False when `id` is not live, has no copy in `from`, or has one in
+    /// `lane`.
+    pub fn relane(&mut self, id: ExtentId, from: usize, lane: usize, to: Location) -> bool {
+        let Some(mut entry) = self.get(id) else { return false };
+        if !entry.relane(from, lane, to) {
             return false;
         }
         self.fill(split(id).0, &entry);
@@ -1164,6 +1187,13 @@ mod tests {
             vec![(3, at(4, 4)), (5, Location::MISSING), (0, at(2, 2))]
         );
         assert!(!table.set_location(id, 6, at(3, 3)), "no room for a fourth copy");
+        // A copy moved to another lane keeps its slot.
+        assert!(!table.relane(id, 5, 0, at(1, 1)), "lane 0 holds a copy already");
+        assert!(!table.relane(id, 7, 6, at(1, 1)), "no copy in lane 7");
+        assert!(table.relane(id, 5, 6, at(1, 1)));
+        let moved: Vec<_> = table.get(id).unwrap().copies().collect();
+        assert_eq!(moved, vec![(3, at(4, 4)), (6, at(1, 1)), (0, at(2, 2))]);
+        assert!(table.relane(id, 6, 5, Location::MISSING), "and back");
         assert!(table.get(id).unwrap().within(6) && !table.get(id).unwrap().within(5));
     }
 }

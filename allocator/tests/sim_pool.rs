@@ -84,11 +84,13 @@ fn a_pool_of_four_spreads_its_copies_and_reopens_from_devices_in_any_order() {
         let before = free(&volume);
         write(&mut volume, &mut model, 1200, 1);
         let per_lane = check(&mut volume, &model);
-        // The roomiest lanes take the copies until all have the same room
-        // (the first two hold the metadata): then all take turns.
+        // The roomiest lanes take the copies until all have about the same
+        // room (the first three hold the metadata): then all take turns,
+        // within 1/64 of the most room of each other.
         let after = free(&volume);
         let spread = after.iter().max().unwrap() - after.iter().min().unwrap();
-        assert!(spread <= 2 * 16, "{context}: room {before:?}, then {after:?}, after writing {per_lane:?}");
+        let slack = after.iter().max().unwrap() / 64 + 16;
+        assert!(spread <= slack, "{context}: room {before:?}, then {after:?}, after writing {per_lane:?}");
         assert!(per_lane.iter().all(|&blocks| blocks > 0), "{context}: {per_lane:?}");
         drop(volume);
         harness.restart();

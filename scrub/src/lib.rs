@@ -102,7 +102,9 @@ mod verify;
 
 pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
 pub use report::{ErrorCounts, Outcome, RepairError, RepairFailed, Report, Uncorrectable};
-pub use resilver::{resilver, Resilver, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport};
+pub use resilver::{
+    rebuild_distributed, resilver, Resilver, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport,
+};
 
 use nvme_driver::IoCompletion;
 use plan::{Planner, Read};

@@ -119,8 +119,12 @@ pub struct ResilverReport {
     pub source_lanes: Vec<usize>,
     /// Bytes read from each of them, in the same order.
     pub source_bytes: Vec<u64>,
-    /// The copy written.
+    /// The copy written (for a distributed rebuild, the lane whose copies
+    /// were written elsewhere).
     pub target_lane: usize,
+    /// A distributed rebuild: the copies went to free space on the
+    /// survivors, not to a replacement.
+    pub distributed: bool,
     /// Bytes of copies missing when it began.
     pub bytes_total: u64,
     /// Bytes of copies written and journaled.
@@ -182,8 +186,35 @@ pub fn resilver(
     control: &Control,
     on_progress: &mut dyn FnMut(&ResilverProgress),
 ) -> Result<ResilverReport> {
+    let engine = Resilver::new(volume, place, options)?;
+    run(volume, engine, options, control, on_progress)
+}
+
+/// Restores the redundancy place `place` (a member away or given up)
+/// held, with no replacement device: each of its copies is written to
+/// free space on the survivors, read from them all at once
+/// ([`Resilver::distributed`]). Runs to the end (or a cancel), commits,
+/// and when asked scrubs every survivor. Needs room on the survivors for
+/// what the place held.
+pub fn rebuild_distributed(
+    volume: &mut Volume,
+    place: usize,
+    options: &ResilverOptions,
+    control: &Control,
+    on_progress: &mut dyn FnMut(&ResilverProgress),
+) -> Result<ResilverReport> {
+    let engine = Resilver::distributed(volume, place, options)?;
+    run(volume, engine, options, control, on_progress)
+}
+
+fn run(
+    volume: &mut Volume,
+    mut engine: Resilver,
+    options: &ResilverOptions,
+    control: &Control,
+    on_progress: &mut dyn FnMut(&ResilverProgress),
+) -> Result<ResilverReport> {
     let started = Instant::now();
-    let mut engine = Resilver::new(volume, place, options)?;
     let mut last_progress = Instant::now();
     loop {
         match control.state() {
@@ -214,8 +245,9 @@ pub fn resilver(
     if options.verify_after && !report.cancelled {
         // The verify pass keeps the resilver's rate limit, control and
         // progress: a ceiling set for the copy holds for the whole job.
+        // A distributed rebuild's copies are on every survivor.
         let scrub_options = ScrubOptions {
-            lanes: Some(vec![report.target_lane]),
+            lanes: (!report.distributed).then(|| vec![report.target_lane]),
             max_in_flight: options.max_in_flight,
             verify_threads: options.verify_threads,
             rate_limit_mib_s: options.rate_limit_mib_s,
@@ -253,6 +285,7 @@ pub fn resilver(
 #[allow(missing_debug_implementations)]
 pub struct Resilver {
     options: ResilverOptions,
+    target: Target,
     /// One walk per source lane.
     walks: Vec<Walk>,
     /// Reads in flight: tag → read.
@@ -308,9 +341,22 @@ fn blocks_of(volume: &Volume, id: ExtentId) -> u64 {
 }
 
 impl Resilver {
-    /// Sets up a resilver of place `place`: a mirror member in use that
-    /// lacks copies, read from the other.
+    /// Sets up a resilver of place `place`: a member in use that lacks
+    /// copies, read from the others.
     pub fn new(volume: &Volume, place: usize, options: &ResilverOptions) -> Result<Resilver> {
+        Resilver::set_up(volume, place, false, options)
+    }
+
+    /// Sets up a distributed rebuild of place `place`, a member away or
+    /// given up: each of its copies is written to free space on the
+    /// survivors, where placement puts it (dRAID's distributed spare, done
+    /// by placement), read from the survivors, so that redundancy comes
+    /// back at their combined bandwidth, with no replacement device.
+    pub fn distributed(volume: &Volume, place: usize, options: &ResilverOptions) -> Result<Resilver> {
+        Resilver::set_up(volume, place, true, options)
+    }
+
+    fn set_up(volume: &Volume, place: usize, distributed: bool, options: &ResilverOptions) -> Result<Resilver> {
         if options.max_in_flight == 0 || options.max_in_flight > 4096 {
             return Err(Error::InvalidArgument(format!(
                 "{} reads in flight: expected 1..=4096",
@@ -324,22 +370,36 @@ impl Resilver {
         let Some(target) = target else {
             return Err(Error::InvalidArgument(format!("the volume has no device place {place}")));
         };
-        if !volume.lane_online(target) {
-            return Err(Error::InvalidArgument(format!("device place {place} is not in use: replace it first")));
+        match (distributed, volume.lane_online(target)) {
+            (false, false) => {
+                return Err(Error::InvalidArgument(format!(
+                    "device place {place} is not in use: replace it first, or rebuild its copies on the others \
+                     (distributed)"
+                )))
+            }
+            (true, true) => {
+                return Err(Error::InvalidArgument(format!(
+                    "device place {place} is in use: a distributed rebuild moves the copies of a device gone"
+                )))
+            }
+            _ => {}
         }
         let sources: Vec<usize> = (0..volume.lanes()).filter(|&l| l != target && volume.lane_online(l)).collect();
         if sources.is_empty() {
             return Err(Error::InvalidArgument("no other copy in use to read from".into()));
         }
-        let bytes_total = volume.missing_blocks(target) * BLOCK_SIZE as u64;
-        // Reads written as they are when every source shares the target's
-        // I/O address space.
-        let domain = volume.dma_domain(target);
-        let zero_copy = domain.is_some() && sources.iter().all(|&l| volume.dma_domain(l) == domain);
+        let work = if distributed { Target::Elsewhere { from: target } } else { Target::Lane(target) };
+        let bytes_total = work.blocks_left(volume) * BLOCK_SIZE as u64;
+        // Reads written as they are when every source shares the I/O
+        // address space of every lane written.
+        let domain = volume.dma_domain(sources[0]);
+        let written: Vec<usize> = if distributed { sources.clone() } else { vec![target] };
+        let zero_copy = domain.is_some() && sources.iter().chain(&written).all(|&l| volume.dma_domain(l) == domain);
         let start = Location { zone: 0, offset: 0 };
         let now = Instant::now();
         Ok(Resilver {
             options: options.clone(),
+            target: work,
             walks: sources.iter().map(|&lane| Walk::new(lane, start, target, zero_copy)).collect(),
             in_flight: Vec::new(),
             free_tags: Vec::new(),
@@ -350,6 +410,7 @@ impl Resilver {
                 source_bytes: vec![0; sources.len()],
                 source_lanes: sources,
                 target_lane: target,
+                distributed,
                 bytes_total,
                 verified: options.verify,
                 zero_copy,
@@ -404,6 +465,7 @@ impl Resilver {
     /// missing copy was planned and written.
     pub fn step(&mut self, volume: &mut Volume, budget_bytes: u64) -> Result<bool> {
         let target = self.report.target_lane;
+        let work = self.target;
         let depth = self.options.max_in_flight;
         let mut step_bytes = 0u64;
         let mut idle_since: Option<Instant> = None;
@@ -496,10 +558,10 @@ impl Resilver {
                     .copied()
                     .chain(self.report.copy_failures.iter().map(|(id, _)| *id))
                     .collect();
-                let left = volume.missing_blocks(target)
+                let left = work.blocks_left(volume)
                     - skipped
                         .iter()
-                        .filter(|&&id| volume.lacks_copy(id, target))
+                        .filter(|&&id| work.needs(volume, id))
                         .map(|&id| blocks_of(volume, id))
                         .sum::<u64>();
                 if left > 0 {
@@ -591,7 +653,7 @@ impl Resilver {
             let data = &self.scratch[start..start + piece.blocks as usize * BLOCK_SIZE];
             let whole = volume.extent(piece.id).is_some_and(|bytes| bytes == data.len());
             assert!(whole || volume.extent(piece.id).is_none(), "extent {} split across reads", piece.id);
-            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+            if !whole || !self.target.needs(volume, piece.id) {
                 // Freed (or written) since it was planned.
                 continue;
             }
@@ -605,7 +667,7 @@ impl Resilver {
                     continue;
                 }
             }
-            let submitted = submit_copy(volume, piece, self.report.target_lane, Source::Bytes(data), meta.as_ref());
+            let submitted = submit_copy(volume, piece, self.target, Source::Bytes(data), meta.as_ref());
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -623,7 +685,7 @@ impl Resilver {
         let mut buffer = buffer;
         for (piece, bad) in read.pieces.iter().zip(&bad) {
             let whole = volume.extent(piece.id).is_some_and(|len| len == piece.blocks as usize * BLOCK_SIZE);
-            if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+            if !whole || !self.target.needs(volume, piece.id) {
                 continue;
             }
             if !bad.is_empty() {
@@ -639,7 +701,7 @@ impl Resilver {
                     Source::Bytes(&bytes[start..start + piece.blocks as usize * BLOCK_SIZE])
                 }
             };
-            let submitted = submit_copy(volume, piece, self.report.target_lane, source, meta.as_ref());
+            let submitted = submit_copy(volume, piece, self.target, source, meta.as_ref());
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -661,7 +723,7 @@ impl Resilver {
         assert_eq!(read.pieces.len(), 1, "one extent per read when writing reads as they are");
         let piece = &read.pieces[0];
         let whole = volume.extent(piece.id).is_some_and(|bytes| bytes == buffer.len());
-        if !whole || !volume.lacks_copy(piece.id, self.report.target_lane) {
+        if !whole || !self.target.needs(volume, piece.id) {
             // Freed (or written) since it was planned.
             return Ok(());
         }
@@ -675,7 +737,7 @@ impl Resilver {
                 return self.copy_one(volume, piece.id);
             }
         }
-        let submitted = submit_copy(volume, piece, self.report.target_lane, Source::Buffer(buffer), meta);
+        let submitted = submit_copy(volume, piece, self.target, Source::Buffer(buffer), meta);
         self.queued(piece.id, submitted);
         Ok(())
     }
@@ -710,13 +772,18 @@ impl Resilver {
     /// failed merged read).
     fn copy_one(&mut self, volume: &mut Volume, id: ExtentId) -> Result<()> {
         let Some(bytes) = volume.extent(id) else { return Ok(()) };
-        if !volume.lacks_copy(id, self.report.target_lane) {
+        if !self.target.needs(volume, id) {
             return Ok(());
         }
         let mut data = vec![0u8; bytes];
         match volume.read(id, &mut data) {
             Ok(_) => {
-                let submitted = volume.submit_copy(id, self.report.target_lane, &data);
+                let submitted = match self.target {
+                    Target::Lane(lane) => volume.submit_copy(id, lane, &data),
+                    Target::Elsewhere { from } => volume
+                        .relocation_lane(id, from)
+                        .and_then(|lane| volume.submit_relocation(id, from, lane, &data, None)),
+                };
                 self.queued(id, submitted);
             }
             Err(zoned_allocator::Error::Uncorrectable { .. }) => self.report.unrecoverable.push(id),
@@ -746,7 +813,7 @@ impl Resilver {
         self.report.rate_mib_s = self.report.bytes_copied as f64 / f64::from(1 << 20) / running;
         self.report.mean_read_queue_depth = self.read_depth_area / running;
         self.report.mean_write_queue_depth = self.write_depth_area / running;
-        self.report.bytes_left = volume.missing_blocks(self.report.target_lane) * BLOCK_SIZE as u64;
+        self.report.bytes_left = self.target.blocks_left(volume) * BLOCK_SIZE as u64;
         self.report.duration_s = self.started.elapsed().as_secs_f64();
         Ok(self.report)
     }
@@ -812,18 +879,60 @@ enum Source<'a> {
 /// checksums its source's tags record, so that a block that went bad
 /// unnoticed (say, with verification off) stays bad, for the next read or
 /// scrub to find, rather than getting a tag made from bad data.
+/// With [`Target::Elsewhere`], the copy goes to a lane placement chooses
+/// and takes the place of the extent's copy in the lane left.
 fn submit_copy(
     volume: &mut Volume,
     piece: &Piece,
-    lane: usize,
+    target: Target,
     source: Source<'_>,
     meta: Option<&ReadMeta>,
 ) -> zoned_allocator::Result<()> {
     let crcs = meta.map(|m| m.crcs(piece.offset_blocks, piece.blocks as usize));
+    let lane = match target {
+        Target::Lane(lane) => lane,
+        Target::Elsewhere { from } => {
+            let lane = volume.relocation_lane(piece.id, from)?;
+            return match source {
+                Source::Bytes(data) => volume.submit_relocation(piece.id, from, lane, data, crcs),
+                Source::Buffer(io) => volume.submit_relocation_buffer(piece.id, from, lane, io, crcs),
+            };
+        }
+    };
     match (source, crcs) {
         (Source::Bytes(data), None) => volume.submit_copy(piece.id, lane, data),
         (Source::Bytes(data), Some(crcs)) => volume.submit_copy_with_checksums(piece.id, lane, data, crcs),
         (Source::Buffer(io), None) => volume.submit_copy_buffer(piece.id, lane, io),
         (Source::Buffer(io), Some(crcs)) => volume.submit_copy_buffer_with_checksums(piece.id, lane, io, crcs),
+    }
+}
+
+/// Where a resilver writes the copies: into the lane that lacks them, or
+/// (a distributed rebuild) anywhere placement puts them, in place of the
+/// copies in a lane whose device is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// The missing copies of this lane, written there.
+    Lane(usize),
+    /// The copies of this lane (whose device is away), written to other
+    /// lanes.
+    Elsewhere { from: usize },
+}
+
+impl Target {
+    /// Whether extent `id` still needs its copy written.
+    fn needs(self, volume: &Volume, id: ExtentId) -> bool {
+        match self {
+            Target::Lane(lane) => volume.lacks_copy(id, lane),
+            Target::Elsewhere { from } => volume.lacks_available_copy(id, from),
+        }
+    }
+
+    /// Blocks of the copies still to write.
+    fn blocks_left(self, volume: &Volume) -> u64 {
+        match self {
+            Target::Lane(lane) => volume.missing_blocks(lane),
+            Target::Elsewhere { from } => volume.unavailable_blocks(from),
+        }
     }
 }

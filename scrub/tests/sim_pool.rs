@@ -6,7 +6,7 @@
 
 use nvme_testkit::harness as support;
 
-use nvme_scrub::{resilver, scrub, Control, Outcome, ResilverOptions, ScrubOptions};
+use nvme_scrub::{rebuild_distributed, resilver, scrub, Control, Outcome, ResilverOptions, ScrubOptions};
 use nvme_testkit::data::pattern;
 use std::collections::BTreeMap;
 use support::{conventional, device_options, volume_options, zns, Harness};
@@ -85,5 +85,46 @@ fn a_member_of_a_pool_is_rebuilt_from_every_survivor_at_once() {
         devices.rotate_left(2);
         let mut volume = Volume::open(devices, &options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
         check_every_copy(&mut volume, &model, profile.copies());
+    }
+}
+
+#[test]
+fn a_distributed_rebuild_restores_every_copy_on_the_survivors_with_no_new_device() {
+    for (profile, lost) in [(Profile::Mirror, 3), (Profile::Mirror, 0), (Profile::Mirror3, 2)] {
+        let context = format!("{profile:?}, place {lost} lost");
+        let configs = vec![zns(48, 1024), conventional(48), zns(48, 1024), conventional(48)];
+        let harness = Harness::new(configs, (0..4).map(|c| (c, 1)).collect());
+        let options = VolumeOptions { profile, software_zone_bytes: Some(1 << 20), ..volume_options() };
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 300, 1);
+        let held = volume.lane_valid_blocks(lost);
+        volume.fail_device(lost, "pulled by the operator").expect("fail");
+        write(&mut volume, &mut model, 60, 1000);
+        let before = volume.status();
+        assert!(before.redundancy.extents_at_risk > 0, "{context}");
+        let report = rebuild_distributed(&mut volume, lost, &ResilverOptions::default(), &Control::new(), &mut |_| {})
+            .unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(report.complete() && report.distributed, "{context}: {report:?}");
+        assert_eq!(report.bytes_total, held * BLOCK_SIZE as u64, "{context}: what the lost device held");
+        assert_eq!(report.bytes_copied, report.bytes_total, "{context}");
+        assert!(report.source_bytes.iter().all(|&b| b > 0), "{context}: read {:?}", report.source_bytes);
+        let status = volume.status();
+        assert_eq!(status.redundancy.extents_at_risk, 0, "{context}: {:?}", status.redundancy);
+        assert_eq!(status.devices[lost].sole_extents, 0, "{context}");
+        assert_eq!(volume.lane_valid_blocks(lost), 0, "{context}: the lost place holds nothing now");
+        // The copies went to every survivor, not one.
+        check_every_copy(&mut volume, &model, profile.copies());
+        drop(volume);
+        // Reopened without the lost device (still degraded: its place is
+        // empty), everything has every copy.
+        let devices: Vec<Device> = (0..4)
+            .filter(|&c| c != lost)
+            .map(|c| Device::open(&harness.controllers[c], 1, device_options()).expect("open"))
+            .collect();
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        let mut volume = Volume::open(devices, &degraded).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check_every_copy(&mut volume, &model, profile.copies());
+        assert_eq!(volume.status().redundancy.extents_at_risk, 0, "{context}");
     }
 }

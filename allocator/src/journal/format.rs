@@ -218,6 +218,15 @@ pub(crate) enum Op {
     },
     /// A new session began: the volume went on without a member.
     Session(SessionRecord),
+    /// Extent `id`'s copy in lane `from` now lives in lane `lane`, at
+    /// `to`: a distributed rebuild or an evacuation moved it to another
+    /// device.
+    Relane {
+        id: ExtentId,
+        from: u8,
+        lane: u8,
+        to: Location,
+    },
 }
 
 const OP_ADD: u8 = 1;
@@ -228,6 +237,7 @@ const OP_SCRUBBED: u8 = 5;
 const OP_SEALED: u8 = 6;
 const OP_CRCS: u8 = 7;
 const OP_SESSION: u8 = 8;
+const OP_RELANE: u8 = 9;
 
 /// A stretch of a volume's history: from format, or from the moment the
 /// volume went on without a member (a degraded open, a member given up
@@ -581,6 +591,13 @@ pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.u8(OP_SESSION);
                 w.session(record);
             }
+            Op::Relane { id, from, lane, to } => {
+                w.u8(OP_RELANE);
+                w.u64(*id);
+                w.u8(*from);
+                w.u8(*lane);
+                w.location(*to);
+            }
         }
     }
     w.0
@@ -618,6 +635,7 @@ pub(crate) fn decode_ops(payload: &[u8]) -> Result<Vec<Op>> {
                 Op::Crcs { id, crcs: (0..count).map(|_| r.u32()).collect::<Result<_>>()? }
             }
             OP_SESSION => Op::Session(r.session()?),
+            OP_RELANE => Op::Relane { id: r.u64()?, from: r.u8()?, lane: r.u8()?, to: r.location()? },
             other => return Err(corrupt(format!("unknown journal operation {other}"))),
         };
         ops.push(op);
@@ -927,6 +945,7 @@ mod tests {
             Op::Scrubbed(ScrubRecord { finished_unix_s: 5, clean: false, ..ScrubRecord::default() }),
             Op::Add(missing),
             Op::Move { id: 7, lane: 0, to: Location::MISSING },
+            Op::Relane { id: 7, from: 2, lane: 9, to: Location { zone: 4, offset: 16 } },
             Op::Session(SessionRecord::new(0, 11, 4, 99)),
         ];
         assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);

@@ -23,12 +23,29 @@ impl Volume {
     /// than the first. `None` when the extent lacks no copy there, or no
     /// copy of it is in use.
     pub fn copy_source(&self, id: ExtentId, target: usize) -> Option<usize> {
-        let entry = self.table.get(id).filter(|e| e.missing_in(target))?;
+        let online = target < self.lanes.len() && self.lane_online(target);
+        let entry = self.table.get(id).filter(|e| e.missing_in(target) || (e.has_lane(target) && !online))?;
         let holds =
             |&(lane, at): &(usize, crate::Location)| lane != target && !at.is_missing() && self.lane_online(lane);
         let count = entry.copies().filter(holds).count();
         let pick = (crate::table::split(id).0 % count.max(1) as u64) as usize;
         entry.copies().filter(holds).nth(pick).map(|(lane, _)| lane)
+    }
+
+    /// Whether extent `id` has a copy in lane `lane` that is not available:
+    /// missing, or on a device away or given up. What a distributed
+    /// rebuild writes elsewhere.
+    pub fn lacks_available_copy(&self, id: ExtentId, lane: usize) -> bool {
+        let online = lane < self.lanes.len() && self.lane_online(lane);
+        self.table.get(id).is_some_and(|e| e.missing_in(lane) || (e.has_lane(lane) && !online))
+    }
+
+    /// Blocks of the copies in lane `lane` that are not available
+    /// ([`Volume::lacks_available_copy`]).
+    pub fn unavailable_blocks(&self, lane: usize) -> u64 {
+        let online = lane < self.lanes.len() && self.lane_online(lane);
+        let unavailable = |e: &crate::table::Entry| e.missing_in(lane) || (e.has_lane(lane) && !online);
+        self.table.iter().filter(|(_, e)| unavailable(e)).map(|(_, e)| u64::from(e.blocks)).sum()
     }
 
     /// Blocks of the copies lane `lane` lacks.
@@ -101,6 +118,62 @@ impl Volume {
         self.devices[self.lanes.get(lane)?.device].as_ref().map(|d| d.pool.dma_domain())
     }
 
+    /// The lane a distributed rebuild (or an evacuation) writes extent
+    /// `id`'s copy in lane `from` to: chosen by placement, as a new
+    /// extent's copies are, among the lanes in use with room that hold no
+    /// copy of it. [`Error::NoSpace`] naming a full device when none can
+    /// take it.
+    pub fn relocation_lane(&mut self, id: ExtentId, from: usize) -> Result<usize> {
+        let extent = self.live(id)?;
+        if !extent.has_lane(from) {
+            return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {from}")));
+        }
+        let holding = extent.copies().fold(0 as crate::chooser::DeviceMask, |mask, (lane, _)| mask | 1 << lane);
+        self.choose_lane_for_copy(extent.blocks, Slot::Stream(0), holding)
+    }
+
+    /// Queues a write of `data`, extent `id`'s contents, as its copy in
+    /// lane `lane` ([`Volume::relocation_lane`]) in place of its copy in
+    /// lane `from` (on a device lost, or being emptied): a distributed
+    /// rebuild's step, dRAID's spare done by placement. Once written, the
+    /// copy in `from` is no longer the extent's (journaled at the next
+    /// commit); the outcome arrives through [`Volume::next_copy_done`].
+    /// `crcs` are the source's block checksums, as with
+    /// [`Volume::submit_copy_with_checksums`] (`None`: made from `data`).
+    pub fn submit_relocation(
+        &mut self,
+        id: ExtentId,
+        from: usize,
+        lane: usize,
+        data: &[u8],
+        crcs: Option<Vec<u32>>,
+    ) -> Result<()> {
+        if crcs.as_ref().is_some_and(|crcs| crcs.len() * BLOCK_SIZE != data.len()) {
+            return Err(Error::InvalidArgument(format!("checksums for {} bytes", data.len())));
+        }
+        self.submit_copy_into(id, lane, Some(from), Payload::Bytes(data), crcs)
+    }
+
+    /// [`Volume::submit_relocation`] from a DMA buffer holding exactly the
+    /// extent, written as it is: it must be mapped in the I/O address
+    /// space of lane `lane`'s device ([`Volume::dma_domain`]).
+    pub fn submit_relocation_buffer(
+        &mut self,
+        id: ExtentId,
+        from: usize,
+        lane: usize,
+        data: IoBuffer,
+        crcs: Option<Vec<u32>>,
+    ) -> Result<()> {
+        if crcs.as_ref().is_some_and(|crcs| crcs.len() * BLOCK_SIZE != data.len()) {
+            return Err(Error::InvalidArgument(format!("checksums for {} bytes", data.len())));
+        }
+        if self.dma_domain(lane) != Some(data.buffer().dma_domain()) {
+            return Err(Error::InvalidArgument(format!("the buffer is not mapped for copy {lane}'s device")));
+        }
+        self.submit_copy_into(id, lane, Some(from), Payload::Buffer(data), crcs)
+    }
+
     fn submit_copy_payload(
         &mut self,
         id: ExtentId,
@@ -108,10 +181,30 @@ impl Volume {
         data: Payload<'_>,
         crcs: Option<Vec<u32>>,
     ) -> Result<()> {
+        self.submit_copy_into(id, lane, None, data, crcs)
+    }
+
+    /// A copy of extent `id` into lane `lane`: its missing copy there, or,
+    /// with `from`, the copy that takes the place of the one in lane `from`.
+    fn submit_copy_into(
+        &mut self,
+        id: ExtentId,
+        lane: usize,
+        from: Option<usize>,
+        data: Payload<'_>,
+        crcs: Option<Vec<u32>>,
+    ) -> Result<()> {
         self.check_resets()?;
         let extent = self.live(id)?;
-        if lane >= self.lanes.len() || !extent.missing_in(lane) {
-            return Err(Error::InvalidArgument(format!("extent {id} does not lack copy {lane}")));
+        let wanted = match from {
+            None => lane < self.lanes.len() && extent.missing_in(lane),
+            Some(from) => lane < self.lanes.len() && extent.has_lane(from) && !extent.has_lane(lane),
+        };
+        if !wanted {
+            return Err(Error::InvalidArgument(match from {
+                None => format!("extent {id} does not lack copy {lane}"),
+                Some(from) => format!("extent {id}: no copy in lane {from} to move to lane {lane}"),
+            }));
         }
         if !self.lane_online(lane) {
             return Err(Error::Member { device: self.lanes[lane].device, why: "not in use".into() });
@@ -139,8 +232,11 @@ impl Volume {
         // With checksum areas the checksums go to the map when the copy is
         // done (until its zone is sealed), not with the data.
         let tagged = tagged && !self.area;
-        let pending =
-            PendingWrite { tagged, ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, &[lane]) };
+        let pending = PendingWrite {
+            tagged,
+            relocates_from: from,
+            ..PendingWrite::new(Some(lane), id, owner, stream, blocks, crcs, &[lane])
+        };
         let index = self.pending_slot(pending);
         if let Err(error) = self.submit_lane_write(index, lane, slot, blocks, data) {
             self.writes[index] = None;
@@ -161,9 +257,18 @@ impl Volume {
             Some(error) => Err(error),
             None => {
                 let to = pending.locations[0].expect("the copy was placed");
+                let relocates = pending
+                    .relocates_from
+                    .filter(|&from| self.table.get(pending.id).is_some_and(|e| e.has_lane(from) && !e.has_lane(lane)));
                 if to.is_missing() {
                     Err(Error::Member { device: self.lanes[lane].device, why: "given up during the copy".into() })
-                } else if self.lacks_copy(pending.id, lane) {
+                } else if let Some(from) = relocates {
+                    if !pending.crcs.is_empty() {
+                        self.remap(pending.id, pending.crcs);
+                    }
+                    self.relane_extent(pending.id, from, lane, to, true);
+                    Ok(())
+                } else if pending.relocates_from.is_none() && self.lacks_copy(pending.id, lane) {
                     if !pending.crcs.is_empty() {
                         self.remap(pending.id, pending.crcs);
                     }

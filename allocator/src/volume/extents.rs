@@ -78,6 +78,25 @@ impl Volume {
         }
     }
 
+    /// Moves extent `id`'s copy in lane `from` to lane `lane`, at `to` (a
+    /// distributed rebuild's copy, or an evacuation's).
+    pub(super) fn relane_extent(&mut self, id: ExtentId, from: usize, lane: usize, to: Location, journal: bool) {
+        let entry = self.table.get(id).expect("moving a live extent");
+        let old = entry.on(from);
+        assert!(self.table.relane(id, from, lane, to), "extent {id}: a copy in lane {from}, none in {lane}");
+        if !self.loading {
+            if !old.is_missing() {
+                self.lanes[from].table.remove_valid(old.zone, entry.blocks);
+            }
+            if !to.is_missing() {
+                self.lanes[lane].table.add_valid(to.zone, entry.blocks);
+            }
+        }
+        if journal {
+            self.ops.push(Op::Relane { id, from: from as u8, lane: lane as u8, to });
+        }
+    }
+
     /// Extents with no copy on a device in use, and their blocks: lost
     /// with the device that held their only copy (or with every copy).
     /// They stay in the volume, named, and read as

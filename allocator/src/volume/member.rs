@@ -223,7 +223,9 @@ impl Volume {
                         }
                     }
                 }
-                Op::Move { id, lane, to } if lanes.contains(&usize::from(*lane)) && !to.is_missing() => {
+                Op::Move { id, lane, to } | Op::Relane { id, lane, to, .. }
+                    if lanes.contains(&usize::from(*lane)) && !to.is_missing() =>
+                {
                     *to = Location::MISSING;
                     not_durable.push((*id, usize::from(*lane)));
                 }

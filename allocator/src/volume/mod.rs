@@ -158,6 +158,9 @@ struct PendingWrite {
     error: Option<Error>,
     /// The submitter already got the error; don't report it again.
     reported: bool,
+    /// A copy that takes the place of the extent's copy in this lane (a
+    /// distributed rebuild's), rather than a missing one.
+    relocates_from: Option<usize>,
 }
 
 impl PendingWrite {
@@ -197,6 +200,7 @@ impl PendingWrite {
             remaining: 0,
             error: None,
             reported: false,
+            relocates_from: None,
         }
     }
 

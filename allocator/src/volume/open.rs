@@ -554,6 +554,18 @@ impl Volume {
                 self.table.set_location(id, lane, to);
                 Ok(())
             }
+            Op::Relane { id, from, lane, to } => {
+                let (from, lane) = (usize::from(from), usize::from(lane));
+                if from >= self.lanes.len() || lane >= self.lanes.len() || from == lane {
+                    return Err(Error::Corrupt(format!("extent {id}'s copy moved from lane {from} to {lane}")));
+                }
+                if !self.table.fits(to) {
+                    return Err(Error::Corrupt(format!("extent {id} moved to {to:?}, outside the volume's zones")));
+                }
+                // An extent freed (or moved) since does nothing.
+                self.table.relane(id, from, lane, to);
+                Ok(())
+            }
             Op::Member { device, record } => self.apply_member(device, record),
             Op::Session(record) => {
                 push_session(&mut self.superblock.sessions, record);

@@ -81,6 +81,35 @@ impl Volume {
         Ok(copies)
     }
 
+    /// One lane in use with room for `blocks` in `slot`, outside
+    /// `holding` (the lanes that hold a copy of the extent already), for a
+    /// copy that moves off its lane: chosen as a new extent's copies are.
+    pub(super) fn choose_lane_for_copy(&mut self, blocks: u32, slot: Slot, holding: DeviceMask) -> Result<usize> {
+        let reserve = self.superblock.reserve_zones as usize;
+        let (mut exclude, mut full_place) = (holding, None);
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if holding & (1 << index) != 0 {
+                continue;
+            }
+            if self.devices[lane.device].is_none() {
+                exclude |= 1 << index;
+            } else if lane.table.would_open(slot, blocks) && lane.table.empty_zones() <= reserve {
+                full_place.get_or_insert(lane.device);
+                exclude |= 1 << index;
+            } else {
+                self.chooser.set_free(index, lane.table.free_blocks());
+            }
+        }
+        let mut chosen = [0u8; 1];
+        match self.chooser.choose(blocks, exclude, &mut chosen) {
+            Ok(()) => Ok(usize::from(chosen[0])),
+            Err(_) => Err(match full_place {
+                Some(place) => Error::NoSpace(Full::Data { place }),
+                None => Error::NoDevices,
+            }),
+        }
+    }
+
     /// After a write into `zone` failed, the zone's write pointer no longer
     /// stands where the next allocation in it would write: retire it from
     /// `slot` (it is finished once idle, see `process_retiring`), so that

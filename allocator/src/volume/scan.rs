@@ -47,18 +47,16 @@ pub struct LaneReads<'a> {
 }
 
 impl Volume {
-    /// Lends copy `lane`'s namespace for reads. No write may be in flight
-    /// on that namespace ([`Volume::quiesce`]): it refuses then, since
-    /// their completions would be reaped here. Writes to another namespace
-    /// (a resilver's copies) may be.
+    /// Lends copy `lane`'s namespace for reads. Writes may be in flight on
+    /// it (a distributed rebuild's copies go to the lanes it reads): their
+    /// completions, should the engine's poll reap them, are held for the
+    /// volume's next poll. The engine reads only what is committed, which
+    /// no write in flight touches.
     pub fn lane_reads(&mut self, lane: usize) -> Result<LaneReads<'_>> {
         if lane >= self.lanes.len() {
             return Err(Error::InvalidArgument(format!("copy {lane}: the volume has {}", self.lanes.len())));
         }
         let device = self.lanes[lane].device;
-        if self.device_writes[device] > 0 {
-            return Err(Error::InvalidArgument("writes in flight there: quiesce the volume first".into()));
-        }
         // With checksum areas the tags are not in the device's metadata:
         // the engine asks for them ([`Volume::area_tags_at`]).
         let tags = self.tags.filter(|_| !self.area);
@@ -113,8 +111,9 @@ impl LaneReads<'_> {
     }
 
     /// Reaps this engine's completed reads into `out`, each with its tag as
-    /// its token; stale completions of the volume's own (a blocking command
-    /// that timed out) are dropped.
+    /// its token. The volume's writes that complete are held for its next
+    /// poll; stale completions of its own (a blocking command that timed
+    /// out) are dropped.
     pub fn poll(&mut self, out: &mut Vec<IoCompletion>) {
         let start = out.len();
         self.device.poll(out);
@@ -125,8 +124,8 @@ impl LaneReads<'_> {
                     out[index].token = tag;
                     index += 1;
                 }
-                other => {
-                    debug_assert!(matches!(other, Token::Sync(_)), "a write completed while quiesced");
+                Token::Write { .. } => self.device.held.push_back(out.swap_remove(index)),
+                Token::Sync(_) => {
                     out.swap_remove(index);
                 }
             }
