@@ -128,3 +128,48 @@ fn a_distributed_rebuild_restores_every_copy_on_the_survivors_with_no_new_device
         assert_eq!(volume.status().redundancy.extents_at_risk, 0, "{context}");
     }
 }
+
+#[test]
+fn a_distributed_rebuild_cut_by_power_loss_resumes_from_the_metadata() {
+    let configs = vec![zns(48, 1024), conventional(48), zns(48, 1024), conventional(48)];
+    let mut harness = Harness::new(configs, (0..4).map(|c| (c, 1)).collect());
+    let options = VolumeOptions { profile: Profile::Mirror, max_extent_bytes: 32 << 10, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 400, 1);
+    volume.fail_device(2, "pulled by the operator").expect("fail");
+    volume.commit().expect("commit");
+    let total = volume.unavailable_blocks(2);
+    // Small steps, a commit after each: some copies moved, some not.
+    let small =
+        ResilverOptions { max_request_bytes: Some(32 << 10), commit_every_bytes: 0, ..ResilverOptions::default() };
+    let mut engine = nvme_scrub::Resilver::distributed(&volume, 2, &small).expect("set up");
+    for _ in 0..3 {
+        assert!(!engine.step(&mut volume, 64 << 10).expect("step"), "the rebuild is under way");
+    }
+    drop(engine);
+    let moved = total - volume.unavailable_blocks(2);
+    assert!(moved > 0, "some copies moved before the cut");
+    drop(volume.abandon());
+    harness.power_cut();
+    let devices: Vec<Device> = [0, 1, 3]
+        .into_iter()
+        .map(|c| Device::open(&harness.controllers[c], 1, device_options()).expect("open"))
+        .collect();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = Volume::open(devices, &degraded).expect("reopens after the cut");
+    let left = volume.unavailable_blocks(2);
+    assert!(left < total && left + moved >= total, "progress survived: {left} of {total} left, {moved} moved");
+    // Every extent reads back, from its copies on the devices in use.
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id}");
+    }
+    let report = rebuild_distributed(&mut volume, 2, &ResilverOptions::default(), &Control::new(), &mut |_| {})
+        .expect("the rebuild resumes");
+    assert!(report.complete(), "{report:?}");
+    assert_eq!(report.bytes_total, left * BLOCK_SIZE as u64, "only what was left");
+    assert_eq!(volume.status().redundancy.extents_at_risk, 0);
+    check_every_copy(&mut volume, &model, 2);
+}
