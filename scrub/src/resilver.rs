@@ -388,6 +388,13 @@ impl Resilver {
         if sources.is_empty() {
             return Err(Error::InvalidArgument("no other copy in use to read from".into()));
         }
+        if distributed && sources.len() < volume.copies() {
+            return Err(Error::InvalidArgument(format!(
+                "{} device(s) in use cannot hold {} copies of each extent apart: replace place {place} instead",
+                sources.len(),
+                volume.copies()
+            )));
+        }
         let work = if distributed { Target::Elsewhere { from: target } } else { Target::Lane(target) };
         let bytes_total = work.blocks_left(volume) * BLOCK_SIZE as u64;
         // Reads written as they are when every source shares the I/O

@@ -496,7 +496,15 @@ impl Volume {
                 Err(Error::InvalidArgument("write abandoned (it failed at submission, or its wait timed out)".into()))
             }
             None if pending.locations[..copies].iter().all(|l| l.is_none_or(Location::is_missing)) => {
-                Err(Error::NoDevices)
+                // Every device it went to was given up during the write: on
+                // a pool with devices left, the caller may write it again.
+                match self.devices.iter().any(Option::is_some) {
+                    true => Err(Error::Member {
+                        device: self.lanes[usize::from(pending.lanes[0])].device,
+                        why: "given up during the write, which wrote nothing: write it again".into(),
+                    }),
+                    false => Err(Error::NoDevices),
+                }
             }
             None => {
                 let mut placed = [(0, Location::MISSING); COPIES_MAX];
