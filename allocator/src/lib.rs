@@ -1,6 +1,8 @@
 //! A zoned allocator over NVMe namespaces: ZNS namespaces, or conventional
-//! namespaces split into software zones; one copy, two copies on one
-//! namespace ("dup"), or a mirror across two namespaces.
+//! namespaces split into software zones; a pool of 1 to 16 of them with one
+//! copy of each extent ("single"), two or three on distinct namespaces
+//! ("mirror", "mirror3"), or two copies on one namespace ("dup"). See
+//! `docs/pool.md`.
 //!
 //! # Architecture
 //!
@@ -22,9 +24,10 @@
 //!   extent map; [`Volume::read`] verifies it and, on a mismatch or a media
 //!   error, reads the other copy, returns good data and records the bad
 //!   block ([`Volume::bad_blocks`]).
-//! - Durable metadata ([`journal`]): two copies (one per namespace of a
-//!   mirror, two in different zones of a single or dup namespace), each of
-//!   two segments of whole zones that begin with the device's label.
+//! - Durable metadata ([`journal`]): one copy on each of a pool's first
+//!   three namespaces (two in different zones of a volume of one), each of
+//!   two segments of whole zones that begin with the device's label; every
+//!   other member carries its label in a zone of its own.
 //!   [`Volume::commit`] flushes data, writes a checksummed, sequenced delta
 //!   record to both copies and flushes both. When a segment fills (or its
 //!   log passes half of it), a checkpoint of the whole state goes to the
