@@ -57,54 +57,63 @@ pub struct DeviceChoice {
     pub nsid: u32,
 }
 
-/// The devices a volume of `wanted` devices (1 or 2) is on, from the
-/// `--pci` and `--ns` lists exactly as given; no `--ns` is namespace 1.
-/// Nothing is inferred: two devices are two `--pci` (with one `--ns` for
-/// both, or one each), or one controller and two different `--ns`.
+/// The devices a volume of `wanted` devices (1 to [`VOLUME_DEVICES_MAX`])
+/// is on, from the `--pci` and `--ns` lists exactly as given; no `--ns` is
+/// namespace 1. Nothing is inferred: N devices are N `--pci` (with one
+/// `--ns` for all, or one each), or one controller and N different `--ns`.
 pub fn choose_devices(pci: &[String], ns: &[u32], wanted: usize) -> Result<Vec<DeviceChoice>, String> {
-    assert!((1..=2).contains(&wanted), "a volume is on one or two devices");
-    let two_devices = "give two --pci (one namespace each, --ns for both or one per --pci), \
-                       or one --pci and two --ns (e.g. --ns 1,2)";
+    assert!((1..=VOLUME_DEVICES_MAX).contains(&wanted), "a volume is on 1 to {VOLUME_DEVICES_MAX} devices");
+    let how = if wanted == 2 {
+        "give two --pci (one namespace each, --ns for both or one per --pci), or one --pci and two --ns (e.g. --ns 1,2)"
+            .to_string()
+    } else {
+        format!(
+            "give {wanted} --pci (one namespace each, --ns for all or one per --pci), or one --pci and {wanted} --ns"
+        )
+    };
     if pci.len() > wanted || ns.len() > wanted {
         return Err(format!("{wanted} device(s) wanted, {} --pci and {} --ns given", pci.len(), ns.len()));
     }
-    if pci.len() == 2 && pci[0] == pci[1] {
-        return Err(format!("--pci {} given twice: {two_devices}", pci[0]));
+    if let Some(bdf) = pci.iter().enumerate().find(|(at, bdf)| pci[..*at].contains(bdf)).map(|(_, bdf)| bdf) {
+        return Err(format!("--pci {bdf} given twice: {how}"));
     }
     let first = ns.first().copied().unwrap_or(1);
-    let choices = match (wanted, pci.len()) {
-        (1, _) => vec![DeviceChoice { controller: 0, nsid: first }],
-        (_, 2) => vec![
-            DeviceChoice { controller: 0, nsid: first },
-            DeviceChoice { controller: 1, nsid: ns.get(1).copied().unwrap_or(first) },
-        ],
-        _ => match ns {
-            [a, b] if a != b => {
-                vec![DeviceChoice { controller: 0, nsid: *a }, DeviceChoice { controller: 0, nsid: *b }]
-            }
-            [a, _] => return Err(format!("--ns {a},{a} is one namespace twice: {two_devices}")),
-            _ => return Err(format!("two devices wanted, one given: {two_devices}")),
-        },
+    let choices: Vec<DeviceChoice> = if wanted == 1 {
+        vec![DeviceChoice { controller: 0, nsid: first }]
+    } else if pci.len() == wanted {
+        if ns.len() > 1 && ns.len() != wanted {
+            return Err(format!("{} --ns for {wanted} --pci: one for all, or one each", ns.len()));
+        }
+        (0..wanted).map(|c| DeviceChoice { controller: c, nsid: ns.get(c).copied().unwrap_or(first) }).collect()
+    } else if pci.len() <= 1 && ns.len() == wanted {
+        if let Some(&twice) = ns.iter().enumerate().find(|(at, n)| ns[..*at].contains(n)).map(|(_, n)| n) {
+            return Err(format!("--ns {twice},{twice} is one namespace twice: {how}"));
+        }
+        ns.iter().map(|&nsid| DeviceChoice { controller: 0, nsid }).collect()
+    } else {
+        let given = pci.len().max(ns.len()).max(1);
+        let words = if wanted == 2 { "two devices wanted".to_string() } else { format!("{wanted} devices wanted") };
+        return Err(format!("{words}, {given} given: {how}"));
     };
     assert_eq!(choices.len(), wanted, "one choice per device");
     Ok(choices)
 }
 
-/// Devices a volume is on, at most: two, for a mirror.
-pub const VOLUME_DEVICES_MAX: usize = 2;
+/// Devices a volume is on, at most: a pool's sixteen.
+pub const VOLUME_DEVICES_MAX: usize = zoned_allocator::chooser::MAX_DEVICES;
 
 /// Where a volume is, as every volume tool takes it (flattened into the
 /// tool's arguments; the tool has a `--sim` these conflict with).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct VolumeLocation {
-    /// Controller PCI address of the volume's devices: one, or two for a
-    /// mirror across controllers. Default: the first NVMe function bound
-    /// to vfio-pci.
+    /// Controller PCI address of the volume's devices: one, or one per
+    /// device of a volume across controllers (up to 16). Default: the
+    /// first NVMe function bound to vfio-pci.
     #[arg(long = "pci", value_name = "BDF", value_parser = args::pci_address)]
     pub pci: Vec<String>,
     /// Namespace IDs (1..=4294967294), comma-separated, one per device, in
     /// any order: a mirror on one controller takes two (--ns 1,2); with
-    /// two --pci, one ID serves both. Default: 1.
+    /// several --pci, one ID serves all. Default: 1.
     #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid, conflicts_with = "sim")]
     pub ns: Vec<u32>,
     /// Software zone size the volume was formatted with (conventional
@@ -119,13 +128,13 @@ pub struct VolumeLocation {
 }
 
 impl VolumeLocation {
-    /// The volume's devices, exactly as --pci and --ns give them (one or
-    /// two; the volume finds each one's place from its label).
+    /// The volume's devices, exactly as --pci and --ns give them (1 to
+    /// 16; the volume finds each one's place from its label).
     pub fn device_choices(&self) -> Result<Vec<DeviceChoice>, String> {
         let wanted = self.pci.len().max(self.ns.len()).max(1);
         if wanted > VOLUME_DEVICES_MAX {
             return Err(format!(
-                "a volume is on one or two devices: {} --pci and {} --ns given",
+                "a volume is on 1 to {VOLUME_DEVICES_MAX} devices: {} --pci and {} --ns given",
                 self.pci.len(),
                 self.ns.len()
             ));
@@ -352,5 +361,17 @@ mod tests {
         assert_eq!(choose(&["a", "b"], &[3, 1], 2), Ok(vec![(0, 3), (1, 1)]));
         assert!(choose(&["a", "b", "c"], &[], 2).is_err());
         assert!(choose(&["a"], &[1, 2, 3], 2).is_err());
+    }
+
+    #[test]
+    fn a_pool_of_many_devices_is_given_device_by_device() {
+        assert_eq!(choose(&["a", "b", "c", "d"], &[], 4), Ok(vec![(0, 1), (1, 1), (2, 1), (3, 1)]));
+        assert_eq!(choose(&["a", "b", "c"], &[2], 3), Ok(vec![(0, 2), (1, 2), (2, 2)]));
+        assert_eq!(choose(&["a", "b", "c"], &[3, 2, 1], 3), Ok(vec![(0, 3), (1, 2), (2, 1)]));
+        assert_eq!(choose(&["a"], &[1, 2, 3], 3), Ok(vec![(0, 1), (0, 2), (0, 3)]));
+        assert!(choose(&["a", "b", "c"], &[1, 2], 3).unwrap_err().contains("2 --ns for 3 --pci"));
+        assert!(choose(&["a", "b", "a"], &[], 3).unwrap_err().contains("given twice"));
+        assert!(choose(&["a"], &[1, 2, 1], 3).unwrap_err().contains("one namespace twice"));
+        assert!(choose(&["a", "b"], &[], 3).unwrap_err().contains("3 devices wanted, 2 given"));
     }
 }

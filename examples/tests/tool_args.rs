@@ -83,9 +83,16 @@ fn seqwrite_mirror_needs_two_devices_given() {
     refused(SEQWRITE, &["--profile", "mirror", "--ns", "1,1"], USAGE, &["--ns 1,1", "one namespace twice"]);
     let twice = ["--profile", "mirror", "--pci", "0000:00:10.0", "--pci", "0000:00:10.0"];
     refused(SEQWRITE, &twice, USAGE, &["given twice"]);
-    let two = ["--pci", "0000:00:10.0", "--pci", "0000:00:11.0"];
-    refused(SEQWRITE, &two, USAGE, &["--profile single", "2 --pci"]);
-    refused(SEQWRITE, &["--profile", "dup", "--ns", "1,2"], USAGE, &["--profile dup", "2 --ns"]);
+    // A dup is on one device; any other profile spans every device given.
+    let two = ["--profile", "dup", "--pci", "0000:00:10.0", "--pci", "0000:00:11.0"];
+    refused(SEQWRITE, &two, USAGE, &["--profile dup", "1 to 1 device(s), 2 given"]);
+    refused(SEQWRITE, &["--profile", "dup", "--ns", "1,2"], USAGE, &["--profile dup", "1 to 1 device(s), 2 given"]);
+    let three = ["--profile", "mirror3", "--format", "--yes", "--ns", "1,2"];
+    refused(SEQWRITE, &three, USAGE, &["--profile mirror3", "3 devices wanted, 2 given"]);
+    let many: Vec<String> = (1..=17).map(|n| n.to_string()).collect();
+    let seventeen = ["--ns".to_string(), many.join(",")];
+    let seventeen: Vec<&str> = seventeen.iter().map(String::as_str).collect();
+    refused(SEQWRITE, &seventeen, USAGE, &["16 device(s) wanted, 0 --pci and 17 --ns given"]);
     // --degraded opens a mirror on the one device left, but a new one needs both.
     let format = ["--profile", "mirror", "--degraded", "--format", "--yes", "--ns", "1"];
     refused(SEQWRITE, &format, USAGE, &what);
@@ -113,7 +120,8 @@ fn scrub_numbers_and_devices_are_checked_before_any_device() {
     refused(SCRUB, &["--cancel-after", "0"], USAGE, &["--cancel-after"]);
     refused(SCRUB, &["--sim", "0"], USAGE, &["--sim"]);
     refused(SCRUB, &["--ns", "1,1"], USAGE, &["--ns 1,1", "one namespace twice"]);
-    refused(SCRUB, &["--ns", "1,2,3"], USAGE, &["3 --ns"]);
+    let many: Vec<String> = (1..=17).map(|n| n.to_string()).collect();
+    refused(SCRUB, &["--ns", &many.join(",")], USAGE, &["1 to 16 devices", "17 --ns"]);
     refused(SCRUB, &["--resume", "--state", "/nonexistent/scrub.state"], USAGE, &["/nonexistent/scrub.state"]);
 }
 
@@ -643,6 +651,15 @@ fn seqwrite_sizes_are_of_what_the_volume_holds_and_one_that_cannot_fit_is_refuse
             assert!(capacity > 150 << 20, "zone {zone}, {checksums}: {capacity}");
         }
     }
+    // A pool: a 3-copy mirror over four namespaces holds four thirds of
+    // one, and takes all of it.
+    let pool = ["--sim", "--sim-capacity", "512M", "--sim-zone", "64M", "--profile", "mirror3", "--ns", "1,2,3,4"];
+    let (code, stdout, stderr) = run(SEQWRITE, &[&pool[..], &["--format", "--size", "100%", "--json"]].concat());
+    assert_eq!(code, Some(0), "a pool: {stderr}");
+    let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let capacity = value["volume"]["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(value["bytes"].as_u64(), Some(capacity), "a pool: {value}");
+    assert!(capacity > 400 << 20, "a pool of four 512 MiB namespaces, three copies: {capacity}");
     for (case, args) in [
         ("more than the volume", &["--size", "2G"][..]),
         // 64 MiB zones with checksum areas hold 63.75 MiB of data: half a

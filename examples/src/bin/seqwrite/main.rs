@@ -37,17 +37,21 @@ use zoned_allocator::{Device, DeviceOptions, Profile, Volume, VolumeOptions, Wri
     name = "seqwrite",
     version, long_about = None)]
 struct Args {
-    /// Controller PCI address: one, or two for a mirror across controllers.
-    /// Default: the first NVMe function bound to vfio-pci.
+    /// Controller PCI address: one, or one per device of a volume across
+    /// controllers (a pool of up to 16). Default: the first NVMe function
+    /// bound to vfio-pci.
     #[arg(long = "pci", value_name = "BDF", value_parser = args::pci_address)]
     pci: Vec<String>,
     /// Namespace IDs (1..=4294967294), comma-separated, one per device: a
-    /// mirror on one controller takes two (--ns 1,2); with two --pci, one
-    /// ID serves both. Default: 1 (1,2 for a mirror on --sim).
+    /// mirror on one controller takes two (--ns 1,2); with several --pci,
+    /// one ID serves all. Default: 1 (1,2 for a mirror on --sim, 1,2,3 for
+    /// a mirror3).
     #[arg(long = "ns", value_name = "NSID", value_delimiter = ',', value_parser = args::nsid)]
     ns: Vec<u32>,
-    /// Copies: single, dup (two on one namespace) or mirror (two devices,
-    /// both given: two --pci, or one --pci and two --ns).
+    /// Copies: single (one, on any of the devices given), dup (two on one
+    /// namespace), mirror or mirror3 (two or three, on distinct devices of
+    /// the two or three and more given: one --pci each, or one --pci and
+    /// one --ns each). The volume spans every device given.
     #[arg(long, value_enum, default_value = "single")]
     profile: ProfileArg,
     /// Recreate the volume (destroys its contents; asks first, see --yes).
@@ -222,10 +226,22 @@ fn check_args(args: &Args) -> Result<(), String> {
     if args.sim && args.sim_zone != 0 && args.software_zone.is_some() {
         return Err("--software-zone applies to conventional namespaces, and --sim-zone makes a zoned one".into());
     }
+    let profile = Profile::from(args.profile);
+    let given = args.pci.len().max(args.ns.len());
+    // More devices than the profile spans is refused always; fewer only at
+    // format (a volume opened degraded may be given fewer).
+    let wanted = devices_wanted(args);
+    if given > 0 && (wanted > profile.max_devices() || (args.format && wanted < profile.min_devices())) {
+        return Err(format!(
+            "--profile {}: a volume of {} to {} device(s), {given} given",
+            profile_name(args),
+            profile.min_devices(),
+            profile.max_devices()
+        ));
+    }
     if args.sim {
         // What the run writes is kept in memory, on each namespace.
-        let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
-        args::sim_fits("--sim-capacity", args.sim_capacity.saturating_mul(namespaces))?;
+        args::sim_fits("--sim-capacity", args.sim_capacity.saturating_mul(sim_namespaces(args) as u64))?;
     }
     if let Amount::Bytes(bytes) = args.size {
         if bytes < args.bs {
@@ -277,20 +293,36 @@ fn check_new_volume(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// How many devices the volume is on: as many as --pci and --ns give,
+/// and at least the profile's fewest (a pool of several is given device
+/// by device).
+fn devices_wanted(args: &Args) -> usize {
+    let given = args.pci.len().max(args.ns.len());
+    // A mirror opened degraded may be given the one device left.
+    if args.degraded && !args.format && given == 1 {
+        return 1;
+    }
+    given.max(Profile::from(args.profile).min_devices()).min(device::VOLUME_DEVICES_MAX)
+}
+
+/// Namespaces of the simulator --sim makes: one per device, and as many as
+/// the highest --ns names.
+fn sim_namespaces(args: &Args) -> usize {
+    devices_wanted(args).max(args.ns.iter().copied().max().unwrap_or(0) as usize)
+}
+
+/// The profile as the command line spells it.
+fn profile_name(args: &Args) -> String {
+    args.profile.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string())
+}
+
 /// The devices the volume is on, exactly as --pci and --ns give them. The
 /// simulator's namespaces are the tool's own: a mirror on --sim without
 /// --ns is on its namespaces 1 and 2.
 fn device_choices(args: &Args) -> Result<Vec<DeviceChoice>, String> {
-    let mut wanted = Profile::from(args.profile).min_devices();
-    // A mirror opened degraded may be given the one device left.
-    if args.degraded && !args.format && args.pci.len().max(args.ns.len()) == 1 {
-        wanted = 1;
-    }
+    let wanted = devices_wanted(args);
     let ns = if args.sim && args.ns.is_empty() { (1..=wanted as u32).collect() } else { args.ns.clone() };
-    choose_devices(&args.pci, &ns, wanted).map_err(|e| {
-        let profile = args.profile.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
-        format!("--profile {profile}: {e}")
-    })
+    choose_devices(&args.pci, &ns, wanted).map_err(|e| format!("--profile {}: {e}", profile_name(args)))
 }
 
 /// The devices, in words: "namespace 1 of 0000:01:00.0 and namespace 2 of ...".
@@ -328,11 +360,10 @@ fn controllers(args: &Args) -> Result<Vec<Controller>, String> {
             let zone = args.sim_zone / lba;
             SimConfig::zoned(blocks / zone * zone, lba as u32, zone, zone)
         };
-        let namespaces = if args.profile == ProfileArg::Mirror { 2 } else { 1 };
         let namespace = config.namespaces[0].clone().metadata_bytes(args.sim_metadata);
-        let mut config = SimConfig { namespaces: Vec::new(), ..config.clone() }.with_namespace(namespace);
-        if namespaces == 2 {
-            config = config.clone().with_namespace(config.namespaces[0].clone());
+        let mut config = SimConfig { namespaces: Vec::new(), ..config.clone() };
+        for _ in 0..sim_namespaces(args) {
+            config = config.with_namespace(namespace.clone());
         }
         let transport: Arc<dyn Transport> = Simulator::new(config);
         return Ok(vec![Controller::init(transport, options).map_err(|e| format!("simulator: {e}"))?]);
