@@ -220,15 +220,12 @@ impl Entry {
         true
     }
 
-    /// Moves the copy in lane `lane` to `to`, or adds a copy there when
-    /// the extent has none. False when it has no room for another.
+    /// Moves the copy in lane `lane` to `to`. False when the extent has no
+    /// copy there: a move never adds a copy (replayed over a checkpoint
+    /// page that already holds a later state, a move of a copy since
+    /// moved to another lane must do nothing).
     pub fn set(&mut self, lane: usize, to: Location) -> bool {
-        let index = match self.slot_of(lane) {
-            Some(index) => index,
-            None if lane < LANES_MAX && self.copy_count() < COPIES_MAX => self.copy_count(),
-            None => return false,
-        };
-        self.lanes[index] = lane as u8;
+        let Some(index) = self.slot_of(lane) else { return false };
         self.locations[index] = to;
         true
     }
@@ -351,6 +348,8 @@ type Page = [Record; PAGE_SLOTS];
 #[derive(Debug)]
 pub struct Table {
     bits: LocationBits,
+    /// Lanes a loaded record may name (the volume's).
+    lanes: usize,
     /// Boxed pages, so that growing the table moves pointers, never the
     /// records, and its slack is one page rather than a doubled vector.
     #[allow(clippy::vec_box)]
@@ -366,7 +365,14 @@ pub struct Table {
 impl Table {
     /// An empty table for locations packed as `bits`.
     pub fn new(bits: LocationBits) -> Table {
-        Table { bits, pages: Vec::new(), end: 1, free: 0, live: 0 }
+        Table::with_lanes(bits, LANES_MAX)
+    }
+
+    /// An empty table whose loaded records may name lanes below `lanes`
+    /// only: a checkpoint page naming another is malformed, refused at
+    /// load before anything indexes a lane by it.
+    pub fn with_lanes(bits: LocationBits, lanes: usize) -> Table {
+        Table { bits, lanes: lanes.min(LANES_MAX), pages: Vec::new(), end: 1, free: 0, live: 0 }
     }
 
     /// Live extents.
@@ -569,8 +575,7 @@ impl Table {
     }
 
     /// Moves the copy of extent `id` in lane `lane` to `to` (either may
-    /// be missing), or adds a copy there when it has none. False when `id`
-    /// is not live, or has no room for another copy.
+    /// be missing). False when `id` is not live or has no copy there.
     pub fn set_location(&mut self, id: ExtentId, lane: usize, to: Location) -> bool {
         let Some(mut entry) = self.get(id) else { return false };
         if !entry.set(lane, to) {
@@ -649,7 +654,7 @@ impl Table {
                 record = Record::free(record.generation());
             } else if slot == 0 {
                 return Err(TableError::BadId(0));
-            } else if !record.spare_bits_clear() || !self.entry(record).within(LANES_MAX) {
+            } else if !record.spare_bits_clear() || !self.entry(record).within(self.lanes) {
                 return Err(TableError::Malformed(first + at as u64));
             }
             let was_live = self.record(slot).is_some_and(|r| r.blocks() != 0);
@@ -1173,20 +1178,30 @@ mod tests {
             assert_eq!(loaded.load_page(&image), Err(TableError::Malformed(1)), "{what}");
         }
         assert!(Table::new(bits).load_page(&good).is_ok());
+        // A lane past the volume's: a volume of two lanes refuses a copy
+        // in lane 2, before anything indexes its lanes by it.
+        let mut image = good.clone();
+        image.records[1][1] = (image.records[1][1] & !(31 << 36)) | (2 << 36);
+        assert!(Table::with_lanes(bits, 3).load_page(&image).is_ok());
+        assert_eq!(Table::with_lanes(bits, 2).load_page(&image), Err(TableError::Malformed(1)));
     }
 
     #[test]
-    fn a_copy_moves_within_its_lane_or_is_added_in_another() {
+    fn a_copy_moves_within_its_lane_or_to_another_and_a_move_never_adds_one() {
         let mut table = Table::new(LocationBits::new(1024, 64).unwrap());
-        let id = table.insert(&Entry::new(2, &[(3, at(1, 0))])).unwrap();
+        let id = table.insert(&Entry::new(2, &[(3, at(1, 0)), (5, at(2, 0)), (0, at(3, 0))])).unwrap();
         assert!(table.set_location(id, 3, at(4, 4)), "moved within lane 3");
-        assert!(table.set_location(id, 5, Location::MISSING), "a missing copy added in lane 5");
+        assert!(table.set_location(id, 5, Location::MISSING), "lane 5's copy missing");
         assert!(table.set_location(id, 0, at(2, 2)));
         assert_eq!(
             table.get(id).unwrap().copies().collect::<Vec<_>>(),
             vec![(3, at(4, 4)), (5, Location::MISSING), (0, at(2, 2))]
         );
-        assert!(!table.set_location(id, 6, at(3, 3)), "no room for a fourth copy");
+        // A move never adds a copy: replayed over a page that holds a later
+        // state (the copy moved to another lane since), it does nothing.
+        let two = table.insert(&Entry::new(1, &[(1, at(5, 0)), (2, at(6, 0))])).unwrap();
+        assert!(!table.set_location(two, 4, at(7, 0)), "no copy in lane 4");
+        assert_eq!(table.get(two).unwrap().copy_count(), 2);
         // A copy moved to another lane keeps its slot.
         assert!(!table.relane(id, 5, 0, at(1, 1)), "lane 0 holds a copy already");
         assert!(!table.relane(id, 7, 6, at(1, 1)), "no copy in lane 7");

@@ -273,3 +273,21 @@ fn a_three_copy_mirror_loses_nothing_with_any_two_devices_gone() {
         assert_eq!(status.redundancy.extents_at_risk, model.len() as u64 + 20, "{context}: {status:?}");
     }
 }
+
+#[test]
+fn repairs_of_a_lane_an_extent_has_no_copy_in_are_refused() {
+    let harness = pool(vec![conventional(32), conventional(32), conventional(32)]);
+    let mut volume = harness.format(&options(Profile::Mirror));
+    let id = volume.write(0, &pattern(1, 2), 1).expect("write");
+    volume.commit().expect("commit");
+    let without = (0..3).find(|&l| volume.location(id, l).is_some_and(|at| at.is_missing())).expect("a lane without");
+    let good = pattern(1, 2);
+    for (what, result) in [
+        ("rewrite", volume.rewrite_copy(id, without, &good).map(drop)),
+        ("repair in place", volume.repair_in_place(id, without, &good)),
+    ] {
+        assert!(matches!(result, Err(Error::InvalidArgument(_))), "{what}: {result:?}");
+    }
+    volume.check_invariants();
+    assert_eq!((0..3).filter(|&l| volume.location(id, l).is_some_and(|at| !at.is_missing())).count(), 2);
+}

@@ -225,6 +225,9 @@ fn side(images: &[Option<[SegmentImage; 2]>], volume_id: u64, bits: LocationBits
                 Op::Move { id, lane, to } => {
                     table.set_location(id, usize::from(lane), to);
                 }
+                Op::Relane { id, from, lane, to } => {
+                    table.relane(id, usize::from(from), usize::from(lane), to);
+                }
                 Op::Session(SessionRecord { id, .. }) => lineage.push(id),
                 _ => {}
             }

@@ -474,7 +474,7 @@ impl Volume {
             superblock,
             volume_id,
             options,
-            table: Table::new(bits),
+            table: Table::with_lanes(bits, lane_count),
             owners: Owners::default(),
             mapped: HashMap::new(),
             live_blocks: 0,

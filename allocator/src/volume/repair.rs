@@ -94,6 +94,9 @@ impl Volume {
         if lane >= self.lanes.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
         }
+        if !extent.has_lane(lane) {
+            return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {lane}")));
+        }
         let crcs = self.mapped_crcs(id);
         if !crcs.is_empty() && !mismatches(good, crcs).is_empty() {
             return Err(Error::InvalidArgument(format!("the data given for extent {id} fails its checksums")));
@@ -132,6 +135,9 @@ impl Volume {
         let extent = self.live(id)?;
         if lane >= self.lanes.len() || good.len() != extent.blocks as usize * BLOCK_SIZE {
             return Err(Error::InvalidArgument(format!("lane {lane}, {} bytes for extent {id}", good.len())));
+        }
+        if extent.on(lane).is_missing() {
+            return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {lane} to repair")));
         }
         if self.lane_is_zoned(lane) {
             return Err(Error::InvalidArgument(format!("lane {lane} is zoned: rewrite the copy elsewhere")));
