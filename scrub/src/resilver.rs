@@ -119,6 +119,9 @@ pub struct ResilverReport {
     pub source_lanes: Vec<usize>,
     /// Bytes read from each of them, in the same order.
     pub source_bytes: Vec<u64>,
+    /// Source lanes given up during the run: their extents were read from
+    /// the others.
+    pub sources_lost: Vec<usize>,
     /// The copy written (for a distributed rebuild, the lane whose copies
     /// were written elsewhere).
     pub target_lane: usize,
@@ -491,16 +494,17 @@ impl Resilver {
                 };
             }
         }
+        self.drop_lost_sources(volume)?;
         let mut max_requests = Vec::with_capacity(self.walks.len());
         for walk in &mut self.walks {
             let limit = volume.lane_reads(walk.lane)?.max_request_bytes();
             let max_request = self.options.max_request_bytes.unwrap_or(limit).clamp(volume.max_extent_bytes(), limit);
             walk.planner.set_max_request(max_request);
-            max_requests.push(max_request);
+            max_requests.push((walk.lane, max_request));
         }
         loop {
             let reading = step_bytes < budget_bytes;
-            let mut moved = false;
+            let mut moved = self.drop_lost_sources(volume)?;
             for index in 0..self.walks.len() {
                 let walk = &mut self.walks[index];
                 if reading && walk.queue.len() < 2 * depth {
@@ -573,9 +577,10 @@ impl Resilver {
                         .sum::<u64>();
                 if left > 0 {
                     self.passes += 1;
-                    for (walk, &max_request) in self.walks.iter_mut().zip(&max_requests) {
+                    for walk in &mut self.walks {
                         *walk = Walk::new(walk.lane, Location { zone: 0, offset: 0 }, target, self.zero_copy);
-                        walk.planner.set_max_request(max_request);
+                        let max_request = max_requests.iter().find(|(lane, _)| *lane == walk.lane).map(|m| m.1);
+                        walk.planner.set_max_request(max_request.expect("a lane walked from the start"));
                     }
                     finished = false;
                     if reading {
@@ -609,6 +614,36 @@ impl Resilver {
         }
     }
 
+    /// Stops reading from source lanes whose device was given up since
+    /// (a second device lost during a rebuild): their reads in flight are
+    /// dropped, and the extents they were to copy are read from another
+    /// lane holding them on the next pass ([`Volume::copy_source`] no
+    /// longer names the lost one). Fails only when no source is left.
+    /// Whether any was dropped.
+    fn drop_lost_sources(&mut self, volume: &Volume) -> Result<bool> {
+        let lost: Vec<usize> = self.walks.iter().map(|w| w.lane).filter(|&lane| !volume.lane_online(lane)).collect();
+        if lost.is_empty() {
+            return Ok(false);
+        }
+        for &lane in &lost {
+            log::warn!("resilver: lane {lane} is no longer in use; its extents are read from the others");
+            for tag in 0..self.in_flight.len() {
+                if self.in_flight[tag].as_ref().is_some_and(|read| read.lane == lane) {
+                    self.in_flight[tag] = None;
+                    self.free_tags.push(tag);
+                    self.account_depth();
+                    self.reads_in_flight -= 1;
+                }
+            }
+            self.report.sources_lost.push(lane);
+        }
+        self.walks.retain(|walk| !lost.contains(&walk.lane));
+        if self.walks.is_empty() {
+            return Err(Error::InvalidArgument("no copy in use left to read from".into()));
+        }
+        Ok(true)
+    }
+
     fn over_rate(&self, bytes: u64) -> bool {
         let Some(rate) = self.options.rate_limit_mib_s else { return false };
         let allowed = (rate * f64::from(1 << 20) * self.running_s()) as u64;
@@ -623,8 +658,10 @@ impl Resilver {
         self.free_tags.push(tag);
         self.account_depth();
         self.reads_in_flight -= 1;
-        if let Some(index) = self.walks.iter().position(|w| w.lane == read.lane) {
-            self.walks[index].reads_in_flight -= 1;
+        if let Some(walk) = self.walks.iter_mut().find(|w| w.lane == read.lane) {
+            walk.reads_in_flight -= 1;
+        }
+        if let Some(index) = self.report.source_lanes.iter().position(|&lane| lane == read.lane) {
             self.report.source_bytes[index] += read.bytes() as u64;
         }
         self.report.reads += 1;

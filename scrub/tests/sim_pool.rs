@@ -173,3 +173,40 @@ fn a_distributed_rebuild_cut_by_power_loss_resumes_from_the_metadata() {
     assert_eq!(volume.status().redundancy.extents_at_risk, 0);
     check_every_copy(&mut volume, &model, 2);
 }
+
+#[test]
+fn a_rebuild_goes_on_when_a_source_is_lost_in_the_middle() {
+    // A 3-copy mirror over four: place 0 is replaced, and while it is
+    // resilvered place 1 is given up too; every copy place 0 lacks is
+    // still written, read from places 2 and 3.
+    let configs = vec![zns(48, 1024), conventional(48), zns(48, 1024), conventional(48), zns(48, 1024)];
+    let harness = Harness::new(configs, (0..4).map(|c| (c, 1)).collect());
+    let options = VolumeOptions { profile: Profile::Mirror3, max_extent_bytes: 32 << 10, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 300, 1);
+    volume.fail_device(0, "pulled by the operator").expect("fail");
+    let blank = Device::open(&harness.controllers[4], 1, device_options()).expect("open the blank device");
+    volume.replace(0, blank, false).expect("replace");
+    let small =
+        ResilverOptions { max_request_bytes: Some(32 << 10), verify_after: false, ..ResilverOptions::default() };
+    let mut engine = nvme_scrub::Resilver::new(&volume, 0, &small).expect("set up");
+    assert!(!engine.step(&mut volume, 64 << 10).expect("step"), "under way");
+    volume.fail_device(1, "a second device lost").expect("fail another");
+    while !engine.step(&mut volume, 1 << 20).expect("the rebuild goes on") {}
+    let report = engine.finish(&mut volume).expect("finish");
+    assert_eq!(report.sources_lost, vec![1], "{report:?}");
+    assert_eq!(report.bytes_left, 0, "{report:?}");
+    assert_eq!(volume.missing_blocks(0), 0);
+    // Every extent has its copies on places 0, 2 and 3 that hold one.
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        for lane in [0, 2, 3] {
+            if volume.location(id, lane).is_some_and(|at| !at.is_missing()) {
+                volume.read_copy_checked(id, lane, &mut back).expect("read");
+                assert!(back == pattern(seed, blocks), "extent {id} in lane {lane}");
+            }
+        }
+        assert!(!volume.lacks_copy(id, 0), "extent {id}'s copy on the new device");
+    }
+}
