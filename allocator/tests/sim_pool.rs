@@ -291,3 +291,32 @@ fn repairs_of_a_lane_an_extent_has_no_copy_in_are_refused() {
     volume.check_invariants();
     assert_eq!((0..3).filter(|&l| volume.location(id, l).is_some_and(|at| !at.is_missing())).count(), 2);
 }
+
+#[test]
+fn a_pool_whose_members_went_on_apart_is_refused_whatever_the_metadata_copies() {
+    // A 3-copy mirror over three: device 0 opened alone and written, and
+    // devices 1 and 2 opened together without it and written. Given all
+    // three, the pool holds two histories: refused, nothing written.
+    let mut harness = pool(vec![zns(48, 1024), conventional(48), zns(48, 1024)]);
+    let options = options(Profile::Mirror3);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 60, 1);
+    drop(volume);
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    for (apart, seed) in [(vec![0], 500), (vec![1, 2], 900)] {
+        let devices: Vec<zoned_allocator::Device> =
+            harness.devices().into_iter().enumerate().filter(|(p, _)| apart.contains(p)).map(|(_, d)| d).collect();
+        let mut volume = Volume::open(devices, &degraded).unwrap_or_else(|e| panic!("{apart:?} alone: {e}"));
+        write(&mut volume, &mut Model::new(), 10, seed);
+        drop(volume);
+        harness.restart();
+    }
+    let before = harness.writes();
+    match harness.open(&options) {
+        Err(Error::Diverged { sides }) => assert_eq!(sides.len(), 2, "{sides:?}"),
+        other => panic!("expected Diverged, got {:?}", other.map(|v| v.status().state)),
+    }
+    assert_eq!(harness.writes(), before, "a refused open wrote");
+}

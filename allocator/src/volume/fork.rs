@@ -133,18 +133,37 @@ pub(super) fn analyze(
         sides.push(Some(super::open::only_copy(images, copy, |alone| side(alone, volume_id, bits))));
     }
     let present: Vec<usize> = (0..sides.len()).filter(|&c| sides[c].is_some()).collect();
-    let [a, b] = present[..] else { return Fork::Same };
-    let (x, y) = (sides[a].as_ref().expect("present"), sides[b].as_ref().expect("present"));
-    let x_known_to_y = y.lineage.contains(&x.session);
-    let y_known_to_x = x.lineage.contains(&y.session);
-    if !conflict {
-        match (x_known_to_y, y_known_to_x) {
-            (true, true) if x.session == y.session => return Fork::Same,
-            (false, true) => return Fork::Stale { keep: a },
-            (true, false) => return Fork::Stale { keep: b },
-            _ => {}
-        }
+    if present.len() < 2 {
+        return Fork::Same;
     }
+    let side_of = |c: usize| sides[c].as_ref().expect("present");
+    // A copy another went on from (its session in the other's lineage,
+    // under another session) is stale; the rest are the heads. One
+    // session among the heads is one history; two or more, each went on
+    // alone (with three metadata copies, any of them may have).
+    let stale = |c: usize| {
+        let this = side_of(c);
+        present
+            .iter()
+            .any(|&d| d != c && side_of(d).session != this.session && side_of(d).lineage.contains(&this.session))
+    };
+    let heads: Vec<usize> = present.iter().copied().filter(|&c| !stale(c)).collect();
+    let mut sessions: Vec<u64> = heads.iter().map(|&c| side_of(c).session).collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    if !conflict && sessions.len() == 1 {
+        return match heads.len() == present.len() {
+            true => Fork::Same,
+            false => Fork::Stale { keep: heads[0] },
+        };
+    }
+    // The two sides to name: two heads of different sessions, or (copies
+    // that hold one record differently) the first two copies.
+    let (a, b) = match heads.iter().find(|&&c| side_of(c).session != side_of(heads[0]).session) {
+        Some(&other) => (heads[0], other),
+        None => (present[0], present[1]),
+    };
+    let (x, y) = (side_of(a), side_of(b));
     let describe = |copy: usize, this: &Side, other: &Side| {
         let place = places[copy];
         let (device, name) = given[place].clone();
