@@ -10,7 +10,7 @@ use nvme_testkit::harness as support;
 use nvme_driver::sim::SimConfig;
 use nvme_testkit::data::pattern;
 use support::{conventional, volume_options, zns, Harness, Model};
-use zoned_allocator::{Error, Full, Profile, Volume, VolumeOptions, BLOCK_SIZE};
+use zoned_allocator::{Error, Full, MemberState, Profile, Volume, VolumeOptions, BLOCK_SIZE};
 
 /// One controller per config, the volume on each one's namespace 1.
 fn pool(configs: Vec<SimConfig>) -> Harness {
@@ -319,4 +319,160 @@ fn a_pool_whose_members_went_on_apart_is_refused_whatever_the_metadata_copies() 
         other => panic!("expected Diverged, got {:?}", other.map(|v| v.status().state)),
     }
     assert_eq!(harness.writes(), before, "a refused open wrote");
+}
+
+/// The I/O commands simulator `sim` of `harness` has fetched.
+fn io_commands(harness: &Harness, sim: usize) -> u64 {
+    harness.sims[sim].stats().io_commands.iter().sum()
+}
+
+/// A 3-copy mirror over four whose place 3, holding no metadata but its
+/// label, is a ZNS namespace of at most `active` active zones.
+fn label_only_last(active: u32) -> Harness {
+    let mut last = zns(32, 1024);
+    last.namespaces[0] = last.namespaces[0].clone().max_active_zones(active);
+    pool(vec![zns(32, 1024), conventional(32), zns(32, 1024), last])
+}
+
+/// A blank namespace, on a new controller, in place 3 of `harness` (the
+/// one there is gone); a device on it.
+fn blank_in_place_3(harness: &mut Harness) -> zoned_allocator::Device {
+    let fresh = label_only_last(4);
+    harness.sims[3] = fresh.sims[3].clone();
+    drop(fresh);
+    let controller = nvme_driver::Controller::init(harness.sims[3].clone(), support::controller_options());
+    harness.controllers[3] = controller.expect("bring-up");
+    harness.devices().remove(3)
+}
+
+/// After a power cut: the pool opens whole, with every device, takes
+/// writes enough to cycle every zone budget, and reads them back, across
+/// a reopen; and place 3's label zone holds no active resource.
+fn opens_whole(harness: &mut Harness, options: &VolumeOptions, context: &str) {
+    let mut volume = harness.open(options).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let status = volume.status();
+    assert!(status.devices.iter().all(|d| d.state != MemberState::Failed), "{context}: {status:?}");
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 300, 1);
+    check(&mut volume, &model);
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(options).unwrap_or_else(|e| panic!("{context}: reopened: {e}"));
+    check(&mut volume, &model);
+    drop(volume);
+    let zones = harness.sims[3].zones(1);
+    use nvme_driver::spec::zns::ZoneState;
+    assert!(matches!(zones[0].state, ZoneState::Full | ZoneState::Empty), "{context}: label zone {:?}", zones[0]);
+}
+
+#[test]
+fn a_power_cut_anywhere_in_a_format_leaves_no_pool_or_one_that_opens_whole() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let options = options(Profile::Mirror3);
+    let uncut = label_only_last(4);
+    let before = io_commands(&uncut, 3);
+    drop(uncut.format(&options));
+    let commands = io_commands(&uncut, 3) - before;
+    for cut in 0..=commands {
+        let context = format!("format cut at place 3's command {cut} of {commands}");
+        let mut harness = label_only_last(4);
+        harness.sims[3].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+        let formatted = Volume::format(harness.devices(), &options);
+        drop(formatted);
+        harness.sims[3].clear_faults();
+        harness.power_cut();
+        match harness.open(&options) {
+            Ok(volume) => {
+                drop(volume);
+                harness.restart();
+                opens_whole(&mut harness, &options, &context);
+            }
+            // No pool: then not even degraded.
+            Err(error) => {
+                let degraded = VolumeOptions { degraded: true, ..options.clone() };
+                let opened = harness.open(&degraded);
+                assert!(opened.is_err(), "{context}: refused whole ({error}), but opens degraded");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_power_cut_anywhere_in_a_replace_loses_nothing_and_leaves_the_new_device_usable() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let options = options(Profile::Mirror3);
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    // Place 3 away, written without it, then a blank namespace put in.
+    let setup = |harness: &mut Harness| -> (Model, Volume) {
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 80, 1);
+        drop(volume);
+        harness.restart();
+        let mut volume = Volume::open(without(harness, 3), &degraded).expect("degraded");
+        write(&mut volume, &mut model, 40, 100);
+        (model, volume)
+    };
+    let mut uncut = label_only_last(4);
+    let (_, mut volume) = setup(&mut uncut);
+    let new = blank_in_place_3(&mut uncut);
+    let before = io_commands(&uncut, 3);
+    volume.replace(3, new, false).expect("replace");
+    let commands = io_commands(&uncut, 3) - before;
+    drop(volume);
+    for cut in 0..=commands {
+        let context = format!("replace cut at place 3's command {cut} of {commands}");
+        let mut harness = label_only_last(4);
+        let (model, mut volume) = setup(&mut harness);
+        let new = blank_in_place_3(&mut harness);
+        harness.sims[3].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+        let _ = volume.replace(3, new, false);
+        drop(volume);
+        // A cut not reached by the replace is not for what follows.
+        harness.sims[3].clear_faults();
+        harness.power_cut();
+        let mut volume = harness.open(&degraded).unwrap_or_else(|e| panic!("{context}: {e}"));
+        for (&id, &(seed, blocks)) in &model {
+            let mut back = vec![0u8; blocks * BLOCK_SIZE];
+            volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+            assert!(back == pattern(seed, blocks), "{context}: extent {id}");
+        }
+        // Place 3 is either the new device or, the replace undone, failed
+        // and taken again by it without force.
+        if volume.status().devices[3].state == MemberState::Failed {
+            let device = harness.devices().remove(3);
+            volume.replace(3, device, false).unwrap_or_else(|e| panic!("{context}: again: {e}"));
+        }
+        assert_ne!(volume.status().devices[3].state, MemberState::Failed, "{context}");
+    }
+}
+
+#[test]
+fn a_label_zone_left_open_by_a_cut_is_finished_at_open() {
+    // A cut between the label's write and its zone's finish leaves the
+    // label zone open (closed, after the power comes back): an active
+    // resource the volume does not count. Made here by rewriting the
+    // label without the finish.
+    use nvme_driver::cmd::zns::ZoneSendAction;
+    use nvme_driver::dma::DmaMemory;
+    use nvme_driver::spec::zns::ZoneState;
+    let options = options(Profile::Mirror3);
+    let mut harness = label_only_last(4);
+    drop(harness.format(&options));
+    harness.restart();
+    let label: Vec<u8> = (0..16).flat_map(|lba| harness.sims[3].read_block(1, lba)).collect();
+    {
+        let mut device = harness.devices().remove(3);
+        let ns = device.namespace().clone();
+        let timeout = std::time::Duration::from_secs(1);
+        let reset = ns.zone_send(0, ZoneSendAction::Reset, false, 0).expect("reset");
+        device.queue_pair().execute(reset, timeout).expect("reset");
+        let buffer = device.pool().get().expect("a buffer");
+        buffer.copy_in(0, &label);
+        let write = ns.write(0, nvme_driver::IoBuffer::range(buffer, 0, label.len()), false, 0).expect("write");
+        device.queue_pair().execute(write, timeout).expect("write");
+    }
+    harness.restart();
+    assert!(!matches!(harness.sims[3].zones(1)[0].state, ZoneState::Full | ZoneState::Empty), "made open");
+    opens_whole(&mut harness, &options, "label zone left open");
 }

@@ -111,12 +111,15 @@ impl Volume {
                 device.run(request, "Zone Reset (all)")?;
             }
         }
-        let pages = volume.page_chunk(0, volume.table.pages())?;
-        let payload = volume.begin_payload(&journal::encode_ops(&[]), &pages.bytes);
-        volume.journal.format(&mut volume.devices, &payload)?;
+        // Members without a metadata copy are labelled first: a cut before
+        // the metadata leaves no volume (open finds labels but no
+        // metadata), and one after leaves every member labelled.
         for place in 0..volume.devices.len() {
             volume.label_member(place)?;
         }
+        let pages = volume.page_chunk(0, volume.table.pages())?;
+        let payload = volume.begin_payload(&journal::encode_ops(&[]), &pages.bytes);
+        volume.journal.format(&mut volume.devices, &payload)?;
         volume.owners_written(&pages, payload.len() - pages.bytes.len());
         volume.stats.checkpoints += 1;
         Ok(volume)
@@ -173,7 +176,13 @@ impl Volume {
         if log_mismatch || repair {
             volume.journal.broken = true;
             match volume.commit() {
-                Ok(_) => {}
+                // A member without a metadata copy carries only its label,
+                // which the commit does not write.
+                Ok(_) => {
+                    for &place in &unlabelled {
+                        volume.label_member(place)?;
+                    }
+                }
                 // Everything committed is readable; nothing more can be.
                 Err(Error::ReadOnly { why }) => log::warn!("opened read-only: {why}"),
                 Err(error) => return Err(error),
@@ -198,8 +207,18 @@ impl Volume {
     /// ([`Volume::scrub_metadata`]), as btrfs and ZFS read one good copy
     /// of their metadata and leave the others to scrub.
     pub(super) fn load(devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
-        let Front { label, order, unlabelled, mut absent, mut devices, descriptors, mut images, mut phases, label_ids } =
-            front(devices, options, every_copy)?;
+        let Front {
+            label,
+            order,
+            unlabelled,
+            mut absent,
+            mut devices,
+            descriptors,
+            mut images,
+            mut phases,
+            label_ids,
+            blank,
+        } = front(devices, options, every_copy)?;
         let superblock = label.superblock.clone();
         let id = label.volume_id;
         let mut since = Instant::now();
@@ -326,7 +345,7 @@ impl Volume {
         }
         for &slot in &unlabelled {
             let given = order[slot].expect("an unlabelled device was placed");
-            match volume.verify_member(slot, given) {
+            match volume.verify_member(slot, given, blank[slot]) {
                 Ok(()) => {}
                 Err(error) if options.degraded && volume.devices.iter().flatten().count() > 1 => {
                     log::warn!("device place {slot}: {error}; opening degraded without it");
@@ -383,9 +402,21 @@ impl Volume {
     /// ([`Error::BlankDevice`]). A device whose reads fail is not known to
     /// be blank: it is [`Error::Unreadable`], with the first read error, so
     /// that nothing offers to format a dying member.
-    fn verify_member(&mut self, slot: usize, given: usize) -> Result<()> {
+    ///
+    /// Except a blank device in a place that holds no metadata copy and no
+    /// extent's copy: its label is written after the commit that put it
+    /// there (format, `replace`), so a cut in between leaves it blank, and
+    /// it holds nothing committed that another blank device would not. It
+    /// takes the place, and open labels it.
+    fn verify_member(&mut self, slot: usize, given: usize, is_blank: bool) -> Result<()> {
         let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
         let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
+        let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == slot).collect();
+        let holds_nothing = || self.table.iter().all(|(_, e)| lanes.iter().all(|&l| e.on(l).is_missing()));
+        if is_blank && super::meta_copies_on(self.devices.len(), slot) == 0 && holds_nothing() {
+            log::warn!("device {given}: blank, in place {slot}, which holds nothing yet: it takes the place");
+            return Ok(());
+        }
         let ids: Vec<(ExtentId, u32)> =
             self.table.iter().filter(|(_, e)| !e.on(lane).is_missing()).map(|(id, e)| (id, e.blocks)).collect();
         let step = (ids.len() / 16).max(1);
@@ -783,6 +814,8 @@ pub(super) struct Front {
     /// Per place, the member ID the label of the device given there
     /// names for it (`None`: no device, or no label).
     pub label_ids: Vec<Option<u64>>,
+    /// Per place, whether the device given there is blank.
+    pub blank: Vec<bool>,
 }
 
 /// Places `devices` by their labels and reads their metadata (see
@@ -801,6 +834,7 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
             _ => None,
         })
         .collect();
+    let blank = order.iter().map(|given| given.is_some_and(|g| matches!(probes[g], Probe::Blank))).collect();
     let mut given: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
     let mut devices: Vec<Option<Device>> =
         order.iter().map(|&g| g.map(|g| given[g].take().expect("placed once"))).collect();
@@ -827,7 +861,7 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
     let since = Instant::now();
     let images = read_images(&mut devices, &descriptors, superblock, label.volume_id, every_copy);
     phases.reading_us += since.elapsed().as_micros() as u64;
-    Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases, label_ids })
+    Ok(Front { label, order, unlabelled, absent, devices, descriptors, images, phases, label_ids, blank })
 }
 
 /// Segments (two per metadata copy) on device `device` of a volume of

@@ -26,6 +26,20 @@ impl Volume {
         for lane_index in 0..self.lanes.len() {
             actions.extend(self.plan_lane(lane_index, descriptors, false, census.get(lane_index))?);
         }
+        // A label zone a cut left open between its label's write and its
+        // finish holds an active resource no table counts: finished.
+        for place in 0..self.devices.len() {
+            let Some(device) = self.devices[place].as_ref() else { continue };
+            if !device.is_zoned() || super::meta_copies_on(self.devices.len(), place) > 0 {
+                continue;
+            }
+            for zone in 0..crate::journal::layout::LABEL_ZONES {
+                let state = descriptors[place][zone as usize].state;
+                if zone_has_write_pointer(state) && state != ZoneState::Empty {
+                    actions.push((place, zone, ZoneSendAction::Finish));
+                }
+            }
+        }
         // The metadata segments: on every zoned copy, the write pointers
         // must stand where the log ends, and the other segment is reset
         // unless the current checkpoint, not yet sealed, builds on it. A
