@@ -28,9 +28,10 @@ impl Volume {
         }
         // A label zone a cut left open between its label's write and its
         // finish holds an active resource no table counts: finished.
-        for place in 0..self.devices.len() {
-            let Some(device) = self.devices[place].as_ref() else { continue };
-            if !device.is_zoned() || super::meta_copies_on(self.devices.len(), place) > 0 {
+        let places = self.devices.len();
+        for (place, device) in self.devices.iter().enumerate() {
+            let Some(device) = device.as_ref() else { continue };
+            if !device.is_zoned() || super::meta_copies_on(places, place) > 0 {
                 continue;
             }
             for zone in 0..crate::journal::layout::LABEL_ZONES {
