@@ -217,7 +217,11 @@ impl fmt::Display for Error {
                 "no space left on the volume: the data zones of place {place} are full, but for those kept for \
                  reclaim (free extents, commit and reclaim, then retry)"
             ),
-            Error::NoSpace(Full::Metadata) => write!(f, "no space left in the metadata segment for this record"),
+            Error::NoSpace(Full::Metadata) => write!(
+                f,
+                "no space left in the metadata: its segments hold no more extents' records (free extents, or write \
+                 larger ones: the volume holds its capacity in extents of its data unit)"
+            ),
             Error::NoVolume => write!(f, "no volume found on these devices: every one is blank"),
             Error::BlankDevice { device, volume_id } => write!(
                 f,

@@ -430,6 +430,16 @@ impl Table {
         }
     }
 
+    /// The slots the table spans once [`Table::reserve`] took one more:
+    /// a freed one first, else one past the end.
+    pub fn slots_after_reserve(&self) -> u64 {
+        if self.free != 0 {
+            self.end
+        } else {
+            self.end + 1
+        }
+    }
+
     /// Takes a free slot (a freed one first) for an extent whose write is
     /// in flight, and returns the ID it will have: [`Table::fill_reserved`]
     /// makes it live, [`Table::release`] frees it.

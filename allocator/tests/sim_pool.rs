@@ -476,3 +476,68 @@ fn a_label_zone_left_open_by_a_cut_is_finished_at_open() {
     assert!(!matches!(harness.sims[3].zones(1)[0].state, ZoneState::Full | ZoneState::Empty), "made open");
     opens_whole(&mut harness, &options, "label zone left open");
 }
+
+#[test]
+fn a_pools_metadata_takes_a_bounded_share_of_each_device_and_extents_past_it_are_refused_at_the_write() {
+    // Eight ZNS namespaces of 64 zones of 1 MiB, with block tags (so that
+    // extents of 512 KiB fill their zones whole). Sized for every extent a
+    // single block, the checkpoint of 512 MiB of data would take 6 zones a
+    // segment, 12 of each metadata device's 64.
+    let config = || {
+        let mut config = zns(64, 1024);
+        config.namespaces[0].metadata_bytes = 8;
+        config
+    };
+    let mut harness = pool((0..8).map(|_| config()).collect());
+    let options = VolumeOptions { checksums: zoned_allocator::ChecksumStore::Tags, ..options(Profile::Single) };
+    let mut volume = harness.format(&options);
+    let status = volume.status();
+    let zone: u64 = 1 << 20;
+    for device in &status.devices {
+        // One zone for a label; on the three metadata devices, two
+        // segments of 1/32 of the device (2 MiB) and their labels, in whole
+        // zones: three each.
+        let most = if device.place < 3 { 6 * zone } else { zone };
+        assert!(device.metadata_bytes <= most, "place {}: {} bytes of metadata", device.place, device.metadata_bytes);
+    }
+    // The capacity holds at the data unit.
+    let unit = volume.data_unit_bytes();
+    assert_eq!(unit, 512 << 10);
+    let capacity = volume.capacity_bytes();
+    assert_eq!(volume.room(0, unit).unwrap(), capacity);
+    // Single blocks: fewer fit than the data zones take, and the one past
+    // the metadata's room is refused when written, not at the commit.
+    let predicted = volume.room(0, BLOCK_SIZE).unwrap() / BLOCK_SIZE as u64;
+    assert!(predicted < capacity / BLOCK_SIZE as u64, "{predicted} single blocks predicted");
+    let mut model = Model::new();
+    let error = loop {
+        let seed = model.len() as u64;
+        match volume.write(0, &pattern(seed, 1), seed) {
+            Ok(id) => {
+                model.insert(id, (seed, 1));
+            }
+            Err(error) => break error,
+        }
+        if seed % 1024 == 1023 {
+            volume.commit().expect("commit");
+        }
+    };
+    assert!(matches!(error, Error::NoSpace(Full::Metadata)), "{error:?}");
+    assert!(error.to_string().contains("metadata"), "{error}");
+    let written = model.len() as u64;
+    assert!(written.abs_diff(predicted) <= 340, "{written} written, {predicted} predicted");
+    volume.commit().expect("the commit after fits");
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("reopen");
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id}");
+    }
+    // Freeing makes room again.
+    let first = *model.keys().next().unwrap();
+    volume.free(first).expect("free");
+    volume.commit().expect("commit");
+    volume.write(0, &pattern(1 << 40, 1), 1).expect("a write after a free");
+}

@@ -26,6 +26,7 @@ pub fn device(place: usize, state: MemberState, pci: &str) -> DeviceStatus {
         used_bytes: 1 << 20,
         capacity_bytes: 1 << 30,
         missing_bytes: 0,
+        metadata_bytes: 2 << 20,
         sole_extents: 0,
         sole_bytes: 0,
     }

@@ -298,6 +298,13 @@ fn device_figures(out: &mut Exposition, status: &VolumeStatus, labels: &DeviceLa
         "Bytes of copies it should hold but lacks.",
         |d| d.missing_bytes,
     );
+    per_device(
+        out,
+        "nvme_volume_device_metadata_bytes",
+        Kind::Gauge,
+        "Bytes of the device its metadata segments or label take.",
+        |d| d.metadata_bytes,
+    );
     out.family(
         "nvme_volume_resilver_bytes_left",
         Kind::Gauge,

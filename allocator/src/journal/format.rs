@@ -788,12 +788,6 @@ pub(crate) const PAGE_BYTES: usize = 8 + crate::table::PAGE_SLOTS * RECORD_BYTES
 /// Bytes of one slot's record in a checkpoint page.
 pub(crate) const RECORD_BYTES: usize = 8 * crate::table::COPIES_MAX;
 
-/// Bytes an extent record takes with `copies` locations and `blocks`
-/// checksums: for sizing metadata.
-pub(crate) fn extent_record_bytes(copies: usize, blocks: usize) -> usize {
-    1 + 8 + 8 + 4 + 1 + copies * 9 + blocks * 4
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,41 +86,122 @@ pub(crate) fn with_area(data: u64) -> u64 {
     data + u64::from(crate::area::area_blocks(blocks)) * BLOCK_SIZE as u64
 }
 
-/// Metadata bytes a checkpoint may need for `blocks` of data: every extent
-/// as small as a block, with two copies.
-fn worst_checkpoint_bytes(blocks: u64, zones: u64) -> u64 {
-    HEADER_BYTES as u64 + 4096 + blocks * super::extent_record_bytes(2, 1) as u64 + 2 * zones * 4 + 64
+/// Bytes a checkpoint's records take (labels aside) for a table of
+/// `slots` extent slots with `mapped_extents` extents' checksums in the
+/// map, `mapped_blocks` of them, on volumes of `zones` zones over every
+/// lane: the superblock and zone counts (with room for the members and
+/// sessions), every page of the table whole, and each mapped extent's slot,
+/// count and checksums (`encode_begin`, `encode_pages`). What format sizes
+/// the segments by, and what a write is checked against
+/// (`Volume::check_metadata_room`).
+pub(crate) fn checkpoint_bytes(slots: u64, mapped_extents: u64, mapped_blocks: u64, zones: u64) -> u64 {
+    let pages = slots.div_ceil(crate::table::PAGE_SLOTS as u64);
+    HEADER_BYTES as u64
+        + 4096
+        + 8 * zones
+        + pages * super::format::PAGE_BYTES as u64
+        + 6 * mapped_extents
+        + 4 * mapped_blocks
 }
 
-/// Zones per metadata segment: room for the labels and the largest
-/// checkpoint a volume of `data_blocks` allows (every extent a single
-/// block; the first namespace's capacity when not given), plus a few
-/// deltas. Real volumes hold larger extents, so checkpoints are far
-/// smaller and a segment takes many deltas between rotations.
-/// `segments_here` is how many segments the namespace holds (2 per copy
-/// on it).
-pub(crate) fn meta_zones_per_segment(device: &Device, segments_here: u32, data_blocks: Option<u64>) -> Result<u32> {
-    let zones = &device.zones;
-    let own_blocks: u64 = zones.iter().map(|z| u64::from(z.capacity_blocks)).sum();
-    let total_blocks = data_blocks.unwrap_or(own_blocks);
-    let needed =
-        worst_checkpoint_bytes(total_blocks, zones.len() as u64).div_ceil(BLOCK_SIZE as u64) + LABEL_BLOCKS + 16;
-    let mut sum = 0u64;
-    for (index, zone) in zones.iter().enumerate() {
-        sum += u64::from(zone.capacity_blocks);
-        if sum >= needed {
-            let g = index as u32 + 1;
-            if (segments_here * g) as usize >= zones.len() {
-                break;
+/// A checkpoint may take at most this fraction of a segment (7/8, labels
+/// and a few blocks aside); the rest is the log's. The segments are sized
+/// so that the volume's worst checkpoint fits at this share, as before
+/// pools (every extent a single block), unless [`SEGMENT_SHARE`] binds.
+///
+/// The log moves to the other segment once it passes half of this one,
+/// and the next checkpoint is paced to seal within the first half of its
+/// own (`Journal::must_rotate`): a checkpoint larger than half a segment
+/// is written whole at every commit. Volumes reach that only with extents
+/// far smaller on average than their data unit (a pool of sixteen at its
+/// segment share, below about 40 KiB); pacing such checkpoints is not
+/// done yet.
+pub(crate) const CHECKPOINT_SHARE: (u64, u64) = (7, 8);
+
+/// The checkpoint bytes a segment of `blocks` takes ([`CHECKPOINT_SHARE`]
+/// of it, labels aside).
+pub(crate) fn checkpoint_room(segment_blocks: u64) -> u64 {
+    let (part, whole) = CHECKPOINT_SHARE;
+    segment_blocks.saturating_sub(LABEL_BLOCKS) * BLOCK_SIZE as u64 * part / whole
+}
+
+/// A segment takes at most this fraction of its device's blocks (1/32),
+/// or one zone when that is more, unless the volume's capacity at its
+/// data unit needs more: two segments per metadata copy, so 1/16 (6.25%)
+/// of each of a pool's metadata devices, 1/8 of a volume of one namespace
+/// (its two copies on it), rounded up to whole zones. With a map of
+/// checksums ([`crate::ChecksumStore::Map`]) the segment holds every data
+/// block's too, beyond this. Below the share, the segment is what the
+/// worst checkpoint needs (every extent a single block): about 2% of the
+/// pool's data per segment, so the share binds from about four devices'
+/// worth of data per copy (a single pool of four, a mirror of eight).
+pub(crate) const SEGMENT_SHARE: u64 = 32;
+
+/// Zones per metadata segment, alike on every metadata device: room for
+/// the labels and, at [`CHECKPOINT_SHARE`], the largest checkpoint a volume
+/// of `data_blocks` allows (every extent a single block, every checksum in
+/// the map; the first device's capacity when not given), but no more than
+/// [`SEGMENT_SHARE`] of the smallest metadata device (with `map_store`,
+/// plus what the map's checksums of every data block take): a pool's
+/// metadata does not grow with its number of devices. And never less than
+/// the checkpoint of the volume filled with extents of its data unit
+/// (`unit_blocks`), every checksum in the map: the capacity is always
+/// held at the data unit. Every device's segments hold that many blocks,
+/// whatever its zone size. Where the share binds, writes of extents
+/// smaller on average than the data unit may end in
+/// [`crate::Error::NoSpace`] naming the metadata before the data is full;
+/// each write is checked first (`Volume::check_metadata_room`). `devices`
+/// are the metadata devices, each with how many segments it holds (2 per
+/// copy on it).
+pub(crate) fn meta_zones_per_segment(
+    devices: &[(&Device, u32)],
+    data_blocks: Option<u64>,
+    unit_blocks: u32,
+    map_store: bool,
+) -> Result<u32> {
+    let own = |device: &Device| device.zones.iter().map(|z| u64::from(z.capacity_blocks)).sum::<u64>();
+    let total_blocks = data_blocks.unwrap_or_else(|| devices.first().map_or(0, |&(d, _)| own(d)));
+    let zones = devices.iter().map(|&(d, _)| d.zones.len() as u64).max().unwrap_or(0);
+    let (part, whole) = CHECKPOINT_SHARE;
+    let block = BLOCK_SIZE as u64;
+    // A page more than the extents fill, for the one a write may open.
+    let page = crate::table::PAGE_SLOTS as u64;
+    let in_blocks = |bytes: u64| (bytes * whole).div_ceil(part * block);
+    let worst = in_blocks(checkpoint_bytes(total_blocks + page, total_blocks, total_blocks, 2 * zones));
+    let unit_extents = total_blocks / u64::from(unit_blocks.max(1));
+    let floor = in_blocks(checkpoint_bytes(unit_extents + page, unit_extents, total_blocks, 2 * zones));
+    let map_blocks = if map_store { in_blocks(4 * total_blocks) } else { 0 };
+    let share = devices.iter().map(|&(d, _)| own(d) / SEGMENT_SHARE).min().unwrap_or(0);
+    let needed = worst.min(share + map_blocks).max(floor) + LABEL_BLOCKS + 16;
+    let mut g = 1;
+    for &(device, segments_here) in devices {
+        let mut sum = 0u64;
+        let reached = device.zones.iter().position(|zone| {
+            sum += u64::from(zone.capacity_blocks);
+            sum >= needed
+        });
+        let here = match reached {
+            Some(index) if (segments_here as usize) * (index + 1) < device.zones.len() => index as u32 + 1,
+            _ => {
+                return Err(Error::InvalidConfig(format!(
+                    "namespace {}: {} zones cannot hold {segments_here} metadata segments of {needed} blocks and data",
+                    device.ns.nsid(),
+                    device.zones.len(),
+                )))
             }
-            return Ok(g);
+        };
+        g = g.max(here);
+    }
+    for &(device, segments_here) in devices {
+        if (segments_here * g) as usize >= device.zones.len() {
+            return Err(Error::InvalidConfig(format!(
+                "namespace {}: {} zones cannot hold {segments_here} metadata segments of {g} zones and data",
+                device.ns.nsid(),
+                device.zones.len(),
+            )));
         }
     }
-    Err(Error::InvalidConfig(format!(
-        "namespace {}: {} zones cannot hold {segments_here} metadata segments of {needed} blocks and data",
-        device.ns.nsid(),
-        zones.len(),
-    )))
+    Ok(g)
 }
 
 /// The zone and block within it of block `offset` of `segment` of `copy`.

@@ -85,7 +85,7 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
                 continue;
             }
             for segments in [2, 4] {
-                let Ok(g) = meta_zones_per_segment(device, segments, None) else { continue };
+                let Ok(g) = meta_zones_per_segment(&[(device, segments)], None, 1, false) else { continue };
                 for k in 1..segments {
                     let start = device.zones[(k * g) as usize].start_lba;
                     candidates.extend([start, start + lpb]);

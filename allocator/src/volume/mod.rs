@@ -636,7 +636,37 @@ impl Volume {
             .map(|lane| self.lanes[lane].table.usable_blocks() / unit)
             .collect();
         let copies = self.copies().min(units.len());
+        // The metadata segments hold this many extents of the data unit
+        // (`meta_zones_per_segment`'s floor).
         pool_rounds(&units, copies) * unit * BLOCK_SIZE as u64
+    }
+
+    /// Zones over every lane.
+    fn zones_over_lanes(&self) -> u64 {
+        self.lanes.iter().map(|l| u64::from(l.table.zone_count())).sum()
+    }
+
+    /// A new extent of `blocks` keeps the checkpoint within its share of
+    /// the metadata segments ([`crate::journal::layout::CHECKPOINT_SHARE`]),
+    /// counted as commits will write it: the table's pages, with the slot
+    /// this extent takes, and the checksums in the map (those of the extents there,
+    /// at their average size, and this one's). Else
+    /// [`Error::NoSpace`]`(`[`Full::Metadata`]`)`, before anything is
+    /// written: a pool whose segments are bounded ([`SEGMENT_SHARE`])
+    /// refuses extents past what they hold, rather than fail a commit.
+    ///
+    /// [`SEGMENT_SHARE`]: crate::journal::layout::SEGMENT_SHARE
+    pub(super) fn check_metadata_room(&self, blocks: u32) -> Result<()> {
+        use crate::journal::layout::{checkpoint_bytes, checkpoint_room};
+        let live = self.table.len().max(1);
+        let mapped = self.mapped.len() as u64;
+        let mapped_blocks = self.live_blocks * mapped / live;
+        let slots = self.table.slots_after_reserve();
+        let bytes = checkpoint_bytes(slots, mapped + 1, mapped_blocks + u64::from(blocks), self.zones_over_lanes());
+        if bytes > checkpoint_room(self.journal.segment_blocks(&self.devices)) {
+            return Err(Error::NoSpace(crate::error::Full::Metadata));
+        }
+        Ok(())
     }
 
     /// A write of `len` bytes to `stream` is one the volume takes: a
@@ -673,7 +703,26 @@ impl Volume {
             .map(|lane| self.lanes[lane].table.room(crate::zones::Slot::Stream(stream), blocks))
             .collect();
         let copies = self.copies().min(extents.len());
-        Ok(pool_rounds(&extents, copies) * extent_bytes as u64)
+        let data = pool_rounds(&extents, copies);
+        Ok(data.min(self.metadata_extents_left(blocks)) * extent_bytes as u64)
+    }
+
+    /// How many more extents of `blocks` the checkpoint holds within its
+    /// share of the metadata segments (as [`Volume::check_metadata_room`]
+    /// counts, each new extent mapped when the map keeps checksums; to
+    /// within a page of the table, 340 extents, where it binds).
+    fn metadata_extents_left(&self, blocks: u32) -> u64 {
+        use crate::journal::layout::{checkpoint_bytes, checkpoint_room};
+        let live = self.table.len().max(1);
+        let mapped = self.mapped.len() as u64;
+        let mapped_blocks = self.live_blocks * mapped / live;
+        let slots = self.table.pages() * PAGE_SLOTS as u64;
+        let now = checkpoint_bytes(slots, mapped, mapped_blocks, self.zones_over_lanes());
+        let map = u64::from(self.tags.is_none() && !self.area);
+        // Per page of extents: the page, and with a map their checksums.
+        let per_page = crate::journal::PAGE_BYTES as u64 + PAGE_SLOTS as u64 * map * (6 + 4 * u64::from(blocks));
+        let left = checkpoint_room(self.journal.segment_blocks(&self.devices)).saturating_sub(now);
+        left * PAGE_SLOTS as u64 / per_page
     }
 
     /// The journal sequence number of the last commit.

@@ -63,9 +63,14 @@ impl Volume {
         let pool_blocks = devices.iter().map(|d| d.zones.iter().map(|z| u64::from(z.capacity_blocks)).sum::<u64>());
         let data_blocks =
             pool_blocks.clone().next().unwrap_or(0).max(pool_blocks.sum::<u64>() / profile.copies() as u64);
-        let g = meta_zones_per_segment(&devices[0], segments_on(devices.len(), 0), Some(data_blocks))?;
+        let map_store = store == ChecksumStore::Map;
+        let holders: Vec<(&Device, u32)> = (0..devices.len())
+            .filter(|&d| segments_on(devices.len(), d) > 0)
+            .map(|d| (&devices[d], segments_on(devices.len(), d)))
+            .collect();
         let largest = transfer_blocks(&devices, options);
         let data_unit_blocks = super::data_unit_blocks(&devices, area, largest);
+        let g = meta_zones_per_segment(&holders, Some(data_blocks), data_unit_blocks, map_store)?;
         let max_extent_blocks = max_extent_blocks(&devices, largest, area, data_unit_blocks);
         let superblock = Superblock {
             profile,

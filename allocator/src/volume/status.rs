@@ -92,6 +92,9 @@ pub struct DeviceStatus {
     pub capacity_bytes: u64,
     /// Bytes of copies it should hold but lacks.
     pub missing_bytes: u64,
+    /// Bytes of it the metadata takes: its segments (two per metadata copy
+    /// on it), or the zone of its label on a member with no copy.
+    pub metadata_bytes: u64,
     /// Extents whose only copy available is on it: lost if it went too
     /// (ZFS's "one more device" question, asked of each device).
     pub sole_extents: u64,
@@ -276,12 +279,28 @@ impl Volume {
                 used_bytes: 0,
                 capacity_bytes: 0,
                 missing_bytes,
+                metadata_bytes: 0,
                 sole_extents: sole_per_device[place].0,
                 sole_bytes: sole_per_device[place].1,
             };
             (status.pci, status.model, status.serial) = member.identity.clone();
             if let Some(device) = present {
                 (status.pci, status.model, status.serial) = device.identity.clone();
+                let g = self.journal.g;
+                let blocks: u64 = match self.journal.copies.iter().filter(|c| c.device == place).count() {
+                    0 => (0..crate::journal::layout::LABEL_ZONES as usize)
+                        .map(|z| device.zones.get(z).map_or(0, |z| u64::from(z.capacity_blocks)))
+                        .sum(),
+                    _ => self
+                        .journal
+                        .copies
+                        .iter()
+                        .filter(|c| c.device == place)
+                        .flat_map(|&copy| (0..2).map(move |s| (copy, s)))
+                        .map(|(copy, s)| crate::journal::layout::segment_capacity(device, copy, g, s))
+                        .sum(),
+                };
+                status.metadata_bytes = blocks * BLOCK_SIZE as u64;
                 for &lane in &lanes {
                     let table = &self.lanes[lane].table;
                     for zone in 0..table.zone_count() {

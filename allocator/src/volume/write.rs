@@ -75,6 +75,7 @@ impl Volume {
             return Err(Error::InvalidArgument(format!("owner {owner} is reserved (a lost owner)")));
         }
         self.check_write_shape(stream, len)?;
+        self.check_metadata_room((len / BLOCK_SIZE) as u32)?;
         if crcs.as_ref().is_some_and(|crcs| crcs.len() * BLOCK_SIZE != len) {
             return Err(Error::InvalidArgument(format!("{} checksums for {len} bytes", crcs.map_or(0, |c| c.len()))));
         }
