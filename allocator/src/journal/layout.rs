@@ -113,9 +113,9 @@ pub(crate) fn checkpoint_bytes(slots: u64, mapped_extents: u64, mapped_blocks: u
 /// and the next checkpoint is paced to seal within the first half of its
 /// own (`Journal::must_rotate`): a checkpoint larger than half a segment
 /// is written whole at every commit. Volumes reach that only with extents
-/// far smaller on average than their data unit (a pool of sixteen at its
-/// segment share, below about 40 KiB); pacing such checkpoints is not
-/// done yet.
+/// far smaller on average than their data unit (a single pool of sixteen
+/// at its segment share, below about 32 KiB); pacing such checkpoints is
+/// not done yet.
 pub(crate) const CHECKPOINT_SHARE: (u64, u64) = (7, 8);
 
 /// The checkpoint bytes a segment of `blocks` takes ([`CHECKPOINT_SHARE`]
