@@ -430,6 +430,11 @@ impl Table {
         }
     }
 
+    /// Lets records name lanes below `lanes` (a pool that grew).
+    pub fn set_lanes(&mut self, lanes: usize) {
+        self.lanes = lanes.min(LANES_MAX);
+    }
+
     /// The slots the table spans once [`Table::reserve`] took one more:
     /// a freed one first, else one past the end.
     pub fn slots_after_reserve(&self) -> u64 {

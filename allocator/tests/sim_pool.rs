@@ -541,3 +541,141 @@ fn a_pools_metadata_takes_a_bounded_share_of_each_device_and_extents_past_it_are
     volume.commit().expect("commit");
     volume.write(0, &pattern(1 << 40, 1), 1).expect("a write after a free");
 }
+
+/// The device on the last controller of `harness` (one the volume does not
+/// span yet).
+fn spare(harness: &Harness) -> zoned_allocator::Device {
+    let last = harness.controllers.len() - 1;
+    zoned_allocator::Device::open(&harness.controllers[last], 1, support::device_options()).expect("the spare")
+}
+
+/// Four mixed namespaces for a 3-copy mirror, and a fifth, blank, to add.
+fn four_and_a_spare() -> Harness {
+    let configs = vec![zns(32, 1024), conventional(32), zns(32, 1024), conventional(32), zns(32, 1024)];
+    Harness::new(configs, (0..4).map(|c| (c, 1)).collect())
+}
+
+#[test]
+fn a_blank_device_added_to_a_pool_takes_new_extents_at_once_and_reopens_with_it() {
+    let mut harness = four_and_a_spare();
+    let options = options(Profile::Mirror3);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 100, 1);
+    let before = volume.capacity_bytes();
+    let place = volume.add(spare(&harness), false).expect("add");
+    assert_eq!(place, 4);
+    let status = volume.status();
+    assert_eq!(status.devices.len(), 5);
+    assert_eq!(status.devices[4].state, MemberState::Online, "{status:?}");
+    assert_eq!(status.devices[4].metadata_bytes, 1 << 20, "its label's zone");
+    assert!(volume.capacity_bytes() > before, "{} after, {before} before", volume.capacity_bytes());
+    let mut fresh = Model::new();
+    write(&mut volume, &mut fresh, 100, 1000);
+    let on_new = fresh.keys().filter(|&&id| volume.location(id, 4).is_some_and(|at| !at.is_missing())).count();
+    assert!(on_new > 50, "{on_new} of 100 new extents on the added device (it has the most room)");
+    model.extend(fresh);
+    check(&mut volume, &model);
+    drop(volume);
+    harness.restart();
+    harness.layout.push((4, 1));
+    let mut devices = harness.devices();
+    devices.reverse();
+    let mut volume = Volume::open(devices, &options).expect("reopens with the five");
+    check(&mut volume, &model);
+    // The added member counts like the others: any two devices may go.
+    drop(volume);
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let left: Vec<zoned_allocator::Device> = harness.devices().into_iter().skip(2).collect();
+    let mut volume = Volume::open(left, &degraded).expect("without places 0 and 1");
+    assert!(volume.lost_extents().is_empty());
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id}");
+    }
+}
+
+#[test]
+fn adds_that_cannot_be_are_refused_and_write_nothing() {
+    // A dup, and a mirror of two (whose metadata a third device would
+    // move), take no device.
+    for (profile, count) in [(Profile::Dup, 1), (Profile::Mirror, 2)] {
+        let configs = vec![zns(32, 1024); count + 1];
+        let harness = Harness::new(configs, (0..count).map(|c| (c, 1)).collect());
+        let mut volume = harness.format(&options(profile));
+        let before = harness.writes();
+        let refused = volume.add(spare(&harness), false);
+        assert!(matches!(refused, Err(Error::InvalidConfig(_))), "{profile:?}: {refused:?}");
+        assert_eq!(harness.writes(), before, "{profile:?}: a refused add wrote");
+    }
+    // A device that is not blank, unless forced; one of this volume.
+    let harness = four_and_a_spare();
+    let other = Harness::new(vec![zns(32, 1024)], vec![(0, 1)]);
+    drop(other.format(&options(Profile::Single)));
+    let mut volume = harness.format(&options(Profile::Mirror3));
+    let before = harness.writes();
+    let foreign = zoned_allocator::Device::open(&other.controllers[0], 1, support::device_options()).unwrap();
+    match volume.add(foreign, false) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("not blank") && why.contains("force"), "{why}"),
+        other => panic!("a member of another volume added: {other:?}"),
+    }
+    let own = harness.devices().remove(3);
+    match volume.add(own, false) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("place 3 of this volume"), "{why}"),
+        other => panic!("a member added again: {other:?}"),
+    }
+    assert_eq!(harness.writes(), before, "a refused add wrote");
+    assert_eq!(volume.status().devices.len(), 4);
+}
+
+#[test]
+fn a_power_cut_anywhere_in_an_add_leaves_the_pool_as_it_was_or_with_the_device() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let options = options(Profile::Mirror3);
+    let setup = |harness: &Harness| -> (Model, Volume) {
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 60, 1);
+        (model, volume)
+    };
+    let uncut = four_and_a_spare();
+    let (_, mut volume) = setup(&uncut);
+    let before = io_commands(&uncut, 4);
+    volume.add(spare(&uncut), false).expect("add");
+    let commands = io_commands(&uncut, 4) - before;
+    drop(volume);
+    for cut in 0..=commands {
+        let context = format!("add cut at the new device's command {cut} of {commands}");
+        let mut harness = four_and_a_spare();
+        let (model, mut volume) = setup(&harness);
+        let new = spare(&harness);
+        harness.sims[4].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+        let _ = volume.add(new, false);
+        drop(volume);
+        harness.sims[4].clear_faults();
+        harness.power_cut();
+        let mut five = harness.devices();
+        five.push(spare(&harness));
+        let mut volume = match Volume::open(five, &options) {
+            Ok(volume) => volume,
+            // Not added: the four open as they were, and the device, blank
+            // again, is added now.
+            Err(Error::InvalidConfig(why)) if why.contains("spans 4") => {
+                drop(harness.devices());
+                let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: the four: {e}"));
+                volume.add(spare(&harness), false).unwrap_or_else(|e| panic!("{context}: again: {e}"));
+                volume
+            }
+            Err(error) => panic!("{context}: {error}"),
+        };
+        let status = volume.status();
+        assert_eq!(status.devices.len(), 5, "{context}");
+        assert!(status.devices.iter().all(|d| d.state == MemberState::Online), "{context}: {status:?}");
+        check(&mut volume, &model);
+        let mut more = model.clone();
+        write(&mut volume, &mut more, 40, 500);
+        check(&mut volume, &more);
+    }
+}

@@ -13,6 +13,7 @@ mod copy;
 mod extents;
 mod fill;
 mod fork;
+mod grow;
 mod identify;
 mod member;
 mod open;

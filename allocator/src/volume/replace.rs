@@ -107,16 +107,7 @@ impl Volume {
             match probe(&mut device, None) {
                 Probe::Blank => {}
                 other => {
-                    let holds = match other {
-                        Probe::Label(label) if label.volume_id == self.volume_id => {
-                            format!("place {} of this volume", label.device_index)
-                        }
-                        Probe::Label(label) => format!("a member of volume {:#x}", label.volume_id),
-                        Probe::Unreadable(what) => format!("unreadable places ({what})"),
-                        Probe::Unrecognized => "data that is not a volume's".into(),
-                        Probe::OtherVersion(version) => format!("a volume of format version {version}"),
-                        Probe::Blank => unreachable!("handled above"),
-                    };
+                    let holds = describe_probe(&other, self.volume_id);
                     return Err(Error::Member {
                         device: place,
                         why: format!(
@@ -294,7 +285,7 @@ impl Volume {
     /// segments would hold less than the volume's or a zone less than the
     /// largest extent (with the checksum area after, on a volume with
     /// areas).
-    fn software_zones_for_replacement(&self, capacity_bytes: u64) -> u32 {
+    pub(super) fn software_zones_for_replacement(&self, capacity_bytes: u64) -> u32 {
         use crate::journal::layout::{default_software_zone_bytes, with_area};
         let block = BLOCK_SIZE as u64;
         if let Some(bytes) = self.options.software_zone_bytes {
@@ -309,7 +300,7 @@ impl Volume {
     }
 
     /// An empty zone table for lane `lane` over its device's zones.
-    fn fresh_table(&self, lane: usize) -> ZoneTable {
+    pub(super) fn fresh_table(&self, lane: usize) -> ZoneTable {
         self.table_on(lane, self.dev(self.lanes[lane].device))
     }
 
@@ -367,5 +358,17 @@ impl Volume {
     /// Blocks of copies place `place` lacks, over its lanes.
     fn missing_on(&self, place: usize) -> u64 {
         (0..self.lanes.len()).filter(|&l| self.lanes[l].device == place).map(|l| self.missing_blocks(l)).sum()
+    }
+}
+
+/// What a device that is not blank holds, as a probe found it.
+pub(super) fn describe_probe(probe: &Probe, volume_id: u64) -> String {
+    match probe {
+        Probe::Label(label) if label.volume_id == volume_id => format!("place {} of this volume", label.device_index),
+        Probe::Label(label) => format!("a member of volume {:#x}", label.volume_id),
+        Probe::Unreadable(what) => format!("unreadable places ({what})"),
+        Probe::Unrecognized => "data that is not a volume's".into(),
+        Probe::OtherVersion(version) => format!("a volume of format version {version}"),
+        Probe::Blank => "nothing".into(),
     }
 }
