@@ -168,6 +168,15 @@ pub enum Error {
         /// Their bytes.
         bytes: u64,
     },
+    /// Device `device` was place `place` of this volume and was removed
+    /// from it since ([`crate::Volume::remove`]): the volume holds no copy
+    /// on it. Nothing was written.
+    Removed {
+        /// Index in the list given to open.
+        device: usize,
+        /// The place its label names, which the volume no longer has.
+        place: usize,
+    },
     /// Device `device` was the member in place `place` of this volume, but
     /// the place was given to another device since (a replace): it holds
     /// an old copy of the volume, and is not its member. Nothing was
@@ -287,6 +296,11 @@ impl fmt::Display for Error {
                 "device place {device} holds the only copy in use of {extents} extent(s) ({bytes} bytes): giving it \
                  up would lose them; finish the resilver of the other member, or replace it, first (nothing was \
                  changed)"
+            ),
+            Error::Removed { device, place } => write!(
+                f,
+                "device {device} was place {place} of this volume and was removed from it since: the volume holds \
+                 nothing on it (leave it out; `volume add --force` takes it as a new device). Nothing was written"
             ),
             Error::Replaced { device, place } => write!(
                 f,

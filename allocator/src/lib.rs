@@ -107,8 +107,8 @@ pub use token::Token;
 pub use volume::{
     BadBlock, CheckReport, CheckedPlace, ChecksumStore, CommitInfo, CommitPhases, CopiesLeft, DeviceErrors,
     DeviceState, DeviceStatus, DivergedSide, ExtentRef, LaneReads, MemberState, MetadataScrub, OpenPhases, ReadOutcome,
-    ReclaimProgress, RecoveryReport, Redundancy, ResilverStatus, Volume, VolumeOptions, VolumeState, VolumeStats,
-    VolumeStatus, WriteDone, WriteMode,
+    ReclaimProgress, RecoveryReport, Redundancy, Removal, ResilverStatus, Volume, VolumeOptions, VolumeState,
+    VolumeStats, VolumeStatus, WriteDone, WriteMode,
 };
 
 /// The volume's block: the unit of checksums and placement.

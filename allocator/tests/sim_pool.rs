@@ -679,3 +679,186 @@ fn a_power_cut_anywhere_in_an_add_leaves_the_pool_as_it_was_or_with_the_device()
         check(&mut volume, &more);
     }
 }
+
+/// Five mixed namespaces, all the volume's.
+fn five() -> Harness {
+    pool(vec![zns(32, 1024), conventional(32), zns(32, 1024), conventional(32), zns(32, 1024)])
+}
+
+/// After a cut: every extent of `model` reads back, from every copy
+/// present, none is lost, and each lacks at most the copies its status
+/// counts missing (a device the cut hit alone was given up, and its copies
+/// written since are for a resilver). `lanes` lanes.
+fn check_after_cut(volume: &mut Volume, model: &Model, lanes: usize, context: &str) {
+    assert_eq!(volume.lanes(), lanes, "{context}");
+    volume.check_invariants();
+    let status = volume.status();
+    assert_eq!(status.redundancy.extents_lost, 0, "{context}: {status:?}");
+    let mut short = 0;
+    for (&id, &(seed, blocks)) in model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("{context}: extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "{context}: extent {id}");
+        let present: Vec<usize> =
+            (0..lanes).filter(|&l| volume.location(id, l).is_some_and(|at| !at.is_missing())).collect();
+        short += u64::from(present.len() < volume.copies());
+        for lane in present {
+            let bad = volume.read_copy_checked(id, lane, &mut back).unwrap_or_else(|e| panic!("{context}: {e}"));
+            assert!(bad.is_empty() && back == pattern(seed, blocks), "{context}: extent {id}'s copy in {lane}");
+        }
+    }
+    assert!(short <= status.redundancy.extents_missing, "{context}: {short} short, {status:?}");
+}
+
+/// Every extent of `model` has its full count of copies, none in a lane
+/// past `lanes`, and reads back (`check`).
+fn check_in(volume: &mut Volume, model: &Model, lanes: usize, context: &str) {
+    assert_eq!(volume.lanes(), lanes, "{context}");
+    check(volume, model);
+}
+
+#[test]
+fn a_member_removed_from_a_pool_leaves_every_copy_on_the_others_and_the_pool_reopens_without_it() {
+    for (profile, place) in [(Profile::Mirror3, 3), (Profile::Single, 4), (Profile::Mirror, 3)] {
+        let context = format!("{profile:?} without place {place}");
+        let mut harness = five();
+        let options = options(profile);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 150, 1);
+        let held: Vec<usize> = (0..5)
+            .map(|l| model.keys().filter(|&&id| volume.location(id, l).is_some_and(|at| !at.is_missing())).count())
+            .collect();
+        assert!(held[place] > 0, "{context}: {held:?}");
+        let mut seen = Vec::new();
+        let report = volume.remove(place, &mut |done, total| {
+            seen.push((done, total));
+            true
+        });
+        let report = report.unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(report.complete, "{context}: {report:?}");
+        assert_eq!(report.extents_moved, held[place] as u64, "{context}");
+        assert_eq!(seen.last().map(|&(done, total)| done == total), Some(true), "{context}: {seen:?}");
+        let status = volume.status();
+        assert_eq!(status.devices.len(), 4, "{context}");
+        assert!(status.devices.iter().all(|d| d.state == MemberState::Online), "{context}: {status:?}");
+        check_in(&mut volume, &model, 4, &context);
+        let mut fresh = Model::new();
+        write(&mut volume, &mut fresh, 30, 2000);
+        model.extend(fresh);
+        check(&mut volume, &model);
+        drop(volume);
+        harness.restart();
+        // The four left, the last one now in the removed one's place.
+        harness.layout.remove(place);
+        let mut devices = harness.devices();
+        devices.reverse();
+        let mut volume = Volume::open(devices, &options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check_in(&mut volume, &model, 4, &context);
+        // The removed device holds nothing of the volume: it is added back
+        // as a new one (a ZNS one is blank; a conventional one's old data
+        // needs force).
+        let removed = zoned_allocator::Device::open(&harness.controllers[place], 1, support::device_options()).unwrap();
+        let force = place % 2 == 1;
+        let again = volume.add(removed, force).unwrap_or_else(|e| panic!("{context}: added back: {e}"));
+        assert_eq!(again, 4, "{context}");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn removals_that_cannot_be_are_refused_and_move_nothing() {
+    let harness = five();
+    let mut volume = harness.format(&options(Profile::Mirror3));
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 40, 1);
+    let before = harness.writes();
+    let mut go = |_, _| true;
+    // A metadata member.
+    match volume.remove(1, &mut go) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("metadata"), "{why}"),
+        other => panic!("a metadata member removed: {other:?}"),
+    }
+    assert_eq!(harness.writes(), before, "a refused removal wrote");
+    // Fewer devices than copies left.
+    let harness = pool(vec![zns(32, 1024); 3]);
+    let mut volume = harness.format(&options(Profile::Mirror3));
+    assert!(matches!(volume.remove(2, &mut go), Err(Error::Member { .. }) | Err(Error::InvalidConfig(_))));
+    // No room on the others: a single pool of five nearly full.
+    let harness = five();
+    let options = options(Profile::Single);
+    let mut volume = harness.format(&options);
+    let unit = volume.data_unit_bytes();
+    let mut seed = 0;
+    while volume.room(0, unit).unwrap() > 2 * unit as u64 {
+        volume.write(0, &pattern(seed, unit / BLOCK_SIZE), seed).expect("fill");
+        seed += 1;
+    }
+    volume.commit().expect("commit");
+    let before = harness.writes();
+    match volume.remove(4, &mut go) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("lack room") && why.contains("bytes"), "{why}"),
+        other => panic!("removed with no room: {other:?}"),
+    }
+    assert_eq!(harness.writes(), before, "a refused removal wrote");
+    assert_eq!(volume.lanes(), 5);
+    volume.check_invariants();
+}
+
+#[test]
+fn a_removal_stopped_or_cut_anywhere_loses_nothing_and_goes_on_when_run_again() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let options = options(Profile::Mirror3);
+    let setup = |harness: &Harness| -> (Model, Volume) {
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 120, 1);
+        (model, volume)
+    };
+    // Stopped half way: committed, resumed.
+    let harness = five();
+    let (model, mut volume) = setup(&harness);
+    let stopped = volume.remove(3, &mut |done, total| done < total / 2).expect("stopped");
+    assert!(!stopped.complete && stopped.extents_moved > 0, "{stopped:?}");
+    check_in(&mut volume, &model, 5, "stopped");
+    let rest = volume.remove(3, &mut |_, _| true).expect("resumed");
+    assert!(rest.complete, "{rest:?}");
+    check_in(&mut volume, &model, 4, "resumed");
+    // Cut at sampled commands of the first metadata device and of the one
+    // leaving.
+    for sim in [0, 3] {
+        let uncut = five();
+        let (_, mut volume) = setup(&uncut);
+        let before = io_commands(&uncut, sim);
+        volume.remove(3, &mut |_, _| true).expect("remove");
+        let commands = io_commands(&uncut, sim) - before;
+        drop(volume);
+        let step = (commands / 24).max(1);
+        for cut in (0..=commands).step_by(step as usize) {
+            let context = format!("removal cut at sim {sim}'s command {cut} of {commands}");
+            let mut harness = five();
+            let (model, mut volume) = setup(&harness);
+            harness.sims[sim].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+            let _ = volume.remove(3, &mut |_, _| true);
+            drop(volume);
+            harness.sims[sim].clear_faults();
+            harness.power_cut();
+            let mut volume = match harness.open(&options) {
+                Ok(mut volume) => {
+                    check_after_cut(&mut volume, &model, 5, &context);
+                    let report = volume.remove(3, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: again: {e}"));
+                    assert!(report.complete, "{context}");
+                    volume
+                }
+                // The place was dropped: the four others open.
+                Err(Error::InvalidConfig(why)) if why.contains("spans 4") => {
+                    let mut four = harness.devices();
+                    four.remove(3);
+                    Volume::open(four, &options).unwrap_or_else(|e| panic!("{context}: the four: {e}"))
+                }
+                Err(error) => panic!("{context}: {error}"),
+            };
+            check_after_cut(&mut volume, &model, 4, &context);
+        }
+    }
+}

@@ -568,11 +568,12 @@ step rescrub-b scrub $B --json
 ///   exit 3, not a failed scrub.
 #[test]
 fn conventional_mirror_repairs_in_place_and_reports_uncorrectable_blocks() {
-    // The data of a volume on this geometry starts after 12 zones (software
+    // The data of a volume on this geometry starts after 14 zones (software
     // zones of 1 MiB of data, the default for 512 MiB, each with its 4 KiB
-    // checksum area after it, and two metadata segments of 6 zones);
+    // checksum area after it, and two metadata segments of 7 zones: the
+    // worst checkpoint, every extent a block, at 7/8 of a segment);
     // checked when seqwrite reports.
-    const PREDICTED_DATA_OFFSET: u64 = 12 * (MIB + BLOCK);
+    const PREDICTED_DATA_OFFSET: u64 = 14 * (MIB + BLOCK);
     const MEDIA_DATA_BYTES: u64 = 64 * MIB;
     // A sector in the second block of the data's 11th extent.
     let media_error = 10 * WRITE_BYTES + BLOCK + 512;

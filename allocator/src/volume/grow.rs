@@ -7,7 +7,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::journal::recovery::{probe, Probe};
 use crate::journal::{MemberRecord, Op};
-use crate::{Profile, BLOCK_SIZE};
+use crate::{ExtentId, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::identify::Oncs;
 use std::collections::HashMap;
@@ -192,4 +192,305 @@ impl Volume {
         }
         Ok(())
     }
+}
+
+/// What [`Volume::remove`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Removal {
+    /// The place emptied and dropped.
+    pub place: usize,
+    /// Copies moved off it.
+    pub extents_moved: u64,
+    /// Their bytes.
+    pub bytes_moved: u64,
+    /// The place left the volume: every copy moved, and the last place
+    /// (if another) took its number. False when stopped early: what moved
+    /// is committed, and running it again goes on.
+    pub complete: bool,
+}
+
+/// Copies moved between the commits of a removal.
+const REMOVAL_COMMIT_EVERY: u64 = 64;
+
+impl Volume {
+    /// Removes place `place` from the pool (ZFS's device removal, btrfs's
+    /// `device remove`): checks first that the others can take every copy
+    /// it holds (placement's dry run), then moves each copy to the lane
+    /// placement chooses among those without one of its extent, read from
+    /// the place itself (or, where that fails its checksums, from another
+    /// copy), committing as it goes; then drops the place, the last place
+    /// taking its number, and blanks the device's label. `on_progress`
+    /// gets the bytes moved and to move, and stops the removal when it
+    /// returns false.
+    ///
+    /// Crash-safe at every step and resumable: a cut (or a stop) leaves
+    /// every committed copy where a commit put it, the place still in the
+    /// volume, and running it again moves what is left. New extents avoid
+    /// the place while it runs. Refused, before anything moves, when the
+    /// others lack room (naming how much), when fewer devices than copies
+    /// would be left, when a device is away, and for a member holding a
+    /// metadata copy (moving metadata off a member is not done yet).
+    ///
+    /// One copy at a time for now: the engine's parallel evacuation (and
+    /// NVMe Copy within a controller) are not done yet.
+    pub fn remove(&mut self, place: usize, on_progress: &mut dyn FnMut(u64, u64) -> bool) -> Result<Removal> {
+        let count = self.devices.len();
+        if place >= count {
+            return Err(Error::Member { device: place, why: format!("the volume has {count} places") });
+        }
+        if self.superblock.profile == Profile::Dup {
+            return Err(Error::InvalidConfig("a dup volume spans one namespace: it cannot lose it".into()));
+        }
+        if super::meta_copies_on(count, place) > 0 {
+            return Err(Error::Member {
+                device: place,
+                why: "it holds a metadata copy, and moving metadata off a member is not done yet: remove a place \
+                      from the fourth on"
+                    .into(),
+            });
+        }
+        if count - 1 < self.copies() {
+            return Err(Error::Member {
+                device: place,
+                why: format!("{} devices would be left for {} copies of each extent", count - 1, self.copies()),
+            });
+        }
+        if let Some(away) = (0..count).find(|&p| self.devices[p].is_none()) {
+            return Err(Error::Member {
+                device: place,
+                why: format!("place {away} is away: bring it back or replace it first"),
+            });
+        }
+        if self.reclaim.is_some() {
+            return Err(Error::InvalidArgument("a reclaim is in progress: let it finish first".into()));
+        }
+        self.wait_idle()?;
+        let lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane per place");
+        let copies: Vec<(ExtentId, u32)> = self
+            .table
+            .iter()
+            .filter(|(_, e)| e.has_lane(lane) && !e.on(lane).is_missing())
+            .map(|(id, e)| (id, e.blocks))
+            .collect();
+        self.check_room_elsewhere(place, lane, &copies)?;
+        self.commit()?;
+        let total: u64 = copies.iter().map(|&(_, blocks)| u64::from(blocks) * BLOCK_SIZE as u64).sum();
+        let mut report = Removal { place, ..Removal::default() };
+        // New extents go elsewhere from now on.
+        self.chooser.remove(lane);
+        let mut data = Vec::new();
+        for (id, blocks) in copies {
+            if !on_progress(report.bytes_moved, total) {
+                self.commit()?;
+                self.restore_chooser();
+                return Ok(report);
+            }
+            if self.table.get(id).is_none_or(|e| !e.has_lane(lane)) {
+                continue;
+            }
+            data.resize(blocks as usize * BLOCK_SIZE, 0);
+            let good = matches!(self.read_copy_checked(id, lane, &mut data), Ok(bad) if bad.is_empty());
+            if !good {
+                if let Err(error) = self.read(id, &mut data) {
+                    self.commit()?;
+                    self.restore_chooser();
+                    return Err(error);
+                }
+            }
+            let target = self.relocation_lane(id, lane)?;
+            // The new copy's zone has no checksum area yet: its checksums
+            // go to the map until it is sealed (the source's came from its
+            // own zone's area, or its tags).
+            let mut crcs = Vec::with_capacity(blocks as usize);
+            crate::checksum::block_crcs(&data, &mut crcs);
+            self.submit_relocation(id, lane, target, &data, Some(crcs))?;
+            self.wait_idle()?;
+            while let Some(done) = self.next_copy_done() {
+                done.result?;
+            }
+            report.extents_moved += 1;
+            report.bytes_moved += data.len() as u64;
+            if report.extents_moved.is_multiple_of(REMOVAL_COMMIT_EVERY) {
+                self.commit()?;
+            }
+        }
+        self.commit()?;
+        let left = self.table.iter().find(|(_, e)| e.has_lane(lane)).map(|(id, _)| id);
+        if let Some(id) = left {
+            self.restore_chooser();
+            return Err(Error::Member { device: place, why: format!("extent {id} still has a copy on it") });
+        }
+        on_progress(report.bytes_moved, total);
+        self.drop_place(place, lane)?;
+        report.complete = true;
+        log::info!("device place {place} removed: {} copies moved", report.extents_moved);
+        Ok(report)
+    }
+
+    /// Placement's dry run: every copy in lane `lane` (`copies`) finds a
+    /// lane with room among those in use that hold no copy of its extent,
+    /// each taken as placement would (most room first), in tables of their
+    /// zones as they are now. Else how much is missing, by name.
+    fn check_room_elsewhere(&self, place: usize, lane: usize, copies: &[(ExtentId, u32)]) -> Result<()> {
+        let mut tables: Vec<Option<crate::zones::ZoneTable>> = (0..self.lanes.len())
+            .map(|l| (l != lane && self.lane_online(l)).then(|| self.lanes[l].table.clone()))
+            .collect();
+        let mut missing = 0u64;
+        for &(id, blocks) in copies {
+            let entry = self.table.get(id).expect("listed live");
+            let mut candidates: Vec<usize> =
+                (0..tables.len()).filter(|&l| tables[l].is_some() && !entry.has_lane(l)).collect();
+            candidates.sort_by_key(|&l| std::cmp::Reverse(tables[l].as_ref().map_or(0, |t| t.free_blocks())));
+            let placed = candidates.into_iter().any(|l| {
+                let table = tables[l].as_mut().expect("a candidate");
+                table.allocate(crate::zones::Slot::Stream(0), blocks).is_ok()
+            });
+            if !placed {
+                missing += u64::from(blocks);
+            }
+        }
+        if missing > 0 {
+            let block = BLOCK_SIZE as u64;
+            let total: u64 = copies.iter().map(|&(_, b)| u64::from(b)).sum();
+            return Err(Error::Member {
+                device: place,
+                why: format!(
+                    "the other devices lack room for its copies: {} of its {} bytes would find no place (free \
+                     extents, or add a device first)",
+                    missing * block,
+                    total * block
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every lane in use takes new extents again (a removal stopped).
+    fn restore_chooser(&mut self) {
+        for lane in 0..self.lanes.len() {
+            if self.lane_online(lane) {
+                self.chooser.add(lane, self.lanes[lane].table.free_blocks());
+            }
+        }
+    }
+
+    /// Drops place `place` (lane `lane`), which holds no copy: the last
+    /// place takes its number (every copy in the last lane is renamed
+    /// into `lane`, where it lies on the same device), and a whole
+    /// checkpoint records the volume so on every metadata copy. Then the
+    /// moved device is labelled with its new place and the removed one's
+    /// label blanked. A cut before the checkpoint leaves the place in the
+    /// volume, empty; one after leaves it out, and open finds the moved
+    /// device by its member ID whatever its label says.
+    fn drop_place(&mut self, place: usize, lane: usize) -> Result<()> {
+        let last = self.devices.len() - 1;
+        let last_lane = self.lanes.len() - 1;
+        debug_assert_eq!(self.lanes[last_lane].device, last);
+        // Operations since the last commit (a zone the moves emptied, its
+        // seal undone) go in the checkpoint below, numbered anew; its
+        // pages and seals hold their effect whatever they say of the
+        // removed lane.
+        self.commit()?;
+        let (gone, from) = (lane as u8, last_lane as u8);
+        let renamed = |l: u8| if l == from { lane as u8 } else { l };
+        self.ops.retain_mut(|op| match op {
+            Op::Sealed { lane, .. } | Op::Move { lane, .. } => {
+                let keep = *lane != gone;
+                *lane = renamed(*lane);
+                keep
+            }
+            Op::Relane { from: source, lane, .. } => {
+                let keep = *source != gone && *lane != gone;
+                (*source, *lane) = (renamed(*source), renamed(*lane));
+                keep
+            }
+            Op::Member { device, .. } => {
+                let keep = usize::from(*device) != place;
+                if usize::from(*device) == last {
+                    *device = place as u8;
+                }
+                keep
+            }
+            Op::Add(_) => panic!("an extent added during a removal's last step"),
+            _ => true,
+        });
+        if lane != last_lane {
+            let moved: Vec<(ExtentId, crate::Location)> =
+                self.table.iter().filter(|(_, e)| e.has_lane(last_lane)).map(|(id, e)| (id, e.on(last_lane))).collect();
+            for (id, at) in moved {
+                assert!(self.table.relane(id, last_lane, lane, at), "extent {id}: renamed into an empty lane");
+            }
+        }
+        let removed = self.devices.swap_remove(place);
+        self.superblock.devices.swap_remove(place);
+        self.superblock.members.swap_remove(place);
+        self.members.swap_remove(place);
+        self.device_writes.swap_remove(place);
+        self.copy_supported.swap_remove(place);
+        self.zone_limits.swap_remove(place);
+        self.lanes.swap_remove(lane);
+        self.area_cache.swap_remove(lane);
+        self.reclaim_open.swap_remove(lane);
+        if lane < self.lanes.len() {
+            self.lanes[lane].device = place;
+        }
+        let rename = |l: &mut usize| {
+            if *l == last_lane {
+                *l = lane;
+            }
+        };
+        // The removed lane's zones are no longer the volume's to seal.
+        self.sealed_since_commit.retain(|&(l, _)| l != lane);
+        self.retiring.retain(|&(l, _)| l != lane);
+        self.held_zone = self.held_zone.filter(|&(l, _)| l != lane);
+        for (l, _) in self.sealed_since_commit.iter_mut().chain(self.retiring.iter_mut()) {
+            rename(l);
+        }
+        if let Some((l, _)) = self.held_zone.as_mut() {
+            rename(l);
+        }
+        self.bad_blocks.retain(|b| usize::from(b.lane) != lane);
+        for bad in &mut self.bad_blocks {
+            if usize::from(bad.lane) == last_lane {
+                bad.lane = lane as u8;
+            }
+        }
+        self.next_reclaim_lane = 0;
+        self.table.set_lanes(self.lanes.len());
+        self.chooser = crate::chooser::Chooser::new();
+        self.chooser
+            .set_queue_target(super::QUEUE_TARGET_EXTENTS * u64::from(self.superblock.max_extent_blocks.max(1)));
+        self.restore_chooser();
+        self.stats.zones = self.lanes.iter().map(|l| u64::from(l.table.zone_count())).sum();
+        self.tags = super::volume_tags(&self.superblock, &self.devices);
+        self.journal.label.superblock = self.superblock.clone();
+        self.journal.label.generation += 1;
+        self.journal.broken = true;
+        self.commit()?;
+        if place < self.devices.len() {
+            self.label_member(place)?;
+        }
+        // The removed device holds nothing of the volume: its label goes,
+        // so that it is not taken for a member.
+        if let Some(mut removed) = removed {
+            if let Err(error) = blank_label(&mut removed) {
+                log::warn!("the removed device's label could not be blanked: {error}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Blanks the label of a device that left the volume: its zones reset on
+/// a zoned namespace, the label blocks zeroed on a conventional one.
+fn blank_label(device: &mut Device) -> Result<()> {
+    if device.is_zoned() {
+        let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
+        device.run(request, "Zone Reset (all)")?;
+    } else {
+        let blocks = crate::journal::layout::LABEL_BLOCKS as usize;
+        device.write_at(0, &vec![0u8; blocks * BLOCK_SIZE])?;
+        device.flush()?;
+    }
+    Ok(())
 }

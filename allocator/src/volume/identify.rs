@@ -56,12 +56,36 @@ pub(super) fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> 
         return Err(Error::InvalidConfig(format!("the volume spans {count} namespace(s), {} given", devices.len())));
     }
     let mut order: Vec<Option<usize>> = vec![None; count];
+    // Each device by its member ID where the newest label knows it (a
+    // removal moves the last member into the place it empties, and the
+    // device's own label may name its old place until rewritten); then
+    // the others, by the place their label names.
+    let mut placed = vec![false; probes.len()];
     for (given, probe) in probes.iter().enumerate() {
         let Probe::Label(other) = probe else { continue };
         if other.volume_id != label.volume_id {
             return Err(Error::ForeignDevice { device: given, found: other.volume_id, expected: label.volume_id });
         }
+        let id = other.superblock.members.get(usize::from(other.device_index)).map(|m| m.id);
+        if let Some(slot) = label.superblock.members.iter().position(|m| Some(m.id) == id) {
+            if order[slot].is_none() {
+                order[slot] = Some(given);
+                placed[given] = true;
+            }
+        }
+    }
+    for (given, probe) in probes.iter().enumerate() {
+        let Probe::Label(other) = probe else { continue };
+        if placed[given] {
+            continue;
+        }
         let slot = usize::from(other.device_index);
+        if slot >= count && other.generation < label.generation {
+            return Err(Error::Removed { device: given, place: slot });
+        }
+        if order.get(slot).is_some_and(Option::is_some) && other.generation < label.generation {
+            return Err(Error::Replaced { device: given, place: slot });
+        }
         match order.get(slot) {
             Some(None) => order[slot] = Some(given),
             _ => {

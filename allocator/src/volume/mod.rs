@@ -30,6 +30,7 @@ mod zone_plan;
 
 pub use check::{CheckReport, CheckedPlace};
 pub use fork::DivergedSide;
+pub use grow::Removal;
 pub use identify::DeviceState;
 pub use repair::MetadataScrub;
 pub use scan::LaneReads;

@@ -833,9 +833,8 @@ pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_cop
     let Identified { label, order, unlabelled, absent } = identify(&probes, &devices, options.degraded)?;
     let label_ids: Vec<Option<u64>> = order
         .iter()
-        .enumerate()
-        .map(|(place, given)| match given.map(|g| &probes[g]) {
-            Some(Probe::Label(own)) => own.superblock.members.get(place).map(|m| m.id),
+        .map(|given| match given.map(|g| &probes[g]) {
+            Some(Probe::Label(own)) => own.superblock.members.get(usize::from(own.device_index)).map(|m| m.id),
             _ => None,
         })
         .collect();

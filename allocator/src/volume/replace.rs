@@ -32,11 +32,18 @@ impl Volume {
                 return Err(Error::Member { device: 0, why: format!("no label of this volume on it ({other:?})") })
             }
         };
-        let place = usize::from(label.device_index);
-        if place >= self.devices.len() || self.devices[place].is_some() {
+        // Its place is where its member ID is now (a removal may have moved
+        // it), else the one its label names.
+        let own = usize::from(label.device_index);
+        let id = label.superblock.members.get(own).map(|m| m.id);
+        let place = self.members.iter().position(|m| Some(m.record.id) == id).unwrap_or(own);
+        if place >= self.devices.len() {
+            return Err(Error::Removed { device: 0, place });
+        }
+        if self.devices[place].is_some() {
             return Err(Error::Member { device: place, why: "the place is in use".into() });
         }
-        if label.superblock.members.get(place).map(|m| m.id) != Some(self.members[place].record.id) {
+        if id != Some(self.members[place].record.id) {
             return Err(Error::Replaced { device: 0, place });
         }
         let found = (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
