@@ -7,7 +7,10 @@
 //! their places (replace, then a resilver from every survivor), or a
 //! distributed rebuild onto the survivors' free space; each resilver and
 //! rebuild cut by power losses at random points. A single pool loses a
-//! device and gets it back.
+//! device and gets it back. A pool of three or more whole again then
+//! grows by a spare (the new device's power cut at a random command) and
+//! loses a member without metadata by removal (stopped, the power cut, and
+//! run again).
 //!
 //! Checked after every step: the volume's invariants. At each stage every
 //! committed extent reads back with its own bytes (degraded: from a copy
@@ -388,6 +391,10 @@ fn run(seed: u64) {
         assert_eq!(status.state, VolumeState::Online, "{}", run.context(&context));
     }
     run.verify(&mut volume, copies > 1, &BTreeSet::new(), "whole");
+    if away.is_empty() {
+        volume = grow_and_shrink(&mut run, volume);
+    }
+    let places = run.sim_of.len();
 
     // One device more than promised, withheld: typed errors, and exactly
     // the extents whose every copy was there are lost.
@@ -424,6 +431,95 @@ fn run(seed: u64) {
         Err(Error::Degraded { .. } | Error::NoVolume | Error::NoDevices | Error::MetadataLost { .. }) => {}
         Err(e) => panic!("{}", run.context(&format!("{context}; {withheld:?} withheld: {e}"))),
     }
+}
+
+/// A spare added to a pool of three or more (the new device's power cut
+/// at a random command, or not), then a member without a metadata copy
+/// removed (stopped at a random point and the power cut, then run again),
+/// each checked whole after.
+fn grow_and_shrink(run: &mut Run, mut volume: Volume) -> Volume {
+    let copies = run.options.profile.copies();
+    if run.sim_of.len() < 3 || !run.rng.chance(0.6) {
+        return volume;
+    }
+    if let Some(spare) = run.spares.pop() {
+        run.commit(&mut volume);
+        let cut = run.rng.chance(0.5).then(|| run.rng.below(12));
+        if let Some(commands) = cut {
+            run.harness.sims[spare].inject(Fault::PowerCutAfter { io_commands: commands });
+        }
+        let added = volume.add(run.device(spare), false);
+        match (added, cut) {
+            (Ok(place), None) => assert_eq!(place, run.sim_of.len(), "{}", run.context("add")),
+            (Err(e), None) => panic!("{}", run.context(&format!("add: {e}"))),
+            (_, Some(commands)) => {
+                let context = format!("add cut at the new device's command {commands}");
+                run.harness.sims[spare].clear_faults();
+                run.power_cut(volume);
+                let mut with = run.devices_but(&[]);
+                with.push(run.device(spare));
+                volume = match Volume::open(with, &run.options) {
+                    Ok(volume) => volume,
+                    // Not committed: the pool as it was, and the device
+                    // added now.
+                    Err(Error::InvalidConfig(_)) => {
+                        let mut volume = Volume::open(run.devices_but(&[]), &run.options)
+                            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopen: {e}"))));
+                        volume
+                            .add(run.device(spare), false)
+                            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: again: {e}"))));
+                        volume
+                    }
+                    Err(e) => panic!("{}", run.context(&format!("{context}: reopen with it: {e}"))),
+                };
+            }
+        }
+        run.sim_of.push(spare);
+        run.verify(&mut volume, copies > 1, &BTreeSet::new(), "added");
+        for _ in 0..run.rng.below(20) {
+            run.step(&mut volume);
+        }
+        run.commit(&mut volume);
+    }
+    let places = run.sim_of.len();
+    if places <= 3 || places - 1 < copies || !run.rng.chance(0.7) {
+        return volume;
+    }
+    let place = 3 + run.rng.below(places as u64 - 3) as usize;
+    let stop_at = run.rng.chance(0.5).then(|| run.rng.below(60));
+    let mut calls = 0;
+    let context = format!("removal of place {place}, stopped at {stop_at:?}");
+    let removal = volume.remove(place, &mut |_, _| {
+        calls += 1;
+        stop_at.is_none_or(|stop| calls <= stop)
+    });
+    let removal = match removal {
+        // The others lack room: nothing moved.
+        Err(Error::Member { why, .. }) if why.contains("lack room") => {
+            run.verify(&mut volume, copies > 1, &BTreeSet::new(), &format!("{context}: refused"));
+            return volume;
+        }
+        Err(e) => panic!("{}", run.context(&format!("{context}: {e}"))),
+        Ok(removal) => removal,
+    };
+    run.committed = run.current.clone();
+    if !removal.complete {
+        run.power_cut(volume);
+        volume = Volume::open(run.devices_but(&[]), &run.options)
+            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopen: {e}"))));
+        run.verify(&mut volume, copies > 1, &BTreeSet::new(), &format!("{context}: reopened"));
+        let removal = volume
+            .remove(place, &mut |_, _| true)
+            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: again: {e}"))));
+        assert!(removal.complete, "{}", run.context(&context));
+    }
+    run.sim_of.swap_remove(place);
+    run.verify(&mut volume, copies > 1, &BTreeSet::new(), &format!("{context}: done"));
+    // The pool reopens without it.
+    run.power_cut(volume);
+    let volume = Volume::open(run.devices_but(&[]), &run.options)
+        .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopened after: {e}"))));
+    volume
 }
 
 #[test]

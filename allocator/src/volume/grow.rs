@@ -226,7 +226,8 @@ impl Volume {
     /// Crash-safe at every step and resumable: a cut (or a stop) leaves
     /// every committed copy where a commit put it, the place still in the
     /// volume, and running it again moves what is left. New extents avoid
-    /// the place while it runs. Refused, before anything moves, when the
+    /// the place while it runs; a zone being reclaimed is finished first.
+    /// Refused, before anything moves, when the
     /// others lack room (naming how much), when fewer devices than copies
     /// would be left, when a device is away, and for a member holding a
     /// metadata copy (moving metadata off a member is not done yet).
@@ -261,8 +262,10 @@ impl Volume {
                 why: format!("place {away} is away: bring it back or replace it first"),
             });
         }
-        if self.reclaim.is_some() {
-            return Err(Error::InvalidArgument("a reclaim is in progress: let it finish first".into()));
+        // A zone being reclaimed is finished first (its lane may be the one
+        // leaving, or renumbered).
+        while self.reclaim.is_some() {
+            self.reclaim_step(u64::MAX)?;
         }
         self.wait_idle()?;
         let lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane per place");
