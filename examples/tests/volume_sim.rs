@@ -144,3 +144,54 @@ fn destroying_commands_need_yes_without_a_terminal() {
         assert!(!stderr.to_lowercase().contains("vfio"), "{args:?} tried to open a device: {stderr}");
     }
 }
+
+/// A 3-copy mirror over four simulated namespaces (sim4 blank).
+const POOL: [&str; 4] = ["--sim-devices", "4", "--sim-profile", "mirror3"];
+
+fn pool(args: &[&str]) -> Vec<String> {
+    args.iter().chain(POOL.iter()).map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_pool_grows_by_a_blank_device_and_shrinks_by_a_member() {
+    let line = pool(&["add", "--yes"]);
+    let added = json(&line.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+    assert_eq!(added["place"], 4, "{added}");
+    assert_eq!(added["new_device"]["pci"], "sim4");
+    let devices = added["status"]["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 5);
+    assert!(devices.iter().all(|d| d["state"] == "online"), "{added}");
+    assert!(devices[4]["metadata_bytes"].as_u64().is_some_and(|b| b > 0), "its label's zone: {added}");
+    let line = pool(&["remove", "--yes", "--place", "3"]);
+    let removed = json(&line.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+    assert_eq!(removed["removal"]["complete"], true, "{removed}");
+    assert!(removed["removal"]["extents_moved"].as_u64().is_some_and(|n| n > 0), "{removed}");
+    assert_eq!(removed["status"]["devices"].as_array().map(Vec::len), Some(3));
+    assert_eq!(removed["status"]["state"], "online");
+    // A member holding a metadata copy stays; a mirror of two takes no
+    // third device; nothing destroys without --yes and no terminal.
+    let line = pool(&["remove", "--yes", "--place", "0"]);
+    let (code, _, stderr) = run(&line.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("metadata"), "{stderr}");
+    let (code, _, stderr) = run(&["add", "--yes"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("would move the"), "{stderr}");
+    let line = pool(&["remove", "--place", "3"]);
+    let (code, _, stderr) = run(&line.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--yes"), "{stderr}");
+}
+
+#[test]
+fn a_lost_member_of_a_pool_is_rebuilt_onto_the_others() {
+    let line = pool(&["rebuild", "--sim-state", "degraded"]);
+    let rebuilt = json(&line.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+    assert_eq!(rebuilt["place"], 1, "the member the story pulled");
+    assert_eq!(rebuilt["complete"], true, "{rebuilt}");
+    assert_eq!(rebuilt["rebuild"]["distributed"], true);
+    assert_eq!(rebuilt["status"]["redundancy"]["extents_at_risk"], 0, "{rebuilt}");
+    // A story its profile cannot tell is refused before anything runs.
+    let (code, _, stderr) = run(&["status", "--sim-devices", "2", "--sim-profile", "mirror3"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}

@@ -227,7 +227,8 @@ impl Volume {
     /// every committed copy where a commit put it, the place still in the
     /// volume, and running it again moves what is left. New extents avoid
     /// the place while it runs; a zone being reclaimed is finished first.
-    /// Refused, before anything moves, when the
+    /// A member away is removed once it holds no copy (after the
+    /// distributed rebuild of its copies onto the others). Refused, before anything moves, when the
     /// others lack room (naming how much), when fewer devices than copies
     /// would be left, when a device is away, and for a member holding a
     /// metadata copy (moving metadata off a member is not done yet).
@@ -256,10 +257,21 @@ impl Volume {
                 why: format!("{} devices would be left for {} copies of each extent", count - 1, self.copies()),
             });
         }
-        if let Some(away) = (0..count).find(|&p| self.devices[p].is_none()) {
+        // Every other member must be present; the one leaving may be away
+        // once it holds no copy (a distributed rebuild moved them).
+        if let Some(away) = (0..count).find(|&p| p != place && self.devices[p].is_none()) {
             return Err(Error::Member {
                 device: place,
                 why: format!("place {away} is away: bring it back or replace it first"),
+            });
+        }
+        let lane_of_place = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane");
+        if self.devices[place].is_none() && self.table.iter().any(|(_, e)| e.has_lane(lane_of_place)) {
+            return Err(Error::Member {
+                device: place,
+                why: "it is away and still holds copies: rebuild them on the others first (the distributed \
+                      rebuild), or bring it back"
+                    .into(),
             });
         }
         // A zone being reclaimed is finished first (its lane may be the one

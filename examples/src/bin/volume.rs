@@ -1,9 +1,11 @@
-//! volume: the operator's view and control of a mirrored volume's members:
-//! the status of every device place (text, `--json`, or the Prometheus
-//! text exposition format), putting a new device in a failed one's place,
-//! the resilver that writes the copies a member lacks, a read-only check,
-//! giving a member up on purpose, and keeping one side of a mirror whose
-//! members went on apart.
+//! volume: the operator's view and control of a volume's members (a
+//! mirror's two, or a pool's up to sixteen): the status of every device
+//! place (text, `--json`, or the Prometheus text exposition format),
+//! putting a new device in a failed one's place, the resilver that writes
+//! the copies a member lacks, the distributed rebuild that writes a lost
+//! member's copies onto the others, growing and shrinking a pool online
+//! (add, remove), a read-only check, giving a member up on purpose, and
+//! keeping one side of a mirror whose members went on apart.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator};
@@ -16,7 +18,9 @@ use nvme_examples::interrupt;
 use nvme_examples::logging;
 use nvme_examples::prometheus;
 use nvme_examples::volume_view::{check_text, human_bytes, resilver_text, status_text};
-use nvme_scrub::{resilver, Control, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport};
+use nvme_scrub::{
+    rebuild_distributed, resilver, Control, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport,
+};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -29,13 +33,13 @@ use zoned_allocator::{
 /// resilvering or failed, copies left missing, a check that is not clean.
 const EXIT_ATTENTION: u8 = 3;
 
-/// Device places a volume has at most (a mirror's two).
-const PLACES_MAX: u64 = 2;
+/// Device places a volume has at most (a pool's sixteen).
+const PLACES_MAX: u64 = zoned_allocator::chooser::MAX_DEVICES as u64;
 
 /// Why `volume fail` gives a member up, as the metadata records it.
 const FAILED_BY_OPERATOR: &str = "taken out by the operator";
 
-/// View and control a volume's members: status, replace, resilver, check, fail, resolve.
+/// View and control a volume's members: status, replace, resilver, rebuild, add, remove, check, fail, resolve.
 #[derive(Parser, Debug)]
 #[command(
     name = "volume",
@@ -80,6 +84,32 @@ enum Command {
                             (unrecoverable extents, failed copies) or the verify pass not clean; 1 an error; 2 \
                             a bad argument.")]
     Resilver(ResilverArgs),
+    /// Rebuild a lost member's copies onto the others' free space, with no
+    /// new device (a distributed spare): redundancy comes back at the
+    /// survivors' combined bandwidth.
+    #[command(after_help = "The volume is opened degraded (the place rebuilt is failed or missing). Each of the \
+                            place's copies is read from a survivor holding it and written where placement puts \
+                            it, on a survivor without one; needs as many survivors as copies, and their room. \
+                            Resumable like a resilver; the survivors are scrubbed at the end unless \
+                            --no-verify-after.\n\
+                            Exit status: 0 complete; 3 copies still missing or the verify pass not clean; 1 an \
+                            error; 2 a bad argument.")]
+    Rebuild(ResilverArgs),
+    /// Put a blank device into a pool of three or more as a new member:
+    /// new extents use it at once. Destroys what it holds (asks first).
+    #[command(after_help = "The device must be blank unless --force. Refused, writing nothing, for a dup, a \
+                            volume of fewer than three devices (its metadata would move) and a pool of sixteen.\n\
+                            Exit status: 0 added; 1 an error; 2 a bad argument.")]
+    Add(AddArgs),
+    /// Take a member out of a pool: its copies move to the others, then
+    /// the place is dropped (the last place takes its number). Asks first.
+    #[command(after_help = "Checks first that the others can take every copy (refused, moving nothing, with \
+                            the bytes that would find no place). Crash-safe and resumable: interrupted (Ctrl-C, \
+                            a crash), it continues when run again. A member holding a metadata copy (places 0 \
+                            to 2) is refused: moving metadata is not done yet.\n\
+                            Exit status: 0 removed; 3 stopped before the end (run it again); 1 an error; 2 a \
+                            bad argument.")]
+    Remove(RemoveArgs),
     /// Check the volume without writing anything: labels, both metadata
     /// copies, the journal, the extent map against the zones.
     #[command(after_help = "Read-only: reports what opening the volume would repair or change, and writes \
@@ -111,17 +141,43 @@ enum Command {
 struct VolumeArgs {
     #[command(flatten)]
     location: VolumeLocation,
-    /// Run on the in-process simulator: a mirrored ZNS volume (controllers
-    /// sim0 and sim1, and a blank sim2 to replace with) holding this much
-    /// data (e.g. 64M, 4k..=1T).
+    /// Run on the in-process simulator: a volume of --sim-devices ZNS
+    /// namespaces (controllers sim0, sim1, ..., and a blank one after them
+    /// to replace or add with) holding this much data (e.g. 64M,
+    /// 4k..=1T).
     #[arg(long, value_name = "SIZE", value_parser = args::size_in(1, BLOCK_BYTES, SIM_BYTES_MAX), conflicts_with = "pci")]
     sim: Option<u64>,
+    /// The simulated volume's devices, 2..=15.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = args::int_in::<usize>(2, PLACES_MAX - 1), requires = "sim")]
+    sim_devices: usize,
+    /// The simulated volume's profile: mirror (2 copies), mirror3 (3
+    /// copies, 3 devices or more) or single.
+    #[arg(long, value_enum, default_value = "mirror", requires = "sim")]
+    sim_profile: SimProfile,
     /// How the simulated volume is found: online; degraded (sim1 was given
     /// up, data written since, and it is not given: needs --degraded);
     /// resilvering (the same, but sim1 is given back and rejoins); or
     /// diverged (sim1 opened alone and written, then sim0 alone).
     #[arg(long, value_enum, default_value = "online", requires = "sim")]
     sim_state: SimState,
+}
+
+/// The simulated volume's profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SimProfile {
+    Single,
+    Mirror,
+    Mirror3,
+}
+
+impl SimProfile {
+    fn profile(self) -> Profile {
+        match self {
+            SimProfile::Single => Profile::Single,
+            SimProfile::Mirror => Profile::Mirror,
+            SimProfile::Mirror3 => Profile::Mirror3,
+        }
+    }
 }
 
 /// The simulated volume's story.
@@ -223,6 +279,50 @@ struct ResilverArgs {
 }
 
 #[derive(Args, Debug)]
+struct AddArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// Controller PCI address of the new device (on --sim: the blank one
+    /// after the volume's, the default).
+    #[arg(long, value_name = "BDF", required_unless_present = "sim", value_parser = args::pci_address_or_sim)]
+    new_pci: Option<String>,
+    /// Namespace ID of the new device, 1..=4294967294.
+    #[arg(long, value_name = "NSID", default_value_t = 1, value_parser = args::nsid)]
+    new_ns: u32,
+    /// Don't ask before destroying what the new device holds (without a
+    /// terminal to ask on, add needs it).
+    #[arg(long)]
+    yes: bool,
+    /// Take a new device that is not blank (what it holds is destroyed).
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON object (the place, and the status after) instead of
+    /// text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct RemoveArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    /// The device place to take out, 3..=15 (places 0 to 2 hold the
+    /// metadata).
+    #[arg(long, value_parser = args::int_in::<usize>(0, PLACES_MAX - 1))]
+    place: usize,
+    /// Don't ask first (without a terminal to ask on, remove needs it).
+    #[arg(long)]
+    yes: bool,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print one JSON object (the removal, and the status after) instead
+    /// of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
 struct CheckArgs {
     #[command(flatten)]
     volume: VolumeArgs,
@@ -285,6 +385,9 @@ fn main() -> ExitCode {
         Command::Status(a) => status(a),
         Command::Replace(a) => replace(a),
         Command::Resilver(a) => run_resilver(a),
+        Command::Rebuild(a) => run_rebuild(a),
+        Command::Add(a) => add(a),
+        Command::Remove(a) => remove(a),
         Command::Check(a) => check(a),
         Command::Fail(a) => fail(a),
         Command::Resolve(a) => resolve(a),
@@ -309,6 +412,21 @@ fn main() -> ExitCode {
 fn continue_hint(cli: &Cli) -> String {
     let (volume, place, new) = match &cli.command {
         Command::Resilver(a) => (&a.volume, a.place, None),
+        Command::Rebuild(a) => {
+            return match a.volume.sim {
+                Some(_) => "the simulated volume ends with this process: nothing continues it".into(),
+                None => "what was copied is committed, and the same command continues the rebuild".into(),
+            }
+        }
+        Command::Remove(a) => {
+            return match a.volume.sim {
+                Some(_) => "the simulated volume ends with this process: nothing continues it".into(),
+                None => format!(
+                    "what was moved is committed, and the same command continues the removal of place {}",
+                    a.place
+                ),
+            }
+        }
         Command::Replace(a) => (&a.volume, Some(a.place), a.new_pci.as_deref().map(|pci| (pci, a.new_ns))),
         Command::Resolve(a) => (&a.volume, None, None),
         _ => return "nothing was left half done".into(),
@@ -338,7 +456,8 @@ fn continue_hint(cli: &Cli) -> String {
 /// data, and the quarter more its stories write.
 fn check_sim_size(command: &Command) -> Result<(), String> {
     let volume = command.volume();
-    volume.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(5) / 4 * 3))
+    let copies = volume.sim_profile.profile().copies() as u64;
+    volume.sim.map_or(Ok(()), |bytes| args::sim_fits("--sim", bytes.saturating_mul(5) / 4 * (copies + 1)))
 }
 
 impl Command {
@@ -347,7 +466,9 @@ impl Command {
         match self {
             Command::Status(a) => &a.volume,
             Command::Replace(a) => &a.volume,
-            Command::Resilver(a) => &a.volume,
+            Command::Resilver(a) | Command::Rebuild(a) => &a.volume,
+            Command::Add(a) => &a.volume,
+            Command::Remove(a) => &a.volume,
             Command::Check(a) => &a.volume,
             Command::Fail(a) => &a.volume,
             Command::Resolve(a) => &a.volume,
@@ -358,6 +479,19 @@ impl Command {
 /// Checks across options, before any device is opened.
 fn check_args(command: &Command) -> Result<(), String> {
     check_sim_size(command)?;
+    let volume = command.volume();
+    if volume.sim.is_some() {
+        let (devices, profile) = (volume.sim_devices, volume.sim_profile);
+        if profile == SimProfile::Mirror3 && devices < 3 {
+            return Err(format!("--sim-profile mirror3 --sim-devices {devices}: a 3-copy mirror spans 3 or more"));
+        }
+        if profile == SimProfile::Single && volume.sim_state != SimState::Online {
+            return Err("--sim-profile single: only --sim-state online (a single pool's lost device loses data)".into());
+        }
+        if volume.sim_state == SimState::Diverged && (devices != 2 || profile != SimProfile::Mirror) {
+            return Err("--sim-state diverged: a mirror of two (--sim-devices 2 --sim-profile mirror)".into());
+        }
+    }
     match command {
         Command::Resolve(a) => {
             let given: Vec<String> = match a.volume.sim {
@@ -371,10 +505,11 @@ fn check_args(command: &Command) -> Result<(), String> {
         Command::Replace(a) => {
             if a.volume.sim.is_some() {
                 if let Some(name) = &a.new_pci {
-                    let given = if a.volume.sim_state == SimState::Degraded { 1 } else { 2 };
-                    match sim_index(name) {
+                    let devices = a.volume.sim_devices;
+                    let given = if a.volume.sim_state == SimState::Degraded { 1 } else { devices };
+                    match sim_index(name, devices) {
                         None => {
-                            return Err(format!("--new-pci {name}: on --sim, the controllers are sim0, sim1 and sim2"))
+                            return Err(format!("--new-pci {name}: on --sim, the controllers are sim0 to sim{devices}"))
                         }
                         Some(index) if index < given => {
                             return Err(format!("--new-pci {name}: a device given as the volume's"))
@@ -411,21 +546,18 @@ struct Named {
     controller: Controller,
 }
 
-/// `sim0`, `sim1`, `sim2`: the simulated controllers' index.
-fn sim_index(name: &str) -> Option<usize> {
-    match name {
-        "sim0" => Some(0),
-        "sim1" => Some(1),
-        "sim2" => Some(2),
-        _ => None,
-    }
+/// `sim0`, `sim1`, ...: the simulated controllers' index (`devices` of the
+/// volume's and the blank one after them).
+fn sim_index(name: &str, devices: usize) -> Option<usize> {
+    let index: usize = name.strip_prefix("sim")?.parse().ok()?;
+    (index <= devices).then_some(index)
 }
 
 /// The controllers of the volume's devices (each named by its transport:
 /// the PCI address, or `simN`). On --sim, the three simulated ones.
 fn open_controllers(volume: &VolumeArgs) -> Result<Vec<Named>, String> {
     if let Some(bytes) = volume.sim {
-        return sim_controllers(bytes, volume.sim_state);
+        return sim_controllers(bytes, volume);
     }
     let controllers = volume.location.open_controllers()?;
     Ok(controllers
@@ -438,7 +570,8 @@ fn open_controllers(volume: &VolumeArgs) -> Result<Vec<Named>, String> {
 /// and added when it is not one of the volume's. On --sim, `simN`.
 fn new_controller(volume: &VolumeArgs, controllers: &mut Vec<Named>, bdf: &str) -> Result<usize, String> {
     if volume.sim.is_some() {
-        return sim_index(bdf).ok_or_else(|| format!("--new-pci {bdf}: not a simulated controller"));
+        return sim_index(bdf, volume.sim_devices)
+            .ok_or_else(|| format!("--new-pci {bdf}: not a simulated controller"));
     }
     let given = volume.location.pci.iter().position(|p| p == bdf);
     if let Some(index) = given.or_else(|| controllers.iter().position(|n| n.name == bdf)) {
@@ -461,8 +594,10 @@ fn members_read(volume: &VolumeArgs, controllers: &[Named]) -> Result<Vec<(Strin
 fn open_devices(volume: &VolumeArgs, controllers: &[Named], options: DeviceOptions) -> Result<Vec<Device>, String> {
     let choices = match volume.sim {
         // sim1 is left out when the story has it pulled.
-        Some(_) if volume.sim_state == SimState::Degraded => vec![DeviceChoice { controller: 0, nsid: 1 }],
-        Some(_) => vec![DeviceChoice { controller: 0, nsid: 1 }, DeviceChoice { controller: 1, nsid: 1 }],
+        Some(_) => (0..volume.sim_devices)
+            .filter(|&index| index != 1 || volume.sim_state != SimState::Degraded)
+            .map(|controller| DeviceChoice { controller, nsid: 1 })
+            .collect(),
         None => volume.location.device_choices()?,
     };
     let mut devices = Vec::new();
@@ -848,6 +983,192 @@ fn not_blank(state: &DeviceState, volume_id: u64) -> Option<String> {
     }
 }
 
+/// The distributed rebuild of a lost member's copies onto the others.
+fn run_rebuild(a: &ResilverArgs) -> Result<Done, String> {
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, resilver_device_options(a.resilver.qd))?;
+    // The place rebuilt is failed or missing: the volume opens without it.
+    let mut volume = a.volume.location.open_volume(devices, true)?;
+    let away =
+        volume.status().devices.iter().find(|d| d.state == zoned_allocator::MemberState::Failed).map(|d| d.place);
+    let Some(place) = a.place.or(away) else {
+        return Err("rebuild: no member is failed or missing (name one with --place)".into());
+    };
+    let options = ResilverOptions {
+        max_in_flight: a.resilver.qd,
+        verify: !a.resilver.no_verify,
+        rate_limit_mib_s: a.resilver.limit,
+        verify_after: !a.resilver.no_verify_after,
+        ..ResilverOptions::default()
+    };
+    let progress = std::io::stderr().is_terminal() && !a.json && !a.resilver.no_progress;
+    let control = Control::new();
+    interrupt::on_request({
+        let control = control.clone();
+        move || control.cancel()
+    });
+    let report = rebuild_distributed(&mut volume, place, &options, &control, &mut |p: &ResilverProgress| {
+        if progress {
+            let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+            eprint!(
+                "\rrebuild: place {} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
+                p.place,
+                p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0,
+                mib(p.bytes_done),
+                mib(p.bytes_total),
+                p.rate_mib_s,
+                p.eta_s
+            );
+        }
+    })
+    .map_err(|e| format!("rebuild: {e}"))?;
+    if progress {
+        eprintln!();
+    }
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "rebuild",
+            "place": place,
+            "rebuild": report,
+            "complete": report.complete(),
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        print!("{}", resilver_text(&report));
+        if report.complete() {
+            let out =
+                if place >= 3 { format!("`volume remove --place {place}` takes it out, or ") } else { String::new() };
+            println!("place {place} holds nothing now: {out}`volume replace --place {place}` puts a device in it");
+        }
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(if report.complete() && status.redundancy.extents_at_risk == 0 { Done::Healthy } else { Done::Attention })
+}
+
+/// A blank device into the pool as a new member.
+fn add(a: &AddArgs) -> Result<Done, String> {
+    let new_name = a.new_pci.clone().unwrap_or_else(|| format!("sim{}", a.volume.sim_devices));
+    let what = format!("add destroys everything on namespace {} of {new_name}, which joins the volume", a.new_ns);
+    let confirmation = Confirmation::before_opening(&what, a.yes)?;
+    let mut controllers = open_controllers(&a.volume)?;
+    let new_index = new_controller(&a.volume, &mut controllers, &new_name)?;
+    if a.volume.sim.is_none() && a.volume.location.pci.iter().any(|p| *p == controllers[new_index].name) {
+        let given = a.volume.location.device_choices()?;
+        if given.iter().any(|c| a.volume.location.pci.get(c.controller) == Some(&new_name) && c.nsid == a.new_ns) {
+            return Err(format!("--new-pci {new_name} --new-ns {}: a device given as the volume's", a.new_ns));
+        }
+    }
+    let new_name = controllers[new_index].name.clone();
+    let (named, state) = device::probe_namespace(&controllers[new_index].controller, a.new_ns, &new_name);
+    if !a.force {
+        if let Some(holds) = state.as_ref().and_then(|state| not_blank(state, 0)) {
+            return Err(format!(
+                "add: namespace {} of {new_name} is not blank: {holds}; nothing was changed (--force destroys what \
+                 it holds)",
+                a.new_ns
+            ));
+        }
+    }
+    confirmation.ask("volume", &format!("add destroys everything on {named}, which joins the volume"))?;
+    let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
+    let mut volume = a.volume.location.open_volume(devices, false)?;
+    let new_device = open_device(&controllers[new_index], a.new_ns, DeviceOptions::default())?;
+    let place = volume.add(new_device, a.force).map_err(|e| format!("add: {e}"))?;
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "add",
+            "place": place,
+            "new_device": { "pci": new_name, "nsid": a.new_ns },
+            "capacity_bytes": volume.capacity_bytes(),
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else {
+        println!(
+            "place {place}: namespace {} of {new_name} joins the volume; capacity now {}",
+            a.new_ns,
+            human_bytes(volume.capacity_bytes())
+        );
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(health_state(status.state))
+}
+
+/// A member out of the pool: its copies moved to the others.
+fn remove(a: &RemoveArgs) -> Result<Done, String> {
+    let what = format!("remove moves every copy off place {} and takes it out of the volume", a.place);
+    let confirmation = Confirmation::before_opening(&what, a.yes)?;
+    let controllers = open_controllers(&a.volume)?;
+    let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
+    let mut volume = a.volume.location.open_volume(devices, false)?;
+    let status = volume.status();
+    let Some(device) = status.devices.get(a.place) else {
+        return Err(format!("--place {}: the volume has {} places", a.place, status.devices.len()));
+    };
+    let named = format!(
+        "place {} ({} {} {}, {} used)",
+        a.place,
+        device.pci,
+        device.model,
+        device.serial,
+        human_bytes(device.used_bytes)
+    );
+    confirmation.ask("volume", &format!("remove moves every copy off {named} and takes it out of the volume"))?;
+    let progress = std::io::stderr().is_terminal() && !a.json && !a.no_progress;
+    let removal = volume
+        .remove(a.place, &mut |done, total| {
+            if progress {
+                let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+                eprint!(
+                    "\rremove: place {} {:5.1}% {:.0}/{:.0} MiB ",
+                    a.place,
+                    done as f64 / total.max(1) as f64 * 100.0,
+                    mib(done),
+                    mib(total)
+                );
+            }
+            interrupt::signal_name().is_none()
+        })
+        .map_err(|e| format!("remove: {e}"))?;
+    if progress {
+        eprintln!();
+    }
+    let status = volume.status();
+    if a.json {
+        let health = health_of(&status, &controllers);
+        let value = json!({
+            "tool": "volume",
+            "command": "remove",
+            "removal": removal,
+            "status": status_json(&status, &health),
+        });
+        println!("{value}");
+    } else if removal.complete {
+        println!(
+            "place {}: removed; {} copies ({}) moved to the others",
+            a.place,
+            removal.extents_moved,
+            human_bytes(removal.bytes_moved)
+        );
+    } else {
+        println!(
+            "place {}: stopped; {} copies ({}) moved so far, committed: run it again to go on",
+            a.place,
+            removal.extents_moved,
+            human_bytes(removal.bytes_moved)
+        );
+    }
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    Ok(if removal.complete { health_state(status.state) } else { Done::Attention })
+}
+
 fn check(a: &CheckArgs) -> Result<Done, String> {
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
@@ -993,31 +1314,34 @@ fn resolve(a: &ResolveArgs) -> Result<Done, String> {
     Ok(if report.complete() && status.state == VolumeState::Online { Done::Healthy } else { Done::Attention })
 }
 
-/// The simulated controllers: a mirrored ZNS volume on sim0 and sim1
-/// holding `bytes` of data, and a blank sim2. For the degraded and
-/// resilvering stories, sim1 is given up after the fill and a quarter
+/// The simulated controllers: a ZNS volume of `--sim-profile` on sim0 to
+/// sim{N-1} holding `bytes` of data, and a blank sim{N}. For the degraded
+/// and resilvering stories, sim1 is given up after the fill and a quarter
 /// more is written without it.
-fn sim_controllers(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
+fn sim_controllers(bytes: u64, volume: &VolumeArgs) -> Result<Vec<Named>, String> {
     // The story's own failure is no news: the log stays quiet while it plays.
     let level = log::max_level();
     log::set_max_level(log::LevelFilter::Off);
-    let built = sim_story(bytes, state);
+    let built = sim_story(bytes, volume.sim_state, volume.sim_devices, volume.sim_profile.profile());
     log::set_max_level(level);
     built
 }
 
-fn sim_story(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
+fn sim_story(bytes: u64, state: SimState, devices: usize, profile: Profile) -> Result<Vec<Named>, String> {
     const ZONE_BYTES: u64 = 64 << 20;
     const LBA_BYTES: u64 = 512;
     const CHUNK_BYTES: u64 = 256 << 10;
     let extra = if state == SimState::Online { 0 } else { (bytes / 4).max(CHUNK_BYTES) };
     let total = bytes + extra;
-    let zones = (total * 21 / 20 / ZONE_BYTES + 8).max(16);
+    // Each device holds its share of the copies, and room to take a lost
+    // one's (a distributed rebuild) or a removed one's.
+    let per_device = total * profile.copies() as u64 / (devices as u64 - 1).max(1);
+    let zones = (per_device.max(total / devices as u64) * 21 / 20 / ZONE_BYTES + 8).max(16);
     let zone_lbas = ZONE_BYTES / LBA_BYTES;
     let namespace = NamespaceConfig::zoned(zones * zone_lbas, LBA_BYTES as u32, zone_lbas, zone_lbas);
     let mut config = SimConfig::empty().with_namespace(namespace);
     config.memory_limit_bytes = 2 * total + (1 << 30);
-    let controllers = (0..3)
+    let controllers = (0..=devices)
         .map(|index| {
             // Each its own serial, as drives have.
             let transport: Arc<dyn Transport> =
@@ -1027,12 +1351,12 @@ fn sim_story(bytes: u64, state: SimState) -> Result<Vec<Named>, String> {
             Ok(Named { name: format!("sim{index}"), controller })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let devices = controllers[..2]
+    let members = controllers[..devices]
         .iter()
         .map(|named| open_device(named, 1, DeviceOptions::default()))
         .collect::<Result<Vec<_>, _>>()?;
-    let options = VolumeOptions { profile: Profile::Mirror, ..VolumeOptions::default() };
-    let mut volume = Volume::format(devices, &options).map_err(|e| format!("simulator: format: {e}"))?;
+    let options = VolumeOptions { profile, ..VolumeOptions::default() };
+    let mut volume = Volume::format(members, &options).map_err(|e| format!("simulator: format: {e}"))?;
     let data: Vec<u8> = (0..CHUNK_BYTES).map(|i| (i * 31 + i / 4096) as u8).collect();
     let fill = |volume: &mut Volume, from: u64, to: u64| -> Result<(), String> {
         for owner in from / CHUNK_BYTES..to.div_ceil(CHUNK_BYTES) {
