@@ -120,9 +120,10 @@ pub struct VolumeLocation {
     /// namespaces), a multiple of 4k.
     #[arg(long, value_parser = args::size_in(BLOCK_BYTES, BLOCK_BYTES, SOFTWARE_ZONE_BYTES_MAX))]
     pub software_zone: Option<u64>,
-    /// Open a mirror with a member missing, blank or failing, on the one
-    /// left; the member is recorded failed (`volume replace` puts a new
-    /// device in its place).
+    /// Open a mirror with members missing, blank or failing (up to its
+    /// copies less one), on the devices left; each is recorded failed
+    /// (`volume replace` puts a new device in its place, `volume rebuild`
+    /// writes its copies onto the others).
     #[arg(long)]
     pub degraded: bool,
 }

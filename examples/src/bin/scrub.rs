@@ -60,8 +60,9 @@ struct Args {
     /// Ablation: one read at a time, each waited for (the regressed btrfs scrub).
     #[arg(long)]
     submit_and_wait: bool,
-    /// Scrub only this copy, 0 or 1 (and one the volume has).
-    #[arg(long, value_parser = args::int_in::<usize>(0, 1))]
+    /// Scrub only this copy (lane), 0..=15, one the volume has: a
+    /// mirror's 0 or 1, a pool's device place.
+    #[arg(long, value_parser = args::int_in::<usize>(0, 15))]
     copy: Option<usize>,
     /// Keep the checkpoint in FILE (the position, and what was found and
     /// repaired so far); with --resume, continue from it.

@@ -1107,7 +1107,9 @@ fn remove(a: &RemoveArgs) -> Result<Done, String> {
     let confirmation = Confirmation::before_opening(&what, a.yes)?;
     let controllers = open_controllers(&a.volume)?;
     let devices = open_devices(&a.volume, &controllers, DeviceOptions::default())?;
-    let mut volume = a.volume.location.open_volume(devices, false)?;
+    // A member away is removed once a distributed rebuild emptied it: the
+    // volume opens without it (--degraded).
+    let mut volume = a.volume.location.open_volume(devices, a.volume.location.degraded)?;
     let status = volume.status();
     let Some(device) = status.devices.get(a.place) else {
         return Err(format!("--place {}: the volume has {} places", a.place, status.devices.len()));

@@ -519,9 +519,9 @@ fn check_applies(args: &Args, volume: &Volume, created: bool) -> Result<(), Stri
             }
         }
     }
-    if args.degraded && volume.profile() != Profile::Mirror {
+    if args.degraded && volume.copies() < 2 {
         return Err(format!(
-            "--degraded applies to a mirror, and this volume is {}: it has no member to go on without",
+            "--degraded applies to a mirror (of 2 or 3 copies), and this volume is {}: it has no member to go on              without",
             format!("{:?}", volume.profile()).to_lowercase()
         ));
     }
@@ -677,6 +677,9 @@ mod tests {
         // is refused.
         let degraded = Args::parse_from(["seqwrite", "--sim", "--degraded"]);
         let refused = check_applies(&degraded, &volume, false).unwrap_err();
-        assert!(refused.contains("--degraded applies to a mirror, and this volume is single"), "{refused}");
+        assert!(
+            refused.contains("--degraded applies to a mirror (of 2 or 3 copies), and this volume is single"),
+            "{refused}"
+        );
     }
 }
