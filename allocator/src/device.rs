@@ -455,10 +455,12 @@ impl Device {
         let zslba = self.zones[zone as usize].start_lba;
         let mut first = None;
         for chunk in data.chunks(self.append_max_bytes.min(self.max_transfer_bytes)) {
-            let buffer = self.buffer()?;
+            let (buffer, kept) = self.blocking_buffer()?;
             buffer.copy_in(0, chunk);
             let request = self.ns.zone_append(zslba, IoBuffer::range(buffer, 0, chunk.len()), false, 0)?;
-            let lba = self.run(request, "Zone Append")?.result_u64();
+            let mut completion = self.run(request, "Zone Append")?;
+            self.keep_back(&mut completion, kept);
+            let lba = completion.result_u64();
             let lbas = lba.checked_sub(zslba).filter(|l| l % self.lbas_per_block == 0);
             let Some(offset) = lbas.and_then(|l| u32::try_from(l / self.lbas_per_block).ok()) else {
                 return Err(Error::BadDeviceResult { what: format!("Zone Append to zone {zone} returned LBA {lba}") });
@@ -468,7 +470,31 @@ impl Device {
         Ok(first.expect("at least one transfer"))
     }
 
-    /// Keeps a buffer back from the pool for [`Device::read_reserved`].
+    /// A buffer for a blocking transfer: the one kept back
+    /// ([`Device::reserve_buffer`]) when there is, else the pool's; and
+    /// whether it was the one kept back. A rebuild that writes each read's
+    /// buffer as it is to another device can hold every buffer of a pool;
+    /// a checksum area or a metadata record written meanwhile then still
+    /// has one, rather than wait out its bound.
+    fn blocking_buffer(&mut self) -> Result<(DmaBuffer, bool)> {
+        match self.reserved.take() {
+            Some(buffer) => Ok((buffer, true)),
+            None => Ok((self.buffer()?, false)),
+        }
+    }
+
+    /// Keeps the buffer of `completion` back again when it was the one
+    /// kept back (`kept`).
+    fn keep_back(&mut self, completion: &mut IoCompletion, kept: bool) {
+        if kept {
+            if let Some(io) = completion.buffer.take() {
+                self.reserved = Some(io.into_buffer());
+            }
+        }
+    }
+
+    /// Keeps a buffer back from the pool for blocking transfers
+    /// ([`Device::read_reserved`], writes of checksum areas and metadata).
     pub(crate) fn reserve_buffer(&mut self) {
         if self.reserved.is_none() {
             self.reserved = self.pool.get();
@@ -526,7 +552,7 @@ impl Device {
         let layout = self.layout_for(tags.map(<[u8]>::len), data.len())?;
         for (index, chunk) in data.chunks(self.max_transfer_bytes).enumerate() {
             let (slba, tag_range) = self.chunk(lba, index, chunk.len(), layout);
-            let buffer = self.buffer()?;
+            let (buffer, kept) = self.blocking_buffer()?;
             buffer.copy_in(0, chunk);
             let data = IoBuffer::range(buffer, 0, chunk.len());
             let request = match (tag_range, tags) {
@@ -537,7 +563,8 @@ impl Device {
                 }
                 _ => self.ns.write(slba, data, false, 0)?,
             };
-            self.run(request, "Write")?;
+            let mut completion = self.run(request, "Write")?;
+            self.keep_back(&mut completion, kept);
         }
         Ok(())
     }

@@ -115,7 +115,7 @@ fn scrub_limit_must_be_a_rate() {
 fn scrub_numbers_and_devices_are_checked_before_any_device() {
     refused(SCRUB, &["--qd", "0"], USAGE, &["--qd", "1..=1024"]);
     refused(SCRUB, &["--bs", "1k"], USAGE, &["--bs", "a multiple of 4096"]);
-    refused(SCRUB, &["--copy", "2"], USAGE, &["--copy", "0..=1"]);
+    refused(SCRUB, &["--copy", "16"], USAGE, &["--copy", "0..=15"]);
     refused(SCRUB, &["--verify-threads", "65"], USAGE, &["--verify-threads"]);
     refused(SCRUB, &["--cancel-after", "0"], USAGE, &["--cancel-after"]);
     refused(SCRUB, &["--sim", "0"], USAGE, &["--sim"]);

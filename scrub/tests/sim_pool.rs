@@ -229,3 +229,34 @@ fn a_rebuild_goes_on_when_a_source_is_lost_in_the_middle() {
         assert!(!volume.lacks_copy(id, 0), "extent {id}'s copy on the new device");
     }
 }
+
+#[test]
+fn a_distributed_rebuild_at_full_depth_writes_every_checksum_area() {
+    // Every survivor is both read and written, each read's buffer written
+    // as it is to another device: the pools run dry, and a zone filled by
+    // the rebuild must still get its checksum area (a blocking write of
+    // its own) rather than time out waiting for a buffer.
+    // Four namespaces of one controller: one I/O address space, so that
+    // the rebuild writes each read's buffer as it is.
+    let zone_lbas = 2048;
+    let namespace = nvme_driver::sim::NamespaceConfig::zoned(24 * zone_lbas, 512, zone_lbas, zone_lbas);
+    let config = (0..4).fold(nvme_driver::sim::SimConfig::empty(), |c, _| c.with_namespace(namespace.clone()));
+    let harness = Harness::new(vec![config], (1..=4).map(|nsid| (0, nsid)).collect());
+    let options = VolumeOptions {
+        profile: Profile::Mirror3,
+        checksums: zoned_allocator::ChecksumStore::Area,
+        ..volume_options()
+    };
+    let tight = zoned_allocator::DeviceOptions { buffers: 12, ..device_options() };
+    let devices: Vec<Device> =
+        (1..=4).map(|nsid| Device::open(&harness.controllers[0], nsid, tight).expect("open")).collect();
+    let mut volume = Volume::format(devices, &options).expect("format");
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 400, 1);
+    volume.fail_device(3, "pulled by the operator").expect("fail");
+    let deep = ResilverOptions { max_in_flight: 64, ..ResilverOptions::default() };
+    let report = rebuild_distributed(&mut volume, 3, &deep, &Control::new(), &mut |_| {}).expect("rebuild");
+    assert!(report.complete() && report.zero_copy, "{report:?}");
+    assert_eq!(volume.stats().area_writes_failed, 0, "checksum areas left unwritten: {:?}", volume.stats());
+    check_every_copy(&mut volume, &model, 3);
+}

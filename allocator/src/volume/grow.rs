@@ -76,9 +76,7 @@ impl Volume {
         self.writes.reserve(more_writes);
         self.free_slots.reserve(more_writes);
         self.done.reserve(more_writes);
-        if self.area {
-            device.reserve_buffer();
-        }
+        device.reserve_buffer();
         let record = MemberRecord { id: crate::journal::random_u64(), ..MemberRecord::default() };
         self.superblock.devices.push((
             device.ns.nsid(),

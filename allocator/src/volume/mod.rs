@@ -349,9 +349,7 @@ impl Volume {
         let superblock = label.superblock.clone();
         let tags = volume_tags(&superblock, &devices);
         let mut devices = devices;
-        if superblock.checksum_area {
-            devices.iter_mut().flatten().for_each(Device::reserve_buffer);
-        }
+        devices.iter_mut().flatten().for_each(Device::reserve_buffer);
         for (place, device) in devices.iter().enumerate() {
             if let Some(device) = device {
                 check_tags(&superblock, place, device)?;

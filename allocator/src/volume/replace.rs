@@ -77,6 +77,8 @@ impl Volume {
                 ),
             });
         }
+        let mut device = device;
+        device.reserve_buffer();
         self.devices[place] = Some(device);
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         let mut actions = Vec::new();
@@ -147,6 +149,7 @@ impl Volume {
             let active = z.max_active_zones?;
             Some((z.max_open_zones.unwrap_or(active).min(active), active))
         });
+        device.reserve_buffer();
         self.devices[place] = Some(device);
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         for &lane in &lanes {
