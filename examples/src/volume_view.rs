@@ -361,15 +361,21 @@ pub fn check_text(report: &CheckReport) -> String {
 /// What a resilver did, in words.
 pub fn resilver_text(report: &ResilverReport) -> String {
     let mut out = String::new();
+    let sources = report.source_lanes.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    // A distributed rebuild writes onto the lanes it reads, wherever
+    // placement puts each copy.
+    let (what, to) = match report.distributed {
+        true => ("rebuild", "onto the others' free space".to_string()),
+        false => ("resilver", format!("to lane {}", report.target_lane)),
+    };
     let _ = writeln!(
         out,
-        "resilver place {}: {} of {} copied ({} extent(s)), from lane(s) {} to lane {}, in {:.2} s ({:.1} MiB/s), {} commit(s)",
+        "{what} place {}: {} of {} copied ({} extent(s)), from lane(s) {sources} {to}, in {:.2} s ({:.1} MiB/s), {} \
+         commit(s)",
         report.place,
         human_bytes(report.bytes_copied),
         human_bytes(report.bytes_total),
         report.extents_copied,
-        report.source_lanes.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
-        report.target_lane,
         report.duration_s,
         report.rate_mib_s,
         report.commits
