@@ -7,14 +7,17 @@
 //! pass. A version-1 checkpoint still loads, with nothing found and nothing
 //! known verified before it (so the pass it continues is never called
 //! clean); a checkpoint of a later version than [`CHECKPOINT_VERSION`] is
-//! refused.
+//! refused. Version 3 adds a position per copy ([`Checkpoint::positions`]):
+//! the copies are scrubbed all at once, each on its own device. A version-2
+//! checkpoint's one position still loads (the copies before it done, those
+//! after it not begun).
 
 use crate::{Error, ErrorCounts, RepairFailed, Result, Uncorrectable};
 use serde::{Deserialize, Serialize};
 use zoned_allocator::ExtentId;
 
 /// The checkpoint format this scrub writes, and the newest it reads.
-pub const CHECKPOINT_VERSION: u32 = 2;
+pub const CHECKPOINT_VERSION: u32 = 3;
 
 /// Where a scrub's pass stands: the caller persists it (JSON) to resume
 /// after a restart. Everything before the position of the lane named was
@@ -53,6 +56,27 @@ pub struct Checkpoint {
     /// version-1 checkpoint).
     #[serde(default)]
     pub findings: Findings,
+    /// Where each copy of the pass stands (version 3; empty before, when
+    /// `lane` and the position after it say where the one copy being
+    /// scrubbed stood). `lane`, `zone`, `offset` and `skip_blocks` then
+    /// name the first copy not done.
+    #[serde(default)]
+    pub positions: Vec<LanePosition>,
+}
+
+/// Where one copy (lane) of a scrub's pass stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LanePosition {
+    /// The copy.
+    pub lane: usize,
+    /// The extent to start from, and blocks of it already done.
+    pub zone: u32,
+    /// The 4 KiB block offset of that extent in `zone`.
+    pub offset: u32,
+    /// Blocks at the start of that extent already read and verified.
+    pub skip_blocks: u32,
+    /// Every extent of the copy was read.
+    pub done: bool,
 }
 
 fn first_version() -> u32 {
@@ -142,6 +166,10 @@ mod tests {
             bytes_done: 1 << 20,
             bytes_verified: 1 << 20,
             lanes: vec![0, 1],
+            positions: vec![
+                LanePosition { lane: 0, zone: 3, offset: 8, skip_blocks: 0, done: false },
+                LanePosition { lane: 1, zone: 5, offset: 0, skip_blocks: 2, done: false },
+            ],
             finished: false,
             findings: Findings {
                 errors: ErrorCounts { checksum: 2, failed_reads: 1, ..ErrorCounts::default() },
@@ -156,9 +184,9 @@ mod tests {
 
     #[test]
     fn newer_formats_and_other_text_are_refused() {
-        let newer = r#"{"version":3,"volume_id":7,"lane":0,"zone":0,"offset":0,"skip_blocks":0,"bytes_done":0,"finished":false}"#;
+        let newer = r#"{"version":4,"volume_id":7,"lane":0,"zone":0,"offset":0,"skip_blocks":0,"bytes_done":0,"finished":false}"#;
         let error = Checkpoint::from_json(newer).unwrap_err().to_string();
-        assert!(error.contains("format version 3"), "{error}");
+        assert!(error.contains("format version 4"), "{error}");
         let error = Checkpoint::from_json(r#"{"volume_id":7}"#).unwrap_err().to_string();
         assert!(error.contains("not a scrub checkpoint"), "{error}");
     }

@@ -100,7 +100,7 @@ mod report;
 pub mod resilver;
 mod verify;
 
-pub use checkpoint::{Checkpoint, Findings, Suspect, CHECKPOINT_VERSION};
+pub use checkpoint::{Checkpoint, Findings, LanePosition, Suspect, CHECKPOINT_VERSION};
 pub use report::{ErrorCounts, Outcome, RepairError, RepairFailed, Report, Uncorrectable};
 pub use resilver::{
     rebuild_distributed, resilver, Resilver, ResilverOptions, ResilverPhase, ResilverProgress, ResilverReport,
@@ -352,29 +352,15 @@ pub fn scrub(
         suspects: found.suspects,
         volume_id: volume.id(),
     };
-    let mut cancelled: Option<Position> = None;
-    for (index, &lane) in lanes.iter().enumerate() {
-        let (from, skip) = match resume {
-            Some(c) if c.lane == lane => (Location { zone: c.zone, offset: c.offset }, c.skip_blocks),
-            Some(c) if lanes.iter().position(|&l| l == c.lane).is_some_and(|p| p > index) => continue,
-            _ => (Location { zone: 0, offset: 0 }, 0),
-        };
-        let before = (engine.report.errors.failed_reads, engine.report.errors.checksum);
-        let end = engine.run_lane(volume, lane, from, skip, on_progress, on_checkpoint)?;
-        // Per-device error counters, kept in the volume's metadata.
-        volume.record_read_errors(
-            lane,
-            engine.report.errors.failed_reads - before.0,
-            engine.report.errors.checksum - before.1,
-        );
-        match end {
-            LaneEnd::Done => {}
-            LaneEnd::Cancelled(at) => {
-                cancelled = Some(at);
-                break;
-            }
-        }
+    // Every copy at once, each on its own device at its own depth: a pool
+    // scrubs at the bandwidth of all its devices.
+    let starts = starts(resume, &lanes);
+    let (runs, cancelled) = engine.run_lanes(volume, &lanes, &starts, on_progress, on_checkpoint)?;
+    // Per-device error counters, kept in the volume's metadata.
+    for run in &runs {
+        volume.record_read_errors(run.lane, run.failed_reads, run.checksum_blocks);
     }
+    let positions = lane_positions(&runs, false);
     let suspects = std::mem::take(&mut engine.suspects);
     let run_time = started.elapsed().saturating_sub(engine.paused);
     let depth_area = engine.depth_area;
@@ -387,13 +373,13 @@ pub fn scrub(
     if resolve_suspects(volume, options, suspects, &mut report)? {
         volume.commit()?;
     }
-    report.cancelled = cancelled.is_some();
+    report.cancelled = cancelled;
     report.pass_bytes_read = bytes_done;
     report.pass_bytes_verified = bytes_verified;
-    report.outcome = report.judge(cancelled.is_none());
+    report.outcome = report.judge(!cancelled);
     // The pass, recorded in the volume's metadata for status views (a
     // read-only scrub changes nothing, so records nothing).
-    if cancelled.is_none() && options.repair {
+    if !cancelled && options.repair {
         // Metadata records and labels count with the blocks: a pass that
         // rewrote a bad copy of the metadata found something, and fixed it.
         let bad_blocks = report.errors.total_blocks() + report.errors.metadata;
@@ -416,23 +402,20 @@ pub fn scrub(
     report.mean_request_bytes = if report.reads > 0 { report.bytes_read as f64 / report.reads as f64 } else { 0.0 };
     // The last checkpoint: where a cancelled scrub stopped, or the end,
     // with everything found, now repaired or reported.
-    let at = cancelled.unwrap_or(Position {
-        lane: *lanes.last().unwrap_or(&0),
-        location: Location { zone: 0, offset: 0 },
-        skip: 0,
-    });
+    let first = first_not_done(&positions, *lanes.last().unwrap_or(&0));
     on_checkpoint(&Checkpoint {
         version: CHECKPOINT_VERSION,
         volume_id: volume.id(),
-        lane: at.lane,
-        zone: at.location.zone,
-        offset: at.location.offset,
-        skip_blocks: at.skip,
+        lane: first.lane,
+        zone: first.zone,
+        offset: first.offset,
+        skip_blocks: first.skip_blocks,
         bytes_done,
         bytes_verified,
         lanes,
-        finished: cancelled.is_none(),
+        finished: !cancelled,
         findings: findings(&report, Vec::new()),
+        positions,
     });
     Ok(report)
 }
@@ -472,17 +455,104 @@ fn check_checkpoint(checkpoint: &Checkpoint, volume: &Volume, lanes: &[usize]) -
     Ok(())
 }
 
-enum LaneEnd {
-    Done,
-    /// Cancelled: everything before this position was read.
-    Cancelled(Position),
+/// Where each of `lanes` starts: from its beginning, or where `resume`
+/// left it (`None`: done). A version-2 checkpoint names one copy: those
+/// before it are done, those after it not begun.
+fn starts(resume: Option<&Checkpoint>, lanes: &[usize]) -> Vec<Option<(Location, u32)>> {
+    let begin = Some((Location { zone: 0, offset: 0 }, 0));
+    let Some(checkpoint) = resume else { return vec![begin; lanes.len()] };
+    if !checkpoint.positions.is_empty() {
+        return lanes
+            .iter()
+            .map(|&lane| match checkpoint.positions.iter().find(|p| p.lane == lane) {
+                Some(p) if p.done => None,
+                Some(p) => Some((Location { zone: p.zone, offset: p.offset }, p.skip_blocks)),
+                None => begin,
+            })
+            .collect();
+    }
+    let at = lanes.iter().position(|&l| l == checkpoint.lane).unwrap_or(0);
+    let from = (Location { zone: checkpoint.zone, offset: checkpoint.offset }, checkpoint.skip_blocks);
+    (0..lanes.len())
+        .map(|index| match index.cmp(&at) {
+            std::cmp::Ordering::Less => None,
+            std::cmp::Ordering::Equal => Some(from),
+            std::cmp::Ordering::Greater => begin,
+        })
+        .collect()
 }
 
-/// A position in the scrub: a lane, the extent to start from there, and
-/// blocks of it already read.
+/// The first copy of `positions` not done, or (all done) `last` at its
+/// start: what a checkpoint's one position names.
+fn first_not_done(positions: &[LanePosition], last: usize) -> LanePosition {
+    positions.iter().find(|p| !p.done).copied().unwrap_or(LanePosition {
+        lane: last,
+        zone: 0,
+        offset: 0,
+        skip_blocks: 0,
+        done: true,
+    })
+}
+
+/// Each copy's position: at its first read not yet finished (with
+/// `in_flight`), else at the next to submit, else at the next to plan.
+fn lane_positions(runs: &[LaneRun], in_flight: bool) -> Vec<LanePosition> {
+    runs.iter()
+        .map(|run| {
+            let first = if in_flight { run.pending.values().map(|p| &p.read).next() } else { None };
+            let at = position(first, &run.queue, &run.planner);
+            LanePosition {
+                lane: run.lane,
+                zone: at.location.zone,
+                offset: at.location.offset,
+                skip_blocks: at.skip,
+                done: run.finished(),
+            }
+        })
+        .collect()
+}
+
+/// Bits of a read's token above which its copy's index in the pass is kept:
+/// copies on one device (a dup's two) share its queue pair, and each
+/// completion goes back to its own.
+const LANE_SHIFT: u32 = 48;
+
+fn token(index: usize, seq: u64) -> u64 {
+    (index as u64) << LANE_SHIFT | seq
+}
+
+fn untoken(token: u64) -> (usize, u64) {
+    ((token >> LANE_SHIFT) as usize, token & ((1 << LANE_SHIFT) - 1))
+}
+
+/// One copy's walk in a pass: its plan, the reads planned, and those
+/// submitted until verified.
+struct LaneRun {
+    lane: usize,
+    planner: Planner,
+    queue: VecDeque<Read>,
+    /// Submitted reads in order, by sequence number, until verified.
+    pending: BTreeMap<u64, Pending>,
+    next_seq: u64,
+    in_flight: usize,
+    /// Done before this run began (a resumed pass).
+    done_before: bool,
+    /// Reads that failed, and blocks that failed their checksum, on it.
+    failed_reads: u64,
+    checksum_blocks: u64,
+}
+
+impl LaneRun {
+    /// Every read of the copy planned, submitted and finished.
+    fn finished(&self) -> bool {
+        self.done_before || (self.pending.is_empty() && self.queue.is_empty() && self.planner.is_done())
+    }
+}
+
+/// A position in a copy's walk: the extent to start from, and blocks of
+/// it already read.
 #[derive(Clone, Copy, Debug)]
 struct Position {
-    lane: usize,
     location: Location,
     skip: u32,
 }
@@ -537,37 +607,46 @@ impl Engine<'_> {
         Some((rate * f64::from(1 << 20) * running) as u64)
     }
 
-    fn run_lane(
+    fn run_lanes(
         &mut self,
         volume: &mut Volume,
-        lane: usize,
-        from: Location,
-        skip: u32,
+        lanes: &[usize],
+        starts: &[Option<(Location, u32)>],
         on_progress: &mut dyn FnMut(&Progress),
         on_checkpoint: &mut dyn FnMut(&Checkpoint),
-    ) -> Result<LaneEnd> {
+    ) -> Result<(Vec<LaneRun>, bool)> {
         volume.quiesce()?;
-        let max_request = {
-            let limit = volume.lane_reads(lane)?.max_request_bytes();
-            self.options.max_request_bytes.unwrap_or(limit).min(limit)
-        };
-        if max_request < BLOCK_SIZE {
-            return Err(Error::InvalidArgument(format!("requests of {max_request} bytes")));
-        }
-        let mut planner = Planner::new(lane, from, skip, max_request);
-        let mut queue: VecDeque<Read> = VecDeque::new();
         let depth = if self.options.submit_and_wait { 1 } else { self.options.max_in_flight };
-        // Submitted reads in order, by sequence number, until verified.
-        let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
-        let mut next_seq = 0u64;
+        let mut runs = Vec::with_capacity(lanes.len());
+        for (&lane, start) in lanes.iter().zip(starts) {
+            let max_request = {
+                let limit = volume.lane_reads(lane)?.max_request_bytes();
+                self.options.max_request_bytes.unwrap_or(limit).min(limit)
+            };
+            if max_request < BLOCK_SIZE {
+                return Err(Error::InvalidArgument(format!("requests of {max_request} bytes")));
+            }
+            let (from, skip) = start.unwrap_or((Location { zone: 0, offset: 0 }, 0));
+            runs.push(LaneRun {
+                lane,
+                planner: Planner::new(lane, from, skip, max_request),
+                queue: VecDeque::new(),
+                pending: BTreeMap::new(),
+                next_seq: 0,
+                in_flight: 0,
+                done_before: start.is_none(),
+                failed_reads: 0,
+                checksum_blocks: 0,
+            });
+        }
         let mut completions: Vec<IoCompletion> = Vec::with_capacity(depth);
         let mut cancelled = false;
         let mut idle_since: Option<Instant> = None;
         loop {
             match self.control.state() {
                 CANCEL => cancelled = true,
-                PAUSE if pending.is_empty() => {
-                    self.checkpoint_at(lane, None, &queue, &planner, on_checkpoint);
+                PAUSE if runs.iter().all(|r| r.pending.is_empty()) => {
+                    self.checkpoint(&runs, false, on_checkpoint);
                     let paused_at = Instant::now();
                     while self.control.state() == PAUSE {
                         std::thread::sleep(Duration::from_millis(5));
@@ -579,100 +658,131 @@ impl Engine<'_> {
                 _ => {}
             }
             let running = self.control.state() == RUN;
-            // Plan ahead of the queue.
-            if running && !cancelled && queue.len() < 2 * depth {
-                planner.refill(volume, &mut queue, 4 * depth);
-            }
-            // Submit up to the depth, within the rate limit.
+            // Plan ahead of each copy's queue, and submit up to its depth
+            // on its device, within the rate limit (over all of them).
             let mut submitted = 0;
-            while running && !cancelled && self.in_flight < depth && !queue.is_empty() {
-                if self.options.submit_and_wait && !pending.is_empty() {
-                    break;
+            // Submit-and-wait (the ablation) keeps one read in flight over
+            // the whole pass, verified before the next, as a kernel scrub
+            // at queue depth 1 does.
+            let mut waiting = runs.iter().any(|r| !r.pending.is_empty());
+            for (index, run) in runs.iter_mut().enumerate() {
+                if run.done_before {
+                    continue;
                 }
-                let bytes = queue.front().map_or(0, |r| r.bytes()) as u64;
-                if self.allowed().is_some_and(|allowed| self.bytes_submitted + bytes > allowed + bytes.min(1 << 20)) {
-                    break;
+                if running && !cancelled && run.queue.len() < 2 * depth {
+                    run.planner.refill(volume, &mut run.queue, 4 * depth);
                 }
-                // The volume was quiesced when the lane began and writes
-                // nothing until repair: no wait here.
-                let (lba, read_bytes) = queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
-                if !volume.lane_reads(lane)?.submit(lba, read_bytes, next_seq)? {
-                    // No buffer or queue slot free: reap first.
-                    break;
+                while running && !cancelled && run.in_flight < depth && !run.queue.is_empty() {
+                    if self.options.submit_and_wait && waiting {
+                        break;
+                    }
+                    let bytes = run.queue.front().map_or(0, |r| r.bytes()) as u64;
+                    if self.allowed().is_some_and(|allowed| self.bytes_submitted + bytes > allowed + bytes.min(1 << 20))
+                    {
+                        break;
+                    }
+                    // The volume was quiesced when the pass began and
+                    // writes nothing until repair: no wait here.
+                    let (lba, read_bytes) = run.queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
+                    if !volume.lane_reads(run.lane)?.submit(lba, read_bytes, token(index, run.next_seq))? {
+                        // No buffer or queue slot free: reap first.
+                        break;
+                    }
+                    let read = run.queue.pop_front().expect("non-empty");
+                    self.bytes_submitted += bytes;
+                    run.pending.insert(
+                        run.next_seq,
+                        Pending { read, done: false, failed: false, checksum_blocks: 0, suspects: Vec::new() },
+                    );
+                    run.next_seq += 1;
+                    run.in_flight += 1;
+                    waiting = true;
+                    self.set_in_flight(self.in_flight + 1);
+                    submitted += 1;
                 }
-                let read = queue.pop_front().expect("non-empty");
-                self.bytes_submitted += bytes;
-                pending.insert(
-                    next_seq,
-                    Pending { read, done: false, failed: false, checksum_blocks: 0, suspects: Vec::new() },
-                );
-                next_seq += 1;
-                self.set_in_flight(self.in_flight + 1);
-                submitted += 1;
             }
-            // Reap.
-            volume.lane_reads(lane)?.poll(&mut completions);
-            let reaped = completions.len();
-            for completion in completions.drain(..) {
-                self.set_in_flight(self.in_flight - 1);
-                let seq = completion.token;
-                let Some(entry) = pending.get_mut(&seq) else { continue };
-                self.report.reads += 1;
-                self.report.bytes_read += entry.read.bytes() as u64;
-                match completion.status {
-                    Ok(()) => {
-                        let buffer = completion.buffer.expect("reads carry their buffer");
-                        if self.options.verify {
-                            let pieces =
-                                entry.read.pieces.iter().map(|p| (p.offset_blocks, p.expected.clone())).collect();
-                            let tags = ReadMeta::of(volume, &entry.read, completion.metadata);
-                            self.verifier.submit(VerifyJob { seq, buffer, tags, pieces });
-                        } else {
+            // Reap each copy's device; a completion goes to the copy its
+            // token names.
+            let mut reaped = 0;
+            for index in 0..runs.len() {
+                if runs[index].in_flight == 0 {
+                    continue;
+                }
+                volume.lane_reads(runs[index].lane)?.poll(&mut completions);
+                reaped += completions.len();
+                for completion in completions.drain(..) {
+                    let (owner, seq) = untoken(completion.token);
+                    let Some(run) = runs.get_mut(owner) else { continue };
+                    run.in_flight = run.in_flight.saturating_sub(1);
+                    self.set_in_flight(self.in_flight.saturating_sub(1));
+                    let lane = run.lane;
+                    let Some(entry) = run.pending.get_mut(&seq) else { continue };
+                    self.report.reads += 1;
+                    self.report.bytes_read += entry.read.bytes() as u64;
+                    match completion.status {
+                        Ok(()) => {
+                            let buffer = completion.buffer.expect("reads carry their buffer");
+                            if self.options.verify {
+                                let pieces =
+                                    entry.read.pieces.iter().map(|p| (p.offset_blocks, p.expected.clone())).collect();
+                                let tags = ReadMeta::of(volume, &entry.read, completion.metadata);
+                                self.verifier.submit(VerifyJob { seq: completion.token, buffer, tags, pieces });
+                            } else {
+                                entry.done = true;
+                            }
+                        }
+                        Err(error) => {
+                            log::debug!(
+                                "read of {} blocks at LBA {} failed: {error}",
+                                entry.read.blocks,
+                                entry.read.lba
+                            );
+                            entry.failed = true;
+                            entry.suspects.extend(entry.read.pieces.iter().map(|piece| Suspect {
+                                lane,
+                                extent: piece.id,
+                                bad_blocks: Vec::new(),
+                                read_failed: true,
+                            }));
                             entry.done = true;
                         }
-                    }
-                    Err(error) => {
-                        log::debug!("read of {} blocks at LBA {} failed: {error}", entry.read.blocks, entry.read.lba);
-                        entry.failed = true;
-                        entry.suspects.extend(entry.read.pieces.iter().map(|piece| Suspect {
-                            lane,
-                            extent: piece.id,
-                            bad_blocks: Vec::new(),
-                            read_failed: true,
-                        }));
-                        entry.done = true;
                     }
                 }
             }
             // Verification results.
             while let Some(result) = self.verifier.try_recv() {
-                self.finish_verify(lane, result, &mut pending);
+                finish_verify(&mut runs, result);
             }
-            // Retire finished reads in order; account and checkpoint.
-            while let Some(entry) = pending.first_entry() {
-                if !entry.get().done {
-                    break;
-                }
-                let Pending { read, failed, checksum_blocks, suspects, .. } = entry.remove();
-                self.report.errors.failed_reads += u64::from(failed);
-                self.report.errors.checksum += checksum_blocks;
-                self.suspects.extend(suspects);
-                self.bytes_done += read.bytes() as u64;
-                if self.options.verify {
-                    self.bytes_verified += read.bytes() as u64;
-                    self.report.bytes_verified += read.bytes() as u64;
+            // Retire each copy's finished reads in order; account.
+            for run in &mut runs {
+                while let Some(entry) = run.pending.first_entry() {
+                    if !entry.get().done {
+                        break;
+                    }
+                    let Pending { read, failed, checksum_blocks, suspects, .. } = entry.remove();
+                    run.failed_reads += u64::from(failed);
+                    run.checksum_blocks += checksum_blocks;
+                    self.report.errors.failed_reads += u64::from(failed);
+                    self.report.errors.checksum += checksum_blocks;
+                    self.suspects.extend(suspects);
+                    self.bytes_done += read.bytes() as u64;
+                    if self.options.verify {
+                        self.bytes_verified += read.bytes() as u64;
+                        self.report.bytes_verified += read.bytes() as u64;
+                    }
                 }
             }
-            // The position is the first read not yet finished, so reads in
-            // flight do not hold the checkpoint back.
+            // Each copy's position is its first read not yet finished, so
+            // reads in flight do not hold the checkpoint back.
             if self.bytes_done - self.last_checkpoint_bytes >= self.options.checkpoint_every_bytes {
-                self.checkpoint_at(lane, pending.values().map(|p| &p.read).next(), &queue, &planner, on_checkpoint);
+                self.checkpoint(&runs, true, on_checkpoint);
             }
             if self.last_progress.elapsed() >= Duration::from_millis(500) {
                 self.last_progress = Instant::now();
                 let running = self.started.elapsed().saturating_sub(self.paused).as_secs_f64().max(1e-9);
                 let rate = self.report.bytes_read as f64 / running;
                 let left = self.report.bytes_total.saturating_sub(self.bytes_done) as f64;
+                let lane = runs.iter().find(|r| !r.finished()).or(runs.last()).map_or(0, |r| r.lane);
                 on_progress(&Progress {
                     lane,
                     bytes_done: self.bytes_done,
@@ -681,18 +791,18 @@ impl Engine<'_> {
                     eta_s: if rate > 0.0 { left / rate } else { f64::INFINITY },
                 });
             }
-            let drained = pending.is_empty();
-            if drained && (cancelled || (queue.is_empty() && planner.is_done())) {
+            let drained = runs.iter().all(|r| r.pending.is_empty());
+            if drained && (cancelled || runs.iter().all(LaneRun::finished)) {
                 break;
             }
             // Bounded waits: nothing moved for a whole timeout with reads
-            // outstanding means the device stopped answering.
+            // outstanding means a device stopped answering.
             if reaped == 0 && submitted == 0 {
                 if self.in_flight == 0 && self.verifier.outstanding() > 0 {
                     if let Some(result) = self.verifier.recv_timeout(Duration::from_millis(50)) {
-                        self.finish_verify(lane, result, &mut pending);
+                        finish_verify(&mut runs, result);
                     }
-                } else if self.in_flight == 0 && self.allowed().is_some() && !queue.is_empty() {
+                } else if self.in_flight == 0 && self.allowed().is_some() && runs.iter().any(|r| !r.queue.is_empty()) {
                     // Rate limited with nothing in flight: sleep a little.
                     std::thread::sleep(Duration::from_micros(500));
                 }
@@ -705,62 +815,60 @@ impl Engine<'_> {
             }
         }
         self.set_in_flight(0);
-        self.report.plan_lookups += planner.lookups;
-        if cancelled {
-            // Drained: the position is the next read to plan or submit.
-            return Ok(LaneEnd::Cancelled(position(lane, None, &queue, &planner)));
+        for run in &runs {
+            self.report.plan_lookups += run.planner.lookups;
         }
-        Ok(LaneEnd::Done)
+        Ok((runs, cancelled))
     }
 
-    fn finish_verify(&mut self, lane: usize, result: VerifyResult, pending: &mut BTreeMap<u64, Pending>) {
-        let Some(entry) = pending.get_mut(&result.seq) else { return };
-        for (piece, bad) in entry.read.pieces.iter().zip(result.bad) {
-            if !bad.is_empty() {
-                entry.checksum_blocks += bad.len() as u64;
-                entry.suspects.push(Suspect {
-                    lane,
-                    extent: piece.id,
-                    bad_blocks: bad.iter().map(|b| b + piece.extent_block).collect(),
-                    read_failed: false,
-                });
-            }
-        }
-        entry.done = true;
-    }
-
-    /// A checkpoint at the first read not yet finished, or at the next one
-    /// to submit or plan, with everything found before it.
-    fn checkpoint_at(
-        &mut self,
-        lane: usize,
-        first_unfinished: Option<&Read>,
-        queue: &VecDeque<Read>,
-        planner: &Planner,
-        on_checkpoint: &mut dyn FnMut(&Checkpoint),
-    ) {
-        let at = position(lane, first_unfinished, queue, planner);
+    /// A checkpoint at each copy's first read not yet finished (with
+    /// `in_flight`), or at the next one to submit or plan, with everything
+    /// found before.
+    fn checkpoint(&mut self, runs: &[LaneRun], in_flight: bool, on_checkpoint: &mut dyn FnMut(&Checkpoint)) {
+        let positions = lane_positions(runs, in_flight);
+        let first = first_not_done(&positions, runs.last().map_or(0, |r| r.lane));
         assert!(self.bytes_verified <= self.bytes_done, "more verified than read");
         self.last_checkpoint_bytes = self.bytes_done;
         on_checkpoint(&Checkpoint {
             version: CHECKPOINT_VERSION,
             volume_id: self.volume_id,
-            lane,
-            zone: at.location.zone,
-            offset: at.location.offset,
-            skip_blocks: at.skip,
+            lane: first.lane,
+            zone: first.zone,
+            offset: first.offset,
+            skip_blocks: first.skip_blocks,
             bytes_done: self.bytes_done,
             bytes_verified: self.bytes_verified,
             lanes: self.report.lanes.clone(),
             finished: false,
             findings: findings(self.report, self.suspects.clone()),
+            positions,
         });
     }
 }
 
+/// A verification's result, to the read (and copy) its token names.
+fn finish_verify(runs: &mut [LaneRun], result: VerifyResult) {
+    let (owner, seq) = untoken(result.seq);
+    let Some(run) = runs.get_mut(owner) else { return };
+    let lane = run.lane;
+    let Some(entry) = run.pending.get_mut(&seq) else { return };
+    for (piece, bad) in entry.read.pieces.iter().zip(result.bad) {
+        if !bad.is_empty() {
+            entry.checksum_blocks += bad.len() as u64;
+            entry.suspects.push(Suspect {
+                lane,
+                extent: piece.id,
+                bad_blocks: bad.iter().map(|b| b + piece.extent_block).collect(),
+                read_failed: false,
+            });
+        }
+    }
+    entry.done = true;
+}
+
 /// The position of the first read not yet finished, else of the next read
 /// to submit, else of the next to plan.
-fn position(lane: usize, first_unfinished: Option<&Read>, queue: &VecDeque<Read>, planner: &Planner) -> Position {
+fn position(first_unfinished: Option<&Read>, queue: &VecDeque<Read>, planner: &Planner) -> Position {
     let (location, skip) = match first_unfinished.or(queue.front()) {
         Some(read) => {
             let piece = &read.pieces[0];
@@ -772,5 +880,5 @@ fn position(lane: usize, first_unfinished: Option<&Read>, queue: &VecDeque<Read>
         }
         None => planner.position(),
     };
-    Position { lane, location, skip }
+    Position { location, skip }
 }

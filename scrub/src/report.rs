@@ -197,7 +197,9 @@ pub struct Report {
     pub duration_s: f64,
     /// `bytes_read` over the running time (pauses excluded), in MiB/s.
     pub rate_mib_s: f64,
-    /// Time-weighted reads in flight while running.
+    /// Time-weighted reads in flight while running, over every device (each
+    /// copy is read on its own device at the same time, each up to
+    /// `max_in_flight`).
     pub mean_queue_depth: f64,
     /// `bytes_read` over `reads`, in bytes: how well the plan merged extents.
     pub mean_request_bytes: f64,

@@ -260,3 +260,50 @@ fn a_distributed_rebuild_at_full_depth_writes_every_checksum_area() {
     assert_eq!(volume.stats().area_writes_failed, 0, "checksum areas left unwritten: {:?}", volume.stats());
     check_every_copy(&mut volume, &model, 3);
 }
+
+#[test]
+fn a_pool_is_scrubbed_on_every_device_at_once_and_resumes_each_where_it_stood() {
+    // Four devices whose completions take a few ticks: one device at a
+    // time keeps at most `max_in_flight` reads in flight; every device at
+    // once, up to four times that.
+    let configs: Vec<_> = (0..4).map(|_| zns(48, 1024).with_completion_delay(2, 6)).collect();
+    let harness = Harness::new(configs, (0..4).map(|c| (c, 1)).collect());
+    let options = VolumeOptions { profile: Profile::Mirror3, ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 600, 1);
+    let total = (0..4).map(|l| volume.lane_valid_blocks(l)).sum::<u64>() * BLOCK_SIZE as u64;
+    let scrub_options = ScrubOptions {
+        max_in_flight: 8,
+        max_request_bytes: Some(32 << 10),
+        checkpoint_every_bytes: 1 << 20,
+        ..ScrubOptions::default()
+    };
+    let unverified = ScrubOptions { verify: false, ..scrub_options.clone() };
+    let report = scrub(&mut volume, &unverified, &Control::new(), None, &mut |_| {}, &mut |_| {}).expect("scrub");
+    assert_eq!(report.bytes_read, total, "{report}");
+    assert!(report.mean_queue_depth > 2.0 * 8.0, "the devices read one after another: {report}");
+    let report = scrub(&mut volume, &scrub_options, &Control::new(), None, &mut |_| {}, &mut |_| {}).expect("scrub");
+    assert_eq!(report.outcome, Outcome::Clean, "{report}");
+    // Cancelled part way: every copy has moved on, each checkpointed where
+    // it stood; the resumed pass reads the rest of each, and no more.
+    let control = Control::new();
+    let mut saved: Option<nvme_scrub::Checkpoint> = None;
+    let first = scrub(&mut volume, &scrub_options, &control, None, &mut |_| {}, &mut |c| {
+        if c.bytes_done >= total / 3 {
+            control.cancel();
+        }
+        saved = Some(c.clone());
+    })
+    .expect("scrub");
+    assert!(first.cancelled, "{first}");
+    let checkpoint = saved.expect("a checkpoint");
+    assert_eq!(checkpoint.positions.len(), 4);
+    let moved = checkpoint.positions.iter().filter(|p| p.zone != 0 || p.offset != 0 || p.done).count();
+    assert!(moved >= 2, "the copies moved on together: {:?}", checkpoint.positions);
+    let checkpoint = nvme_scrub::Checkpoint::from_json(&serde_json::to_string(&checkpoint).unwrap()).unwrap();
+    let rest = scrub(&mut volume, &scrub_options, &Control::new(), Some(&checkpoint), &mut |_| {}, &mut |_| {})
+        .expect("resumed");
+    assert!(rest.resumed && rest.outcome == Outcome::Clean, "{rest}");
+    assert_eq!(rest.pass_bytes_read, total, "the pass read every copy once: {rest}");
+}
