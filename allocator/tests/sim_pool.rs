@@ -862,3 +862,41 @@ fn a_removal_stopped_or_cut_anywhere_loses_nothing_and_goes_on_when_run_again() 
         }
     }
 }
+
+#[test]
+fn reclaim_chooses_the_emptiest_zone_of_the_pool_whatever_its_device() {
+    use zoned_allocator::ReclaimProgress;
+    let harness = pool(vec![zns(32, 1024), zns(32, 1024), zns(32, 1024)]);
+    let options = VolumeOptions { profile: Profile::Single, ..volume_options() };
+    let mut volume = harness.format(&options);
+    // Extents of 64 KiB, fifteen to a zone (its checksum area takes the
+    // rest), spread over the three.
+    let mut ids = Vec::new();
+    for seed in 0..240 {
+        ids.push(volume.write(0, &pattern(seed, 16), seed).expect("write"));
+    }
+    volume.commit().expect("commit");
+    // Each extent's (lane, zone).
+    let at = |volume: &Volume, id: u64| {
+        (0..3).find_map(|l| volume.location(id, l).filter(|a| !a.is_missing()).map(|a| (l, a.zone))).unwrap()
+    };
+    let zone_of = |volume: &Volume, lane: usize| {
+        let first = ids.iter().map(|&id| at(volume, id)).find(|&(l, _)| l == lane).unwrap();
+        ids.iter().copied().filter(|&id| at(volume, id) == first).collect::<Vec<_>>()
+    };
+    // Lane 0's first zone half freed; lane 2's nearly all.
+    let (half, most) = (zone_of(&volume, 0), zone_of(&volume, 2));
+    assert_eq!((half.len(), most.len()), (15, 15), "full zones of fifteen");
+    for &id in half.iter().take(7).chain(most.iter().take(14)) {
+        volume.free(id).expect("free");
+    }
+    volume.commit().expect("commit");
+    let lane2_zone = at(&volume, most[14]).1;
+    match volume.reclaim_step(u64::MAX).expect("reclaim") {
+        ReclaimProgress::Reclaimed { lane, zone, moved_blocks } => {
+            assert_eq!((lane, zone, moved_blocks), (2, lane2_zone, 16), "the emptiest zone of the pool");
+        }
+        other => panic!("{other:?}"),
+    }
+    volume.check_invariants();
+}

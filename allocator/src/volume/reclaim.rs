@@ -45,16 +45,30 @@ impl Volume {
                 let worn = (0..lanes)
                     .filter(|&lane| online[lane])
                     .find_map(|lane| self.lanes[lane].table.worn_with_data().map(|z| (lane, z)));
-                let found = worn.or_else(|| {
-                    (0..lanes).map(|i| (self.next_reclaim_lane + i) % lanes).filter(|&l| online[l]).find_map(|lane| {
-                        let table = &self.lanes[lane].table;
-                        table
-                            .dead_zones()
-                            .first()
-                            .map(|&z| (lane, z))
-                            .or_else(|| table.victim(ratio).map(|z| (lane, z)))
-                    })
-                });
+                // Zones with nothing live cost nothing to reclaim: any
+                // device's, in turn. Else the emptiest full zone of the
+                // whole pool, the fewest live blocks per block it holds,
+                // whatever its device (one pass over the devices, each
+                // table keeping its zones by live count).
+                let dead = || {
+                    (0..lanes)
+                        .map(|i| (self.next_reclaim_lane + i) % lanes)
+                        .filter(|&l| online[l])
+                        .find_map(|lane| self.lanes[lane].table.dead_zones().first().map(|&z| (lane, z)))
+                };
+                let emptiest = || {
+                    (0..lanes)
+                        .filter(|&l| online[l])
+                        .filter_map(|lane| {
+                            let table = &self.lanes[lane].table;
+                            let zone = table.victim(ratio)?;
+                            let entry = table.zone(zone);
+                            Some((lane, zone, u64::from(entry.valid), u64::from(entry.capacity.max(1))))
+                        })
+                        .min_by(|a, b| (a.2 * b.3).cmp(&(b.2 * a.3)))
+                        .map(|(lane, zone, ..)| (lane, zone))
+                };
+                let found = worn.or_else(dead).or_else(emptiest);
                 let Some(victim) = found else {
                     return Ok(ReclaimProgress::Idle);
                 };
