@@ -900,3 +900,31 @@ fn reclaim_chooses_the_emptiest_zone_of_the_pool_whatever_its_device() {
     }
     volume.check_invariants();
 }
+
+#[test]
+fn a_member_lacking_copies_written_while_it_was_away_is_removed_all_the_same() {
+    // Places 2 and 3 away while extents are written: those have two copies,
+    // the third recorded missing on one of them. Both back, place 3 is
+    // removed before any resilver: its missing copies go elsewhere too
+    // (before, the removal never ended: a copy recorded there was never
+    // moved).
+    let mut harness = pool(vec![zns(32, 1024), conventional(32), zns(32, 1024), conventional(32)]);
+    let options = options(Profile::Mirror3);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 40, 1);
+    drop(volume);
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let two: Vec<zoned_allocator::Device> = harness.devices().into_iter().take(2).collect();
+    let mut volume = Volume::open(two, &degraded).expect("degraded on two");
+    write(&mut volume, &mut model, 20, 100);
+    let missing_on_3 = model.keys().filter(|&&id| volume.location(id, 3).is_some_and(|at| at.is_missing())).count();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("all four");
+    assert!(missing_on_3 > 0, "some copies recorded missing on place 3");
+    let removal = volume.remove(3, &mut |_, _| true).expect("remove");
+    assert!(removal.complete, "{removal:?}");
+    check_after_cut(&mut volume, &model, 3, "removed with copies missing");
+}

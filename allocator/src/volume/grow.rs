@@ -279,12 +279,11 @@ impl Volume {
         }
         self.wait_idle()?;
         let lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane per place");
-        let copies: Vec<(ExtentId, u32)> = self
-            .table
-            .iter()
-            .filter(|(_, e)| e.has_lane(lane) && !e.on(lane).is_missing())
-            .map(|(id, e)| (id, e.blocks))
-            .collect();
+        // Its copies, and those recorded missing there (written while it was
+        // away, not yet resilvered): each goes elsewhere, read from a copy
+        // that is there.
+        let copies: Vec<(ExtentId, u32)> =
+            self.table.iter().filter(|(_, e)| e.has_lane(lane)).map(|(id, e)| (id, e.blocks)).collect();
         self.check_room_elsewhere(place, lane, &copies)?;
         self.commit()?;
         let total: u64 = copies.iter().map(|&(_, blocks)| u64::from(blocks) * BLOCK_SIZE as u64).sum();
@@ -302,24 +301,11 @@ impl Volume {
                 continue;
             }
             data.resize(blocks as usize * BLOCK_SIZE, 0);
-            let good = matches!(self.read_copy_checked(id, lane, &mut data), Ok(bad) if bad.is_empty());
-            if !good {
-                if let Err(error) = self.read(id, &mut data) {
-                    self.commit()?;
-                    self.restore_chooser();
-                    return Err(error);
-                }
-            }
-            let target = self.relocation_lane(id, lane)?;
-            // The new copy's zone has no checksum area yet: its checksums
-            // go to the map until it is sealed (the source's came from its
-            // own zone's area, or its tags).
-            let mut crcs = Vec::with_capacity(blocks as usize);
-            crate::checksum::block_crcs(&data, &mut crcs);
-            self.submit_relocation(id, lane, target, &data, Some(crcs))?;
-            self.wait_idle()?;
-            while let Some(done) = self.next_copy_done() {
-                done.result?;
+            if let Err(error) = self.move_copy_off(id, lane, &mut data) {
+                // What moved is committed; the lane takes new extents again.
+                self.restore_chooser();
+                self.commit()?;
+                return Err(error);
             }
             report.extents_moved += 1;
             report.bytes_moved += data.len() as u64;
@@ -331,6 +317,7 @@ impl Volume {
         let left = self.table.iter().find(|(_, e)| e.has_lane(lane)).map(|(id, _)| id);
         if let Some(id) = left {
             self.restore_chooser();
+            log::warn!("device place {place}: extent {id} still has a copy on it after the moves");
             return Err(Error::Member { device: place, why: format!("extent {id} still has a copy on it") });
         }
         on_progress(report.bytes_moved, total);
@@ -338,6 +325,29 @@ impl Volume {
         report.complete = true;
         log::info!("device place {place} removed: {} copies moved", report.extents_moved);
         Ok(report)
+    }
+
+    /// Moves extent `id`'s copy in lane `lane` (or the copy recorded missing
+    /// there) to the lane placement chooses, read into `data` from the
+    /// copy itself, or where its checksums fail, from another.
+    fn move_copy_off(&mut self, id: ExtentId, lane: usize, data: &mut [u8]) -> Result<()> {
+        let here = !self.table.get(id).is_some_and(|e| e.on(lane).is_missing());
+        let good = here && matches!(self.read_copy_checked(id, lane, data), Ok(bad) if bad.is_empty());
+        if !good {
+            self.read(id, data)?;
+        }
+        let target = self.relocation_lane(id, lane)?;
+        // The new copy's zone has no checksum area yet: its checksums go to
+        // the map until it is sealed (the source's came from its own
+        // zone's area, or its tags).
+        let mut crcs = Vec::with_capacity(data.len() / BLOCK_SIZE);
+        crate::checksum::block_crcs(data, &mut crcs);
+        self.submit_relocation(id, lane, target, data, Some(crcs))?;
+        self.wait_idle()?;
+        while let Some(done) = self.next_copy_done() {
+            done.result?;
+        }
+        Ok(())
     }
 
     /// Placement's dry run: every copy in lane `lane` (`copies`) finds a

@@ -419,7 +419,11 @@ impl Volume {
         let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == slot).collect();
         let holds_nothing = || self.table.iter().all(|(_, e)| lanes.iter().all(|&l| e.on(l).is_missing()));
         if is_blank && super::meta_copies_on(self.devices.len(), slot) == 0 && holds_nothing() {
+            // A new member, as a replace makes one: a device that held the
+            // place before, if it comes back, is not taken for it.
             log::warn!("device {given}: blank, in place {slot}, which holds nothing yet: it takes the place");
+            self.members[slot].record.id = crate::journal::random_u64();
+            self.journal.label.generation += 1;
             return Ok(());
         }
         let ids: Vec<(ExtentId, u32)> =
