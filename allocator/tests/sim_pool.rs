@@ -928,3 +928,36 @@ fn a_member_lacking_copies_written_while_it_was_away_is_removed_all_the_same() {
     assert!(removal.complete, "{removal:?}");
     check_after_cut(&mut volume, &model, 3, "removed with copies missing");
 }
+
+#[test]
+fn a_pool_of_conventional_namespaces_reopens_as_its_last_commit_left_it() {
+    // Segments sized for the pool (more than a device's own size would
+    // give): the labels heading the second segment are found by following
+    // the first, whatever size a probe would guess from the device alone.
+    // Grown and shrunk, each time reopened: never the shape before.
+    let configs: Vec<_> = (0..7).map(|_| conventional(256)).collect();
+    let mut harness = Harness::new(configs, (0..6).map(|c| (c, 1)).collect());
+    let options = options(Profile::Mirror);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 60, 1);
+    for round in 0..3 {
+        let context = format!("round {round}");
+        assert_eq!(volume.add(spare(&harness), true).unwrap_or_else(|e| panic!("{context}: add: {e}")), 6);
+        write(&mut volume, &mut model, 20, 1000 + round * 100);
+        drop(volume);
+        harness.restart();
+        harness.layout.push((6, 1));
+        volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: reopen with seven: {e}"));
+        assert_eq!(volume.lanes(), 7, "{context}");
+        check(&mut volume, &model);
+        let removal = volume.remove(6, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: remove: {e}"));
+        assert!(removal.complete, "{context}");
+        drop(volume);
+        harness.restart();
+        harness.layout.pop();
+        volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: reopen with six: {e}"));
+        assert_eq!(volume.lanes(), 6, "{context}");
+        check(&mut volume, &model);
+    }
+}

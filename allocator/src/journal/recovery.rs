@@ -119,6 +119,42 @@ pub(crate) fn probe(device: &mut Device, hint_software_zone_bytes: Option<u64>) 
             },
         }
     }
+    // A label says where its copy's segments are: on a conventional
+    // namespace the guesses above (from its own size) may have missed the
+    // other segment's head (a pool sizes segments from all its devices), and
+    // a newer label there names where the log went on.
+    let mut followed = 0;
+    while let Some(label) = newest.as_ref().filter(|_| !device.is_zoned() && followed < 4) {
+        followed += 1;
+        let superblock = &label.superblock;
+        if superblock.software_zone_blocks == 0 || device.load_zones(superblock.software_zone_blocks).is_err() {
+            break;
+        }
+        let place = usize::from(label.device_index);
+        let heads: Vec<u64> = super::layout::placed_copies(superblock)
+            .into_iter()
+            .filter(|copy| copy.device == place)
+            .flat_map(|copy| copy.segments)
+            .filter_map(|zone| device.zones.get(zone as usize).map(|z| z.start_lba))
+            .flat_map(|start| [start, start + lpb])
+            .filter(|&lba| lba + lpb <= capacity && seen.insert(lba))
+            .collect();
+        let mut newer = None;
+        for lba in heads {
+            if let Ok(()) = device.read_at(lba, &mut block) {
+                if let LabelRead::Label(found) = decode_label(&block) {
+                    let best = newer.as_ref().or(newest.as_ref()).map_or(0, |l: &Label| l.generation);
+                    if found.generation > best {
+                        newer = Some(found);
+                    }
+                }
+            }
+        }
+        match newer {
+            Some(found) => newest = Some(found),
+            None => break,
+        }
+    }
     if let Some(label) = newest {
         return Probe::Label(label);
     }

@@ -409,11 +409,25 @@ impl Volume {
         let last = self.devices.len() - 1;
         let last_lane = self.lanes.len() - 1;
         debug_assert_eq!(self.lanes[last_lane].device, last);
+        // The renumbering goes in a checkpoint that begins a segment, its
+        // labels and record written together: a checkpoint still spreading
+        // over commits is first made whole (a commit then restarts it in
+        // its segment, and the labels saying the new shape would come only
+        // after, in another write).
+        self.journal.broken = true;
+        self.commit()?;
+        if !self.journal.sealed() {
+            return Err(Error::Member {
+                device: place,
+                why: "the metadata checkpoint could not be made whole before the place is dropped: run the removal \
+                      again"
+                    .into(),
+            });
+        }
         // Operations since the last commit (a zone the moves emptied, its
         // seal undone) go in the checkpoint below, numbered anew; its
         // pages and seals hold their effect whatever they say of the
         // removed lane.
-        self.commit()?;
         let (gone, from) = (lane as u8, last_lane as u8);
         let renamed = |l: u8| if l == from { lane as u8 } else { l };
         self.ops.retain_mut(|op| match op {
