@@ -477,6 +477,11 @@ impl Device {
     /// a checksum area or a metadata record written meanwhile then still
     /// has one, rather than wait out its bound.
     fn blocking_buffer(&mut self) -> Result<(DmaBuffer, bool)> {
+        // One lost to a failed command is kept back again from the next
+        // free one.
+        if self.reserved.is_none() {
+            self.reserved = self.pool.get();
+        }
         match self.reserved.take() {
             Some(buffer) => Ok((buffer, true)),
             None => Ok((self.buffer()?, false)),
