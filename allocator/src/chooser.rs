@@ -9,15 +9,13 @@
 //!   roomiest devices for each item in turn is what reaches that bound; a
 //!   rule by proportion, as bcachefs's `bch2_dev_stripe_increment`, left a
 //!   mirror over three devices one extent short of it).
-//! - Among the devices within 1/64 of the most room, one is drawn
-//!   uniformly, by a hash of the choice's sequence number and the copy
-//!   (one hash per copy, whatever the number of devices; CRUSH's `straw2`,
-//!   `bucket_straw2_choose` in `src/crush/mapper.c`, draws a hash per
-//!   device for the same end): every device then shares extents with
-//!   every other, so that a lost device's copies are read back from all
-//!   the survivors, not from the one or two a strict order paired it with.
-//!   Near full, the slack is below a block and the choice is the strict
-//!   order again.
+//! - Among the devices within 1/64 of the most room, one is drawn by a
+//!   hash of the choice's sequence number and the place, as CRUSH's
+//!   `straw2` draws (`bucket_straw2_choose`, `src/crush/mapper.c`): every
+//!   device then shares extents with every other, so that a lost device's
+//!   copies are read back from all the survivors, not from the one or two
+//!   a strict order paired it with. Near full, the slack is below a block
+//!   and the choice is the strict order again.
 //! - A device with [`Chooser::set_queue_target`] blocks or more in flight
 //!   is passed over while enough others are below it, as OpenZFS moves on
 //!   from a vdev whose queue reaches its target (`metaslab_class_rotate`,
@@ -104,18 +102,9 @@ impl Default for Chooser {
 /// device is drawn among them.
 const SLACK_SHIFT: u32 = 6;
 
-/// The place of the `n`-th set bit of `mask` (from 0), which has more.
-fn nth_bit(mask: DeviceMask, n: u32) -> usize {
-    let mut left = mask;
-    for _ in 0..n {
-        left &= left - 1;
-    }
-    left.trailing_zeros() as usize
-}
-
-/// The draw for copy `copy` of choice `sequence` (SplitMix64's finaliser).
-fn draw(sequence: u64, copy: usize) -> u64 {
-    let mut z = sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (copy as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+/// A device's draw for choice `sequence` (SplitMix64's finaliser).
+fn draw(sequence: u64, place: usize) -> u64 {
+    let mut z = sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (place as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -168,7 +157,7 @@ impl Chooser {
         }
         self.sequence = self.sequence.wrapping_add(1);
         let mut taken = exclude | !self.writable();
-        for (copy, slot) in out.iter_mut().enumerate() {
+        for slot in out.iter_mut() {
             let open = |place: usize| taken & (1 << place) == 0;
             let idle = |member: &Member| member.inflight_blocks < self.queue_target_blocks;
             let any_idle = (0..MAX_DEVICES).any(|p| open(p) && idle(&self.members[p]));
@@ -176,13 +165,10 @@ impl Chooser {
             let most =
                 (0..MAX_DEVICES).filter(|&p| candidate(p)).map(|p| self.members[p].free_blocks).max().expect("counted");
             let floor = most - (most >> SLACK_SHIFT);
-            // One draw per copy, whatever the number of devices: the k-th
-            // of those within the slack of the most, k drawn uniformly.
-            let within = (0..MAX_DEVICES)
+            let place = (0..MAX_DEVICES)
                 .filter(|&p| candidate(p) && self.members[p].free_blocks >= floor)
-                .fold(0 as DeviceMask, |mask, p| mask | 1 << p);
-            let pick = draw(self.sequence, copy) % u64::from(within.count_ones());
-            let place = nth_bit(within, pick as u32);
+                .min_by_key(|&p| draw(self.sequence, p))
+                .expect("the most is among them");
             taken |= 1 << place;
             *slot = place as u8;
             let member = &mut self.members[place];
