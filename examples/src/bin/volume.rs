@@ -741,6 +741,19 @@ fn resilver_place(
     flags: &ResilverFlags,
     json: bool,
 ) -> Result<ResilverReport, String> {
+    copy_place(volume, place, flags, json, false)
+}
+
+/// Runs a resilver of `place` (or with `distributed`, the rebuild of its
+/// copies onto the others), with progress on stderr when asked and a
+/// terminal is there.
+fn copy_place(
+    volume: &mut Volume,
+    place: usize,
+    flags: &ResilverFlags,
+    json: bool,
+    distributed: bool,
+) -> Result<ResilverReport, String> {
     let options = ResilverOptions {
         max_in_flight: flags.qd,
         verify: !flags.no_verify,
@@ -749,14 +762,15 @@ fn resilver_place(
         ..ResilverOptions::default()
     };
     let progress = std::io::stderr().is_terminal() && !json && !flags.no_progress;
-    // A signal stops the resilver at its next safe point; what it copied
-    // is committed, and a resilver run again continues from there.
+    let what = if distributed { "rebuild" } else { "resilver" };
+    // A signal stops it at its next safe point; what it copied is
+    // committed, and the same command run again continues from there.
     let control = Control::new();
     interrupt::on_request({
         let control = control.clone();
         move || control.cancel()
     });
-    let report = resilver(volume, place, &options, &control, &mut |p: &ResilverProgress| {
+    let mut show = |p: &ResilverProgress| {
         if progress {
             let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
             let phase = match p.phase {
@@ -764,7 +778,7 @@ fn resilver_place(
                 ResilverPhase::Verify => "verify",
             };
             eprint!(
-                "\rresilver: place {} {phase:6} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
+                "\r{what}: place {} {phase:6} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
                 p.place,
                 p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0,
                 mib(p.bytes_done),
@@ -773,8 +787,12 @@ fn resilver_place(
                 p.eta_s
             );
         }
-    })
-    .map_err(|e| format!("resilver: {e}"))?;
+    };
+    let report = match distributed {
+        true => rebuild_distributed(volume, place, &options, &control, &mut show),
+        false => resilver(volume, place, &options, &control, &mut show),
+    }
+    .map_err(|e| format!("{what}: {e}"))?;
     if progress {
         eprintln!();
     }
@@ -994,37 +1012,7 @@ fn run_rebuild(a: &ResilverArgs) -> Result<Done, String> {
     let Some(place) = a.place.or(away) else {
         return Err("rebuild: no member is failed or missing (name one with --place)".into());
     };
-    let options = ResilverOptions {
-        max_in_flight: a.resilver.qd,
-        verify: !a.resilver.no_verify,
-        rate_limit_mib_s: a.resilver.limit,
-        verify_after: !a.resilver.no_verify_after,
-        ..ResilverOptions::default()
-    };
-    let progress = std::io::stderr().is_terminal() && !a.json && !a.resilver.no_progress;
-    let control = Control::new();
-    interrupt::on_request({
-        let control = control.clone();
-        move || control.cancel()
-    });
-    let report = rebuild_distributed(&mut volume, place, &options, &control, &mut |p: &ResilverProgress| {
-        if progress {
-            let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
-            eprint!(
-                "\rrebuild: place {} {:5.1}% {:.0}/{:.0} MiB {:8.1} MiB/s ETA {:5.0} s ",
-                p.place,
-                p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0,
-                mib(p.bytes_done),
-                mib(p.bytes_total),
-                p.rate_mib_s,
-                p.eta_s
-            );
-        }
-    })
-    .map_err(|e| format!("rebuild: {e}"))?;
-    if progress {
-        eprintln!();
-    }
+    let report = copy_place(&mut volume, place, &a.resilver, a.json, true)?;
     let status = volume.status();
     if a.json {
         let health = health_of(&status, &controllers);
