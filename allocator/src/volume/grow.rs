@@ -65,10 +65,16 @@ impl Volume {
             }
         }
         self.commit()?;
-        self.check_addition(place, &mut device)?;
+        let software_zones = self.check_addition(place, &mut device)?;
         if device.is_zoned() {
             let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
             device.run(request, "Zone Reset (all)")?;
+        }
+        if let Some(blocks) = software_zones {
+            // The first conventional member: its software zones are the
+            // volume's from now on (the labels say so).
+            self.superblock.software_zone_blocks = blocks;
+            self.journal.label.superblock.software_zone_blocks = blocks;
         }
         // Every per-place and per-lane vector grows by one; the pending
         // writes' slab by what the device's buffers let fly.
@@ -128,8 +134,10 @@ impl Volume {
     /// zones: its transfers and zones take the volume's largest extent, it
     /// has zones for its label and data, its tags (if the volume keeps
     /// them) are alike, the extent table can locate its zones, and its
-    /// zone limits take the volume's streams.
-    fn check_addition(&mut self, place: usize, device: &mut Device) -> Result<()> {
+    /// zone limits take the volume's streams. Returns the software zone
+    /// size the volume takes from it when it is the first conventional
+    /// member (set once it joins).
+    fn check_addition(&mut self, place: usize, device: &mut Device) -> Result<Option<u32>> {
         let refuse = |why: String| Err(Error::Member { device: place, why });
         super::check_tags(&self.superblock, place, device)?;
         let bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
@@ -182,13 +190,7 @@ impl Volume {
             }
         }
         super::check_locations(&self.superblock, place, device)?;
-        if !device.is_zoned() && self.superblock.software_zone_blocks == 0 {
-            // The first conventional member: its software zones are the
-            // volume's from now on (the labels say so).
-            self.superblock.software_zone_blocks = blocks;
-            self.journal.label.superblock.software_zone_blocks = blocks;
-        }
-        Ok(())
+        Ok((!device.is_zoned() && self.superblock.software_zone_blocks == 0).then_some(blocks))
     }
 }
 
