@@ -1020,3 +1020,54 @@ fn a_cut_in_a_removals_last_checkpoint_leaves_a_pool_that_opens_with_every_exten
         }
     }
 }
+
+#[test]
+fn labels_that_disagree_with_the_durable_metadata_on_the_places_do_not_place_the_devices() {
+    // After a removal (the last place renumbered into the one dropped),
+    // the metadata devices' labels are put back as they were before it:
+    // labels behind the durable state, as a label not found or a head cut
+    // between its labels and its record leaves them. The devices are
+    // placed as the durable metadata says, by member ID, and every extent
+    // reads back from its own copies.
+    let mut harness = five();
+    let options = options(Profile::Mirror3);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 100, 1);
+    volume.commit().expect("commit");
+    drop(volume);
+    harness.restart();
+    // Every label block (each zone's first two 4 KiB blocks: segment heads
+    // and label zones are zone starts), as it is now.
+    let zone_lbas = 2048;
+    let label_lbas: Vec<u64> = (0..32u64).flat_map(|z| [z * zone_lbas, z * zone_lbas + 8]).collect();
+    let saved: Vec<Vec<(u64, Vec<u8>)>> = (0..5)
+        .map(|sim| {
+            label_lbas
+                .iter()
+                .map(|&lba| (lba, (0..8).flat_map(|k| harness.sims[sim].read_block(1, lba + k)).collect()))
+                .collect()
+        })
+        .collect();
+    let mut volume = harness.open(&options).expect("reopen");
+    let removal = volume.remove(1 + 2, &mut |_, _| true).expect("remove place 3");
+    assert!(removal.complete);
+    drop(volume);
+    harness.restart();
+    // Each label block as it was: the old labels back, the new ones gone
+    // (records, wherever they were and are, untouched).
+    for (sim, blocks) in saved.iter().enumerate() {
+        for (lba, data) in blocks {
+            let now: Vec<u8> = (0..8).flat_map(|k| harness.sims[sim].read_block(1, lba + k)).collect();
+            let label = |block: &[u8]| &block[..8] == b"ZNVLABEL";
+            let blank = |block: &[u8]| block.iter().all(|&b| b == 0);
+            if (label(data) || blank(data)) && label(&now) && now != *data {
+                harness.sims[sim].write_at_rest(1, *lba, data);
+            }
+        }
+    }
+    harness.layout.remove(3);
+    let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("opened with labels behind: {e}"));
+    assert_eq!(volume.lanes(), 4);
+    check(&mut volume, &model);
+}

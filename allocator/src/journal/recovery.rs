@@ -192,6 +192,10 @@ pub(crate) struct Recovered {
     pub next_generation: u64,
     /// Per lane, its zones (the newest chain's first record says).
     pub lane_zones: Vec<u32>,
+    /// The superblock of the newest checkpoint replayed: the places and
+    /// members the durable state has (a pool's shape changes only in a
+    /// whole checkpoint: add, remove, replace), whatever a label says.
+    pub superblock: Option<super::Superblock>,
     /// Every record from the sealed checkpoint's first on, through the
     /// newest chain, in order: open loads the pages of those that carry
     /// the sealed checkpoint's (up to its seal), then replays every one's
@@ -423,6 +427,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
     let mut replay = Vec::with_capacity(records.len());
     let mut sessions = Vec::new();
     let mut lane_zones = Vec::new();
+    let mut superblock = None;
     let mut sealing = true;
     let (mut pages_total, mut pages_written) = (0, 0);
     for (index, chain) in list.iter().enumerate() {
@@ -432,10 +437,11 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
             let (record_pages, owner_pages) = match record.header.kind {
                 Kind::Checkpoint => {
                     let begin = decode_begin(bytes, volume_id, seq, false, false)?;
-                    for session in begin.superblock.sessions {
+                    for &session in &begin.superblock.sessions {
                         push_session(&mut sessions, session);
                     }
                     lane_zones = begin.lane_zones;
+                    superblock = Some(begin.superblock);
                     pages_total = begin.pages_total;
                     pages_written = 0;
                     (begin.pages, Vec::new())
@@ -475,6 +481,7 @@ pub(crate) fn recover(images: &[Option<[SegmentImage; 2]>], volume_id: u64, rewi
         seq,
         next_generation: max_generation + 1,
         lane_zones,
+        superblock,
         replay,
         pages_total,
         pages_written: pages_written.min(pages_total),

@@ -275,7 +275,7 @@ impl Volume {
             )));
         }
         let together = VolumeOptions { degraded: false, ..options.clone() };
-        let mut front = super::open::front(devices, &together, true)?;
+        let mut front = super::open::front(devices, &together, true, true)?;
         let superblock = front.label.superblock.clone();
         let id = front.label.volume_id;
         let fork = super::open::fork(&mut front.images, &superblock, id, false, &front.order, &front.devices)?;

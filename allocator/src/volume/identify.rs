@@ -26,9 +26,16 @@ pub(super) struct Identified {
 }
 
 /// Places the given devices by their labels. A place no given device can
-/// take is absent when `degraded` allows it ([`Error::Degraded`]
-/// otherwise); at least one must be taken.
-pub(super) fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> Result<Identified> {
+/// take is absent when `degraded` allows it, or when `refuse_absent` is
+/// off (the caller refuses them once it knows the places: open, after the
+/// durable metadata said them); [`Error::Degraded`] otherwise. At least
+/// one must be taken.
+pub(super) fn identify(
+    probes: &[Probe],
+    devices: &[Device],
+    degraded: bool,
+    refuse_absent: bool,
+) -> Result<Identified> {
     for (device, probe) in probes.iter().enumerate() {
         if let Probe::OtherVersion(version) = probe {
             return Err(Error::UnsupportedVersion { device, version: *version });
@@ -136,11 +143,17 @@ pub(super) fn identify(probes: &[Probe], devices: &[Device], degraded: bool) -> 
     if order.iter().all(Option::is_none) {
         return Err(Error::NoDevices);
     }
-    if !absent.is_empty() && !degraded {
-        let why = absent.iter().map(|(slot, why)| format!("place {slot}: {why}")).collect::<Vec<_>>().join("; ");
-        return Err(Error::Degraded { missing: absent.iter().map(|&(slot, _)| slot).collect(), why });
+    if !absent.is_empty() && !degraded && refuse_absent {
+        return Err(degraded_error(&absent));
     }
     Ok(Identified { label, order, unlabelled, absent })
+}
+
+/// The refusal of a volume with places not taken, when not opened
+/// degraded.
+pub(super) fn degraded_error(absent: &[(usize, String)]) -> Error {
+    let why = absent.iter().map(|(slot, why)| format!("place {slot}: {why}")).collect::<Vec<_>>().join("; ");
+    Error::Degraded { missing: absent.iter().map(|&(slot, _)| slot).collect(), why }
 }
 
 /// Reads both segments of every metadata copy: what was written of each

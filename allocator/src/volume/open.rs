@@ -213,18 +213,24 @@ impl Volume {
     /// of their metadata and leave the others to scrub.
     pub(super) fn load(devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Loaded> {
         let Front {
-            label,
-            order,
-            unlabelled,
+            mut label,
+            mut order,
+            mut unlabelled,
             mut absent,
             mut devices,
-            descriptors,
+            mut descriptors,
             mut images,
             mut phases,
-            label_ids,
-            blank,
-        } = front(devices, options, every_copy)?;
-        let superblock = label.superblock.clone();
+            mut label_ids,
+            mut blank,
+        } = front(devices, options, every_copy, false)?;
+        let mut superblock = label.superblock.clone();
+        // No metadata copy among the devices given: nothing to learn the
+        // places from, and a volume not opened degraded is refused as
+        // before (a degraded open then finds no metadata).
+        if !absent.is_empty() && !options.degraded && images.iter().all(Option::is_none) {
+            return Err(super::identify::degraded_error(&absent));
+        }
         let id = label.volume_id;
         let mut since = Instant::now();
         let mut blocks_read = blocks_read(&images);
@@ -279,6 +285,61 @@ impl Volume {
                 recovered
             }
         };
+        // The places and members are the durable checkpoint's. A label may
+        // be ahead of it (a checkpoint whose head's labels landed and whose
+        // record did not) or behind it (one not found): a pool's shape
+        // changes only in a whole checkpoint (add, remove, replace), so the
+        // devices are placed again, by member ID, as it says.
+        let ids = |s: &Superblock| s.members.iter().map(|m| m.id).collect::<Vec<u64>>();
+        if let Some(durable) = recovered.superblock.as_ref().filter(|d| ids(d) != ids(&superblock)) {
+            log::warn!(
+                "the labels say {} place(s), the durable metadata {}: the devices are placed as the metadata says",
+                superblock.members.len(),
+                durable.members.len()
+            );
+            let count = durable.members.len();
+            let mut placed: Vec<Option<Device>> = (0..count).map(|_| None).collect();
+            let mut new_descriptors = vec![Vec::new(); count];
+            let mut new_order = vec![None; count];
+            let mut new_ids = vec![None; count];
+            let mut new_blank = vec![false; count];
+            let mut new_unlabelled = Vec::new();
+            for old in 0..devices.len() {
+                let Some(device) = devices[old].take() else { continue };
+                let given = order[old].expect("a placed device was given");
+                let slot = match label_ids[old] {
+                    Some(id) => match durable.members.iter().position(|m| m.id == id) {
+                        Some(slot) => slot,
+                        None => return Err(Error::Removed { device: given, place: old }),
+                    },
+                    None if old < count => old,
+                    None => {
+                        return Err(Error::InvalidConfig(format!("the volume spans {count} namespace(s), more given")))
+                    }
+                };
+                if placed[slot].is_some() {
+                    return Err(Error::Corrupt(format!("two devices given claim place {slot}")));
+                }
+                if label_ids[old].is_none() {
+                    new_unlabelled.push(slot);
+                }
+                placed[slot] = Some(device);
+                new_descriptors[slot] = std::mem::take(&mut descriptors[old]);
+                new_order[slot] = Some(given);
+                new_ids[slot] = label_ids[old];
+                new_blank[slot] = blank[old];
+            }
+            absent = (0..count).filter(|&s| placed[s].is_none()).map(|s| (s, "not given".to_string())).collect();
+            (devices, descriptors, order, label_ids, blank) = (placed, new_descriptors, new_order, new_ids, new_blank);
+            unlabelled = new_unlabelled;
+            superblock = durable.clone();
+            label.superblock = durable.clone();
+        }
+        // Places not taken, now that the metadata said what they are: only
+        // when opening degraded.
+        if !absent.is_empty() && !options.degraded {
+            return Err(super::identify::degraded_error(&absent));
+        }
         let absent_zones: Vec<usize> = (0..devices.len())
             .map(|device| {
                 let lane = lanes_of(superblock.profile, superblock.devices.len(), device).next().unwrap_or(0);
@@ -829,12 +890,17 @@ pub(super) struct Front {
 
 /// Places `devices` by their labels and reads their metadata (see
 /// `Volume::load`). Reads only.
-pub(super) fn front(mut devices: Vec<Device>, options: &VolumeOptions, every_copy: bool) -> Result<Front> {
+pub(super) fn front(
+    mut devices: Vec<Device>,
+    options: &VolumeOptions,
+    every_copy: bool,
+    refuse_absent: bool,
+) -> Result<Front> {
     if devices.is_empty() {
         return Err(Error::InvalidArgument("no devices".into()));
     }
     let probes: Vec<Probe> = devices.iter_mut().map(|d| probe(d, options.software_zone_bytes)).collect();
-    let Identified { label, order, unlabelled, absent } = identify(&probes, &devices, options.degraded)?;
+    let Identified { label, order, unlabelled, absent } = identify(&probes, &devices, options.degraded, refuse_absent)?;
     let label_ids: Vec<Option<u64>> = order
         .iter()
         .map(|given| match given.map(|g| &probes[g]) {
