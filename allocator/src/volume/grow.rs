@@ -139,34 +139,7 @@ impl Volume {
     /// member (set once it joins).
     fn check_addition(&mut self, place: usize, device: &mut Device) -> Result<Option<u32>> {
         let refuse = |why: String| Err(Error::Member { device: place, why });
-        super::check_tags(&self.superblock, place, device)?;
-        let bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
-        let blocks = match (device.is_zoned(), self.superblock.software_zone_blocks) {
-            (true, _) => 0,
-            (false, 0) => self.software_zones_for_replacement(bytes),
-            (false, blocks) => blocks,
-        };
-        device.load_zones(blocks)?;
-        let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
-        if device.max_transfer_bytes < max_extent {
-            return refuse(format!("transfers of {} bytes, extents are up to {max_extent}", device.max_transfer_bytes));
-        }
-        if device.is_zoned()
-            && device.append_max_bytes < max_extent
-            && self.options.write_mode != super::WriteMode::Ordered
-        {
-            return refuse(format!(
-                "Zone Append of up to {} bytes, extents are up to {max_extent} (open with ordered writes)",
-                device.append_max_bytes
-            ));
-        }
-        let smallest = super::data_capacities(device, &self.superblock).into_iter().min().unwrap_or(0);
-        if smallest < self.superblock.max_extent_blocks {
-            return refuse(format!(
-                "zones of {smallest} blocks, extents are up to {}",
-                self.superblock.max_extent_blocks
-            ));
-        }
+        let blocks = self.load_new_device(place, device)?;
         let streams = u32::from(self.superblock.streams);
         let needed = crate::journal::layout::LABEL_ZONES as usize
             + self.superblock.reserve_zones as usize

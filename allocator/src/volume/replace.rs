@@ -181,6 +181,44 @@ impl Volume {
         Ok(())
     }
 
+    /// Sets up the zones of `device`, new to place `place` (a replacement
+    /// or an addition), and checks what every member must have: the
+    /// volume's block tags, transfers, Zone Append and zones that take its
+    /// largest extent. Returns its software zone size (0 on a zoned
+    /// namespace).
+    pub(super) fn load_new_device(&self, place: usize, device: &mut Device) -> Result<u32> {
+        let refuse = |why: String| Err(Error::Member { device: place, why });
+        super::check_tags(&self.superblock, place, device)?;
+        let bytes = device.ns.capacity_blocks() * u64::from(device.ns.block_size());
+        let blocks = match (device.is_zoned(), self.superblock.software_zone_blocks) {
+            (true, _) => 0,
+            (false, 0) => self.software_zones_for_replacement(bytes),
+            (false, blocks) => blocks,
+        };
+        device.load_zones(blocks)?;
+        let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
+        if device.max_transfer_bytes < max_extent {
+            return refuse(format!("transfers of {} bytes, extents are up to {max_extent}", device.max_transfer_bytes));
+        }
+        if device.is_zoned()
+            && device.append_max_bytes < max_extent
+            && self.options.write_mode != super::WriteMode::Ordered
+        {
+            return refuse(format!(
+                "Zone Append of up to {} bytes, extents are up to {max_extent} (open with ordered writes)",
+                device.append_max_bytes
+            ));
+        }
+        let smallest = super::data_capacities(device, &self.superblock).into_iter().min().unwrap_or(0);
+        if smallest < self.superblock.max_extent_blocks {
+            return refuse(format!(
+                "zones of {smallest} blocks, extents are up to {}",
+                self.superblock.max_extent_blocks
+            ));
+        }
+        Ok(blocks)
+    }
+
     /// Checks that `device` can take place `place`, and sets up its zones.
     fn check_replacement(&mut self, place: usize, device: &mut Device) -> Result<()> {
         let too_small = |why: String| Err(Error::Member { device: place, why });
@@ -190,36 +228,7 @@ impl Volume {
         if new_bytes < old_bytes {
             return too_small(format!("{new_bytes} bytes, the place held {old_bytes}"));
         }
-        super::check_tags(&self.superblock, place, device)?;
-        let blocks = match (device.is_zoned(), self.superblock.software_zone_blocks) {
-            (true, _) => 0,
-            (false, 0) => self.software_zones_for_replacement(new_bytes),
-            (false, blocks) => blocks,
-        };
-        device.load_zones(blocks)?;
-        let max_extent = self.superblock.max_extent_blocks as usize * BLOCK_SIZE;
-        if device.max_transfer_bytes < max_extent {
-            return too_small(format!(
-                "transfers of {} bytes, extents are up to {max_extent}",
-                device.max_transfer_bytes
-            ));
-        }
-        if device.is_zoned()
-            && device.append_max_bytes < max_extent
-            && self.options.write_mode != super::WriteMode::Ordered
-        {
-            return too_small(format!(
-                "Zone Append of up to {} bytes, extents are up to {max_extent} (open with ordered writes)",
-                device.append_max_bytes
-            ));
-        }
-        let smallest = super::data_capacities(device, &self.superblock).into_iter().min().unwrap_or(0);
-        if (smallest as usize) < self.superblock.max_extent_blocks as usize {
-            return too_small(format!(
-                "zones of {smallest} blocks, extents are up to {}",
-                self.superblock.max_extent_blocks
-            ));
-        }
+        let blocks = self.load_new_device(place, device)?;
         let g = self.journal.g;
         let meta_zones = super::meta_zones_on(self.superblock.devices.len(), g, place) as usize;
         if device.zones.len() < meta_zones + 4 {
