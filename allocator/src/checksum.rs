@@ -151,6 +151,21 @@ pub fn crc_append(crc: u32, data: &[u8]) -> u32 {
     }
 }
 
+/// The crc32c of the bytes `crc` covered followed by `value`'s four
+/// little-endian bytes: one slicing-by-4 step, about a dozen instructions
+/// whichever implementation is in use, where a call for four bytes costs
+/// ten times that (the hardware path's set-up, or the table loop's tail).
+/// The same function as `crc_append(crc, &value.to_le_bytes())`.
+#[inline]
+pub fn crc_append_u32(crc: u32, value: u32) -> u32 {
+    let t = &TABLES;
+    let x = !crc ^ value;
+    !(t[3][(x & 0xff) as usize]
+        ^ t[2][((x >> 8) & 0xff) as usize]
+        ^ t[1][((x >> 16) & 0xff) as usize]
+        ^ t[0][(x >> 24) as usize])
+}
+
 /// The checksum of one 4 KiB block.
 pub fn block_crc(block: &[u8]) -> u32 {
     debug_assert_eq!(block.len(), BLOCK_SIZE);
@@ -187,6 +202,18 @@ mod tests {
             assert_eq!(f(&[0u8; 32]), 0x8A91_36AA);
             assert_eq!(f(&[0xFFu8; 32]), 0x62A8_AB43);
             assert_eq!(f(b"123456789"), 0xE306_9283);
+        }
+    }
+
+    #[test]
+    fn a_four_byte_step_is_the_crc_of_those_bytes_appended() {
+        let mut state = 0x1234_5678u32;
+        for round in 0..1000u32 {
+            let value = round.wrapping_mul(2_654_435_761) ^ state;
+            for f in [crc32c::crc32c_append as fn(u32, &[u8]) -> u32, table_crc_append] {
+                assert_eq!(crc_append_u32(state, value), f(state, &value.to_le_bytes()), "round {round}");
+            }
+            state = crc_append_u32(state, value);
         }
     }
 
