@@ -352,6 +352,13 @@ impl Device {
         }
     }
 
+    /// Whether a poll could find anything: no completion kept back and no
+    /// command in flight. A pool polls only its busy devices, so that a
+    /// write's cost does not grow with the devices it is not on.
+    pub(crate) fn idle(&self) -> bool {
+        self.held.is_empty() && self.stash.is_empty() && self.pair.in_flight() == 0
+    }
+
     /// Reaps completions into `out`: ones kept while a blocking command
     /// waited first, then the queue pair's.
     pub fn poll(&mut self, out: &mut Vec<IoCompletion>) {

@@ -90,6 +90,7 @@ pub mod device;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
+mod hash;
 pub mod journal;
 mod owners;
 pub mod table;

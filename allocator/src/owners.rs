@@ -22,36 +22,9 @@
 //! Open sets the homes from the blobs of the records it replays, in order,
 //! and the recent owners from the additions between them.
 
+use crate::hash::IdMap;
 use crate::table::PAGE_SLOTS;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// Hashes a slot number for the recent map: one multiplication (Fibonacci
-/// hashing), where the standard SipHash costs several times that on every
-/// write and every replayed addition. Slots are the volume's own numbers,
-/// not an adversary's keys.
-#[derive(Default)]
-struct SlotHasher(u64);
-
-impl Hasher for SlotHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, slot: u64) {
-        // The high bits vary most after the multiplication; hashbrown
-        // takes its control bits from the top and its index from the
-        // bottom, so fold them together.
-        let product = slot.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = product ^ (product >> 32);
-    }
-}
+use std::collections::VecDeque;
 
 /// Where a page's owners were last written: the blob at byte `byte` of
 /// metadata segment `segment`, in record `seq`.
@@ -75,7 +48,7 @@ pub const OWNER_LOST: u64 = u64::MAX;
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
     homes: Vec<Option<Home>>,
-    recent: HashMap<u64, u64, BuildHasherDefault<SlotHasher>>,
+    recent: IdMap<u64, u64>,
     /// Recent owners per page.
     per_page: Vec<u32>,
     /// Blobs as read from their homes, newest last.

@@ -112,6 +112,37 @@ pub struct ZoneTable {
     worn: Vec<u32>,
     /// Blocks of the empty zones (kept with `empty`).
     empty_blocks: u64,
+    /// See [`ZoneTable::stamp`].
+    stamp: Own,
+}
+
+/// A table's stamp, fresh in every copy of the table.
+#[derive(Debug)]
+struct Own(Stamp);
+
+impl Clone for Own {
+    fn clone(&self) -> Own {
+        Own(Stamp::fresh())
+    }
+}
+
+/// Which table, and how many changes to what [`ZoneTable::free_blocks`]
+/// counts it has seen: equal stamps, equal free blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    table: u64,
+    changes: u64,
+}
+
+impl Stamp {
+    /// A stamp no table has.
+    pub const NONE: Stamp = Stamp { table: 0, changes: 0 };
+
+    fn fresh() -> Stamp {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static TABLES: AtomicU64 = AtomicU64::new(1);
+        Stamp { table: TABLES.fetch_add(1, Ordering::Relaxed), changes: 0 }
+    }
 }
 
 impl ZoneTable {
@@ -140,7 +171,21 @@ impl ZoneTable {
             finish_threshold: 0,
             active: 0,
             worn: Vec::new(),
+            stamp: Own(Stamp::fresh()),
         }
+    }
+
+    /// Changes whenever [`ZoneTable::free_blocks`] may have (and differs
+    /// between tables, a copy included once either changes): placement
+    /// asks a device's free blocks again only when its stamp moved, so
+    /// that a write costs the same whatever the devices it is not on.
+    pub fn stamp(&self) -> Stamp {
+        self.stamp.0
+    }
+
+    /// What `free_blocks` counts changes.
+    fn changed(&mut self) {
+        self.stamp.0.changes += 1;
     }
 
     /// Retire a zone as soon as fewer than `blocks` remain in it.
@@ -266,6 +311,7 @@ impl ZoneTable {
     /// Places `blocks` for `slot`: in its open zone when they fit, else in
     /// a fresh empty zone (retiring the old one). Constant work.
     pub fn allocate(&mut self, slot: Slot, blocks: u32) -> Result<Placement, PlaceError> {
+        self.changed();
         assert!(blocks > 0, "empty allocation");
         let index = self.slot_index(slot);
         let mut retired = [None, None];
@@ -315,6 +361,7 @@ impl ZoneTable {
 
     /// Stops allocating from `zone` (a slot's open zone).
     fn retire(&mut self, zone: u32) -> Retired {
+        self.changed();
         let entry = &mut self.zones[zone as usize];
         let ZoneUse::Open(slot) = entry.usage else { panic!("retiring zone {zone} in state {:?}", entry.usage) };
         entry.usage = ZoneUse::Full;
@@ -407,6 +454,7 @@ impl ZoneTable {
     /// Takes `zone` out of use for good: the device made it Read Only or
     /// Offline. Its live count stays, for reclaim to move off.
     pub fn wear_out(&mut self, zone: u32) {
+        self.changed();
         let entry = &mut self.zones[zone as usize];
         assert_ne!(entry.usage, ZoneUse::NotOwned, "wearing out zone {zone} of another lane");
         match entry.usage {
@@ -434,6 +482,7 @@ impl ZoneTable {
 
     /// Takes empty zone `zone` off the empty list.
     fn forget_empty(&mut self, zone: u32) {
+        self.changed();
         let before = self.empty.len();
         self.empty.retain(|&z| z != zone);
         if self.empty.len() < before {
@@ -449,6 +498,7 @@ impl ZoneTable {
     /// Gives an empty zone away for good (to metadata whose zone wore
     /// out): it is no longer this lane's.
     pub fn take_out(&mut self, zone: u32) {
+        self.changed();
         let entry = &mut self.zones[zone as usize];
         assert_eq!(entry.usage, ZoneUse::Empty, "taking out zone {zone}");
         entry.usage = ZoneUse::NotOwned;
@@ -466,6 +516,7 @@ impl ZoneTable {
     /// Makes a full zone with nothing live empty again (after the device
     /// reset it).
     pub fn reset(&mut self, zone: u32) {
+        self.changed();
         let entry = &mut self.zones[zone as usize];
         assert_eq!(entry.usage, ZoneUse::Full, "resetting zone {zone}");
         assert_eq!((entry.valid, entry.inflight), (0, 0), "resetting zone {zone} with live data");
@@ -485,6 +536,7 @@ impl ZoneTable {
     /// (reopened volumes do not append to old zones); the caller finishes
     /// it on the device when it is not full there.
     pub fn restore(&mut self, zone: u32, allocated: u32, valid: u32) {
+        self.changed();
         let entry = &mut self.zones[zone as usize];
         assert_eq!(entry.usage, ZoneUse::Empty, "restoring zone {zone} twice");
         assert!(valid <= allocated && allocated <= entry.capacity);
@@ -505,6 +557,43 @@ mod tests {
 
     fn table(zones: usize, capacity: u32, reserve: usize) -> ZoneTable {
         ZoneTable::new(&vec![capacity; zones], |_| true, 2, reserve)
+    }
+
+    #[test]
+    fn free_blocks_change_only_with_the_stamp_and_a_copy_has_its_own() {
+        let mut t = table(8, 16, 1);
+        let mut state = 0x5eedu64;
+        let mut next = |n: u64| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n
+        };
+        for step in 0..2000 {
+            let (stamp, free) = (t.stamp(), t.free_blocks());
+            let zone = next(8) as u32;
+            match next(9) {
+                0..=3 => {
+                    let slot = if next(2) == 0 { Slot::Stream(next(2) as u8) } else { Slot::Reclaim };
+                    if let Ok(placed) = t.allocate(slot, 1 + next(6) as u32) {
+                        t.write_submitted(placed.zone);
+                        t.write_completed(placed.zone);
+                        t.add_valid(placed.zone, 1);
+                    }
+                }
+                4 => drop(t.retire_slot(Slot::Stream(next(2) as u8))),
+                5 if t.zone(zone).usage == ZoneUse::Full && t.zone(zone).inflight == 0 && t.zone(zone).valid == 0 => {
+                    t.deactivate(zone);
+                    t.reset(zone);
+                }
+                6 if t.zone(zone).valid > 0 => t.remove_valid(zone, 1),
+                7 if t.zone(zone).usage != ZoneUse::NotOwned => t.wear_out(zone),
+                _ => {}
+            }
+            if t.stamp() == stamp {
+                assert_eq!(t.free_blocks(), free, "step {step}: free blocks moved under the same stamp");
+            }
+        }
+        let copy = t.clone();
+        assert_ne!(copy.stamp(), t.stamp(), "a copy changes on its own");
     }
 
     #[test]

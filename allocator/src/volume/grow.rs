@@ -5,12 +5,12 @@ use super::member::Member;
 use super::{Lane, Volume};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::hash::IdMap;
 use crate::journal::recovery::{probe, Probe};
 use crate::journal::{MemberRecord, Op};
 use crate::{ExtentId, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use nvme_driver::spec::identify::Oncs;
-use std::collections::HashMap;
 
 impl Volume {
     /// Puts `device`, a blank namespace (anything, with `force`), into the
@@ -105,7 +105,7 @@ impl Volume {
             table: crate::zones::ZoneTable::new(&[], |_| false, 1, 0),
             written: Vec::new(),
             sealed: Vec::new(),
-            appended: HashMap::new(),
+            appended: IdMap::default(),
             spare_maps: Vec::new(),
         });
         let table = self.fresh_table(lane);
@@ -470,6 +470,7 @@ impl Volume {
         self.next_reclaim_lane = 0;
         self.table.set_lanes(self.lanes.len());
         self.chooser = crate::chooser::Chooser::new();
+        self.chooser_seen = [crate::zones::Stamp::NONE; crate::chooser::MAX_DEVICES];
         self.chooser
             .set_queue_target(super::QUEUE_TARGET_EXTENTS * u64::from(self.superblock.max_extent_blocks.max(1)));
         self.restore_chooser();

@@ -41,18 +41,19 @@ pub use types::*;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::hash::IdMap;
 use crate::journal::layout::{meta_copies, meta_zones_on, placed_copies};
 use crate::journal::log::Journal;
 use crate::journal::{ExtentRecord, Label, MemberRecord, Op, Superblock};
 use crate::owners::{Owners, OWNER_LOST};
 use crate::table::{split, Entry, LaneOrder, LocationBits, Misplaced, Table, PAGE_SLOTS};
 use crate::tags::TagLayout;
-use crate::zones::{ZoneTable, ZoneUse};
+use crate::zones::{Stamp, ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::dma::DmaPool;
 use nvme_driver::spec::identify::Oncs;
 use nvme_driver::IoCompletion;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 #[derive(Debug)]
 struct Lane {
@@ -67,7 +68,7 @@ struct Lane {
     /// placed an append in, so that an append placed over another is
     /// caught (the device chose the LBA). Dropped once the zone takes no
     /// more, so its size is bounded by the zones open.
-    appended: HashMap<u32, Vec<u64>>,
+    appended: IdMap<u32, Vec<u64>>,
     /// Maps of zones done with appends, for the next zones' (see
     /// `claim_appended`): a zone's first append allocates nothing.
     spare_maps: Vec<Vec<u64>>,
@@ -263,7 +264,7 @@ pub struct Volume {
     /// block tags, or an extent whose tags its controller cannot carry);
     /// an extent of a volume with tags is tagged exactly when it has no
     /// entry here.
-    mapped: HashMap<ExtentId, Box<[u32]>>,
+    mapped: IdMap<ExtentId, Box<[u32]>>,
     /// Blocks of the live extents, one copy each (kept with `table`).
     live_blocks: u64,
     ops: Vec<Op>,
@@ -300,6 +301,9 @@ pub struct Volume {
     /// Which lanes a new extent's copies go to, when a pool has more
     /// lanes than copies (see `placement::choose_lanes`).
     chooser: Chooser,
+    /// Per place, the stamp of the lane's zone table when the chooser was
+    /// last told its free blocks ([`Stamp::NONE`]: ask again).
+    chooser_seen: [Stamp; MAX_DEVICES],
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
@@ -387,7 +391,7 @@ impl Volume {
             }
             let written = vec![0; capacities.len()];
             let sealed = vec![0; capacities.len()];
-            lanes.push(Lane { device, table, written, sealed, appended: HashMap::new(), spare_maps: Vec::new() });
+            lanes.push(Lane { device, table, written, sealed, appended: IdMap::default(), spare_maps: Vec::new() });
         }
         // Zone budget per device. Active: every stream's zone and
         // reclaim's in each of its lanes, plus one per metadata copy on the
@@ -476,7 +480,7 @@ impl Volume {
             options,
             table: Table::with_lanes(bits, lane_count),
             owners: Owners::default(),
-            mapped: HashMap::new(),
+            mapped: IdMap::default(),
             live_blocks: 0,
             ops: Vec::new(),
             writes: Vec::with_capacity(writes_max),
@@ -496,6 +500,7 @@ impl Volume {
             tag_scratch: Vec::new(),
             crc_pool: Vec::new(),
             chooser,
+            chooser_seen: [Stamp::NONE; MAX_DEVICES],
             loading: false,
             read_only: None,
         })

@@ -4,10 +4,10 @@
 
 use super::member::Failed;
 use super::Volume;
-use crate::chooser::{DeviceMask, Short};
+use crate::chooser::{Chooser, DeviceMask, Short, MAX_DEVICES};
 use crate::error::{Error, Full, Result};
 use crate::table::COPIES_MAX;
-use crate::zones::{PlaceError, Retired, Slot, ZoneUse};
+use crate::zones::{PlaceError, Retired, Slot, Stamp, ZoneTable, ZoneUse};
 use nvme_driver::cmd::zns::ZoneSendAction;
 use std::time::Instant;
 
@@ -45,17 +45,26 @@ impl Volume {
             } else if full(&lane.table) {
                 full_place.get_or_insert(lane.device);
             } else {
-                self.chooser.set_free(index, lane.table.free_blocks());
+                refresh_free(&mut self.chooser, &mut self.chooser_seen, index, &lane.table);
                 continue;
             }
             exclude |= 1 << index;
         }
         let mut chosen = [0u8; COPIES_MAX];
-        let taken = match self.chooser.choose(blocks, exclude, &mut chosen[..copies]) {
+        let result = self.chooser.choose(blocks, exclude, &mut chosen[..copies]);
+        // The chooser charged the lanes it chose: ask their free blocks
+        // again next time, whether or not this write takes them.
+        for &lane in &chosen[..copies] {
+            self.chooser_seen[usize::from(lane)] = Stamp::NONE;
+        }
+        let taken = match result {
             Ok(()) => copies,
             Err(Short { available, .. }) if available != 0 => {
                 let present = available.count_ones() as usize;
                 self.chooser.choose(blocks, exclude, &mut chosen[..present]).expect("as many as available");
+                for &lane in &chosen[..present] {
+                    self.chooser_seen[usize::from(lane)] = Stamp::NONE;
+                }
                 present
             }
             Err(_) => match full_place {
@@ -97,12 +106,15 @@ impl Volume {
                 full_place.get_or_insert(lane.device);
                 exclude |= 1 << index;
             } else {
-                self.chooser.set_free(index, lane.table.free_blocks());
+                refresh_free(&mut self.chooser, &mut self.chooser_seen, index, &lane.table);
             }
         }
         let mut chosen = [0u8; 1];
         match self.chooser.choose(blocks, exclude, &mut chosen) {
-            Ok(()) => Ok(usize::from(chosen[0])),
+            Ok(()) => {
+                self.chooser_seen[usize::from(chosen[0])] = Stamp::NONE;
+                Ok(usize::from(chosen[0]))
+            }
             Err(_) => Err(match full_place {
                 Some(place) => Error::NoSpace(Full::Data { place }),
                 None => Error::NoDevices,
@@ -268,5 +280,16 @@ impl Volume {
             .iter()
             .flatten()
             .any(|pending| pending.copy_in(lane).is_some_and(|copy| pending.zones[copy] == zone))
+    }
+}
+
+/// Tells the chooser lane `index`'s free blocks, unless its table has not
+/// changed since it last did (`seen`): a write asks only the lanes that
+/// changed, not every lane of the pool.
+fn refresh_free(chooser: &mut Chooser, seen: &mut [Stamp; MAX_DEVICES], index: usize, table: &ZoneTable) {
+    let stamp = table.stamp();
+    if seen[index] != stamp {
+        chooser.set_free(index, table.free_blocks());
+        seen[index] = stamp;
     }
 }

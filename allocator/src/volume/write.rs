@@ -325,7 +325,7 @@ impl Volume {
     pub(super) fn poll_devices(&mut self) {
         let mut completions = std::mem::take(&mut self.scratch);
         for index in 0..self.devices.len() {
-            let Some(device) = self.devices[index].as_mut() else { continue };
+            let Some(device) = self.devices[index].as_mut().filter(|d| !d.idle()) else { continue };
             completions.extend(device.held.drain(..));
             device.poll(&mut completions);
             // An engine's reads (scrub, resilver) are its own: they go back
