@@ -74,6 +74,19 @@ struct Lane {
     spare_maps: Vec<Vec<u64>>,
 }
 
+/// The words of a bitmap that bits `start..end` touch, each with the mask
+/// of those bits in it: a 256 KiB extent's blocks are one or two words, not
+/// 64 bits one at a time.
+fn word_masks(start: u32, end: u32) -> impl Iterator<Item = (usize, u64)> {
+    (start / 64..end.div_ceil(64)).map(move |word| {
+        let base = word * 64;
+        let (low, high) = (start.max(base) - base, end.min(base + 64) - base);
+        let width = high.saturating_sub(low);
+        let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << low };
+        (word as usize, mask)
+    })
+}
+
 impl Lane {
     /// Marks `blocks` blocks at `offset` of `zone` as placed by a Zone
     /// Append the device completed; false when some were placed already.
@@ -87,14 +100,14 @@ impl Lane {
             let mut map = spare.pop().unwrap_or_default();
             map.clear();
             map.resize(capacity.div_ceil(64) as usize, 0);
-            (0..before.min(capacity)).for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
+            word_masks(0, before.min(capacity)).for_each(|(word, mask)| map[word] |= mask);
             map
         });
-        let range = offset..offset + blocks;
-        if range.clone().any(|block| map.get(block as usize / 64).is_none_or(|w| w & (1 << (block % 64)) != 0)) {
+        let end = offset.saturating_add(blocks);
+        if word_masks(offset, end).any(|(word, mask)| map.get(word).is_none_or(|w| w & mask != 0)) {
             return false;
         }
-        range.for_each(|block| map[block as usize / 64] |= 1 << (block % 64));
+        word_masks(offset, end).for_each(|(word, mask)| map[word] |= mask);
         let entry = self.table.zone(zone);
         if entry.inflight == 0 && !matches!(entry.usage, ZoneUse::Open(_)) {
             self.forget_appends(zone);
@@ -921,5 +934,26 @@ pub(super) fn describe_misplaced(found: Misplaced, lane: usize) -> String {
     match found {
         Misplaced::Overlap(a, b, at) => format!("extents {a} and {b} overlap at {at:?} in lane {lane}"),
         Misplaced::PastAllocation(id) => format!("extent {id} lies beyond its zone's allocation in lane {lane}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::word_masks;
+
+    #[test]
+    fn word_masks_cover_exactly_the_bits_of_the_range() {
+        for start in 0..200u32 {
+            for end in start..start + 140 {
+                let mut words = [0u64; 6];
+                word_masks(start, end).for_each(|(word, mask)| {
+                    assert_eq!(words[word] & mask, 0, "{start}..{end}: word {word} twice");
+                    words[word] |= mask;
+                });
+                let mut bits = [0u64; 6];
+                (start..end).for_each(|bit| bits[bit as usize / 64] |= 1 << (bit % 64));
+                assert_eq!(words, bits, "{start}..{end}");
+            }
+        }
     }
 }
