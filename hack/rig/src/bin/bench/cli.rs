@@ -17,6 +17,7 @@ pub(super) fn parse_options(args: Vec<String>) -> Result<Option<Options>, String
         parts: Parts::Both,
         zoned: zoned::Options::defaults(false),
         resilver: resilver::Options::defaults(false),
+        pool: pool::Options::defaults(false),
         scale: scale::Options::default(),
     };
     // Zoned settings given explicitly; --quick changes only the others.
@@ -30,6 +31,7 @@ pub(super) fn parse_options(args: Vec<String>) -> Result<Option<Options>, String
     let mut no_ablations = false;
     let mut resilver_size = None;
     let mut resilver_fill = None;
+    let (mut pool_size, mut pool_hold, mut pool_scale) = (None, None, None);
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"));
@@ -52,8 +54,9 @@ pub(super) fn parse_options(args: Vec<String>) -> Result<Option<Options>, String
                     "driver" => Parts::Driver,
                     "zoned" => Parts::Zoned,
                     "resilver" => Parts::Resilver,
+                    "pool" => Parts::Pool,
                     "scale" => Parts::Scale,
-                    other => return Err(format!("--only {other:?}: driver, zoned, resilver or scale")),
+                    other => return Err(format!("--only {other:?}: driver, zoned, resilver, pool or scale")),
                 }
             }
             "--zoned-size" => zoned_size = Some(size(value("--zoned-size")?, "--zoned-size")?),
@@ -78,6 +81,9 @@ pub(super) fn parse_options(args: Vec<String>) -> Result<Option<Options>, String
             "--no-ablations" => no_ablations = true,
             "--resilver-size" => resilver_size = Some(size(value("--resilver-size")?, "--resilver-size")?),
             "--resilver-fill" => resilver_fill = Some(percent(value("--resilver-fill")?, "--resilver-fill")?),
+            "--pool-size" => pool_size = Some(size(value("--pool-size")?, "--pool-size")?),
+            "--pool-hold" => pool_hold = Some(size(value("--pool-hold")?, "--pool-hold")?),
+            "--pool-scale" => pool_scale = Some(size(value("--pool-scale")?, "--pool-scale")?),
             "--scale-capacities" => options.scale.capacities = Some(value("--scale-capacities")?),
             "--scale-extents" => options.scale.extents = Some(value("--scale-extents")?),
             "--scale-metadata" => options.scale.metadata = Some(value("--scale-metadata")?),
@@ -113,6 +119,14 @@ pub(super) fn parse_options(args: Vec<String>) -> Result<Option<Options>, String
         rounds: options.rounds,
     };
     options.resilver.validate()?;
+    let defaults = pool::Options::defaults(quick);
+    options.pool = pool::Options {
+        size: pool_size.unwrap_or(defaults.size),
+        hold: pool_hold.unwrap_or(defaults.hold),
+        scale: pool_scale.unwrap_or(defaults.scale),
+        rounds: options.rounds,
+    };
+    options.pool.validate()?;
     Ok(Some(options))
 }
 

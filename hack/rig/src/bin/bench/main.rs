@@ -27,6 +27,7 @@ mod images;
 mod monitor;
 mod parse;
 mod plan;
+mod pool;
 mod report;
 mod resilver;
 mod scale;
@@ -50,17 +51,19 @@ use vm_rig::{format_size, host_command, parse_size, Controller, Vm};
 
 const USAGE: &str = "\
 usage: hack/bench [--json FILE] [--svg FILE] [--quick]
-                  [--only driver|zoned|resilver|scale]
+                  [--only driver|zoned|resilver|pool|scale]
                   [--rounds N] [--time SECONDS] [--size SIZE] [--no-precondition]
                   [--zoned-size SIZE] [--zone SIZE] [--zoned-metadata BYTES] [--zoned-checksums KIND]
                   [--fill PERCENT] [--btrfs-fill PERCENT] [--iodepth N] [--no-ablations]
                   [--resilver-size SIZE] [--resilver-fill PERCENT]
+                  [--pool-size SIZE] [--pool-hold SIZE] [--pool-scale SIZE]
                   [--scale-capacities LIST] [--scale-extents LIST]
                   [--scale-metadata BYTES] [--scale-checksums KIND] [--timeout SECONDS]
 
 Boots ONE VM (QEMU TCG, q35, 2 vCPUs, 3 GiB) with five controllers, in
 identical pairs, and runs our tools and the kernel's side by side in it
-(with --only resilver: three controllers, and our tools alone).
+(with --only resilver: three controllers, with --only pool: five, and our
+tools alone).
 
 The driver (two conventional controllers of --size; ours: perf on
 vfio-pci; kernel: fio on /dev/ctrl1n1, nvme.poll_queues=1). Both
@@ -119,6 +122,25 @@ spare). seqwrite fills the mirror (--resilver-fill), then in every round:
   against bytes to rebuild: every replace must rebuild everything the
   volume holds, reading each extent once, or the benchmark fails.
 
+The pool (only with --only pool, in a VM of its own with five
+conventional controllers of --pool-size: four make the pool, the fifth is
+the spare). In every round:
+
+  perf-N             perf 256 KiB writes QD8 to each of the first N devices
+                     at once (N = 1, 2, 4), --pool-scale bytes each
+  seqwrite-N         a single pool over the same N devices, as many bytes
+                     (256 KiB, QD8 per device, --zero-copy --same-data)
+  fill               a 2-copy mirror over the four, --pool-hold per device
+  fail               volume fail: place 3 is given up
+  perf-spare         perf 256 KiB writes QD64 to the spare, --pool-hold
+  replace            volume replace: the spare takes place 3 (no verify)
+  fail-again         the spare is given up
+  rebuild            volume rebuild: its copies onto the three left
+  Rows: seqwrite against perf at 1, 2 and 4 devices; the distributed
+  rebuild against replace; replace against perf on the spare; the time to
+  full redundancy by each. Each rebuild must copy everything the lost
+  place held, or the benchmark fails.
+
 The report (stdout): each driver job's medians (min-max) per side, each
 zoned step, then the side-by-side table of job, ours, kernel, ratio and
 target. Progress goes to stderr. A driver run during which other host
@@ -159,6 +181,11 @@ Options:
   --no-ablations      leave out the ablations
   --resilver-size SIZE  each resilver namespace (default 2G)
   --resilver-fill PERCENT  share of it the mirror holds (65)
+  --pool-size SIZE    each pool namespace (default 2G; --quick 1G)
+  --pool-hold SIZE    copies each of the four holds before one is lost
+                      (default 1G; --quick 256M)
+  --pool-scale SIZE   bytes per device of each write-scaling step (default
+                      512M; --quick 128M)
   --scale-capacities LIST  scale: volume sizes (64G,256G,1T,2T); a point whose
                       memory, projected from the one before, would not fit
                       is skipped and says so
@@ -311,6 +338,8 @@ enum Parts {
     Driver,
     Zoned,
     Resilver,
+    /// Write scaling and rebuilds over a pool of four, in a VM of its own.
+    Pool,
     /// The allocator's metadata at scale, on the host's simulator.
     Scale,
 }
@@ -327,6 +356,10 @@ impl Parts {
     fn resilver(self) -> bool {
         self == Parts::Resilver
     }
+
+    fn pool(self) -> bool {
+        self == Parts::Pool
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -342,6 +375,7 @@ struct Options {
     parts: Parts,
     zoned: zoned::Options,
     resilver: resilver::Options,
+    pool: pool::Options,
     scale: scale::Options,
 }
 
@@ -502,12 +536,20 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     let driver_s: u64 = runs.iter().map(|run| run.time_s + RUN_OVERHEAD_S).sum();
     let zoned_s = if options.parts.zoned() { options.zoned.estimate_s() } else { 0 };
     let resilver_s = if options.parts.resilver() { options.resilver.estimate_s() } else { 0 };
-    let estimate_s = BOOT_ALLOWANCE_S + driver_s + zoned_s + resilver_s;
+    let pool_s = if options.parts.pool() { options.pool.estimate_s() } else { 0 };
+    let estimate_s = BOOT_ALLOWANCE_S + driver_s + zoned_s + resilver_s + pool_s;
     let timeout_s = options.timeout_s.unwrap_or(2 * estimate_s);
     let size = format_size(options.size_bytes);
     let zoned_size = format_size(options.zoned.size);
     let resilver_size = format_size(options.resilver.size);
-    if options.parts.resilver() {
+    if options.parts.pool() {
+        eprintln!(
+            "bench: one VM (TCG, {VCPUS} vCPUs, {} memory): conventional controllers 0 to 3 (the pool) and 4 (the \
+             spare), {} each",
+            format_size(MEM_BYTES),
+            format_size(options.pool.size)
+        );
+    } else if options.parts.resilver() {
         eprintln!(
             "bench: one VM (TCG, {VCPUS} vCPUs, {} memory): ZNS controllers 0 (survivor) and 1 (member) of \
              {resilver_size} with {} zones, conventional controller 2 (spare) of {resilver_size}",
@@ -540,6 +582,9 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         let rounds = options.resilver.rounds;
         eprintln!("bench: resilver: fill, then {rounds} round(s) of: {}", resilver::ROUND_STEPS.join(", "));
     }
+    if options.parts.pool() {
+        eprintln!("bench: pool: {} round(s) of: {}", options.pool.rounds, pool::ROUND_STEPS.join(", "));
+    }
     eprintln!(
         "bench: at most {} min {} s expected; the VM is killed after {} min {} s",
         estimate_s / 60,
@@ -556,6 +601,8 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
     remove_stale_images(Path::new(SHM));
     let needed = if options.parts.resilver() {
         3 * options.resilver.size + (1 << 30)
+    } else if options.parts.pool() {
+        5 * options.pool.size + (1 << 30)
     } else {
         2 * options.size_bytes + 3 * options.zoned.size + (1 << 30)
     };
@@ -579,7 +626,11 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         vm = vm.images(&shm);
     }
     vm = vm.smp(VCPUS).mem(MEM_BYTES);
-    if options.parts.resilver() {
+    if options.parts.pool() {
+        for _ in pool::PCIS {
+            vm = vm.controller(Controller::nvme(options.pool.size));
+        }
+    } else if options.parts.resilver() {
         let r = &options.resilver;
         vm = vm
             .controller(Controller::zns(r.size, r.zone_bytes()))
@@ -599,15 +650,28 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
             .host_program(zoned::MKFS)
             .host_program(zoned::BTRFS);
     }
-    let part = if options.parts.resilver() { "resilver" } else { "zoned" };
+    let part = if options.parts.pool() {
+        "pool"
+    } else if options.parts.resilver() {
+        "resilver"
+    } else {
+        "zoned"
+    };
     let resilver_part = options.parts.resilver();
+    let pool_part = options.parts.pool();
     let vm = vm.timeout(Duration::from_secs(timeout_s)).on_line(move |line| {
         if let Some(step) = line.strip_prefix("== ") {
             eprintln!("{} {part}: {step}", clock(started));
         } else if let Some(times) = line.strip_prefix("BTRFS-SCRUB-TIME ") {
             eprintln!("{} zoned: btrfs-scrub      done (uptime from-to: {times})", clock(started));
         } else if let Some((key, value)) = zoned::bench_line(line) {
-            let describe = if resilver_part { resilver::describe } else { zoned::describe };
+            let describe = if pool_part {
+                pool::describe
+            } else if resilver_part {
+                resilver::describe
+            } else {
+                zoned::describe
+            };
             let text = value.map_or_else(|e| e, |v| describe(key, &v));
             eprintln!("{} {part}: {key:<16} {text}", clock(started));
         } else {
@@ -615,12 +679,15 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
         }
     });
     eprintln!("{} building the guest tools and booting", clock(started));
-    let mut script = if options.parts.resilver() { String::new() } else { guest_script(&runs) };
+    let mut script = if options.parts.resilver() || options.parts.pool() { String::new() } else { guest_script(&runs) };
     if options.parts.zoned() {
         script += &zoned::guest_script(&options.zoned);
     }
     if options.parts.resilver() {
         script += &resilver::guest_script(&options.resilver);
+    }
+    if options.parts.pool() {
+        script += &pool::guest_script(&options.pool);
     }
     let outcome = vm.run(&["sh", "-c", &script]);
     if use_shm {
@@ -710,6 +777,37 @@ fn bench(options: &Options) -> Result<(), (u8, String)> {
             }),
         );
         rows.extend(results.rows(r));
+    }
+    if options.parts.pool() {
+        let p = &options.pool;
+        let results = pool::collect(&outcome.output).map_err(|e| (1, e))?;
+        let missing: Vec<String> = pool::steps(p).into_iter().filter(|key| !results.has(key)).collect();
+        if !missing.is_empty() {
+            return Err((1, format!("the guest ended without results for {}", missing.join(", "))));
+        }
+        let steps = results.render_steps(p);
+        if let Err(e) = results.check(p) {
+            eprint!("{steps}");
+            return Err((1, format!("a rebuild misbehaved: {e}")));
+        }
+        report += &steps;
+        report_json.insert(
+            "pool".into(),
+            json!({
+                "settings": {
+                    "size_bytes": p.size,
+                    "hold_bytes": p.hold,
+                    "scale_bytes": p.scale,
+                    "data_bytes": p.data_bytes(),
+                    "rounds": p.rounds,
+                    "rebuild_queue_depth": pool::REBUILD_DEPTH,
+                    "script": pool::guest_script(p),
+                },
+                "details": results.details(p),
+                "steps": results.raw,
+            }),
+        );
+        rows.extend(results.rows(p));
     }
     let runtime_s = started.elapsed().as_secs_f64();
     let environment = json!({
