@@ -205,7 +205,7 @@ finish() {
             let _ = writeln!(
                 script,
                 "step {} {limit} seqwrite {} --profile single --format --yes --bs {bs_k}k --size {} --iodepth {} \
-                 --zero-copy --same-data --checksum-threads 2 --json --no-progress",
+                 --zero-copy --same-data --json --no-progress",
                 k(&format!("seqwrite-{n}")),
                 pcis(&PCIS[..n]),
                 options.scale * n as u64,
