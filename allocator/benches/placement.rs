@@ -98,5 +98,43 @@ fn chooser(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, placement, chooser);
+/// The chooser as a volume drives it: after each choice the chosen
+/// devices' free blocks are set to what they now hold, and the pool fills
+/// from 4 GiB per device (of 4 KiB blocks) to nearly full, then starts
+/// again. So the choice's passes over the places (each time a device leaves
+/// the slack of the roomiest) are in the figure, as the volume pays them.
+fn chooser_filling(c: &mut Criterion) {
+    use zoned_allocator::chooser::Chooser;
+    const FULL: u64 = 1 << 20;
+    let mut group = c.benchmark_group("chooser_filling");
+    group.measurement_time(Duration::from_secs(3));
+    for (devices, copies) in [(1, 1), (4, 1), (16, 1), (4, 2), (16, 3)] {
+        let mut chooser = Chooser::new();
+        let mut free = vec![FULL; devices];
+        for (place, &f) in free.iter().enumerate() {
+            chooser.add(place, f);
+        }
+        let mut out = vec![0u8; copies];
+        let id = BenchmarkId::new(format!("{copies}_copies"), format!("{devices}_devices"));
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                chooser.choose(BLOCKS, 0, &mut out).unwrap();
+                for &place in &out {
+                    let place = usize::from(place);
+                    free[place] -= u64::from(BLOCKS);
+                    if free[place] < u64::from(BLOCKS) * 16 {
+                        free.iter_mut().for_each(|f| *f = FULL);
+                        (0..devices).for_each(|p| chooser.set_free(p, FULL));
+                    } else {
+                        chooser.set_free(place, free[place]);
+                    }
+                }
+                black_box(&out);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, placement, chooser, chooser_filling);
 criterion_main!(benches);

@@ -23,9 +23,16 @@
 //!   or slower) takes them at the rate it completes them, and an empty
 //!   device that joins takes its queue's worth, not every write, while
 //!   the others go on taking theirs.
-//! - A pool has at most [`MAX_DEVICES`]; the choice is one pass over them
-//!   per copy under a mask of the devices excluded (away, full, already
-//!   holding a copy): no sort, no allocation.
+//! - A pool has at most [`MAX_DEVICES`]. The choice works on masks of
+//!   them: the devices excluded (away, full, already holding a copy), those
+//!   below their queue target, and those found within the slack of the
+//!   most room the last time it was computed (`best`). Frees only fall
+//!   between computations (a choice charges the device it takes; a rise
+//!   empties `best`), and a device within the slack of an older, larger
+//!   most is within it of today's, so a copy is drawn from `best` in
+//!   constant work whatever the pool's size; the pass over the places
+//!   runs only once `best` has none left to offer (for equal devices,
+//!   once each has taken 1/64 of its room). No sort, no allocation.
 //!
 //! The chooser keeps no zones: the volume tells it each device's free
 //! blocks ([`Chooser::set_free`]) and masks a device whose zones cannot
@@ -39,8 +46,6 @@ pub type DeviceMask = u16;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Member {
-    /// Placed in the pool and taking writes.
-    writable: bool,
     /// Blocks it can still take.
     free_blocks: u64,
     /// Blocks of writes submitted and not completed.
@@ -90,11 +95,27 @@ pub struct Chooser {
     queue_target_blocks: u64,
     /// Choices made: what the draws among near-equal devices hash.
     sequence: u64,
+    /// The writable places (kept with `members`).
+    writable: DeviceMask,
+    /// The places below the queue target (kept with `members`).
+    idle: DeviceMask,
+    /// Writable places at or above `floor`: within the slack of the most
+    /// room when it was last computed. Empty: compute again.
+    best: DeviceMask,
+    floor: u64,
 }
 
 impl Default for Chooser {
     fn default() -> Self {
-        Chooser { members: [Member::default(); MAX_DEVICES], queue_target_blocks: u64::MAX, sequence: 0 }
+        Chooser {
+            members: [Member::default(); MAX_DEVICES],
+            queue_target_blocks: u64::MAX,
+            sequence: 0,
+            writable: 0,
+            idle: DeviceMask::MAX,
+            best: 0,
+            floor: 0,
+        }
     }
 }
 
@@ -102,12 +123,47 @@ impl Default for Chooser {
 /// device is drawn among them.
 const SLACK_SHIFT: u32 = 6;
 
-/// A device's draw for choice `sequence` (SplitMix64's finaliser).
-fn draw(sequence: u64, place: usize) -> u64 {
-    let mut z = sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (place as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+/// The draw for copy `copy` of choice `sequence` (SplitMix64's finaliser).
+fn draw(sequence: u64, copy: usize) -> u64 {
+    let mut z = sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (copy as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// `SELECT[byte][n]`: the position of the `n`th set bit of `byte`.
+const SELECT: [[u8; 8]; 256] = {
+    let mut table = [[0u8; 8]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let (mut bit, mut n) = (0, 0);
+        while bit < 8 {
+            if byte & (1 << bit) != 0 {
+                table[byte][n] = bit as u8;
+                n += 1;
+            }
+            bit += 1;
+        }
+        byte += 1;
+    }
+    table
+};
+
+/// The place of the `n`th set bit of `mask` (`n` below its count).
+/// Written to select, not branch: which byte holds the bit is a coin toss
+/// in a pool of equal devices, which a branch would mispredict half the
+/// time.
+fn nth_place(mask: DeviceMask, n: u32) -> usize {
+    let below = (mask & 0xff).count_ones();
+    let high = n >= below;
+    let byte = if high { mask >> 8 } else { mask & 0xff };
+    let index = if high { n - below } else { n };
+    usize::from(SELECT[usize::from(byte)][(index & 7) as usize]) + if high { 8 } else { 0 }
+}
+
+/// `draw` scaled to `0..count` (multiply-high: no division).
+fn scaled(draw: u64, count: u32) -> u32 {
+    ((u128::from(draw) * u128::from(count)) >> 64) as u32
 }
 
 impl Chooser {
@@ -119,60 +175,97 @@ impl Chooser {
     /// Device `place` takes writes (it joined, or came back), with
     /// `free_blocks` free. Panics if `place` is out of range.
     pub fn add(&mut self, place: usize, free_blocks: u64) {
-        self.members[place] = Member { writable: true, free_blocks, inflight_blocks: 0 };
+        self.members[place] = Member { free_blocks, inflight_blocks: 0 };
+        self.writable |= 1 << place;
+        self.idle |= 1 << place;
+        self.best = 0;
     }
 
     /// Device `place` takes no more writes (away, failed, being removed).
     pub fn remove(&mut self, place: usize) {
-        self.members[place].writable = false;
+        self.writable &= !(1 << place);
+        self.best &= !(1 << place);
     }
 
     /// Device `place` can now take `free_blocks` (after an allocation, a
     /// reset, a reclaim).
     pub fn set_free(&mut self, place: usize, free_blocks: u64) {
-        self.members[place].free_blocks = free_blocks;
+        let member = &mut self.members[place];
+        if free_blocks > member.free_blocks {
+            // The most room may have risen: `best` no longer knows.
+            self.best = 0;
+        } else if free_blocks < self.floor {
+            self.best &= !(1 << place);
+        }
+        member.free_blocks = free_blocks;
     }
 
     /// A device with `blocks` or more in flight is passed over while enough
     /// others are below it (no limit until set).
     pub fn set_queue_target(&mut self, blocks: u64) {
         self.queue_target_blocks = blocks.max(1);
+        for place in 0..MAX_DEVICES {
+            self.update_idle(place);
+        }
     }
 
     /// The writable devices.
     pub fn writable(&self) -> DeviceMask {
-        (0..MAX_DEVICES).filter(|&p| self.members[p].writable).fold(0, |mask, p| mask | 1 << p)
+        self.writable
+    }
+
+    fn update_idle(&mut self, place: usize) {
+        if self.members[place].inflight_blocks < self.queue_target_blocks {
+            self.idle |= 1 << place;
+        } else {
+            self.idle &= !(1 << place);
+        }
+    }
+
+    /// The places of `among` with the most free blocks, within the slack:
+    /// `(mask, floor)`. One pass over the places.
+    fn within_slack(&self, among: DeviceMask) -> (DeviceMask, u64) {
+        let places = || (0..MAX_DEVICES).filter(move |&p| among & (1 << p) != 0);
+        let most = places().map(|p| self.members[p].free_blocks).max().unwrap_or(0);
+        let floor = most - (most >> SLACK_SHIFT);
+        (places().filter(|&p| self.members[p].free_blocks >= floor).fold(0, |mask, p| mask | 1 << p), floor)
     }
 
     /// Chooses `out.len()` distinct writable devices outside `exclude` for
     /// an extent of `blocks`: below the queue target first, then among
     /// those the most free blocks, a device drawn among those within 1/64
     /// of the most; each chosen one is charged the blocks (until the
-    /// volume's next [`Chooser::set_free`]). Constant work: two passes over
-    /// the places per copy.
+    /// volume's next [`Chooser::set_free`]). Constant work while `best`
+    /// offers a device (see the module documentation); a pass over the
+    /// places when it does not.
     pub fn choose(&mut self, blocks: u32, exclude: DeviceMask, out: &mut [u8]) -> Result<(), Short> {
-        let available = self.writable() & !exclude;
+        let available = self.writable & !exclude;
         if (available.count_ones() as usize) < out.len() {
             return Err(Short { wanted: out.len(), available });
         }
         self.sequence = self.sequence.wrapping_add(1);
-        let mut taken = exclude | !self.writable();
-        for slot in out.iter_mut() {
-            let open = |place: usize| taken & (1 << place) == 0;
-            let idle = |member: &Member| member.inflight_blocks < self.queue_target_blocks;
-            let any_idle = (0..MAX_DEVICES).any(|p| open(p) && idle(&self.members[p]));
-            let candidate = |place: usize| open(place) && (!any_idle || idle(&self.members[place]));
-            let most =
-                (0..MAX_DEVICES).filter(|&p| candidate(p)).map(|p| self.members[p].free_blocks).max().expect("counted");
-            let floor = most - (most >> SLACK_SHIFT);
-            let place = (0..MAX_DEVICES)
-                .filter(|&p| candidate(p) && self.members[p].free_blocks >= floor)
-                .min_by_key(|&p| draw(self.sequence, p))
-                .expect("the most is among them");
-            taken |= 1 << place;
+        let mut open = available;
+        for (copy, slot) in out.iter_mut().enumerate() {
+            let idle = open & self.idle;
+            let candidates = if idle != 0 { idle } else { open };
+            let mut pick = candidates & self.best;
+            if pick == 0 {
+                (self.best, self.floor) = self.within_slack(self.writable);
+                pick = candidates & self.best;
+                if pick == 0 {
+                    // The pool's roomiest are taken, excluded or busy:
+                    // the roomiest of the candidates, within the slack.
+                    pick = self.within_slack(candidates).0;
+                }
+            }
+            let place = nth_place(pick, scaled(draw(self.sequence, copy), pick.count_ones()));
+            open &= !(1 << place);
             *slot = place as u8;
             let member = &mut self.members[place];
             member.free_blocks = member.free_blocks.saturating_sub(u64::from(blocks));
+            if member.free_blocks < self.floor {
+                self.best &= !(1 << place);
+            }
         }
         Ok(())
     }
@@ -180,12 +273,14 @@ impl Chooser {
     /// A write of `blocks` to `place` was submitted.
     pub fn submitted(&mut self, place: usize, blocks: u32) {
         self.members[place].inflight_blocks += u64::from(blocks);
+        self.update_idle(place);
     }
 
     /// A write of `blocks` to `place` completed (`Ok` or not).
     pub fn completed(&mut self, place: usize, blocks: u32) {
         let member = &mut self.members[place];
         member.inflight_blocks = member.inflight_blocks.saturating_sub(u64::from(blocks));
+        self.update_idle(place);
     }
 }
 
@@ -351,6 +446,76 @@ mod tests {
         }
         assert!(placed[3] > 100 * 8 && placed[3] < 400 * 8, "{placed:?}");
         assert!(placed[..3].iter().all(|&p| p > 0), "{placed:?}");
+    }
+
+    #[test]
+    fn nth_place_finds_each_set_bit_in_order() {
+        for mask in 0..=DeviceMask::MAX {
+            let places: Vec<usize> = (0..MAX_DEVICES).filter(|&p| mask & (1 << p) != 0).collect();
+            for (n, &place) in places.iter().enumerate() {
+                assert_eq!(nth_place(mask, n as u32), place, "mask {mask:#06x}, n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_copy_goes_to_a_candidate_within_the_slack_of_the_roomiest() {
+        // The rule, checked against the chooser's state before each choice
+        // (frees rising and falling, devices leaving and joining, queues
+        // filling), whatever `best` remembers.
+        let mut random = xorshift(11);
+        for round in 0..200 {
+            let devices = 1 + (random() % 16) as usize;
+            let mut chooser = Chooser::new();
+            chooser.set_queue_target(64);
+            for place in 0..devices {
+                chooser.add(place, 1_000 + random() % 100_000);
+            }
+            for step in 0..300 {
+                match random() % 10 {
+                    0 => {
+                        let place = (random() % devices as u64) as usize;
+                        chooser.set_free(place, random() % 120_000);
+                    }
+                    1 if devices > 1 => chooser.remove((random() % devices as u64) as usize),
+                    2 => {
+                        let place = (random() % devices as u64) as usize;
+                        chooser.add(place, random() % 120_000);
+                    }
+                    3 => chooser.submitted((random() % devices as u64) as usize, 32),
+                    4 => chooser.completed((random() % devices as u64) as usize, 32),
+                    _ => {}
+                }
+                let copies = 1 + (random() % 3) as usize;
+                let exclude = (random() & u64::from(DeviceMask::MAX)) as DeviceMask & (random() as DeviceMask);
+                let before = chooser.clone();
+                let mut out = vec![0u8; copies];
+                let blocks = 1 + (random() % 64) as u32;
+                if chooser.choose(blocks, exclude, &mut out).is_err() {
+                    assert!(((before.writable & !exclude).count_ones() as usize) < copies);
+                    continue;
+                }
+                // Replay the rule on the state before, copy by copy.
+                let mut state = before.clone();
+                let mut open = state.writable & !exclude;
+                for &place in &out {
+                    let place = usize::from(place);
+                    assert!(open & (1 << place) != 0, "round {round} step {step}: {out:?} outside {open:#06x}");
+                    let idle = open & state.idle;
+                    let candidates = if idle != 0 { idle } else { open };
+                    assert!(candidates & (1 << place) != 0, "round {round} step {step}: a busy device taken");
+                    let most = (0..MAX_DEVICES)
+                        .filter(|&p| candidates & (1 << p) != 0)
+                        .map(|p| state.members[p].free_blocks)
+                        .max()
+                        .unwrap();
+                    let free = state.members[place].free_blocks;
+                    assert!(free >= most - (most >> SLACK_SHIFT), "round {round} step {step}: {free} of {most}");
+                    open &= !(1 << place);
+                    state.members[place].free_blocks = free.saturating_sub(u64::from(blocks));
+                }
+            }
+        }
     }
 
     #[test]
