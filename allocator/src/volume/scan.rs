@@ -78,10 +78,15 @@ impl LaneReads<'_> {
     /// [`crate::token::TAG_MAX`]). On a volume with block tags the blocks'
     /// metadata comes back too, in the completion's `metadata`.
     /// `Ok(false)` when no buffer or queue slot is free now: poll, then
-    /// submit again.
+    /// submit again. Reads leave [`read_reserve`] of the device's buffers
+    /// to writes on it.
     pub fn submit(&mut self, lba: u64, bytes: usize, tag: u64) -> Result<bool> {
         if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE) || bytes > self.max_request_bytes() {
             return Err(Error::InvalidArgument(format!("a read of {bytes} bytes")));
+        }
+        let pool = self.device.pool();
+        if pool.available() <= read_reserve(pool.capacity()) {
+            return Ok(false);
         }
         // Tags come with the read when one command carries them whole (a
         // read of blocks whose tags it cannot carry holds only extents that
@@ -130,5 +135,31 @@ impl LaneReads<'_> {
                 }
             }
         }
+    }
+}
+
+/// Buffers of a device's pool that an engine's reads leave to writes on
+/// it: a quarter, at least two, and never all (a read can always start).
+/// An engine whose copies go to the devices it reads (a distributed
+/// rebuild, a dup's resilver) writes each copy from a buffer of the target
+/// device; were its reads to hold every buffer, the copy would wait for one
+/// that only its own reads' completions, which it has yet to take, could
+/// free, until the wait timed out (found by the simulator: a distributed
+/// rebuild without verification, 32 buffers a device, 64 reads allowed).
+pub fn read_reserve(capacity: usize) -> usize {
+    (capacity / 4).max(2).min(capacity.saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_reserve;
+
+    #[test]
+    fn reads_leave_a_quarter_and_can_always_start() {
+        assert_eq!(read_reserve(72), 18);
+        assert_eq!(read_reserve(32), 8);
+        assert_eq!(read_reserve(4), 2);
+        assert_eq!(read_reserve(2), 1);
+        assert_eq!(read_reserve(1), 0);
     }
 }
