@@ -211,6 +211,16 @@ fn seqwrite_zero_copy_writes_what_it_verifies_and_copies_nothing() {
     assert_eq!((report["bytes"].as_u64(), report["same_data"].as_bool()), (Some(8 << 20), Some(true)));
     assert_eq!(report["volume"]["copied_in_bytes"], 0);
     assert_eq!(report["volume"]["checksum_ns"], 0);
+    // One reused buffer, checksummed by the volume at every write (the
+    // peer's work): no copy, the checksum work done, every extent back.
+    let args =
+        ["--sim", "--format", "--size", "8M", "--iodepth", "4", "--zero-copy", "--reuse-data", "--verify", "--json"];
+    let (code, stdout, stderr) = run(SEQWRITE, &args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!((report["bytes"].as_u64(), report["reuse_data"].as_bool()), (Some(8 << 20), Some(true)));
+    assert_eq!(report["volume"]["copied_in_bytes"], 0);
+    assert!(report["volume"]["checksum_ns"].as_u64().is_some_and(|ns| ns > 0), "{report}");
     // Without --zero-copy, every byte is copied.
     let (code, stdout, stderr) = run(SEQWRITE, &["--sim", "--format", "--size", "8M", "--json"]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -761,6 +771,8 @@ fn options_that_do_not_apply_are_refused() {
     refused(SEQWRITE, &["--sim", "--degraded"], USAGE, &["--degraded applies to a mirror", "single"]);
     refused(SEQWRITE, &["--sim", "--software-zone", "1M"], USAGE, &["--software-zone", "zoned"]);
     refused(SEQWRITE, &["--same-data", "--checksum-threads", "2"], USAGE, &["--same-data", "--checksum-threads"]);
+    refused(SEQWRITE, &["--reuse-data", "--checksum-threads", "2"], USAGE, &["--reuse-data", "--checksum-threads"]);
+    refused(SEQWRITE, &["--reuse-data", "--same-data"], USAGE, &["--reuse-data", "--same-data"]);
     refused(PERF, &["--rw", "randread", "--rwmixread", "70"], USAGE, &["--rwmixread applies to --rw randrw only"]);
     refused(PERF, &["--copy-in", "--engine", "raw"], USAGE, &["--copy-in"]);
 }

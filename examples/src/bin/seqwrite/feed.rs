@@ -24,9 +24,13 @@ pub(crate) struct Feed {
     workers: Vec<JoinHandle<()>>,
     /// The writer's own buffer, when it makes the data.
     inline: Vec<u8>,
-    /// --same-data: write 0's bytes and checksums, made before the clock
-    /// starts, and the lent buffers that already hold them.
+    /// --same-data (and --reuse-data): write 0's bytes and checksums, made
+    /// before the clock starts, and the lent buffers that already hold
+    /// them.
     same: Option<(Vec<u8>, Vec<u32>, HashSet<u64>)>,
+    /// --reuse-data: the volume checksums every write, from the bytes
+    /// written.
+    checksum_each: bool,
 }
 
 impl Feed {
@@ -40,7 +44,7 @@ impl Feed {
         let (lend_tx, lend_rx) = mpsc::channel::<FillBuffer>();
         let lend_rx = Arc::new(Mutex::new(lend_rx));
         let next_write = Arc::new(AtomicU64::new(0));
-        let threads = if args.same_data { 0 } else { args.checksum_threads() };
+        let threads = args.checksum_threads();
         let workers = (0..threads)
             .map(|_| {
                 let ready_tx = ready_tx.clone();
@@ -63,7 +67,7 @@ impl Feed {
                 })
             })
             .collect();
-        let same = args.same_data.then(|| {
+        let same = (args.same_data || args.reuse_data).then(|| {
             let mut data = vec![0u8; bs];
             fill(&mut data, 0);
             let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
@@ -79,6 +83,7 @@ impl Feed {
             workers,
             inline: vec![0u8; bs],
             same,
+            checksum_each: args.reuse_data,
         }
     }
 
@@ -86,6 +91,10 @@ impl Feed {
     /// threads chose it) and returns its extent.
     pub(crate) fn submit(&mut self, args: &Args, volume: &mut Volume, sequence: u64) -> Result<u64, String> {
         let bs = self.bs;
+        // With --reuse-data the volume checksums every write itself (as a
+        // file system does what it is given); with --same-data it takes the
+        // checksums made before the run.
+        let checksum_each = self.checksum_each;
         let result = if let Some((data, crcs, filled)) = &mut self.same {
             match args.zero_copy {
                 true => volume.fill_buffer().and_then(|mut buffer| {
@@ -94,8 +103,12 @@ impl Feed {
                     if filled.insert(buffer.iova()) {
                         buffer[..bs].copy_from_slice(data);
                     }
-                    volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, crcs.clone())
+                    match checksum_each {
+                        true => volume.submit_filled(args.stream, buffer, bs, sequence),
+                        false => volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, crcs.clone()),
+                    }
                 }),
+                false if checksum_each => volume.submit_write(args.stream, data, sequence),
                 false => volume.submit_write_with_checksums(args.stream, data, sequence, crcs.clone()),
             }
         } else if args.checksum_threads() == 0 && args.zero_copy {

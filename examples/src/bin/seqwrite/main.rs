@@ -120,8 +120,9 @@ struct Args {
     plot: Option<PathBuf>,
     /// Threads computing checksums ahead of the writer, 0..=64 (default
     /// 1); 0 checksums on the submitting thread. Refused with --same-data,
-    /// which computes none.
-    #[arg(long, value_parser = args::int_in::<usize>(0, THREADS_MAX), conflicts_with = "same_data")]
+    /// which computes none, and with --reuse-data, which checksums on the
+    /// submitting thread.
+    #[arg(long, value_parser = args::int_in::<usize>(0, THREADS_MAX), conflicts_with_all = ["same_data", "reuse_data"])]
     checksum_threads: Option<usize>,
     /// Commit after every this many bytes (and at the end), at least 4k.
     #[arg(long, default_value = "256M", value_parser = args::size_in(1, BLOCK_BYTES, u64::MAX))]
@@ -147,6 +148,13 @@ struct Args {
     /// every block's checksum.
     #[arg(long)]
     same_data: bool,
+    /// Write the same bytes every time, as fio reuses one buffer, but have
+    /// the volume checksum every write (on the submitting thread), as a
+    /// file system checksums every block it is given: no data generation,
+    /// the per-write checksums kept. With --zero-copy, the peer's work and
+    /// no more (the row `hack/bench` compares with btrfs zoned).
+    #[arg(long, conflicts_with = "same_data")]
+    reuse_data: bool,
     /// Read everything back and verify it afterwards.
     #[arg(long)]
     verify: bool,
@@ -192,7 +200,7 @@ impl Args {
     /// Threads computing checksums ahead of the writer (none with
     /// --same-data, which computes them once).
     fn checksum_threads(&self) -> usize {
-        if self.same_data {
+        if self.same_data || self.reuse_data {
             0
         } else {
             self.checksum_threads.unwrap_or(1)

@@ -179,7 +179,7 @@ pub(crate) fn report(args: &Args, volume: &mut Volume, run: &Run) -> Result<(), 
         if args.checksum_threads() == 0 { (stats.checksum_ns - checksum_before) as f64 / 1e9 } else { f64::NAN };
 
     if args.verify {
-        verify(volume, bs, args.same_data).map_err(|e| format!("verify: {e}"))?;
+        verify(volume, bs, args.same_data || args.reuse_data).map_err(|e| format!("verify: {e}"))?;
     }
     // An output that cannot be written costs neither the summary nor the
     // other outputs: each failure is named after the summary.
@@ -282,6 +282,7 @@ fn print_json(args: &Args, run: &Run, summary: &Summary) {
         "checksum_threads": args.checksum_threads(),
         "zero_copy": args.zero_copy,
         "same_data": args.same_data,
+        "reuse_data": args.reuse_data,
         "crc32c": checksum::implementation().name(),
         "block_tag_bytes": tag_bytes,
         "checksums": checksums_kind,

@@ -90,6 +90,9 @@ The allocator and the scrub (three ZNS controllers of --zoned-size with
   ours-zc(-qd)       the same with --zero-copy: no copy into DMA memory
   ours-bare(-qd)     the same with --zero-copy --same-data: no per-write work
                      (data, checksums, copy), the allocator alone
+  ours-fair          seqwrite --zero-copy --reuse-data, QD1: the peer's work
+                     and no more (one reused buffer, every write checksummed,
+                     no copy); the row compared with btrfs (target 1.5x)
   perf-zoned(-qd)    perf --zone-append of as many bytes at QD1 and QD N: the
                      raw zoned path seqwrite runs on, bandwidth per second
   btrfs / btrfs-qdN  the seed's fio job on mkfs.btrfs -O zoned, BTRFS-FILL

@@ -166,6 +166,7 @@ pub fn steps(options: &Options) -> Vec<&'static str> {
         "ours-zc-qd",
         "ours-bare",
         "ours-bare-qd",
+        "ours-fair",
         "perf-zoned",
         "perf-zoned-qd",
         "btrfs",
@@ -245,6 +246,9 @@ bwlog() { sed "s/^/BWLOG $1 /" "$2"; }
         ("ours-zc-qd", qd, "--zero-copy --checksum-threads 2"),
         ("ours-bare", 1, "--zero-copy --same-data"),
         ("ours-bare-qd", qd, "--zero-copy --same-data"),
+        // The peer's work and no more: fio reuses one buffer and btrfs
+        // checksums every block it is given, from user memory.
+        ("ours-fair", 1, "--zero-copy --reuse-data"),
     ] {
         script += &seqwrite(key, depth, extra);
     }
@@ -358,13 +362,14 @@ fn fio_side(report: &Value, direction: &str) -> Option<(f64, u64)> {
 }
 
 /// The write runs whose steady state is reported.
-const WRITE_RUNS: [&str; 11] = [
+const WRITE_RUNS: [&str; 12] = [
     "ours",
     "ours-qd",
     "ours-zc",
     "ours-zc-qd",
     "ours-bare",
     "ours-bare-qd",
+    "ours-fair",
     "perf-zoned",
     "perf-zoned-qd",
     "btrfs",
@@ -522,6 +527,15 @@ impl Results {
         let fill = options.fill;
         let btrfs_fill = options.btrfs_fill;
         let mut rows = vec![
+            Row::new(
+                format!("seqwrite 256K QD1, the peer's work, {fill:.0}% fill"),
+                "seqwrite --zero-copy --reuse-data".into(),
+                self.seqwrite_mib_s("ours-fair"),
+                format!("btrfs zoned, the seed's fio job, {btrfs_fill:.0}% fill"),
+                self.fio_write_mib_s("btrfs"),
+                Unit::MibS,
+            )
+            .target(1.5),
             Row::new(
                 format!("seqwrite 256K QD1, {fill:.0}% fill"),
                 "seqwrite".into(),
@@ -771,7 +785,8 @@ mod tests {
             "seqwrite --pci {OURS_PCI} --format --yes --checksums auto --bs 256k --size 3865313280"
         )));
         let areas = guest_script(&Options { checksums: "area", ablations: false, ..Options::defaults(false) });
-        assert_eq!(areas.matches("--checksums area").count(), 7, "the seven seqwrite runs");
+        assert_eq!(areas.matches("--checksums area").count(), 8, "the eight seqwrite runs");
+        assert_eq!(areas.matches("--zero-copy --reuse-data").count(), 1, "the peer's work, at QD1");
         assert_eq!(areas.matches("--zero-copy --same-data").count(), 2, "no per-write work at QD1 and QD N");
     }
 
@@ -797,7 +812,10 @@ mod tests {
         assert_eq!(results.bw_logs["perf-zoned"], vec![(1.0, 210.0), (2.0, 190.0)]);
         let options = Options::defaults(false);
         let rows = results.rows(&options);
-        let first = &rows[0];
+        // The peer's work against btrfs first, then today's default.
+        assert_eq!(rows[0].ours_label, "seqwrite --zero-copy --reuse-data");
+        assert_eq!(rows[0].kernel, Some(132.0));
+        let first = &rows[1];
         assert_eq!((first.ours, first.kernel), (Some(150.0), Some(132.0)));
         assert!((first.ratio().unwrap() - 150.0 / 132.0).abs() < 1e-9);
         let flat = rows.iter().find(|r| r.unit == Unit::Flatness).unwrap();
