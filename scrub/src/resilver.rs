@@ -314,6 +314,10 @@ pub struct Resilver {
     /// devices share one I/O address space (two controllers in one VFIO
     /// container), so no byte passes through the host.
     zero_copy: bool,
+    /// Source lanes whose device the copies are written to too: their
+    /// reads leave buffers to the copies
+    /// ([`zoned_allocator::LaneReads::leaving_room_for_writes`]).
+    sources_written: Vec<usize>,
 }
 
 /// Walks of the sources a resilver makes at most: the first, and more only
@@ -405,6 +409,11 @@ impl Resilver {
         let domain = volume.dma_domain(sources[0]);
         let written: Vec<usize> = if distributed { sources.clone() } else { vec![target] };
         let zero_copy = domain.is_some() && sources.iter().chain(&written).all(|&l| volume.dma_domain(l) == domain);
+        let sources_written = sources
+            .iter()
+            .copied()
+            .filter(|&s| written.iter().any(|&w| volume.lane_device(w) == volume.lane_device(s)))
+            .collect();
         let start = Location { zone: 0, offset: 0 };
         let now = Instant::now();
         Ok(Resilver {
@@ -437,6 +446,7 @@ impl Resilver {
             completions: Vec::new(),
             passes: 0,
             zero_copy,
+            sources_written,
             checker: (options.verify && options.verify_threads > 0)
                 .then(|| Checker::new(options.verify_threads, check)),
         })
@@ -521,7 +531,11 @@ impl Resilver {
                     }
                     let tag = self.free_tags.pop().unwrap_or(self.in_flight.len());
                     let (lba, read_bytes) = walk.queue.front().map(|r| (r.lba, r.bytes())).expect("non-empty");
-                    if !volume.lane_reads(walk.lane)?.submit(lba, read_bytes, tag as u64)? {
+                    let mut reads = volume.lane_reads(walk.lane)?;
+                    if self.sources_written.contains(&walk.lane) {
+                        reads = reads.leaving_room_for_writes();
+                    }
+                    if !reads.submit(lba, read_bytes, tag as u64)? {
                         self.free_tags.push(tag);
                         break;
                     }

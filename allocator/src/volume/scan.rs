@@ -44,6 +44,8 @@ pub struct LaneReads<'a> {
     device: &'a mut Device,
     /// Reads carry the blocks' tags too (a volume with block tags).
     tags: Option<TagLayout>,
+    /// Buffers reads leave free (see [`LaneReads::leaving_room_for_writes`]).
+    reserve: usize,
 }
 
 impl Volume {
@@ -61,13 +63,22 @@ impl Volume {
         // the engine asks for them ([`Volume::area_tags_at`]).
         let tags = self.tags.filter(|_| !self.area);
         match self.devices[device].as_mut() {
-            Some(device) => Ok(LaneReads { device, tags }),
+            Some(device) => Ok(LaneReads { device, tags, reserve: 0 }),
             None => Err(Error::Member { device, why: "not in use".into() }),
         }
     }
 }
 
 impl LaneReads<'_> {
+    /// Reads that leave [`read_reserve`] of the device's buffers to writes
+    /// on it: for an engine that writes to the devices it reads (a
+    /// distributed rebuild, a dup's resilver), whose copies take buffers
+    /// there that only its own reads' completions could otherwise free.
+    pub fn leaving_room_for_writes(mut self) -> Self {
+        self.reserve = read_reserve(self.device.pool().capacity());
+        self
+    }
+
     /// The largest read: the namespace's transfer limit and the buffer size.
     pub fn max_request_bytes(&self) -> usize {
         self.device.max_transfer_bytes().min(self.device.pool().buffer_len())
@@ -78,14 +89,12 @@ impl LaneReads<'_> {
     /// [`crate::token::TAG_MAX`]). On a volume with block tags the blocks'
     /// metadata comes back too, in the completion's `metadata`.
     /// `Ok(false)` when no buffer or queue slot is free now: poll, then
-    /// submit again. Reads leave [`read_reserve`] of the device's buffers
-    /// to writes on it.
+    /// submit again.
     pub fn submit(&mut self, lba: u64, bytes: usize, tag: u64) -> Result<bool> {
         if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE) || bytes > self.max_request_bytes() {
             return Err(Error::InvalidArgument(format!("a read of {bytes} bytes")));
         }
-        let pool = self.device.pool();
-        if pool.available() <= read_reserve(pool.capacity()) {
+        if self.reserve > 0 && self.device.pool().available() <= self.reserve {
             return Ok(false);
         }
         // Tags come with the read when one command carries them whole (a
