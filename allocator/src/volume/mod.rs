@@ -80,7 +80,8 @@ struct Lane {
 fn word_masks(start: u32, end: u32) -> impl Iterator<Item = (usize, u64)> {
     (start / 64..end.div_ceil(64)).map(move |word| {
         let base = word * 64;
-        let (low, high) = (start.max(base) - base, end.min(base + 64) - base);
+        // Every word of the range starts below `end`: no overflow near u32::MAX.
+        let (low, high) = (start.max(base) - base, (end - base).min(64));
         let width = high.saturating_sub(low);
         let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << low };
         (word as usize, mask)
@@ -940,6 +941,12 @@ pub(super) fn describe_misplaced(found: Misplaced, lane: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::word_masks;
+
+    #[test]
+    fn word_masks_reach_the_last_block_number() {
+        let masks: Vec<(usize, u64)> = word_masks(u32::MAX - 3, u32::MAX).collect();
+        assert_eq!(masks, vec![((u32::MAX / 64) as usize, 0b111 << 60)]);
+    }
 
     #[test]
     fn word_masks_cover_exactly_the_bits_of_the_range() {
