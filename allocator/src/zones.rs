@@ -137,6 +137,9 @@ pub struct Stamp {
 impl Stamp {
     /// A stamp no table has.
     pub const NONE: Stamp = Stamp { table: 0, changes: 0 };
+    /// Another no table has: placement's mark for a lane whose device is
+    /// away (told the chooser as no room).
+    pub const AWAY: Stamp = Stamp { table: 0, changes: 1 };
 
     fn fresh() -> Stamp {
         use std::sync::atomic::{AtomicU64, Ordering};

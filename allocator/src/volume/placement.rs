@@ -42,6 +42,7 @@ impl Volume {
         for (index, lane) in self.lanes.iter().enumerate() {
             if self.devices[lane.device].is_none() {
                 away |= 1 << index;
+                mark_away(&mut self.chooser, &mut self.chooser_seen, index);
             } else if full(&lane.table) {
                 full_place.get_or_insert(lane.device);
             } else {
@@ -102,6 +103,7 @@ impl Volume {
             }
             if self.devices[lane.device].is_none() {
                 exclude |= 1 << index;
+                mark_away(&mut self.chooser, &mut self.chooser_seen, index);
             } else if lane.table.would_open(slot, blocks) && lane.table.empty_zones() <= reserve {
                 full_place.get_or_insert(lane.device);
                 exclude |= 1 << index;
@@ -291,5 +293,17 @@ fn refresh_free(chooser: &mut Chooser, seen: &mut [Stamp; MAX_DEVICES], index: u
     if seen[index] != stamp {
         chooser.set_free(index, table.free_blocks());
         seen[index] = stamp;
+    }
+}
+
+/// Tells the chooser a lane whose device is away has no room, once: it is
+/// masked out of every choice anyway, and its last count would otherwise
+/// keep it among the roomiest, sending every choice to the pass over the
+/// places. When the device is back its table's stamp differs, and the
+/// count is asked again.
+fn mark_away(chooser: &mut Chooser, seen: &mut [Stamp; MAX_DEVICES], index: usize) {
+    if seen[index] != Stamp::AWAY {
+        chooser.set_free(index, 0);
+        seen[index] = Stamp::AWAY;
     }
 }
