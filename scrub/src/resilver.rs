@@ -318,6 +318,11 @@ pub struct Resilver {
     /// reads leave buffers to the copies
     /// ([`zoned_allocator::LaneReads::leaving_room_for_writes`]).
     sources_written: Vec<usize>,
+    /// Blocks each lane has read and been written by this job: a
+    /// distributed rebuild writes each copy to the eligible lane with the
+    /// least, so that every survivor's reads and writes come out even (the
+    /// busiest device's work is the rebuild's time).
+    load: Vec<u64>,
 }
 
 /// Walks of the sources a resilver makes at most: the first, and more only
@@ -447,6 +452,7 @@ impl Resilver {
             passes: 0,
             zero_copy,
             sources_written,
+            load: vec![0; volume.lanes()],
             checker: (options.verify && options.verify_threads > 0)
                 .then(|| Checker::new(options.verify_threads, check)),
         })
@@ -548,6 +554,9 @@ impl Resilver {
                     self.account_depth();
                     self.walks[index].reads_in_flight += 1;
                     self.reads_in_flight += 1;
+                    if let Some(load) = self.load.get_mut(self.walks[index].lane) {
+                        *load += bytes / BLOCK_SIZE as u64;
+                    }
                     self.bytes_submitted += bytes;
                     step_bytes += bytes;
                     moved = true;
@@ -725,7 +734,7 @@ impl Resilver {
                     continue;
                 }
             }
-            let submitted = submit_copy(volume, piece, self.target, Source::Bytes(data), meta.as_ref());
+            let submitted = submit_copy(volume, piece, self.target, Source::Bytes(data), meta.as_ref(), &mut self.load);
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -759,7 +768,7 @@ impl Resilver {
                     Source::Bytes(&bytes[start..start + piece.blocks as usize * BLOCK_SIZE])
                 }
             };
-            let submitted = submit_copy(volume, piece, self.target, source, meta.as_ref());
+            let submitted = submit_copy(volume, piece, self.target, source, meta.as_ref(), &mut self.load);
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -795,7 +804,7 @@ impl Resilver {
                 return self.copy_one(volume, piece.id);
             }
         }
-        let submitted = submit_copy(volume, piece, self.target, Source::Buffer(buffer), meta);
+        let submitted = submit_copy(volume, piece, self.target, Source::Buffer(buffer), meta, &mut self.load);
         self.queued(piece.id, submitted);
         Ok(())
     }
@@ -838,9 +847,13 @@ impl Resilver {
             Ok(_) => {
                 let submitted = match self.target {
                     Target::Lane(lane) => volume.submit_copy(id, lane, &data),
-                    Target::Elsewhere { from } => volume
-                        .relocation_lane(id, from)
-                        .and_then(|lane| volume.submit_relocation(id, from, lane, &data, None)),
+                    Target::Elsewhere { from } => volume.relocation_lanes(id, from).and_then(|eligible| {
+                        let lane = least_loaded(eligible, &self.load);
+                        if let Some(load) = self.load.get_mut(lane) {
+                            *load += (bytes / BLOCK_SIZE) as u64;
+                        }
+                        volume.submit_relocation(id, from, lane, &data, None)
+                    }),
                 };
                 self.queued(id, submitted);
             }
@@ -945,12 +958,16 @@ fn submit_copy(
     target: Target,
     source: Source<'_>,
     meta: Option<&ReadMeta>,
+    load: &mut [u64],
 ) -> zoned_allocator::Result<()> {
     let crcs = meta.map(|m| m.crcs(piece.offset_blocks, piece.blocks as usize));
     let lane = match target {
         Target::Lane(lane) => lane,
         Target::Elsewhere { from } => {
-            let lane = volume.relocation_lane(piece.id, from)?;
+            let lane = least_loaded(volume.relocation_lanes(piece.id, from)?, load);
+            if let Some(load) = load.get_mut(lane) {
+                *load += u64::from(piece.blocks);
+            }
             return match source {
                 Source::Bytes(data) => volume.submit_relocation(piece.id, from, lane, data, crcs),
                 Source::Buffer(io) => volume.submit_relocation_buffer(piece.id, from, lane, io, crcs),
@@ -963,6 +980,15 @@ fn submit_copy(
         (Source::Buffer(io), None) => volume.submit_copy_buffer(piece.id, lane, io),
         (Source::Buffer(io), Some(crcs)) => volume.submit_copy_buffer_with_checksums(piece.id, lane, io, crcs),
     }
+}
+
+/// The lane of `eligible` (one bit each, at least one) with the least
+/// `load`; the lowest such.
+fn least_loaded(eligible: zoned_allocator::chooser::DeviceMask, load: &[u64]) -> usize {
+    (0..zoned_allocator::chooser::MAX_DEVICES)
+        .filter(|&lane| eligible & (1 << lane) != 0)
+        .min_by_key(|&lane| load.get(lane).copied().unwrap_or(0))
+        .expect("one eligible")
 }
 
 /// Where a resilver writes the copies: into the lane that lacks them, or

@@ -132,6 +132,20 @@ impl Volume {
         self.choose_lane_for_copy(extent.blocks, Slot::Stream(0), holding)
     }
 
+    /// Every lane that could take extent `id`'s copy in lane `from` now
+    /// (in use, with room, holding no copy of it), one bit each, for an
+    /// engine that weighs them itself (a distributed rebuild evening out
+    /// each survivor's reads and writes). The same errors as
+    /// [`Volume::relocation_lane`] when none can.
+    pub fn relocation_lanes(&mut self, id: ExtentId, from: usize) -> Result<crate::chooser::DeviceMask> {
+        let extent = self.live(id)?;
+        if !extent.has_lane(from) {
+            return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {from}")));
+        }
+        let holding = extent.copies().fold(0 as crate::chooser::DeviceMask, |mask, (lane, _)| mask | 1 << lane);
+        self.lanes_for_copy(extent.blocks, Slot::Stream(0), holding)
+    }
+
     /// Queues a write of `data`, extent `id`'s contents, as its copy in
     /// lane `lane` ([`Volume::relocation_lane`]) in place of its copy in
     /// lane `from` (on a device lost, or being emptied): a distributed

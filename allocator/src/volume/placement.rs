@@ -275,6 +275,29 @@ impl Volume {
         Ok(())
     }
 
+    /// The lanes in use with room for `blocks` in `slot`, outside
+    /// `holding`, one bit each: those [`Volume::choose_lane_for_copy`]
+    /// chooses among. None is the same error it returns.
+    pub(super) fn lanes_for_copy(&mut self, blocks: u32, slot: Slot, holding: DeviceMask) -> Result<DeviceMask> {
+        let reserve = self.superblock.reserve_zones as usize;
+        let (mut eligible, mut full_place) = (0 as DeviceMask, None);
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if holding & (1 << index) != 0 || self.devices[lane.device].is_none() {
+                continue;
+            }
+            if lane.table.would_open(slot, blocks) && lane.table.empty_zones() <= reserve {
+                full_place.get_or_insert(lane.device);
+            } else {
+                eligible |= 1 << index;
+            }
+        }
+        match (eligible, full_place) {
+            (0, Some(place)) => Err(Error::NoSpace(Full::Data { place })),
+            (0, None) => Err(Error::NoDevices),
+            _ => Ok(eligible),
+        }
+    }
+
     /// Whether a write not yet finished (a new extent's, or a resilver's
     /// copy) has a copy in zone `zone` of lane `lane`.
     pub(super) fn unfinished_write_in(&self, lane: usize, zone: u32) -> bool {
