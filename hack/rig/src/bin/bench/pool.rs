@@ -30,7 +30,8 @@
 //! Guest protocol: `zoned`'s (`== KEY`, `BENCH KEY JSON`, `bench-failed
 //! KEY status N`); keys are `STEP.ROUND`.
 
-use super::{median, Row, Unit};
+use super::resilver::{median_of, number, steps_json, GUEST_STEPS};
+use super::{Row, Unit};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 
@@ -150,34 +151,7 @@ fn pcis(devices: &[&str]) -> String {
 }
 
 pub fn guest_script(options: &Options) -> String {
-    let mut script = String::from(
-        r#"echo "bench-env kernel $(uname -r)"
-report() {
-    if [ "$2" -ne 0 ]; then
-        echo "bench-failed $1 status $2$( [ "$2" -ge 124 ] && echo ", killed at its $3 s limit" )"
-        cat /tmp/$1.err /tmp/$1.json
-        exit 1
-    fi
-    echo "BENCH $1 $(tr -d '\n' < /tmp/$1.json)"
-}
-step() {
-    key=$1; limit=$2; shift 2
-    echo "== $key" >&2
-    timeout -k 10 "$limit" "$@" > /tmp/$key.json 2> /tmp/$key.err
-    report "$key" $? "$limit"
-}
-start() {
-    key=$1; limit=$2; shift 2
-    echo "== $key" >&2
-    timeout -k 10 "$limit" "$@" > /tmp/$key.json 2> /tmp/$key.err &
-    started=$!
-}
-finish() {
-    wait "$2"
-    report "$1" $? "$3"
-}
-"#,
-    );
+    let mut script = String::from(GUEST_STEPS);
     let (bs_k, qd) = (EXTENT_BYTES >> 10, WRITE_DEPTH);
     let pool = pcis(&PCIS[..4]);
     let three = pcis(&PCIS[..3]);
@@ -260,22 +234,7 @@ pub struct Results {
 }
 
 pub fn collect(output: &str) -> Result<Results, String> {
-    let mut results = Results::default();
-    for line in output.lines() {
-        if let Some((key, value)) = super::zoned::bench_line(line) {
-            results.raw.insert(key.to_owned(), value?);
-        }
-    }
-    Ok(results)
-}
-
-fn number(value: &Value, path: &[&str]) -> Option<f64> {
-    path.iter().try_fold(value, |at, part| at.get(part))?.as_f64()
-}
-
-fn median_of(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
-    let mut values: Vec<f64> = values.into_iter().flatten().collect();
-    (!values.is_empty()).then(|| median(&mut values))
+    Ok(Results { raw: steps_json(output)? })
 }
 
 const MIB: f64 = (1 << 20) as f64;

@@ -162,17 +162,10 @@ pub fn steps(options: &Options) -> Vec<String> {
     keys
 }
 
-pub fn guest_script(options: &Options) -> String {
-    let data = options.data_bytes();
-    let (a, b, c) = (SURVIVOR_PCI, MEMBER_PCI, SPARE_PCI);
-    let one_pass = options.step_limit_s(1);
-    let two_passes = options.step_limit_s(2);
-    let pair_limit = PAIR_TIME_S + STEP_OVERHEAD_S;
-    let bare_limit = STEP_OVERHEAD_S;
-    let qd = QUEUE_DEPTH;
-    let (read_k, write_k) = (READ_BYTES >> 10, EXTENT_BYTES >> 10);
-    let mut script = String::from(
-        r#"echo "bench-env kernel $(uname -r)"
+/// The guest script's opening: the kernel's name, and the shell functions
+/// that run each step under a time limit and print its JSON (shared with
+/// the pool part).
+pub const GUEST_STEPS: &str = r#"echo "bench-env kernel $(uname -r)"
 # report KEY STATUS LIMIT: BENCH KEY JSON, or bench-failed and the step's
 # output (the script then ends).
 report() {
@@ -203,8 +196,18 @@ finish() {
     wait "$2"
     report "$1" $? "$3"
 }
-"#,
-    );
+"#;
+
+pub fn guest_script(options: &Options) -> String {
+    let data = options.data_bytes();
+    let (a, b, c) = (SURVIVOR_PCI, MEMBER_PCI, SPARE_PCI);
+    let one_pass = options.step_limit_s(1);
+    let two_passes = options.step_limit_s(2);
+    let pair_limit = PAIR_TIME_S + STEP_OVERHEAD_S;
+    let bare_limit = STEP_OVERHEAD_S;
+    let qd = QUEUE_DEPTH;
+    let (read_k, write_k) = (READ_BYTES >> 10, EXTENT_BYTES >> 10);
+    let mut script = String::from(GUEST_STEPS);
     let _ = write!(
         script,
         "step fill {one_pass} seqwrite --pci {a} --pci {b} --profile mirror --format --yes --bs {write_k}k \
@@ -256,21 +259,27 @@ pub struct Results {
 }
 
 pub fn collect(output: &str) -> Result<Results, String> {
-    let mut results = Results::default();
-    for line in output.lines() {
-        if let Some((key, value)) = super::zoned::bench_line(line) {
-            results.raw.insert(key.to_owned(), value?);
-        }
-    }
-    Ok(results)
+    Ok(Results { raw: steps_json(output)? })
 }
 
-fn number(value: &Value, path: &[&str]) -> Option<f64> {
+/// Every step's JSON in the guest's output (`BENCH KEY JSON`), by key.
+pub fn steps_json(output: &str) -> Result<Map<String, Value>, String> {
+    let mut raw = Map::new();
+    for line in output.lines() {
+        if let Some((key, value)) = super::zoned::bench_line(line) {
+            raw.insert(key.to_owned(), value?);
+        }
+    }
+    Ok(raw)
+}
+
+/// The number at `path` in `value`.
+pub fn number(value: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(value, |at, part| at.get(part))?.as_f64()
 }
 
 /// The median of the values present, `None` when there are none.
-fn median_of(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+pub fn median_of(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     let mut values: Vec<f64> = values.into_iter().flatten().collect();
     (!values.is_empty()).then(|| median(&mut values))
 }
