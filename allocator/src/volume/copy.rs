@@ -124,12 +124,8 @@ impl Volume {
     /// copy of it. [`Error::NoSpace`] naming a full device when none can
     /// take it.
     pub fn relocation_lane(&mut self, id: ExtentId, from: usize) -> Result<usize> {
-        let extent = self.live(id)?;
-        if !extent.has_lane(from) {
-            return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {from}")));
-        }
-        let holding = extent.copies().fold(0 as crate::chooser::DeviceMask, |mask, (lane, _)| mask | 1 << lane);
-        self.choose_lane_for_copy(extent.blocks, Slot::Stream(0), holding)
+        let (blocks, holding) = self.relocating(id, from)?;
+        self.choose_lane_for_copy(blocks, Slot::Stream(0), holding)
     }
 
     /// Every lane that could take extent `id`'s copy in lane `from` now
@@ -137,13 +133,20 @@ impl Volume {
     /// engine that weighs them itself (a distributed rebuild evening out
     /// each survivor's reads and writes). The same errors as
     /// [`Volume::relocation_lane`] when none can.
-    pub fn relocation_lanes(&mut self, id: ExtentId, from: usize) -> Result<crate::chooser::DeviceMask> {
+    pub fn relocation_lanes(&self, id: ExtentId, from: usize) -> Result<crate::chooser::DeviceMask> {
+        let (blocks, holding) = self.relocating(id, from)?;
+        self.lanes_for_copy(blocks, Slot::Stream(0), holding)
+    }
+
+    /// Extent `id`'s blocks and the lanes holding a copy of it, one of
+    /// them `from`.
+    fn relocating(&self, id: ExtentId, from: usize) -> Result<(u32, crate::chooser::DeviceMask)> {
         let extent = self.live(id)?;
         if !extent.has_lane(from) {
             return Err(Error::InvalidArgument(format!("extent {id} has no copy in lane {from}")));
         }
         let holding = extent.copies().fold(0 as crate::chooser::DeviceMask, |mask, (lane, _)| mask | 1 << lane);
-        self.lanes_for_copy(extent.blocks, Slot::Stream(0), holding)
+        Ok((extent.blocks, holding))
     }
 
     /// Queues a write of `data`, extent `id`'s contents, as its copy in

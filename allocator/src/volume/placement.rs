@@ -95,32 +95,21 @@ impl Volume {
     /// `holding` (the lanes that hold a copy of the extent already), for a
     /// copy that moves off its lane: chosen as a new extent's copies are.
     pub(super) fn choose_lane_for_copy(&mut self, blocks: u32, slot: Slot, holding: DeviceMask) -> Result<usize> {
-        let reserve = self.superblock.reserve_zones as usize;
-        let (mut exclude, mut full_place) = (holding, None);
+        let (eligible, full_place) = self.copy_room(blocks, slot, holding);
         for (index, lane) in self.lanes.iter().enumerate() {
-            if holding & (1 << index) != 0 {
-                continue;
-            }
-            if self.devices[lane.device].is_none() {
-                exclude |= 1 << index;
-                mark_away(&mut self.chooser, &mut self.chooser_seen, index);
-            } else if lane.table.would_open(slot, blocks) && lane.table.empty_zones() <= reserve {
-                full_place.get_or_insert(lane.device);
-                exclude |= 1 << index;
-            } else {
+            if eligible & (1 << index) != 0 {
                 refresh_free(&mut self.chooser, &mut self.chooser_seen, index, &lane.table);
+            } else if self.devices[lane.device].is_none() {
+                mark_away(&mut self.chooser, &mut self.chooser_seen, index);
             }
         }
         let mut chosen = [0u8; 1];
-        match self.chooser.choose(blocks, exclude, &mut chosen) {
+        match self.chooser.choose(blocks, !eligible, &mut chosen) {
             Ok(()) => {
                 self.chooser_seen[usize::from(chosen[0])] = Stamp::NONE;
                 Ok(usize::from(chosen[0]))
             }
-            Err(_) => Err(match full_place {
-                Some(place) => Error::NoSpace(Full::Data { place }),
-                None => Error::NoDevices,
-            }),
+            Err(_) => Err(no_room(full_place)),
         }
     }
 
@@ -278,7 +267,16 @@ impl Volume {
     /// The lanes in use with room for `blocks` in `slot`, outside
     /// `holding`, one bit each: those [`Volume::choose_lane_for_copy`]
     /// chooses among. None is the same error it returns.
-    pub(super) fn lanes_for_copy(&mut self, blocks: u32, slot: Slot, holding: DeviceMask) -> Result<DeviceMask> {
+    pub(super) fn lanes_for_copy(&self, blocks: u32, slot: Slot, holding: DeviceMask) -> Result<DeviceMask> {
+        match self.copy_room(blocks, slot, holding) {
+            (0, full_place) => Err(no_room(full_place)),
+            (eligible, _) => Ok(eligible),
+        }
+    }
+
+    /// The lanes in use with room for `blocks` in `slot`, outside
+    /// `holding`, and the first device found full.
+    fn copy_room(&self, blocks: u32, slot: Slot, holding: DeviceMask) -> (DeviceMask, Option<usize>) {
         let reserve = self.superblock.reserve_zones as usize;
         let (mut eligible, mut full_place) = (0 as DeviceMask, None);
         for (index, lane) in self.lanes.iter().enumerate() {
@@ -291,11 +289,7 @@ impl Volume {
                 eligible |= 1 << index;
             }
         }
-        match (eligible, full_place) {
-            (0, Some(place)) => Err(Error::NoSpace(Full::Data { place })),
-            (0, None) => Err(Error::NoDevices),
-            _ => Ok(eligible),
-        }
+        (eligible, full_place)
     }
 
     /// Whether a write not yet finished (a new extent's, or a resilver's
@@ -328,5 +322,13 @@ fn mark_away(chooser: &mut Chooser, seen: &mut [Stamp; MAX_DEVICES], index: usiz
     if seen[index] != Stamp::AWAY {
         chooser.set_free(index, 0);
         seen[index] = Stamp::AWAY;
+    }
+}
+
+/// No lane can take a copy: a full device named, else none in use.
+fn no_room(full_place: Option<usize>) -> Error {
+    match full_place {
+        Some(place) => Error::NoSpace(Full::Data { place }),
+        None => Error::NoDevices,
     }
 }
