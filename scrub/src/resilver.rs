@@ -847,13 +847,8 @@ impl Resilver {
             Ok(_) => {
                 let submitted = match self.target {
                     Target::Lane(lane) => volume.submit_copy(id, lane, &data),
-                    Target::Elsewhere { from } => volume.relocation_lanes(id, from).and_then(|eligible| {
-                        let lane = least_loaded(eligible, &self.load);
-                        if let Some(load) = self.load.get_mut(lane) {
-                            *load += (bytes / BLOCK_SIZE) as u64;
-                        }
-                        volume.submit_relocation(id, from, lane, &data, None)
-                    }),
+                    Target::Elsewhere { from } => balanced_lane(volume, id, from, &mut self.load)
+                        .and_then(|lane| volume.submit_relocation(id, from, lane, &data, None)),
                 };
                 self.queued(id, submitted);
             }
@@ -964,10 +959,7 @@ fn submit_copy(
     let lane = match target {
         Target::Lane(lane) => lane,
         Target::Elsewhere { from } => {
-            let lane = least_loaded(volume.relocation_lanes(piece.id, from)?, load);
-            if let Some(load) = load.get_mut(lane) {
-                *load += u64::from(piece.blocks);
-            }
+            let lane = balanced_lane(volume, piece.id, from, load)?;
             return match source {
                 Source::Bytes(data) => volume.submit_relocation(piece.id, from, lane, data, crcs),
                 Source::Buffer(io) => volume.submit_relocation_buffer(piece.id, from, lane, io, crcs),
@@ -982,13 +974,19 @@ fn submit_copy(
     }
 }
 
-/// The lane of `eligible` (one bit each, at least one) with the least
-/// `load`; the lowest such.
-fn least_loaded(eligible: zoned_allocator::chooser::DeviceMask, load: &[u64]) -> usize {
-    (0..zoned_allocator::chooser::MAX_DEVICES)
+/// The lane a distributed rebuild writes extent `id`'s copy (of lane
+/// `from`) to: of those that can take it, the one with the least `load`
+/// (the lowest such), which is charged the extent's blocks.
+fn balanced_lane(volume: &Volume, id: ExtentId, from: usize, load: &mut [u64]) -> zoned_allocator::Result<usize> {
+    let eligible = volume.relocation_lanes(id, from)?;
+    let lane = (0..zoned_allocator::chooser::MAX_DEVICES)
         .filter(|&lane| eligible & (1 << lane) != 0)
         .min_by_key(|&lane| load.get(lane).copied().unwrap_or(0))
-        .expect("one eligible")
+        .expect("relocation_lanes names one at least");
+    if let (Some(charge), Some(bytes)) = (load.get_mut(lane), volume.extent(id)) {
+        *charge += (bytes / BLOCK_SIZE) as u64;
+    }
+    Ok(lane)
 }
 
 /// Where a resilver writes the copies: into the lane that lacks them, or
