@@ -969,3 +969,107 @@ fn a_volume_of_the_format_before_lanes_per_copy_is_refused_naming_its_version() 
         assert_eq!(Volume::probe(&mut harness.devices()[0]), DeviceState::OtherVersion(10));
     }
 }
+
+/// Frees the first extent of `model`.
+fn free_first(volume: &mut Volume, model: &mut Model) {
+    let (&id, _) = model.iter().next().unwrap();
+    volume.free(id).unwrap();
+    model.remove(&id);
+}
+
+/// Frees one extent, and the commit that journals it fails on a write
+/// fault over all of `sim`'s namespace 1; then the next commit, of one
+/// more freed, must succeed.
+fn fail_one_commit(volume: &mut Volume, model: &mut Model, sim: &Simulator, context: &str) {
+    free_first(volume, model);
+    sim.inject(Fault::WriteFault { nsid: 1, slba: 0, blocks: 64 << 11 });
+    let failed = volume.commit();
+    assert!(matches!(failed, Err(Error::Command { .. })), "{context}: {failed:?}");
+    sim.clear_faults();
+    free_first(volume, model);
+    volume.commit().unwrap_or_else(|e| panic!("{context}: the commit after a failed journal write: {e}"));
+}
+
+#[test]
+fn a_failed_metadata_write_at_any_checkpoint_size_is_retried_by_the_next_commit() {
+    // A conventional namespace of 64 MiB in zones of 64 KiB, every checksum
+    // in the map: one-block extents fill its checkpoint up to 7/8 of a
+    // segment (its share), as a volume of extents far smaller than its data
+    // unit does.
+    let mut harness = Harness::single(conventional(64));
+    let options = VolumeOptions {
+        software_zone_bytes: Some(64 << 10),
+        checksums: zoned_allocator::ChecksumStore::Map,
+        ..volume_options()
+    };
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    let mut seed = 0;
+    let mut fill = |volume: &mut Volume, model: &mut Model, most: usize| loop {
+        seed += 1;
+        match volume.write(0, &pattern(seed, 1), seed) {
+            Ok(id) => {
+                model.insert(id, (seed, 1));
+            }
+            Err(error) => break Some(error),
+        }
+        if seed % 512 == 0 {
+            volume.commit().expect("commit");
+        }
+        if model.len() >= most {
+            break None;
+        }
+    };
+    // A checkpoint of about a fifth of a segment spreads over commits: a
+    // journal write fails at its first delta, then halfway through. The
+    // retry writes a whole checkpoint beside the spread, in its segment.
+    assert!(fill(&mut volume, &mut model, 3000).is_none());
+    volume.commit().expect("commit");
+    for halfway in [false, true] {
+        let context = format!("spreading, halfway {halfway}");
+        let mut commits = 0;
+        while volume.stats().checkpoint_pages_pending == 0 {
+            free_first(&mut volume, &mut model);
+            volume.commit().expect("commit");
+            commits += 1;
+            assert!(commits < 4000, "{context}: no checkpoint began");
+        }
+        let pages = volume.stats().checkpoint_pages_pending;
+        if halfway {
+            while volume.stats().checkpoint_pages_pending > pages / 2 {
+                free_first(&mut volume, &mut model);
+                volume.commit().expect("commit");
+            }
+        }
+        assert!(volume.stats().checkpoint_pages_pending > 0, "{context}: the checkpoint still spreads");
+        fail_one_commit(&mut volume, &mut model, &harness.sims[0], &context);
+    }
+    // Filled: the checkpoint is past half a segment. It is written whole
+    // when the log moves on, never spread, and not at every commit (it
+    // began at every other commit when it spread).
+    let error = fill(&mut volume, &mut model, usize::MAX).expect("full");
+    assert!(matches!(error, Error::NoSpace(_)), "{error:?}");
+    volume.commit().expect("the commit after the fill");
+    let before = volume.stats().checkpoints;
+    for _ in 0..100 {
+        free_first(&mut volume, &mut model);
+        volume.commit().expect("commit");
+        assert_eq!(volume.stats().checkpoint_pages_pending, 0, "the largest checkpoint is written whole");
+    }
+    let begun = volume.stats().checkpoints - before;
+    assert!(begun <= 10, "{begun} checkpoints in 100 commits of one operation each");
+    // A journal write fails at a commit in the log, and at one that
+    // begins a checkpoint (those that follow a failure do).
+    for round in 0..12 {
+        for _ in 0..round % 4 {
+            free_first(&mut volume, &mut model);
+            volume.commit().expect("commit");
+        }
+        fail_one_commit(&mut volume, &mut model, &harness.sims[0], &format!("filled, round {round}"));
+    }
+    volume.check_invariants();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("reopens");
+    check(&mut volume, &model);
+}

@@ -109,19 +109,45 @@ pub(crate) fn checkpoint_bytes(slots: u64, mapped_extents: u64, mapped_blocks: u
 /// so that the volume's worst checkpoint fits at this share, as before
 /// pools (every extent a single block), unless [`SEGMENT_SHARE`] binds.
 ///
-/// The log moves to the other segment once it passes half of this one,
-/// and the next checkpoint is paced to seal within the first half of its
-/// own (`Journal::must_rotate`): a checkpoint larger than half a segment
-/// is written whole at every commit. Volumes reach that only with extents
-/// far smaller on average than their data unit (a single pool of sixteen
-/// at its segment share, below about 32 KiB); pacing such checkpoints is
-/// not done yet.
+/// A checkpoint up to [`SPREAD_SHARE`] is spread over commits and sealed
+/// within the first half of its segment; a larger one is written whole
+/// (see there).
 pub(crate) const CHECKPOINT_SHARE: (u64, u64) = (7, 8);
 
 /// The checkpoint bytes a segment of `blocks` takes ([`CHECKPOINT_SHARE`]
 /// of it, labels aside).
 pub(crate) fn checkpoint_room(segment_blocks: u64) -> u64 {
     let (part, whole) = CHECKPOINT_SHARE;
+    segment_blocks.saturating_sub(LABEL_BLOCKS) * BLOCK_SIZE as u64 * part / whole
+}
+
+/// A checkpoint is spread over commits only while it takes at most this
+/// fraction of a segment (3/8, labels aside); a larger one is written
+/// whole, sealed at once, when the log moves to the other segment.
+///
+/// A spread checkpoint keeps the other segment (the last sealed one)
+/// until its last page is written, by the first half of its own segment.
+/// A journal write that fails meanwhile is superseded by a whole
+/// checkpoint written past it in the same segment (`Journal::restart`),
+/// so the segment must hold the spread, the failed record and a whole
+/// checkpoint beside them. At 3/8 it does, with an eighth to spare for
+/// the checkpoint's growth during the spread (its pages are written at
+/// eight times the log's bytes, `Volume::pages_due`) and the commits'
+/// operations. A whole checkpoint needs no such room: the segment it
+/// leaves holds the last sealed one until it is durable, and a failed
+/// write is retried whole in the other segment again.
+///
+/// Before this, every checkpoint spread: one past half a segment (a
+/// volume near [`CHECKPOINT_SHARE`], extents far smaller than its data
+/// unit) could leave no room for the restart after a failed write, and
+/// then every commit failed with `NoSpace(Full::Metadata)`; and it sealed
+/// past the half, so the next began at once, at every other commit.
+pub(crate) const SPREAD_SHARE: (u64, u64) = (3, 8);
+
+/// The checkpoint bytes a segment of `blocks` spreads at most
+/// ([`SPREAD_SHARE`] of it, labels aside).
+pub(crate) fn spread_room(segment_blocks: u64) -> u64 {
+    let (part, whole) = SPREAD_SHARE;
     segment_blocks.saturating_sub(LABEL_BLOCKS) * BLOCK_SIZE as u64 * part / whole
 }
 

@@ -164,9 +164,12 @@ impl Journal {
     }
 
     /// Whether the next commit must begin a checkpoint in the other
-    /// segment (the current one sealed): its record of `blocks` would end
-    /// past half of the segment, so the next checkpoint, paced to seal
-    /// within the first half of its own segment, always has the room; or
+    /// segment (the current one sealed): with checkpoints that `spread`,
+    /// its record of `blocks` would end past half of the segment, so the
+    /// next checkpoint, paced to seal within the first half of its own
+    /// segment, always has the room (a checkpoint written whole moves on
+    /// when the log fills the segment: see
+    /// [`SPREAD_SHARE`](super::layout::SPREAD_SHARE)); or
     /// the log since the last checkpoint became whole passed an eighth of
     /// the table's size (`table_blocks`; at least [`MIN_LOG_BLOCKS`]; see
     /// [`ROTATE_AT_TABLE_FRACTION`]), so that open replays little log
@@ -174,10 +177,10 @@ impl Journal {
     /// log, one copy, is then 0.04 to 0.10% of the data written at 256 KiB
     /// extents, from 64 GiB to 2 TiB, measured by the scale bench; 0.04 to
     /// 0.07% at a quarter.)
-    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64) -> bool {
+    pub fn must_rotate(&self, devices: &[Option<Device>], blocks: u64, table_blocks: u64, spread: bool) -> bool {
         let log = self.offset.saturating_sub(self.sealed_at) + blocks;
         self.sealed()
-            && (self.offset + blocks > self.segment_blocks(devices) / 2
+            && ((spread && self.offset + blocks > self.segment_blocks(devices) / 2)
                 || log > (table_blocks / ROTATE_AT_TABLE_FRACTION).max(MIN_LOG_BLOCKS))
     }
 

@@ -139,13 +139,13 @@ impl Volume {
                     info.checkpoint = true;
                     info.phases.writing_us = clock.lap();
                 } else {
-                    // Past half of the segment, the next checkpoint begins
-                    // in the other one once this commit is durable here:
-                    // its first record carries no operation, so that losing
-                    // it loses no commit (the segment it builds on is kept
-                    // until it seals).
+                    // Past half of the segment (when checkpoints spread),
+                    // the next checkpoint begins in the other one once this
+                    // commit is durable here: its first record carries no
+                    // operation, so that losing it loses no commit (the
+                    // segment it builds on is kept until it seals).
                     let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
-                    rotate = self.journal.must_rotate(&self.devices, blocks, table_blocks);
+                    rotate = self.journal.must_rotate(&self.devices, blocks, table_blocks, self.checkpoint_spreads());
                     info.phases.encoding_us = clock.lap();
                     self.append_delta(&ops, &none, &owners, 0)?;
                     info.phases.writing_us = clock.lap();
@@ -166,7 +166,8 @@ impl Volume {
                 // The commit stands whatever happens here; a checkpoint
                 // that fails to begin leaves the log broken, and the next
                 // commit writes a whole one.
-                match self.begin_checkpoint(&journal::encode_ops(&[]), false) {
+                let whole = !self.checkpoint_spreads();
+                match self.begin_checkpoint(&journal::encode_ops(&[]), whole) {
                     Ok(()) => info.checkpoint = true,
                     Err(error) => log::warn!("beginning a checkpoint: {error}; the next commit writes a whole one"),
                 }
@@ -202,6 +203,17 @@ impl Volume {
             info.seq = self.journal.seq;
         }
         Ok(info)
+    }
+
+    /// Whether the next checkpoint spreads over commits: a whole one now
+    /// takes at most [`SPREAD_SHARE`] of a segment. A larger one is
+    /// written whole, so that a failed write while it spreads never needs
+    /// a second one beside it in the same segment (see there).
+    ///
+    /// [`SPREAD_SHARE`]: crate::journal::layout::SPREAD_SHARE
+    fn checkpoint_spreads(&self) -> bool {
+        let room = crate::journal::layout::spread_room(self.journal.segment_blocks(&self.devices));
+        self.checkpoint_estimate() <= room
     }
 
     /// Pages `first..first + count` of the extent table with their

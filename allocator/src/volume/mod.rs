@@ -731,17 +731,24 @@ impl Volume {
     /// counts, each new extent mapped when the map keeps checksums; to
     /// within a page of the table, 340 extents, where it binds).
     fn metadata_extents_left(&self, blocks: u32) -> u64 {
-        use crate::journal::layout::{checkpoint_bytes, checkpoint_room};
-        let live = self.table.len().max(1);
-        let mapped = self.mapped.len() as u64;
-        let mapped_blocks = self.live_blocks * mapped / live;
-        let slots = self.table.pages() * PAGE_SLOTS as u64;
-        let now = checkpoint_bytes(slots, mapped, mapped_blocks, self.zones_over_lanes());
+        use crate::journal::layout::checkpoint_room;
+        let now = self.checkpoint_estimate();
         let map = u64::from(self.tags.is_none() && !self.area);
         // Per page of extents: the page, and with a map their checksums.
         let per_page = crate::journal::PAGE_BYTES as u64 + PAGE_SLOTS as u64 * map * (6 + 4 * u64::from(blocks));
         let left = checkpoint_room(self.journal.segment_blocks(&self.devices)).saturating_sub(now);
         left * PAGE_SLOTS as u64 / per_page
+    }
+
+    /// The bytes of a whole checkpoint now, as
+    /// [`Volume::check_metadata_room`] counts them: the table's pages,
+    /// and the checksums in the map at the mapped extents' average size.
+    pub(super) fn checkpoint_estimate(&self) -> u64 {
+        let live = self.table.len().max(1);
+        let mapped = self.mapped.len() as u64;
+        let mapped_blocks = self.live_blocks * mapped / live;
+        let slots = self.table.pages() * PAGE_SLOTS as u64;
+        crate::journal::layout::checkpoint_bytes(slots, mapped, mapped_blocks, self.zones_over_lanes())
     }
 
     /// The journal sequence number of the last commit.
