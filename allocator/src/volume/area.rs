@@ -28,15 +28,26 @@ impl Volume {
         }
         let covered = entry.allocated;
         let mut tags = vec![0u8; area_blocks(covered) as usize * BLOCK_SIZE];
-        for (&id, crcs) in &self.mapped {
-            let Some(extent) = self.table.get(id) else { continue };
-            let at = extent.on(lane);
-            if at.is_missing() || at.zone != zone {
-                continue;
+        // The extents noted as landed here, when they are every live block
+        // of the zone; else (after open, or a note missed) every extent in
+        // the map is looked at.
+        let mut landed = self.lanes[lane].take_landed(zone);
+        let noted = landed.as_mut().is_some_and(|ids| {
+            ids.sort_unstable();
+            ids.dedup();
+            let blocks: u64 = ids.iter().map(|&id| self.fill_area_tags(&mut tags, lane, zone, id)).sum();
+            blocks == u64::from(entry.valid)
+        });
+        if !noted {
+            debug_assert!(landed.is_none(), "zone {zone} of lane {lane}: an extent landed there was not noted");
+            tags.fill(0);
+            let ids: Vec<ExtentId> = self.mapped.keys().copied().collect();
+            for id in ids {
+                self.fill_area_tags(&mut tags, lane, zone, id);
             }
-            let start = at.offset as usize * TAG_BYTES;
-            let out = &mut tags[start..start + crcs.len() * TAG_BYTES];
-            crate::tags::fill(AREA, self.volume_id, id, 0, crcs, out);
+        }
+        if let Some(list) = landed {
+            self.lanes[lane].give_back_list(list);
         }
         let device = self.lanes[lane].device;
         let zoned = self.dev(device).is_zoned();
@@ -63,9 +74,28 @@ impl Volume {
         Ok(true)
     }
 
+    /// Writes into `tags` (zone `zone`'s area in `lane`) the tags of
+    /// extent `id`'s blocks when its copy there lies in the zone and its
+    /// checksums are in the map; the blocks written.
+    fn fill_area_tags(&self, tags: &mut [u8], lane: usize, zone: u32, id: ExtentId) -> u64 {
+        let Some(crcs) = self.mapped.get(&id) else { return 0 };
+        let Some(extent) = self.table.get(id) else { return 0 };
+        let at = extent.on(lane);
+        if at.is_missing() || at.zone != zone {
+            return 0;
+        }
+        let start = at.offset as usize * TAG_BYTES;
+        let out = &mut tags[start..start + crcs.len() * TAG_BYTES];
+        crate::tags::fill(AREA, self.volume_id, id, 0, crcs, out);
+        crcs.len() as u64
+    }
+
     /// Zone `zone` of `lane` holds nothing any more (reset, or found so at
     /// open): its area, if it had one, is gone, as the journal says next.
     pub(super) fn unseal(&mut self, lane: usize, zone: u32) {
+        if let Some(list) = self.lanes[lane].take_landed(zone) {
+            self.lanes[lane].give_back_list(list);
+        }
         if std::mem::take(&mut self.lanes[lane].sealed[zone as usize]) != 0 {
             self.ops.push(Op::Sealed { lane: lane as u8, zone, blocks: 0 });
         }

@@ -25,7 +25,7 @@ impl Volume {
         added.map_err(|e| Error::Corrupt(format!("extent {id}: {e}")))?;
         for (lane, location) in entry.copies() {
             if !location.is_missing() && !self.loading {
-                self.lanes[lane].table.add_valid(location.zone, entry.blocks);
+                self.copy_landed(lane, location.zone, id, entry.blocks);
             }
         }
         if journal {
@@ -37,6 +37,18 @@ impl Volume {
         self.owners.set(split(id).0, owner);
         self.live_blocks += u64::from(entry.blocks);
         Ok(())
+    }
+
+    /// Extent `id`'s copy in `lane` (of `blocks`) is live in `zone` now:
+    /// the zone's valid blocks, and with checksum areas the extents its
+    /// seal takes (see `Lane::landed`).
+    fn copy_landed(&mut self, lane: usize, zone: u32, id: ExtentId, blocks: u32) {
+        let lane = &mut self.lanes[lane];
+        let fresh = lane.table.zone(zone).valid == 0;
+        lane.table.add_valid(zone, blocks);
+        if self.area && lane.sealed[zone as usize] == 0 {
+            lane.note_landed(zone, id, fresh);
+        }
     }
 
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Entry> {
@@ -66,12 +78,11 @@ impl Volume {
             log::error!("extent {id}: its last copy is gone; it is lost (it reads as uncorrectable until freed)");
         }
         assert!(self.table.set_location(id, lane_index, to), "extent {id} is live");
-        let lane = &mut self.lanes[lane_index];
         if !from.is_missing() && !self.loading {
-            lane.table.remove_valid(from.zone, entry.blocks);
+            self.lanes[lane_index].table.remove_valid(from.zone, entry.blocks);
         }
         if !to.is_missing() && !self.loading {
-            lane.table.add_valid(to.zone, entry.blocks);
+            self.copy_landed(lane_index, to.zone, id, entry.blocks);
         }
         if journal {
             self.ops.push(Op::Move { id, lane: lane_index as u8, to });
@@ -89,7 +100,7 @@ impl Volume {
                 self.lanes[from].table.remove_valid(old.zone, entry.blocks);
             }
             if !to.is_missing() {
-                self.lanes[lane].table.add_valid(to.zone, entry.blocks);
+                self.copy_landed(lane, to.zone, id, entry.blocks);
             }
         }
         if journal {

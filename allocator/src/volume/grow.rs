@@ -5,7 +5,6 @@ use super::member::Member;
 use super::{Lane, Volume};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::hash::IdMap;
 use crate::journal::recovery::{probe, Probe};
 use crate::journal::{MemberRecord, Op};
 use crate::{ExtentId, Profile, BLOCK_SIZE};
@@ -100,14 +99,7 @@ impl Volume {
         }));
         self.devices.push(Some(device));
         let lane = self.lanes.len();
-        self.lanes.push(Lane {
-            device: place,
-            table: crate::zones::ZoneTable::new(&[], |_| false, 1, 0),
-            written: Vec::new(),
-            sealed: Vec::new(),
-            appended: IdMap::default(),
-            spare_maps: Vec::new(),
-        });
+        self.lanes.push(Lane { device: place, ..Lane::empty() });
         let table = self.fresh_table(lane);
         let zones = table.zone_count() as usize;
         self.lanes[lane].table = table;

@@ -72,6 +72,14 @@ struct Lane {
     /// Maps of zones done with appends, for the next zones' (see
     /// `claim_appended`): a zone's first append allocates nothing.
     spare_maps: Vec<Vec<u64>>,
+    /// On a volume with checksum areas: per zone not sealed yet, the
+    /// extents whose copies landed in it since open, so that sealing it
+    /// builds its area from those, not from a pass over every extent in
+    /// the map (see `Volume::seal_zone`). Bounded by the zones open.
+    landed: Vec<(u32, Vec<ExtentId>)>,
+    /// Lists of zones sealed, for the next zones' (no allocation once
+    /// warm).
+    spare_lists: Vec<Vec<ExtentId>>,
 }
 
 /// The words of a bitmap that bits `start..end` touch, each with the mask
@@ -89,6 +97,55 @@ fn word_masks(start: u32, end: u32) -> impl Iterator<Item = (usize, u64)> {
 }
 
 impl Lane {
+    /// A lane with no zones yet, on device 0.
+    fn empty() -> Lane {
+        Lane {
+            device: 0,
+            table: ZoneTable::new(&[], |_| false, 1, 0),
+            written: Vec::new(),
+            sealed: Vec::new(),
+            appended: IdMap::default(),
+            spare_maps: Vec::new(),
+            landed: Vec::new(),
+            spare_lists: Vec::new(),
+        }
+    }
+
+    /// Extent `id`'s copy here landed in `zone` (a volume with checksum
+    /// areas: see [`Lane::landed`]). A list begins only with a zone that
+    /// held nothing live (`fresh`), so that a list, when there is one,
+    /// names every live extent of its zone.
+    fn note_landed(&mut self, zone: u32, id: ExtentId, fresh: bool) {
+        match self.landed.iter_mut().find(|(z, _)| *z == zone) {
+            Some((_, list)) => {
+                if fresh {
+                    list.clear();
+                }
+                list.push(id);
+            }
+            None if fresh => {
+                let mut list = self.spare_lists.pop().unwrap_or_default();
+                list.push(id);
+                self.landed.push((zone, list));
+            }
+            None => {}
+        }
+    }
+
+    /// The extents noted as landed in `zone`, taken (none noted: `None`).
+    fn take_landed(&mut self, zone: u32) -> Option<Vec<ExtentId>> {
+        let at = self.landed.iter().position(|(z, _)| *z == zone)?;
+        Some(self.landed.swap_remove(at).1)
+    }
+
+    /// A list [`Lane::take_landed`] gave, back for reuse.
+    fn give_back_list(&mut self, mut list: Vec<ExtentId>) {
+        list.clear();
+        if self.spare_lists.len() < 4 {
+            self.spare_lists.push(list);
+        }
+    }
+
     /// Marks `blocks` blocks at `offset` of `zone` as placed by a Zone
     /// Append the device completed; false when some were placed already.
     /// `before` blocks of the zone were written before this one, which are
@@ -405,7 +462,7 @@ impl Volume {
             }
             let written = vec![0; capacities.len()];
             let sealed = vec![0; capacities.len()];
-            lanes.push(Lane { device, table, written, sealed, appended: IdMap::default(), spare_maps: Vec::new() });
+            lanes.push(Lane { device, table, written, sealed, ..Lane::empty() });
         }
         // Zone budget per device. Active: every stream's zone and
         // reclaim's in each of its lanes, plus one per metadata copy on the
