@@ -107,21 +107,47 @@ impl Home {
 
 /// Writes the tags of blocks `first..first + crcs.len()` of `extent`, whose
 /// data checksums are `crcs`, into `out` (exactly their metadata bytes).
+///
+/// Each home costs one crc32c step of four bytes: the SSE4.2 `crc32`
+/// instruction when the checksums in use are the hardware's (about 5
+/// instructions a tag, against about 20 with the table step; a zone's
+/// checksum area is 64 tags per 256 KiB written), else the table step.
 pub fn fill(layout: TagLayout, volume_id: u64, extent: ExtentId, first: u32, crcs: &[u32], out: &mut [u8]) {
     assert_eq!(out.len(), layout.bytes(crcs.len()), "metadata for {} blocks", crcs.len());
     let home = Home::new(volume_id, extent);
-    let tag = |index: usize, data_crc: u32| u64::from(data_crc) | u64::from(home.of(first + index as u32)) << 32;
-    if layout.stride == TAG_BYTES {
-        // Every byte is a tag's: one 8-byte store each (a zone's checksum
-        // area is 64 of them per 256 KiB written).
-        for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(TAG_BYTES)).enumerate() {
-            meta.copy_from_slice(&tag(index, data_crc).to_le_bytes());
-        }
+    if layout.stride != TAG_BYTES {
+        out.fill(0);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::checksum::implementation() == crate::checksum::Implementation::Hardware
+        && std::arch::is_x86_feature_detected!("sse4.2")
+    {
+        // SAFETY: the CPU has SSE4.2, checked just above.
+        unsafe { fill_sse42(home, first, crcs, out, layout.stride) };
         return;
     }
-    out.fill(0);
-    for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(layout.stride)).enumerate() {
-        meta[..TAG_BYTES].copy_from_slice(&tag(index, data_crc).to_le_bytes());
+    write_tags(home, first, crcs, out, layout.stride, crc_append_u32);
+}
+
+/// [`fill`] with the `crc32` instruction.
+///
+/// # Safety
+/// The CPU must have SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn fill_sse42(home: Home, first: u32, crcs: &[u32], out: &mut [u8], stride: usize) {
+    // crc32c's register is the complement of the checksum: the instruction
+    // steps the register, `crc_append_u32` the checksum.
+    write_tags(home, first, crcs, out, stride, |crc, value| !std::arch::x86_64::_mm_crc32_u32(!crc, value));
+}
+
+/// The tags of [`fill`], each `stride` bytes from the last, its home
+/// stepped by `step` (a crc32c append of four bytes).
+#[inline(always)]
+fn write_tags(home: Home, first: u32, crcs: &[u32], out: &mut [u8], stride: usize, step: impl Fn(u32, u32) -> u32) {
+    for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(stride)).enumerate() {
+        let home = step(home.0, first + index as u32).max(1);
+        meta[..TAG_BYTES].copy_from_slice(&(u64::from(data_crc) | u64::from(home) << 32).to_le_bytes());
     }
 }
 
@@ -238,6 +264,36 @@ mod tests {
     use super::*;
 
     const LAYOUT: TagLayout = TagLayout { stride: 8, granule: None };
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_crc32_instruction_writes_the_tags_the_table_step_writes() {
+        if !std::arch::is_x86_feature_detected!("sse4.2") {
+            return;
+        }
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..200 {
+            let (volume, extent) = (next(), next());
+            let first = if round % 3 == 0 { u32::MAX - 70 } else { next() as u32 % 4096 };
+            let crcs: Vec<u32> = (0..1 + next() % 64).map(|_| next() as u32).collect();
+            for stride in [8, 16, 64] {
+                let home = Home::new(volume, extent);
+                let mut table = vec![0u8; crcs.len() * stride];
+                let mut instruction = vec![0xaau8; crcs.len() * stride];
+                write_tags(home, first, &crcs, &mut table, stride, crc_append_u32);
+                instruction.chunks_exact_mut(stride).for_each(|m| m[TAG_BYTES..].fill(0));
+                // SAFETY: SSE4.2 is there, checked above.
+                unsafe { fill_sse42(home, first, &crcs, &mut instruction, stride) };
+                assert_eq!(table, instruction, "round {round}, stride {stride}");
+            }
+        }
+    }
 
     fn blocks(n: usize, seed: u8) -> Vec<u8> {
         (0..n * BLOCK_SIZE).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
