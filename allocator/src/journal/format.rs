@@ -137,8 +137,20 @@ pub(crate) struct Stamp {
 /// Builds a whole record: header, payload, zero padding to 4 KiB. The
 /// header says when it was written.
 pub(crate) fn encode_record(stamp: Stamp, volume_id: u64, payload: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(HEADER_BYTES + payload.len() + BLOCK_SIZE);
+    body.resize(HEADER_BYTES, 0);
+    body.extend_from_slice(payload);
+    seal_record(stamp, volume_id, body)
+}
+
+/// The record whose payload `body` holds after [`HEADER_BYTES`] of room:
+/// the header written there, the end padded to a whole block. What
+/// [`encode_record`] makes, with no copy of the payload.
+pub(crate) fn seal_record(stamp: Stamp, volume_id: u64, mut body: Vec<u8>) -> Vec<u8> {
+    assert!(body.len() >= HEADER_BYTES, "a record's room for its header");
     let Stamp { kind, generation, seq, sealed, session } = stamp;
-    let mut w = Writer::default();
+    let payload = &body[HEADER_BYTES..];
+    let mut w = Writer(Vec::with_capacity(HEADER_BYTES));
     w.u64(MAGIC);
     w.u8(kind as u8);
     w.u8(VERSION);
@@ -154,10 +166,10 @@ pub(crate) fn encode_record(stamp: Stamp, volume_id: u64, payload: &[u8]) -> Vec
     let header_crc = crc(&w.0);
     w.u32(header_crc);
     debug_assert_eq!(w.0.len(), HEADER_BYTES);
-    w.bytes(payload);
-    let padded = w.0.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-    w.0.resize(padded, 0);
-    w.0
+    body[..HEADER_BYTES].copy_from_slice(&w.0);
+    let padded = body.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+    body.resize(padded, 0);
+    body
 }
 
 /// Seconds since the Unix epoch, now (0 on a clock before it).
@@ -549,6 +561,12 @@ pub(crate) fn decode_label(block: &[u8]) -> LabelRead {
 
 pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
     let mut w = Writer::default();
+    write_ops(&mut w, ops);
+    w.0
+}
+
+/// [`encode_ops`], appended to `w`.
+fn write_ops(w: &mut Writer, ops: &[Op]) {
     w.u32(ops.len() as u32);
     for op in ops {
         match op {
@@ -600,7 +618,6 @@ pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
             }
         }
     }
-    w.0
 }
 
 /// Two lists of operations as [`encode_ops`] made them, as one: `first`'s
@@ -693,6 +710,39 @@ pub(crate) fn decode_begin(
 /// The payload of a delta: `ops` as [`encode_ops`] made it, `pages` as
 /// [`encode_pages`] did, `owners` as [`encode_owner_pages`] did. The
 /// pages begin at `8 + ops.len()`, the owner blobs right after them.
+/// A delta record being built in place (see [`seal_record`]): room for
+/// the header, then the payload [`encode_delta`] makes, its operations
+/// encoded straight into it and its pages and owner blobs appended, so
+/// that a commit's bytes are copied once before the device's buffer.
+pub(crate) struct DeltaBody {
+    w: Writer,
+}
+
+impl DeltaBody {
+    /// The body with the operations `ops`.
+    pub fn new(ops: &[Op]) -> DeltaBody {
+        let mut w = Writer(Vec::with_capacity(HEADER_BYTES + 8 + 64 * ops.len() + BLOCK_SIZE));
+        w.0.resize(HEADER_BYTES + 8, 0);
+        write_ops(&mut w, ops);
+        let ops_bytes = (w.0.len() - HEADER_BYTES - 8) as u64;
+        w.0[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&ops_bytes.to_le_bytes());
+        DeltaBody { w }
+    }
+
+    /// The operations, encoded (as [`encode_ops`] makes them).
+    pub fn ops(&self) -> &[u8] {
+        &self.w.0[HEADER_BYTES + 8..]
+    }
+
+    /// Appends the pages, then the owner blobs: the record's body, for
+    /// [`seal_record`].
+    pub fn finish(mut self, pages: &[u8], owners: &[u8]) -> Vec<u8> {
+        self.w.bytes(pages);
+        self.w.bytes(owners);
+        self.w.0
+    }
+}
+
 pub(crate) fn encode_delta(ops: &[u8], pages: &[u8], owners: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u64(ops.len() as u64);
@@ -795,6 +845,36 @@ mod tests {
     fn extent(id: u64) -> ExtentRecord {
         let entry = Entry::new(2, &[(0, Location { zone: 3, offset: 4 }), (2, Location { zone: 5, offset: 6 })]);
         ExtentRecord::new(id, 99, entry, vec![7, 8])
+    }
+
+    #[test]
+    fn a_delta_built_in_place_is_the_record_encoded_from_its_parts() {
+        let ops = vec![Op::Add(extent(1)), Op::Free(3), Op::Add(extent(9))];
+        let (volume_id, seq) = (42, 17);
+        let page = PageImage {
+            index: 2,
+            records: (0..crate::table::PAGE_SLOTS as u64).map(|i| [i, i * 5, i << 50]).collect(),
+            owners: (0..crate::table::PAGE_SLOTS as u64).collect(),
+            mapped: vec![(7, vec![4, 5])],
+            owners_at: 0,
+        };
+        let pages = encode_pages(&[page], volume_id, seq).bytes;
+        let owners = b"owner blobs".to_vec();
+        let payload = encode_delta(&encode_ops(&ops), &pages, &owners);
+        let body = DeltaBody::new(&ops);
+        assert_eq!(body.ops(), &encode_ops(&ops)[..]);
+        let body = body.finish(&pages, &owners);
+        assert_eq!(&body[HEADER_BYTES..], &payload[..]);
+        let stamp = Stamp { kind: Kind::Delta, generation: 3, seq, sealed: true, session: 5 };
+        let (built, encoded) = (seal_record(stamp, volume_id, body), encode_record(stamp, volume_id, &payload));
+        assert_eq!(built.len(), encoded.len());
+        let (a, b) = (Header::decode(&built).unwrap(), Header::decode(&encoded).unwrap());
+        // The same but for the second each was written in.
+        assert_eq!(Header { unix_s: 0, ..a }, Header { unix_s: 0, ..b });
+        assert_eq!(built[HEADER_BYTES..], encoded[HEADER_BYTES..]);
+        // An empty delta too.
+        let empty = DeltaBody::new(&[]).finish(&[], &[]);
+        assert_eq!(&empty[HEADER_BYTES..], &encode_delta(&encode_ops(&[]), &[], &[])[..]);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! in place).
 
 use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, LABEL_BLOCKS};
-use super::{encode_label, encode_record, Kind, Label, Stamp, NO_COPY};
+use super::{encode_label, encode_record, seal_record, Kind, Label, Stamp, NO_COPY};
 use crate::device::Device;
 use crate::error::Result;
 use crate::BLOCK_SIZE;
@@ -186,9 +186,11 @@ impl Journal {
 
     /// Appends a delta carrying `pages` checkpoint pages to both copies and
     /// flushes them; the record that writes the current checkpoint's last
-    /// page seals it, and the other segment is retired. On failure the log
-    /// is broken (see the [module documentation](self)).
-    pub fn append(&mut self, devices: &mut [Option<Device>], payload: &[u8], pages: u64) -> Result<()> {
+    /// page seals it, and the other segment is retired. `body` is the
+    /// record's payload after room for its header (see
+    /// [`seal_record`](super::seal_record)). On failure the log is broken
+    /// (see the [module documentation](self)).
+    pub fn append(&mut self, devices: &mut [Option<Device>], body: Vec<u8>, pages: u64) -> Result<()> {
         assert!(!self.broken, "appending after a failed write");
         let seals = !self.sealed() && self.pages_written + pages >= self.pages_total;
         let stamp = Stamp {
@@ -198,7 +200,7 @@ impl Journal {
             sealed: seals,
             session: self.session,
         };
-        let record = encode_record(stamp, self.volume_id, payload);
+        let record = seal_record(stamp, self.volume_id, body);
         let blocks = (record.len() / BLOCK_SIZE) as u64;
         if self.offset + blocks > self.segment_blocks(devices) {
             return Err(crate::Error::NoSpace(crate::error::Full::Metadata));

@@ -5,7 +5,7 @@ use super::{CommitInfo, Volume};
 use crate::device::zone_worn_out;
 use crate::error::{Error, Result};
 use crate::journal::log::Journal;
-use crate::journal::{self, encode_begin, encode_delta, encode_owner_pages, encode_pages, Encoded, PAGE_BYTES};
+use crate::journal::{self, encode_begin, encode_owner_pages, encode_pages, Encoded, PAGE_BYTES};
 use crate::zones::ZoneUse;
 use crate::ExtentId;
 use nvme_driver::cmd::zns::ZoneSendAction;
@@ -111,31 +111,33 @@ impl Volume {
             // was to make durable: journal nothing then.
             self.check_resets()?;
             info.phases.flushing_us = clock.lap();
-            let ops = journal::encode_ops(&self.ops);
+            // The operations go straight into the delta's record.
+            let body = journal::DeltaBody::new(&self.ops);
+            let ops_bytes = body.ops().len();
             let mut rotate = false;
             if self.journal.broken {
-                self.write_whole_checkpoint(&ops)?;
+                self.write_whole_checkpoint(body.ops())?;
                 info.checkpoint = true;
                 info.phases.writing_us = clock.lap();
             } else if !self.journal.sealed() {
                 // The current checkpoint's next pages go with the delta.
                 let left = self.journal.pages_total - self.journal.pages_written;
-                let count = self.pages_due(self.journal.offset, left, ops.len());
+                let count = self.pages_due(self.journal.offset, left, ops_bytes);
                 let pages = self.page_chunk(self.journal.pages_written, count)?;
                 let owners = self.owner_chunk()?;
                 info.phases.encoding_us = clock.lap();
-                self.append_delta(&ops, &pages, &owners, count)?;
+                self.append_delta(body, &pages, &owners, count)?;
                 info.phases.writing_us = clock.lap();
             } else {
                 let owners = self.owner_chunk()?;
                 let none = encode_pages(&[], self.volume_id, self.journal.seq + 1);
-                let blocks = Journal::record_blocks(8 + ops.len() + none.bytes.len() + owners.bytes.len());
+                let blocks = Journal::record_blocks(8 + ops_bytes + none.bytes.len() + owners.bytes.len());
                 if self.journal.offset + blocks > self.journal.segment_blocks(&self.devices) {
                     // No room left here (after a restart late in the
                     // segment): the commit goes in a whole checkpoint in the
                     // other one.
                     info.phases.encoding_us = clock.lap();
-                    self.begin_checkpoint(&ops, true)?;
+                    self.begin_checkpoint(body.ops(), true)?;
                     info.checkpoint = true;
                     info.phases.writing_us = clock.lap();
                 } else {
@@ -147,7 +149,7 @@ impl Volume {
                     let table_blocks = (self.table.pages() * PAGE_BYTES as u64).div_ceil(crate::BLOCK_SIZE as u64);
                     rotate = self.journal.must_rotate(&self.devices, blocks, table_blocks, self.checkpoint_spreads());
                     info.phases.encoding_us = clock.lap();
-                    self.append_delta(&ops, &none, &owners, 0)?;
+                    self.append_delta(body, &none, &owners, 0)?;
                     info.phases.writing_us = clock.lap();
                 }
             }
@@ -196,7 +198,7 @@ impl Volume {
                 let count = self.journal.pages_total - self.journal.pages_written;
                 let pages = self.page_chunk(self.journal.pages_written, count)?;
                 let owners = encode_owner_pages(&[], self.volume_id, self.journal.seq + 1);
-                self.append_delta(&journal::encode_ops(&[]), &pages, &owners, count)?;
+                self.append_delta(journal::DeltaBody::new(&[]), &pages, &owners, count)?;
             }
             self.begin_checkpoint(&journal::encode_ops(&[]), true)?;
             info.checkpoint = true;
@@ -253,13 +255,12 @@ impl Volume {
         Ok(encode_owner_pages(&pages, self.volume_id, self.journal.seq + 1))
     }
 
-    /// Appends a delta of `ops`, `pages` of the current checkpoint (`count`
-    /// of them) and `owners`' blobs; once durable, their pages' owners are
-    /// found there.
-    fn append_delta(&mut self, ops: &[u8], pages: &Encoded, owners: &Encoded, count: u64) -> Result<()> {
-        let payload = encode_delta(ops, &pages.bytes, &owners.bytes);
-        self.journal.append(&mut self.devices, &payload, count)?;
-        let pages_at = 8 + ops.len();
+    /// Appends a delta of the operations in `body`, `pages` of the current
+    /// checkpoint (`count` of them) and `owners`' blobs; once durable,
+    /// their pages' owners are found there.
+    fn append_delta(&mut self, body: journal::DeltaBody, pages: &Encoded, owners: &Encoded, count: u64) -> Result<()> {
+        let pages_at = 8 + body.ops().len();
+        self.journal.append(&mut self.devices, body.finish(&pages.bytes, &owners.bytes), count)?;
         self.owners_written(pages, pages_at);
         self.owners_written(owners, pages_at + pages.bytes.len());
         Ok(())
