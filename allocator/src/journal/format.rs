@@ -561,15 +561,22 @@ pub(crate) fn decode_label(block: &[u8]) -> LabelRead {
 
 pub(crate) fn encode_ops(ops: &[Op]) -> Vec<u8> {
     let mut w = Writer::default();
-    write_ops(&mut w, ops);
+    write_ops(&mut w, ops, |_| None);
     w.0
 }
 
-/// [`encode_ops`], appended to `w`.
-fn write_ops(w: &mut Writer, ops: &[Op]) {
+/// [`encode_ops`], appended to `w`. An addition that carries no checksums
+/// takes those `map` has for its extent, when they are one per block (a
+/// write's are in the volume's map, not copied into its operation).
+fn write_ops<'m>(w: &mut Writer, ops: &[Op], map: impl Fn(ExtentId) -> Option<&'m [u32]>) {
     w.u32(ops.len() as u32);
     for op in ops {
         match op {
+            Op::Add(extent) if extent.crcs.is_empty() => {
+                w.u8(OP_ADD);
+                let mapped = map(extent.id).filter(|crcs| crcs.len() == extent.entry.blocks as usize);
+                w.extent_with(extent, mapped.unwrap_or(&[]));
+            }
             Op::Add(extent) => {
                 w.u8(OP_ADD);
                 w.extent(extent);
@@ -719,11 +726,12 @@ pub(crate) struct DeltaBody {
 }
 
 impl DeltaBody {
-    /// The body with the operations `ops`.
-    pub fn new(ops: &[Op]) -> DeltaBody {
+    /// The body with the operations `ops`, additions without checksums
+    /// taking `map`'s (see [`write_ops`]).
+    pub fn new<'m>(ops: &[Op], map: impl Fn(ExtentId) -> Option<&'m [u32]>) -> DeltaBody {
         let mut w = Writer(Vec::with_capacity(HEADER_BYTES + 8 + 64 * ops.len() + BLOCK_SIZE));
         w.0.resize(HEADER_BYTES + 8, 0);
-        write_ops(&mut w, ops);
+        write_ops(&mut w, ops, map);
         let ops_bytes = (w.0.len() - HEADER_BYTES - 8) as u64;
         w.0[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&ops_bytes.to_le_bytes());
         DeltaBody { w }
@@ -861,7 +869,7 @@ mod tests {
         let pages = encode_pages(&[page], volume_id, seq).bytes;
         let owners = b"owner blobs".to_vec();
         let payload = encode_delta(&encode_ops(&ops), &pages, &owners);
-        let body = DeltaBody::new(&ops);
+        let body = DeltaBody::new(&ops, |_| None);
         assert_eq!(body.ops(), &encode_ops(&ops)[..]);
         let body = body.finish(&pages, &owners);
         assert_eq!(&body[HEADER_BYTES..], &payload[..]);
@@ -873,7 +881,7 @@ mod tests {
         assert_eq!(Header { unix_s: 0, ..a }, Header { unix_s: 0, ..b });
         assert_eq!(built[HEADER_BYTES..], encoded[HEADER_BYTES..]);
         // An empty delta too.
-        let empty = DeltaBody::new(&[]).finish(&[], &[]);
+        let empty = DeltaBody::new(&[], |_| None).finish(&[], &[]);
         assert_eq!(&empty[HEADER_BYTES..], &encode_delta(&encode_ops(&[]), &[], &[])[..]);
     }
 

@@ -112,7 +112,9 @@ impl Volume {
             self.check_resets()?;
             info.phases.flushing_us = clock.lap();
             // The operations go straight into the delta's record.
-            let body = journal::DeltaBody::new(&self.ops);
+            let (mapped, freed) = (&self.mapped, &self.freed_crcs);
+            let body =
+                journal::DeltaBody::new(&self.ops, |id| mapped.get(&id).or_else(|| freed.get(&id)).map(|c| &c[..]));
             let ops_bytes = body.ops().len();
             let mut rotate = false;
             if self.journal.broken {
@@ -161,6 +163,7 @@ impl Volume {
             info.ops = self.ops.len();
             info.seq = self.journal.seq;
             self.ops.clear();
+            self.freed_crcs.clear();
             self.members_journaled();
             self.seals_committed();
             self.stats.commits += 1;
@@ -198,7 +201,7 @@ impl Volume {
                 let count = self.journal.pages_total - self.journal.pages_written;
                 let pages = self.page_chunk(self.journal.pages_written, count)?;
                 let owners = encode_owner_pages(&[], self.volume_id, self.journal.seq + 1);
-                self.append_delta(journal::DeltaBody::new(&[]), &pages, &owners, count)?;
+                self.append_delta(journal::DeltaBody::new(&[], |_| None), &pages, &owners, count)?;
             }
             self.begin_checkpoint(&journal::encode_ops(&[]), true)?;
             info.checkpoint = true;

@@ -29,7 +29,10 @@ impl Volume {
             }
         }
         if journal {
-            self.ops.push(Op::Add(ExtentRecord::new(id, owner, entry, crcs.clone())));
+            // Its checksums are journaled from the map (see
+            // `journal::DeltaBody::new`), not copied into the operation.
+            let record = ExtentRecord::new(id, owner, entry, Vec::new());
+            self.ops.push(Op::Add(record));
         }
         if !crcs.is_empty() {
             self.mapped.insert(id, crcs.into_boxed_slice());
@@ -53,7 +56,11 @@ impl Volume {
 
     pub(super) fn remove_extent(&mut self, id: ExtentId, journal: bool) -> Result<Entry> {
         let entry = self.table.remove(id).ok_or(Error::NoSuchExtent(id))?;
-        self.mapped.remove(&id);
+        let crcs = self.mapped.remove(&id);
+        if let Some(crcs) = crcs.filter(|_| journal) {
+            // An addition of it not journaled yet takes them from here.
+            self.freed_crcs.insert(id, crcs);
+        }
         self.owners.clear(split(id).0);
         self.live_blocks -= u64::from(entry.blocks);
         for (lane, location) in entry.copies() {

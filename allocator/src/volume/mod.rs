@@ -336,6 +336,10 @@ pub struct Volume {
     /// an extent of a volume with tags is tagged exactly when it has no
     /// entry here.
     mapped: IdMap<ExtentId, Box<[u32]>>,
+    /// The checksums of extents freed since the last commit, out of the
+    /// map: an addition journaled by the same commit takes them from here
+    /// (operations carry none; see `journal::DeltaBody::new`).
+    freed_crcs: IdMap<ExtentId, Box<[u32]>>,
     /// Blocks of the live extents, one copy each (kept with `table`).
     live_blocks: u64,
     ops: Vec<Op>,
@@ -552,6 +556,7 @@ impl Volume {
             table: Table::with_lanes(bits, lane_count),
             owners: Owners::default(),
             mapped: IdMap::default(),
+            freed_crcs: IdMap::default(),
             live_blocks: 0,
             ops: Vec::new(),
             writes: Vec::with_capacity(writes_max),

@@ -117,6 +117,11 @@ impl Writer {
         self.u8(u8::from(s.clean));
     }
     pub(super) fn extent(&mut self, e: &ExtentRecord) {
+        self.extent_with(e, &e.crcs);
+    }
+
+    /// `e` with the checksums `crcs` (its own, or the map's).
+    pub(super) fn extent_with(&mut self, e: &ExtentRecord, crcs: &[u32]) {
         self.u64(e.id);
         self.u64(e.owner);
         self.u32(e.entry.blocks);
@@ -125,9 +130,9 @@ impl Writer {
             self.u8(lane as u8);
             self.location(location);
         }
-        debug_assert!(e.crcs.is_empty() || e.crcs.len() == e.entry.blocks as usize);
-        self.u8(u8::from(!e.crcs.is_empty()));
-        self.u32s(&e.crcs);
+        debug_assert!(crcs.is_empty() || crcs.len() == e.entry.blocks as usize);
+        self.u8(u8::from(!crcs.is_empty()));
+        self.u32s(crcs);
     }
 }
 
