@@ -132,12 +132,17 @@ impl Volume {
         if !self.area {
             return;
         }
-        let (table, lanes) = (&self.table, &self.lanes);
-        self.mapped.retain(|&id, _| {
+        let (table, lanes, pool) = (&self.table, &self.lanes, &mut self.crc_pool);
+        self.mapped.retain(|&id, crcs| {
             let Some(entry) = table.get(id) else { return true };
-            !entry
+            let keep = !entry
                 .copies()
-                .all(|(lane, at)| at.is_missing() || lanes[lane].area_covers(at.zone, at.offset, entry.blocks))
+                .all(|(lane, at)| at.is_missing() || lanes[lane].area_covers(at.zone, at.offset, entry.blocks));
+            // The list goes back to the pool for the next writes.
+            if !keep && pool.len() < super::write::CRC_POOL_MAX {
+                pool.push(std::mem::take(crcs).into_vec());
+            }
+            keep
         });
         // Open's replay fills the map with every extent added since the
         // checkpoint began: its table need not stay that large.

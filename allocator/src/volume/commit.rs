@@ -163,7 +163,12 @@ impl Volume {
             info.ops = self.ops.len();
             info.seq = self.journal.seq;
             self.ops.clear();
-            self.freed_crcs.clear();
+            let (freed, pool) = (&mut self.freed_crcs, &mut self.crc_pool);
+            for (_, crcs) in freed.drain() {
+                if pool.len() < super::write::CRC_POOL_MAX {
+                    pool.push(crcs.into_vec());
+                }
+            }
             self.members_journaled();
             self.seals_committed();
             self.stats.commits += 1;

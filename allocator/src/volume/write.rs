@@ -13,8 +13,10 @@ use crate::Token;
 use crate::{ExtentId, Location, BLOCK_SIZE};
 
 /// Checksum lists kept for reuse at most: more than the writes a volume
-/// keeps in flight, so a steady stream of tagged writes allocates none.
-const CRC_POOL_MAX: usize = 1024;
+/// keeps in flight, so a steady stream of writes allocates none (a tagged
+/// write's list comes back when it ends, a mapped extent's when its zone's
+/// checksum area makes it durable, or it is freed).
+pub(super) const CRC_POOL_MAX: usize = 1024;
 use nvme_driver::dma::{DmaMemory, FillBuffer};
 use nvme_driver::{IoBuffer, IoCompletion};
 use std::time::Instant;
@@ -40,6 +42,24 @@ impl Volume {
     /// once all succeed.
     pub fn submit_write(&mut self, stream: u8, data: &[u8], owner: u64) -> Result<ExtentId> {
         self.submit_write_inner(stream, Source::Bytes(data), owner, None)
+    }
+
+    /// An empty list for a write's checksums, from the volume's pool of
+    /// lists: no allocation once the pool is warm, where a new `Vec` per
+    /// write costs an allocation and a free (for
+    /// [`Volume::submit_write_with_checksums`] and
+    /// [`Volume::submit_filled_with_checksums`], which take it back).
+    pub fn checksum_list(&mut self) -> Vec<u32> {
+        let mut list = self.crc_pool.pop().unwrap_or_default();
+        list.clear();
+        list
+    }
+
+    /// A list of checksums done with, back to the pool.
+    pub(super) fn recycle_crcs(&mut self, list: Vec<u32>) {
+        if self.crc_pool.len() < CRC_POOL_MAX {
+            self.crc_pool.push(list);
+        }
     }
 
     /// [`Volume::submit_write`] with the blocks' checksums computed by the
@@ -516,10 +536,7 @@ impl Volume {
                 // A tagged extent's checksums live on the devices, with the
                 // data; its list goes back for the next write.
                 let crcs = if pending.tagged {
-                    let list = std::mem::take(&mut pending.crcs);
-                    if self.crc_pool.len() < CRC_POOL_MAX {
-                        self.crc_pool.push(list);
-                    }
+                    self.recycle_crcs(std::mem::take(&mut pending.crcs));
                     Vec::new()
                 } else {
                     std::mem::take(&mut pending.crcs)

@@ -5,7 +5,6 @@
 
 use crate::Args;
 use nvme_driver::dma::FillBuffer;
-use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -27,7 +26,7 @@ pub(crate) struct Feed {
     /// --same-data (and --reuse-data): write 0's bytes and checksums, made
     /// before the clock starts, and the lent buffers that already hold
     /// them.
-    same: Option<(Vec<u8>, Vec<u32>, HashSet<u64>)>,
+    same: Option<(Vec<u8>, Vec<u32>, Vec<u64>)>,
     /// --reuse-data: the volume checksums every write, from the bytes
     /// written.
     checksum_each: bool,
@@ -72,7 +71,7 @@ impl Feed {
             fill(&mut data, 0);
             let mut crcs = Vec::with_capacity(bs / BLOCK_SIZE);
             checksum::block_crcs(&data, &mut crcs);
-            (data, crcs, HashSet::new())
+            (data, crcs, Vec::new())
         });
         Feed {
             bs,
@@ -100,16 +99,27 @@ impl Feed {
                 true => volume.fill_buffer().and_then(|mut buffer| {
                     // A buffer holds the bytes from its first lending on:
                     // neither the device nor the volume writes it.
-                    if filled.insert(buffer.iova()) {
+                    // (The volume lends a few buffers: a list, not a hash.)
+                    if !filled.contains(&buffer.iova()) {
+                        filled.push(buffer.iova());
                         buffer[..bs].copy_from_slice(data);
                     }
                     match checksum_each {
                         true => volume.submit_filled(args.stream, buffer, bs, sequence),
-                        false => volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, crcs.clone()),
+                        false => {
+                            // A list from the volume's pool: no allocation per write.
+                            let mut list = volume.checksum_list();
+                            list.extend_from_slice(crcs);
+                            volume.submit_filled_with_checksums(args.stream, buffer, bs, sequence, list)
+                        }
                     }
                 }),
                 false if checksum_each => volume.submit_write(args.stream, data, sequence),
-                false => volume.submit_write_with_checksums(args.stream, data, sequence, crcs.clone()),
+                false => {
+                    let mut list = volume.checksum_list();
+                    list.extend_from_slice(crcs);
+                    volume.submit_write_with_checksums(args.stream, data, sequence, list)
+                }
             }
         } else if args.checksum_threads() == 0 && args.zero_copy {
             volume.fill_buffer().and_then(|mut buffer| {

@@ -7,7 +7,7 @@ use crate::Args;
 use nvme_report::histogram::Histogram;
 use nvme_report::series::flatness;
 use nvme_report::svg::{line_chart, Series};
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 use zoned_allocator::{checksum, Error, Volume, VolumeStats, WriteDone, WriteMode};
@@ -42,7 +42,9 @@ pub(crate) struct Tally {
     current: Interval,
     interval_start: Instant,
     last_progress: Instant,
-    submitted_at: HashMap<u64, Instant>,
+    /// (The writes in flight, in submission order: they mostly complete
+    /// in it, so the search ends at the front, cheaper than hashing.)
+    submitted_at: VecDeque<(u64, Instant)>,
     /// Bytes submitted, written (completed), and written since the last
     /// commit.
     pub(crate) submitted: u64,
@@ -62,7 +64,7 @@ impl Tally {
             current: Interval::empty(),
             interval_start: started,
             last_progress: started,
-            submitted_at: HashMap::new(),
+            submitted_at: VecDeque::new(),
             submitted: 0,
             written: 0,
             since_commit: 0,
@@ -77,7 +79,7 @@ impl Tally {
     }
 
     pub(crate) fn submitted(&mut self, id: u64, bs: u64) {
-        self.submitted_at.insert(id, Instant::now());
+        self.submitted_at.push_back((id, Instant::now()));
         self.submitted += bs;
     }
 
@@ -92,7 +94,8 @@ impl Tally {
         during_commit: bool,
     ) -> Result<(), String> {
         done.result.map_err(|e| format!("write: {e}"))?;
-        let issued = self.submitted_at.remove(&done.id).unwrap_or(now);
+        let at = self.submitted_at.iter().position(|&(id, _)| id == done.id);
+        let issued = at.and_then(|at| self.submitted_at.remove(at)).map_or(now, |(_, issued)| issued);
         let ns = if during_commit { Instant::now() } else { now }.duration_since(issued).as_nanos() as u64;
         self.latency.record(ns);
         self.current.bytes += bs;
