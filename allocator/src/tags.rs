@@ -145,9 +145,20 @@ unsafe fn fill_sse42(home: Home, first: u32, crcs: &[u32], out: &mut [u8], strid
 /// stepped by `step` (a crc32c append of four bytes).
 #[inline(always)]
 fn write_tags(home: Home, first: u32, crcs: &[u32], out: &mut [u8], stride: usize, step: impl Fn(u32, u32) -> u32) {
-    for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(stride)).enumerate() {
+    let tag = |index: usize, data_crc: u32| {
         let home = step(home.0, first + index as u32).max(1);
-        meta[..TAG_BYTES].copy_from_slice(&(u64::from(data_crc) | u64::from(home) << 32).to_le_bytes());
+        (u64::from(data_crc) | u64::from(home) << 32).to_le_bytes()
+    };
+    if stride == TAG_BYTES {
+        // Tags back to back (a checksum area): whole 8-byte stores.
+        let (tags, _) = out.as_chunks_mut::<TAG_BYTES>();
+        for (index, (&data_crc, meta)) in crcs.iter().zip(tags).enumerate() {
+            *meta = tag(index, data_crc);
+        }
+        return;
+    }
+    for (index, (&data_crc, meta)) in crcs.iter().zip(out.chunks_exact_mut(stride)).enumerate() {
+        meta[..TAG_BYTES].copy_from_slice(&tag(index, data_crc));
     }
 }
 
