@@ -27,25 +27,37 @@ impl Volume {
             return Ok(false);
         }
         let covered = entry.allocated;
-        let mut tags = vec![0u8; area_blocks(covered) as usize * BLOCK_SIZE];
+        let len = area_blocks(covered) as usize * BLOCK_SIZE;
+        let mut tags = std::mem::take(&mut self.area_buffer);
+        tags.clear();
         // The extents noted as landed here, when they are every live block
-        // of the zone; else (after open, or a note missed) every extent in
-        // the map is looked at.
+        // of the zone: their tags appended in block order, zeroes only in
+        // the gaps. Else (after open, or a note missed) the area is zeroed
+        // and every extent in the map is looked at.
         let mut landed = self.lanes[lane].take_landed(zone);
         let noted = landed.as_mut().is_some_and(|ids| {
             ids.sort_unstable();
             ids.dedup();
-            let blocks: u64 = ids.iter().map(|&id| self.fill_area_tags(&mut tags, lane, zone, id)).sum();
-            blocks == u64::from(entry.valid)
+            ids.sort_by_cached_key(|&id| self.table.get(id).map_or(u32::MAX, |e| e.on(lane).offset));
+            let mut blocks = 0;
+            for &id in ids.iter() {
+                match self.append_area_tags(&mut tags, lane, zone, id) {
+                    Some(appended) => blocks += appended,
+                    None => return false,
+                }
+            }
+            blocks == u64::from(entry.valid) && tags.len() <= len
         });
         if !noted {
             debug_assert!(landed.is_none(), "zone {zone} of lane {lane}: an extent landed there was not noted");
-            tags.fill(0);
+            tags.clear();
+            tags.resize(len, 0);
             let ids: Vec<ExtentId> = self.mapped.keys().copied().collect();
             for id in ids {
                 self.fill_area_tags(&mut tags, lane, zone, id);
             }
         }
+        tags.resize(len, 0);
         if let Some(list) = landed {
             self.lanes[lane].give_back_list(list);
         }
@@ -66,12 +78,40 @@ impl Volume {
             self.dev_mut(device).write_at(lba, &tags)?;
             covered
         };
+        self.area_buffer = tags;
         if sealed > 0 {
             self.lanes[lane].sealed[zone as usize] = sealed;
             self.ops.push(Op::Sealed { lane: lane as u8, zone, blocks: sealed });
             self.sealed_since_commit.push((lane, zone));
         }
         Ok(true)
+    }
+
+    /// Appends to `tags` (zone `zone`'s area in `lane`, built in block
+    /// order) the tags of extent `id`'s blocks when its copy there lies in
+    /// the zone and its checksums are in the map, zeroes first up to them:
+    /// the blocks appended. `None` when they lie before what `tags` holds.
+    fn append_area_tags(&self, tags: &mut Vec<u8>, lane: usize, zone: u32, id: ExtentId) -> Option<u64> {
+        let Some(crcs) = self.mapped.get(&id) else { return Some(0) };
+        let Some(extent) = self.table.get(id) else { return Some(0) };
+        let at = extent.on(lane);
+        if at.is_missing() || at.zone != zone {
+            return Some(0);
+        }
+        let start = at.offset as usize * TAG_BYTES;
+        if start < tags.len() {
+            return None;
+        }
+        tags.resize(start, 0);
+        // A few tags at a time on the stack, then one copy each.
+        const AT_ONCE: usize = 64;
+        let mut chunk = [0u8; AT_ONCE * TAG_BYTES];
+        for (index, part) in crcs.chunks(AT_ONCE).enumerate() {
+            let out = &mut chunk[..part.len() * TAG_BYTES];
+            crate::tags::fill(AREA, self.volume_id, id, (index * AT_ONCE) as u32, part, out);
+            tags.extend_from_slice(out);
+        }
+        Some(crcs.len() as u64)
     }
 
     /// Writes into `tags` (zone `zone`'s area in `lane`) the tags of

@@ -340,6 +340,9 @@ pub struct Volume {
     /// map: an addition journaled by the same commit takes them from here
     /// (operations carry none; see `journal::DeltaBody::new`).
     freed_crcs: IdMap<ExtentId, Box<[u32]>>,
+    /// The checksum area being built by `seal_zone`, kept for the next
+    /// (no allocation per zone sealed).
+    area_buffer: Vec<u8>,
     /// Blocks of the live extents, one copy each (kept with `table`).
     live_blocks: u64,
     ops: Vec<Op>,
@@ -557,6 +560,7 @@ impl Volume {
             owners: Owners::default(),
             mapped: IdMap::default(),
             freed_crcs: IdMap::default(),
+            area_buffer: Vec::new(),
             live_blocks: 0,
             ops: Vec::new(),
             writes: Vec::with_capacity(writes_max),
