@@ -559,6 +559,38 @@ impl Device {
         (lba + first_block as u64 * self.lbas_per_block, tags)
     }
 
+    /// Writes `data` (whole blocks) at each of `lbas` in turn, `after`
+    /// called with the index of each once it is written: copied into DMA
+    /// memory once when it is one transfer (the two copies of a metadata
+    /// record on one namespace), else as [`Device::write_at`] each.
+    pub(crate) fn write_at_each(
+        &mut self,
+        lbas: &[u64],
+        data: &[u8],
+        mut after: impl FnMut(&mut Device, usize) -> Result<()>,
+    ) -> Result<()> {
+        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE) && !data.is_empty());
+        if data.len() > self.max_transfer_bytes {
+            for (index, &lba) in lbas.iter().enumerate() {
+                self.write_at(lba, data)?;
+                after(self, index)?;
+            }
+            return Ok(());
+        }
+        let (mut buffer, kept) = self.blocking_buffer()?;
+        buffer.copy_in(0, data);
+        for (index, &lba) in lbas.iter().enumerate() {
+            let request = self.ns.write(lba, IoBuffer::range(buffer, 0, data.len()), false, 0)?;
+            let mut completion = self.run(request, "Write")?;
+            buffer = completion.buffer.take().expect("a write gives its buffer back").into_buffer();
+            after(self, index)?;
+        }
+        if kept {
+            self.reserved = Some(buffer);
+        }
+        Ok(())
+    }
+
     fn write_range(&mut self, lba: u64, data: &[u8], tags: Option<&[u8]>) -> Result<()> {
         debug_assert!(data.len().is_multiple_of(BLOCK_SIZE));
         let layout = self.layout_for(tags.map(<[u8]>::len), data.len())?;

@@ -293,6 +293,22 @@ pub(crate) fn write_segment(
     Ok(())
 }
 
+/// Where a metadata write of `bytes` at `offset` of a segment goes when
+/// it lies in one zone: its first LBA (else `None`: it is split).
+pub(crate) fn single_piece(
+    device: &Device,
+    copy: MetaCopy,
+    g: u32,
+    segment: u32,
+    offset: u64,
+    bytes: usize,
+) -> Option<u64> {
+    match pieces(device, copy, g, segment, offset, bytes)?.as_slice() {
+        [(lba, _)] => Some(*lba),
+        _ => None,
+    }
+}
+
 /// Reads whole blocks at `offset` of a segment into `buf`, split at zone
 /// ends.
 pub(crate) fn read_segment(

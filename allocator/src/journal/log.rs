@@ -21,7 +21,9 @@
 //! same stance: a write that may have failed is superseded, never repeated
 //! in place).
 
-use super::layout::{placed_copies, segment_capacity, segment_position, write_segment, MetaCopy, LABEL_BLOCKS};
+use super::layout::{
+    placed_copies, segment_capacity, segment_position, single_piece, write_segment, MetaCopy, LABEL_BLOCKS,
+};
 use super::{encode_label, encode_record, seal_record, Kind, Label, Stamp, NO_COPY};
 use crate::device::Device;
 use crate::error::Result;
@@ -207,9 +209,7 @@ impl Journal {
         }
         self.broken = true;
         self.failed_blocks = blocks;
-        for copy in self.present(devices)? {
-            self.write_copy(devices, copy, self.segment, self.offset, &record)?;
-        }
+        self.write_copies(devices, self.segment, self.offset, &record)?;
         self.flush(devices)?;
         self.broken = false;
         self.failed_blocks = 0;
@@ -545,6 +545,34 @@ impl Journal {
     /// zone it ends in when partly written, so that metadata holds no open
     /// resource between commits (and the two copies on one namespace are
     /// never open at once).
+    /// Writes `data` at `offset` of segment `segment` on every copy in
+    /// use, in order; two copies on one namespace (a volume of one device)
+    /// share one copy into its DMA memory when neither is split.
+    fn write_copies(&self, devices: &mut [Option<Device>], segment: u32, offset: u64, data: &[u8]) -> Result<()> {
+        let copies = self.present(devices)?;
+        let mut at = 0;
+        while at < copies.len() {
+            let copy = copies[at];
+            if let Some(&twin) = copies.get(at + 1).filter(|c| c.device == copy.device) {
+                let device = devices[copy.device].as_mut().expect("a copy in use");
+                let lbas = [copy, twin].map(|c| single_piece(device, c, self.g, segment, offset, data.len()));
+                if let [Some(first), Some(second)] = lbas {
+                    // Each copy's zone closed before the next is written, as
+                    // one at a time would: one metadata zone open at once.
+                    let pair = [copy, twin];
+                    device.write_at_each(&[first, second], data, |device, index| {
+                        self.close_after(device, pair[index], segment, offset, data.len())
+                    })?;
+                    at += 2;
+                    continue;
+                }
+            }
+            self.write_copy(devices, copy, segment, offset, data)?;
+            at += 1;
+        }
+        Ok(())
+    }
+
     fn write_copy(
         &self,
         devices: &mut [Option<Device>],
@@ -555,8 +583,14 @@ impl Journal {
     ) -> Result<()> {
         let device = devices[copy.device].as_mut().expect("a copy in use");
         write_segment(device, copy, self.g, segment, offset, data)?;
+        self.close_after(device, copy, segment, offset, data.len())
+    }
+
+    /// After a write of `bytes` at `offset` of a zoned copy's segment: the
+    /// zone it ended in is closed when it ended inside it.
+    fn close_after(&self, device: &mut Device, copy: MetaCopy, segment: u32, offset: u64, bytes: usize) -> Result<()> {
         if device.is_zoned() {
-            let end = offset + (data.len() / BLOCK_SIZE) as u64;
+            let end = offset + (bytes / BLOCK_SIZE) as u64;
             if end < segment_capacity(device, copy, self.g, segment) {
                 let (zone, in_zone) = segment_position(device, copy, self.g, segment, end);
                 if in_zone > 0 {

@@ -23,12 +23,16 @@ impl Volume {
     /// timeout ([`Error::Timeout`]). Needs devices opened with
     /// [`crate::DeviceOptions::fill_buffers`]: else [`Error::InvalidArgument`].
     pub fn fill_buffer(&mut self) -> Result<FillBuffer> {
+        // The clock is read only when a buffer must be waited for.
+        if let Some(buffer) = self.try_fill_buffer()? {
+            return Ok(buffer);
+        }
         let deadline = Instant::now() + self.options.timeout;
         loop {
+            self.poll();
             if let Some(buffer) = self.try_fill_buffer()? {
                 return Ok(buffer);
             }
-            self.poll();
             if Instant::now() > deadline {
                 return Err(Error::Timeout { what: "a free fill buffer" });
             }
