@@ -98,6 +98,7 @@ pub mod plan;
 mod repair;
 mod report;
 pub mod resilver;
+mod spread;
 mod verify;
 
 pub use checkpoint::{Checkpoint, Findings, LanePosition, Suspect, CHECKPOINT_VERSION};

@@ -33,6 +33,7 @@
 //! locations stand for.
 
 use crate::plan::{Piece, Planner, Read};
+use crate::spread::Spread;
 use crate::verify::{piece_mismatches, ReadMeta, Workers};
 use crate::{scrub, Control, Error, Report, Result, ScrubOptions, CANCEL, PAUSE};
 use nvme_driver::dma::DmaMemory;
@@ -322,7 +323,7 @@ pub struct Resilver {
     /// distributed rebuild writes each copy to the eligible lane with the
     /// least, so that every survivor's reads and writes come out even (the
     /// busiest device's work is the rebuild's time).
-    load: Vec<u64>,
+    spread: Spread,
 }
 
 /// Walks of the sources a resilver makes at most: the first, and more only
@@ -452,7 +453,9 @@ impl Resilver {
             passes: 0,
             zero_copy,
             sources_written,
-            load: vec![0; volume.lanes()],
+            // What each survivor reads, known from the start: the copies'
+            // writes are planned against the whole rebuild's reads.
+            spread: if distributed { Spread::plan(&volume.copy_source_blocks(target)) } else { Spread::none(0) },
             checker: (options.verify && options.verify_threads > 0)
                 .then(|| Checker::new(options.verify_threads, check)),
         })
@@ -554,9 +557,6 @@ impl Resilver {
                     self.account_depth();
                     self.walks[index].reads_in_flight += 1;
                     self.reads_in_flight += 1;
-                    if let Some(load) = self.load.get_mut(self.walks[index].lane) {
-                        *load += bytes / BLOCK_SIZE as u64;
-                    }
                     self.bytes_submitted += bytes;
                     step_bytes += bytes;
                     moved = true;
@@ -734,7 +734,8 @@ impl Resilver {
                     continue;
                 }
             }
-            let submitted = submit_copy(volume, piece, self.target, Source::Bytes(data), meta.as_ref(), &mut self.load);
+            let submitted =
+                submit_copy(volume, piece, self.target, Source::Bytes(data), meta.as_ref(), &mut self.spread);
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -768,7 +769,7 @@ impl Resilver {
                     Source::Bytes(&bytes[start..start + piece.blocks as usize * BLOCK_SIZE])
                 }
             };
-            let submitted = submit_copy(volume, piece, self.target, source, meta.as_ref(), &mut self.load);
+            let submitted = submit_copy(volume, piece, self.target, source, meta.as_ref(), &mut self.spread);
             self.queued(piece.id, submitted);
         }
         for id in again {
@@ -804,7 +805,7 @@ impl Resilver {
                 return self.copy_one(volume, piece.id);
             }
         }
-        let submitted = submit_copy(volume, piece, self.target, Source::Buffer(buffer), meta, &mut self.load);
+        let submitted = submit_copy(volume, piece, self.target, Source::Buffer(buffer), meta, &mut self.spread);
         self.queued(piece.id, submitted);
         Ok(())
     }
@@ -847,7 +848,7 @@ impl Resilver {
             Ok(_) => {
                 let submitted = match self.target {
                     Target::Lane(lane) => volume.submit_copy(id, lane, &data),
-                    Target::Elsewhere { from } => balanced_lane(volume, id, from, &mut self.load)
+                    Target::Elsewhere { from } => balanced_lane(volume, id, from, &mut self.spread)
                         .and_then(|lane| volume.submit_relocation(id, from, lane, &data, None)),
                 };
                 self.queued(id, submitted);
@@ -953,13 +954,13 @@ fn submit_copy(
     target: Target,
     source: Source<'_>,
     meta: Option<&ReadMeta>,
-    load: &mut [u64],
+    spread: &mut Spread,
 ) -> zoned_allocator::Result<()> {
     let crcs = meta.map(|m| m.crcs(piece.offset_blocks, piece.blocks as usize));
     let lane = match target {
         Target::Lane(lane) => lane,
         Target::Elsewhere { from } => {
-            let lane = balanced_lane(volume, piece.id, from, load)?;
+            let lane = balanced_lane(volume, piece.id, from, spread)?;
             return match source {
                 Source::Bytes(data) => volume.submit_relocation(piece.id, from, lane, data, crcs),
                 Source::Buffer(io) => volume.submit_relocation_buffer(piece.id, from, lane, io, crcs),
@@ -975,18 +976,13 @@ fn submit_copy(
 }
 
 /// The lane a distributed rebuild writes extent `id`'s copy (of lane
-/// `from`) to: of those that can take it, the one with the least `load`
-/// (the lowest such), which is charged the extent's blocks.
-fn balanced_lane(volume: &Volume, id: ExtentId, from: usize, load: &mut [u64]) -> zoned_allocator::Result<usize> {
+/// `from`) to: of those that can take it, the one `spread` plans for the
+/// survivor it is read from (see [`crate::spread`]).
+fn balanced_lane(volume: &Volume, id: ExtentId, from: usize, spread: &mut Spread) -> zoned_allocator::Result<usize> {
     let eligible = volume.relocation_lanes(id, from)?;
-    let lane = (0..zoned_allocator::chooser::MAX_DEVICES)
-        .filter(|&lane| eligible & (1 << lane) != 0)
-        .min_by_key(|&lane| load.get(lane).copied().unwrap_or(0))
-        .expect("relocation_lanes names one at least");
-    if let (Some(charge), Some(bytes)) = (load.get_mut(lane), volume.extent(id)) {
-        *charge += (bytes / BLOCK_SIZE) as u64;
-    }
-    Ok(lane)
+    let blocks = volume.extent(id).map_or(0, |bytes| (bytes / BLOCK_SIZE) as u64);
+    let lane = spread.choose(volume.copy_source(id, from), u32::from(eligible), blocks);
+    Ok(lane.expect("relocation_lanes names one at least"))
 }
 
 /// Where a resilver writes the copies: into the lane that lacks them, or

@@ -32,6 +32,20 @@ impl Volume {
         entry.copies().filter(holds).nth(pick).map(|(lane, _)| lane)
     }
 
+    /// Per lane, the blocks a resilver of the copies lane `target` lacks
+    /// reads from it ([`Volume::copy_source`]): what each survivor will
+    /// read, known before the first read, for a rebuild that balances its
+    /// writes against it. One pass over the extents.
+    pub fn copy_source_blocks(&self, target: usize) -> Vec<u64> {
+        let mut blocks = vec![0u64; self.lanes.len()];
+        for (id, entry) in self.table.iter() {
+            if let Some(lane) = self.copy_source(id, target) {
+                blocks[lane] += u64::from(entry.blocks);
+            }
+        }
+        blocks
+    }
+
     /// Whether extent `id` has a copy in lane `lane` that is not available:
     /// missing, or on a device away or given up. What a distributed
     /// rebuild writes elsewhere.
