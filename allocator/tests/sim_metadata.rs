@@ -1107,3 +1107,69 @@ fn an_extent_freed_before_the_commit_that_journals_it_reopens() {
         check(&mut volume, &model);
     }
 }
+
+#[test]
+fn a_failed_metadata_write_under_large_commits_is_retried_by_the_next_commit() {
+    // Commits of 2,000 one-block writes and as many frees: each commit's
+    // operations are about a tenth of a segment, and the checkpoint a third.
+    // A checkpoint spread under such commits is written at once by the
+    // first of them; a journal write failing then found no room for the
+    // whole checkpoint that supersedes it (beside the spread, with two
+    // commits' operations), and every commit after failed. It is written
+    // whole now.
+    let mut harness = Harness::single(conventional(64));
+    let options = VolumeOptions {
+        software_zone_bytes: Some(64 << 10),
+        checksums: zoned_allocator::ChecksumStore::Map,
+        ..volume_options()
+    };
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    let mut seed = 0u64;
+    let mut big_commit = |volume: &mut Volume, model: &mut Model, fail: Option<&Simulator>| {
+        for _ in 0..2000 {
+            seed += 1;
+            let id = volume.write(0, &pattern(seed, 1), seed).expect("write");
+            model.insert(id, (seed, 1));
+        }
+        while model.len() > 6000 {
+            free_first(volume, model);
+        }
+        match fail {
+            None => volume.commit().map(drop),
+            Some(sim) => {
+                sim.inject(Fault::WriteFault { nsid: 1, slba: 0, blocks: 64 << 11 });
+                let failed = volume.commit();
+                sim.clear_faults();
+                assert!(matches!(failed, Err(Error::Command { .. })), "{failed:?}");
+                Ok(())
+            }
+        }
+    };
+    for _ in 0..5 {
+        big_commit(&mut volume, &mut model, None).expect("commit");
+    }
+    // The journal write fails at the first commit after a checkpoint
+    // began (spread, or written whole: the room decides), then the second,
+    // and so on; the commit after each must succeed.
+    for k in 0..4 {
+        let begun = volume.stats().checkpoints;
+        let mut commits = 0;
+        while volume.stats().checkpoints == begun {
+            big_commit(&mut volume, &mut model, None).expect("commit");
+            commits += 1;
+            assert!(commits < 50, "no checkpoint began");
+        }
+        for _ in 0..k {
+            big_commit(&mut volume, &mut model, None).expect("commit");
+        }
+        big_commit(&mut volume, &mut model, Some(&harness.sims[0])).unwrap();
+        big_commit(&mut volume, &mut model, None)
+            .unwrap_or_else(|e| panic!("failure at commit {k} after a checkpoint began: the commit after it: {e}"));
+    }
+    volume.check_invariants();
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("reopens");
+    check(&mut volume, &model);
+}

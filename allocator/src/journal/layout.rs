@@ -122,8 +122,10 @@ pub(crate) fn checkpoint_room(segment_blocks: u64) -> u64 {
 }
 
 /// A checkpoint is spread over commits only while it takes at most this
-/// fraction of a segment (3/8, labels aside); a larger one is written
-/// whole, sealed at once, when the log moves to the other segment.
+/// fraction of a segment (3/8, labels aside), and the segment holds it
+/// twice beside three of the largest recent commits' operations
+/// (`Volume::checkpoint_spreads`); else it is written whole, sealed at
+/// once, when the log moves to the other segment.
 ///
 /// A spread checkpoint keeps the other segment (the last sealed one)
 /// until its last page is written, by the first half of its own segment.
@@ -132,8 +134,11 @@ pub(crate) fn checkpoint_room(segment_blocks: u64) -> u64 {
 /// so the segment must hold the spread, the failed record and a whole
 /// checkpoint beside them. At 3/8 it does, with an eighth to spare for
 /// the checkpoint's growth during the spread (its pages are written at
-/// eight times the log's bytes, `Volume::pages_due`) and the commits'
-/// operations. A whole checkpoint needs no such room: the segment it
+/// eight times the log's bytes, `Volume::pages_due`, whatever the cap on
+/// pages per commit) and the commits' operations, while commits are
+/// small; large ones (a tenth of a segment) write the spread at once, and
+/// the restart then needs the checkpoint twice and their operations
+/// thrice, which the second condition checks. A whole checkpoint needs no such room: the segment it
 /// leaves holds the last sealed one until it is durable, and a failed
 /// write is retried whole in the other segment again.
 ///

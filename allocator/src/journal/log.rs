@@ -541,10 +541,6 @@ impl Journal {
         [block.clone(), block].concat()
     }
 
-    /// Writes `data` at `offset` of `segment` of one copy, then closes the
-    /// zone it ends in when partly written, so that metadata holds no open
-    /// resource between commits (and the two copies on one namespace are
-    /// never open at once).
     /// Writes `data` at `offset` of segment `segment` on every copy in
     /// use, in order; two copies on one namespace (a volume of one device)
     /// share one copy into its DMA memory when neither is split.
@@ -573,6 +569,10 @@ impl Journal {
         Ok(())
     }
 
+    /// Writes `data` at `offset` of `segment` of one copy, then closes the
+    /// zone it ends in when partly written, so that metadata holds no open
+    /// resource between commits (and the two copies on one namespace are
+    /// never open at once).
     fn write_copy(
         &self,
         devices: &mut [Option<Device>],

@@ -116,6 +116,8 @@ impl Volume {
             let body =
                 journal::DeltaBody::new(&self.ops, |id| mapped.get(&id).or_else(|| freed.get(&id)).map(|c| &c[..]));
             let ops_bytes = body.ops().len();
+            let ops_blocks = Journal::record_blocks(ops_bytes);
+            self.recent_ops_blocks = ops_blocks.max(self.recent_ops_blocks - self.recent_ops_blocks / 8);
             let mut rotate = false;
             if self.journal.broken {
                 self.write_whole_checkpoint(body.ops())?;
@@ -216,14 +218,21 @@ impl Volume {
     }
 
     /// Whether the next checkpoint spreads over commits: a whole one now
-    /// takes at most [`SPREAD_SHARE`] of a segment. A larger one is
-    /// written whole, so that a failed write while it spreads never needs
-    /// a second one beside it in the same segment (see there).
+    /// takes at most [`SPREAD_SHARE`] of a segment, and the segment holds
+    /// it twice beside three commits of the size of the largest lately
+    /// (the spread, which large commits may write at once, the record that
+    /// fails, and the whole checkpoint with the operations of that commit
+    /// and the next). Else it is written whole, so that a failed write
+    /// while it spreads never needs a second one beside it in the same
+    /// segment (see [`SPREAD_SHARE`]).
     ///
     /// [`SPREAD_SHARE`]: crate::journal::layout::SPREAD_SHARE
     fn checkpoint_spreads(&self) -> bool {
-        let room = crate::journal::layout::spread_room(self.journal.segment_blocks(&self.devices));
-        self.checkpoint_estimate() <= room
+        let segment = self.journal.segment_blocks(&self.devices);
+        let estimate = self.checkpoint_estimate();
+        let blocks = estimate.div_ceil(crate::BLOCK_SIZE as u64);
+        let beside = 2 * blocks + 3 * self.recent_ops_blocks + crate::journal::layout::LABEL_BLOCKS + 16;
+        estimate <= crate::journal::layout::spread_room(segment) && beside <= segment
     }
 
     /// Pages `first..first + count` of the extent table with their
@@ -300,9 +309,13 @@ impl Volume {
     /// log reaches half of the segment (the rate is then set by the room
     /// left before the half, less what the pages left will take); at least
     /// one, so that every commit moves it on; and at most
-    /// [`VolumeOptions::checkpoint_pages_per_commit`] unless the room
-    /// demands more. `left` pages remain, and the delta goes at block
-    /// `offset`.
+    /// [`VolumeOptions::checkpoint_pages_per_commit`] unless the room, or
+    /// the commit's own operations, demand more. Held to the cap, a run of
+    /// large commits left the checkpoint behind, growing with them until
+    /// it sealed past the half, and a journal write failing then found no
+    /// room for the whole checkpoint that supersedes it (see
+    /// [`SPREAD_SHARE`](crate::journal::layout::SPREAD_SHARE)). `left`
+    /// pages remain, and the delta goes at block `offset`.
     ///
     /// [`VolumeOptions::checkpoint_pages_per_commit`]: super::VolumeOptions::checkpoint_pages_per_commit
     fn pages_due(&self, offset: u64, left: u64, ops_bytes: usize) -> u64 {
@@ -323,7 +336,7 @@ impl Volume {
         }
         let for_room = (left * delta_blocks).div_ceil(room);
         let for_replay = (SPREAD_RATIO * ops_bytes as u64).div_ceil(page_bytes);
-        for_room.max(for_replay).clamp(1, left).min(self.options.checkpoint_pages_per_commit.max(1))
+        for_room.clamp(1, self.options.checkpoint_pages_per_commit.max(1)).max(for_replay).min(left)
     }
 
     /// After a failed write: a whole checkpoint, every page in one record

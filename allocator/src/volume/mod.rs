@@ -340,6 +340,10 @@ pub struct Volume {
     /// map: an addition journaled by the same commit takes them from here
     /// (operations carry none; see `journal::DeltaBody::new`).
     freed_crcs: IdMap<ExtentId, Box<[u32]>>,
+    /// The blocks of the operations of recent commits, the largest lately
+    /// (it decays by an eighth a commit): how much room a checkpoint that
+    /// spreads must leave beside it (`Volume::checkpoint_spreads`).
+    recent_ops_blocks: u64,
     /// The checksum area being built by `seal_zone`, kept for the next
     /// (no allocation per zone sealed).
     area_buffer: Vec<u8>,
@@ -561,6 +565,7 @@ impl Volume {
             mapped: IdMap::default(),
             freed_crcs: IdMap::default(),
             area_buffer: Vec::new(),
+            recent_ops_blocks: 0,
             live_blocks: 0,
             ops: Vec::new(),
             writes: Vec::with_capacity(writes_max),

@@ -85,8 +85,10 @@ pub struct VolumeOptions {
     /// few pages at a time, in proportion to their own size, so that it is
     /// whole before the log reaches half of its segment; this bounds what
     /// any one commit takes on, except when the segment's room demands
-    /// more. Lower spreads a checkpoint over more commits (the previous
-    /// segment is held longer).
+    /// more, or the commit's own operations do (pages at eight times their
+    /// bytes, so that the checkpoint keeps pace with large commits). Lower
+    /// spreads a checkpoint over more commits (the previous segment is
+    /// held longer).
     pub checkpoint_pages_per_commit: u64,
     /// Reclaim zones with at most this fraction live.
     pub reclaim_max_valid_ratio: f64,
