@@ -990,18 +990,24 @@ fn fail_one_commit(volume: &mut Volume, model: &mut Model, sim: &Simulator, cont
     volume.commit().unwrap_or_else(|e| panic!("{context}: the commit after a failed journal write: {e}"));
 }
 
+/// A conventional namespace of 64 MiB in zones of 64 KiB, every checksum
+/// in the map: segments of a few zones, which one-block extents fill.
+fn small_segments() -> (Harness, VolumeOptions) {
+    let options = VolumeOptions {
+        software_zone_bytes: Some(64 << 10),
+        checksums: zoned_allocator::ChecksumStore::Map,
+        ..volume_options()
+    };
+    (Harness::single(conventional(64)), options)
+}
+
 #[test]
 fn a_failed_metadata_write_at_any_checkpoint_size_is_retried_by_the_next_commit() {
     // A conventional namespace of 64 MiB in zones of 64 KiB, every checksum
     // in the map: one-block extents fill its checkpoint up to 7/8 of a
     // segment (its share), as a volume of extents far smaller than its data
     // unit does.
-    let mut harness = Harness::single(conventional(64));
-    let options = VolumeOptions {
-        software_zone_bytes: Some(64 << 10),
-        checksums: zoned_allocator::ChecksumStore::Map,
-        ..volume_options()
-    };
+    let (mut harness, options) = small_segments();
     let mut model = Model::new();
     let mut volume = harness.format(&options);
     let mut seed = 0;
@@ -1117,12 +1123,7 @@ fn a_failed_metadata_write_under_large_commits_is_retried_by_the_next_commit() {
     // whole checkpoint that supersedes it (beside the spread, with two
     // commits' operations), and every commit after failed. It is written
     // whole now.
-    let mut harness = Harness::single(conventional(64));
-    let options = VolumeOptions {
-        software_zone_bytes: Some(64 << 10),
-        checksums: zoned_allocator::ChecksumStore::Map,
-        ..volume_options()
-    };
+    let (mut harness, options) = small_segments();
     let mut model = Model::new();
     let mut volume = harness.format(&options);
     let mut seed = 0u64;
