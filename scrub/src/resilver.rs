@@ -319,10 +319,10 @@ pub struct Resilver {
     /// reads leave buffers to the copies
     /// ([`zoned_allocator::LaneReads::leaving_room_for_writes`]).
     sources_written: Vec<usize>,
-    /// Blocks each lane has read and been written by this job: a
-    /// distributed rebuild writes each copy to the eligible lane with the
-    /// least, so that every survivor's reads and writes come out even (the
-    /// busiest device's work is the rebuild's time).
+    /// Where a distributed rebuild writes each copy: planned from what
+    /// every survivor reads, so that their reads and writes come out even
+    /// (the busiest device's work is the rebuild's time; see
+    /// [`crate::spread`]). No plan for a replace.
     spread: Spread,
 }
 

@@ -138,9 +138,10 @@ pub(crate) fn checkpoint_room(segment_blocks: u64) -> u64 {
 /// pages per commit) and the commits' operations, while commits are
 /// small; large ones (a tenth of a segment) write the spread at once, and
 /// the restart then needs the checkpoint twice and their operations
-/// thrice, which the second condition checks. A whole checkpoint needs no such room: the segment it
-/// leaves holds the last sealed one until it is durable, and a failed
-/// write is retried whole in the other segment again.
+/// thrice, which the second condition checks. A whole checkpoint needs no
+/// such room: the segment it leaves holds the last sealed one until it is
+/// durable, and a failed write is retried whole in the other segment
+/// again.
 ///
 /// Before this, every checkpoint spread: one past half a segment (a
 /// volume near [`CHECKPOINT_SHARE`], extents far smaller than its data

@@ -52,8 +52,7 @@ impl Volume {
             debug_assert!(landed.is_none(), "zone {zone} of lane {lane}: an extent landed there was not noted");
             tags.clear();
             tags.resize(len, 0);
-            let ids: Vec<ExtentId> = self.mapped.keys().copied().collect();
-            for id in ids {
+            for &id in self.mapped.keys() {
                 self.fill_area_tags(&mut tags, lane, zone, id);
             }
         }
@@ -87,18 +86,22 @@ impl Volume {
         Ok(true)
     }
 
+    /// Where extent `id`'s copy in `lane` lies in zone `zone` (its block
+    /// offset there) and its checksums, when it lies there and they are in
+    /// the map: what a zone's checksum area records of it.
+    fn mapped_copy_in(&self, lane: usize, zone: u32, id: ExtentId) -> Option<(u32, &[u32])> {
+        let crcs = self.mapped.get(&id)?;
+        let at = self.table.get(id)?.on(lane);
+        (!at.is_missing() && at.zone == zone).then_some((at.offset, &crcs[..]))
+    }
+
     /// Appends to `tags` (zone `zone`'s area in `lane`, built in block
     /// order) the tags of extent `id`'s blocks when its copy there lies in
     /// the zone and its checksums are in the map, zeroes first up to them:
     /// the blocks appended. `None` when they lie before what `tags` holds.
     fn append_area_tags(&self, tags: &mut Vec<u8>, lane: usize, zone: u32, id: ExtentId) -> Option<u64> {
-        let Some(crcs) = self.mapped.get(&id) else { return Some(0) };
-        let Some(extent) = self.table.get(id) else { return Some(0) };
-        let at = extent.on(lane);
-        if at.is_missing() || at.zone != zone {
-            return Some(0);
-        }
-        let start = at.offset as usize * TAG_BYTES;
+        let Some((offset, crcs)) = self.mapped_copy_in(lane, zone, id) else { return Some(0) };
+        let start = offset as usize * TAG_BYTES;
         if start < tags.len() {
             return None;
         }
@@ -118,13 +121,8 @@ impl Volume {
     /// extent `id`'s blocks when its copy there lies in the zone and its
     /// checksums are in the map; the blocks written.
     fn fill_area_tags(&self, tags: &mut [u8], lane: usize, zone: u32, id: ExtentId) -> u64 {
-        let Some(crcs) = self.mapped.get(&id) else { return 0 };
-        let Some(extent) = self.table.get(id) else { return 0 };
-        let at = extent.on(lane);
-        if at.is_missing() || at.zone != zone {
-            return 0;
-        }
-        let start = at.offset as usize * TAG_BYTES;
+        let Some((offset, crcs)) = self.mapped_copy_in(lane, zone, id) else { return 0 };
+        let start = offset as usize * TAG_BYTES;
         let out = &mut tags[start..start + crcs.len() * TAG_BYTES];
         crate::tags::fill(AREA, self.volume_id, id, 0, crcs, out);
         crcs.len() as u64
@@ -179,8 +177,8 @@ impl Volume {
                 .copies()
                 .all(|(lane, at)| at.is_missing() || lanes[lane].area_covers(at.zone, at.offset, entry.blocks));
             // The list goes back to the pool for the next writes.
-            if !keep && pool.len() < super::write::CRC_POOL_MAX {
-                pool.push(std::mem::take(crcs).into_vec());
+            if !keep {
+                super::write::recycle_crcs(pool, std::mem::take(crcs).into_vec());
             }
             keep
         });

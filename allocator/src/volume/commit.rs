@@ -165,11 +165,8 @@ impl Volume {
             info.ops = self.ops.len();
             info.seq = self.journal.seq;
             self.ops.clear();
-            let (freed, pool) = (&mut self.freed_crcs, &mut self.crc_pool);
-            for (_, crcs) in freed.drain() {
-                if pool.len() < super::write::CRC_POOL_MAX {
-                    pool.push(crcs.into_vec());
-                }
+            for (_, crcs) in self.freed_crcs.drain() {
+                super::write::recycle_crcs(&mut self.crc_pool, crcs.into_vec());
             }
             self.members_journaled();
             self.seals_committed();

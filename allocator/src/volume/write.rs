@@ -16,7 +16,14 @@ use crate::{ExtentId, Location, BLOCK_SIZE};
 /// keeps in flight, so a steady stream of writes allocates none (a tagged
 /// write's list comes back when it ends, a mapped extent's when its zone's
 /// checksum area makes it durable, or it is freed).
-pub(super) const CRC_POOL_MAX: usize = 1024;
+const CRC_POOL_MAX: usize = 1024;
+
+/// A list of checksums done with, back to `pool` (see [`CRC_POOL_MAX`]).
+pub(super) fn recycle_crcs(pool: &mut Vec<Vec<u32>>, list: Vec<u32>) {
+    if pool.len() < CRC_POOL_MAX {
+        pool.push(list);
+    }
+}
 use nvme_driver::dma::{DmaMemory, FillBuffer};
 use nvme_driver::{IoBuffer, IoCompletion};
 use std::time::Instant;
@@ -53,13 +60,6 @@ impl Volume {
         let mut list = self.crc_pool.pop().unwrap_or_default();
         list.clear();
         list
-    }
-
-    /// A list of checksums done with, back to the pool.
-    pub(super) fn recycle_crcs(&mut self, list: Vec<u32>) {
-        if self.crc_pool.len() < CRC_POOL_MAX {
-            self.crc_pool.push(list);
-        }
     }
 
     /// [`Volume::submit_write`] with the blocks' checksums computed by the
@@ -536,7 +536,7 @@ impl Volume {
                 // A tagged extent's checksums live on the devices, with the
                 // data; its list goes back for the next write.
                 let crcs = if pending.tagged {
-                    self.recycle_crcs(std::mem::take(&mut pending.crcs));
+                    recycle_crcs(&mut self.crc_pool, std::mem::take(&mut pending.crcs));
                     Vec::new()
                 } else {
                     std::mem::take(&mut pending.crcs)
