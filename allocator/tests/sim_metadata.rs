@@ -1174,3 +1174,33 @@ fn a_failed_metadata_write_under_large_commits_is_retried_by_the_next_commit() {
     let mut volume = harness.open(&options).expect("reopens");
     check(&mut volume, &model);
 }
+
+#[test]
+fn a_record_written_to_one_copy_and_failing_on_the_other_of_one_namespace_is_retried() {
+    // Both metadata copies of a volume of one namespace take a record from
+    // one copy into DMA memory, one after the other. The second copy's
+    // write fails (its segments are zones 2 and 3): the commit fails with
+    // a typed error, the next commit supersedes the record, and every
+    // extent reads back after a reopen.
+    let (mut harness, options) = single_zns();
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 2);
+    for round in 0..6u64 {
+        let id = volume.write(0, &pattern(2000 + round, 2), 2000 + round).unwrap();
+        model.insert(id, (2000 + round, 2));
+        harness.sims[0].inject(Fault::WriteFault { nsid: 1, slba: 2 * ZONE_LBAS, blocks: 2 * ZONE_LBAS });
+        let failed = volume.commit();
+        harness.sims[0].clear_faults();
+        assert!(matches!(failed, Err(Error::Command { .. })), "round {round}: {failed:?}");
+        // The first copy took the record; the second did not.
+        let newest = |zones| records(&harness.sims[0], zones).iter().map(|r| (r.generation, r.seq)).max();
+        assert!(newest(0..2) > newest(2..4), "round {round}: copy 0 {:?}, copy 1 {:?}", newest(0..2), newest(2..4));
+        volume.commit().unwrap_or_else(|e| panic!("round {round}: the commit after: {e}"));
+    }
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(&options).expect("reopens");
+    assert!(volume.recovery().dropped.is_none());
+    check(&mut volume, &model);
+}
