@@ -1081,6 +1081,65 @@ fn a_failed_metadata_write_at_any_checkpoint_size_is_retried_by_the_next_commit(
 }
 
 #[test]
+fn a_large_commit_at_any_place_in_the_log_of_a_whole_checkpoint_commits() {
+    // A volume of one-block extents filled to three fifths: its checkpoint
+    // is past 3/8 of a segment, so it is written whole when the log moves
+    // on, and the log runs to the segment's end. Then the rest of the
+    // volume in one commit (a quarter of a segment of operations), at every
+    // place in the log: where the log has no room for it, the commit goes
+    // in a whole checkpoint in the other segment, beside every page. It
+    // must commit there, and so must the commits after it.
+    let fill = |volume: &mut Volume, model: &mut Model, seed: &mut u64, most: usize, commit_every: u64| loop {
+        if model.len() >= most {
+            break;
+        }
+        *seed += 1;
+        match volume.write(0, &pattern(*seed, 1), *seed) {
+            Ok(id) => {
+                model.insert(id, (*seed, 1));
+            }
+            Err(Error::NoSpace(_)) => break,
+            Err(error) => panic!("filling: {error}"),
+        }
+        if *seed % commit_every == 0 {
+            volume.commit().expect("commit");
+        }
+    };
+    let full = {
+        let (harness, options) = small_segments();
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        fill(&mut volume, &mut model, &mut 0, usize::MAX, 512);
+        model.len()
+    };
+    // Four small commits more each time move the large one along the log.
+    for small in 0..32 {
+        let (mut harness, options) = small_segments();
+        let mut model = Model::new();
+        let mut volume = harness.format(&options);
+        let mut seed = 0;
+        fill(&mut volume, &mut model, &mut seed, full * 3 / 5, 512);
+        volume.commit().expect("the commit at three fifths");
+        for _ in 0..small * 4 {
+            free_first(&mut volume, &mut model);
+            volume.commit().expect("a small commit");
+        }
+        fill(&mut volume, &mut model, &mut seed, usize::MAX, u64::MAX);
+        let context = format!("after {} small commits", small * 4);
+        volume.commit().unwrap_or_else(|e| panic!("{context}: the commit to the end: {e}"));
+        for round in 0..20 {
+            free_first(&mut volume, &mut model);
+            volume.commit().unwrap_or_else(|e| panic!("{context}: commit {round} after: {e}"));
+        }
+        volume.check_invariants();
+        drop(volume);
+        harness.restart();
+        let mut volume = harness.open(&options).expect("reopens");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
 fn an_extent_freed_before_the_commit_that_journals_it_reopens() {
     // A write's checksums are journaled from the volume's map at the
     // commit: one freed before it still journals its own (with the map
