@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::tags::{TagLayout, TAG_BYTES};
 use crate::BLOCK_SIZE;
 use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
-use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool};
+use nvme_driver::dma::{DmaBuffer, DmaMemory, DmaPool, FillBuffer};
 use nvme_driver::spec::zns::{parse_report_zones, ZoneDescriptor, ZoneState, REPORT_HEADER_SIZE, ZONE_DESCRIPTOR_SIZE};
 use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Request};
 use std::collections::VecDeque;
@@ -72,6 +72,11 @@ pub struct Device {
     tag_pool: Option<DmaPool>,
     /// Buffers lent for writes made in place ([`DeviceOptions::fill_buffers`]).
     pub(crate) fill_pool: Option<DmaPool>,
+    /// One buffer of one transfer that the device only reads, for the
+    /// volume's own blocking writes built in place (checksum areas): no
+    /// copy into DMA memory. `None` where the transport cannot map memory
+    /// for the device to read only; those writes then copy.
+    own_fill: Option<DmaPool>,
     /// A buffer kept back from the pool for the volume's own reads of
     /// checksum areas ([`crate::area`]), which an engine holding every
     /// other buffer (a scrub at depth) must not starve.
@@ -131,6 +136,7 @@ impl Device {
             0 => None,
             count => Some(DmaPool::new_device_reads(controller.transport(), max_transfer, count)?),
         };
+        let own_fill = DmaPool::new_device_reads(controller.transport(), max_transfer, 1).ok();
         let durable_generation = pair.reset_generation();
         let id = controller.identify();
         let identity = (String::new(), id.mn.trim().to_string(), id.sn.trim().to_string());
@@ -144,6 +150,7 @@ impl Device {
             tags,
             tag_pool,
             fill_pool,
+            own_fill,
             reserved: None,
             stash: VecDeque::new(),
             held: VecDeque::new(),
@@ -477,6 +484,54 @@ impl Device {
         Ok(first.expect("at least one transfer"))
     }
 
+    /// A buffer to build `len` bytes in place (whole blocks) for
+    /// [`Device::append_filled`] or [`Device::write_filled`], when one
+    /// transfer carries them and the one buffer for that is free; `None`
+    /// sends the caller to [`Device::append_at`] or [`Device::write_at`].
+    pub(crate) fn own_fill_buffer(&mut self, len: usize, append: bool) -> Option<FillBuffer> {
+        let limit = if append && self.append_max_bytes >= BLOCK_SIZE {
+            self.append_max_bytes.min(self.max_transfer_bytes)
+        } else {
+            self.max_transfer_bytes
+        };
+        if len > limit || len == 0 {
+            return None;
+        }
+        self.own_fill.as_ref()?.get_fill()
+    }
+
+    /// [`Device::append_at`] of the first `len` bytes of `buffer` (from
+    /// [`Device::own_fill_buffer`]): one transfer, no copy.
+    pub(crate) fn append_filled(
+        &mut self,
+        zone: u32,
+        write_pointer: u32,
+        buffer: FillBuffer,
+        len: usize,
+    ) -> Result<u32> {
+        debug_assert!(len.is_multiple_of(BLOCK_SIZE) && len > 0 && len <= buffer.len());
+        if self.append_max_bytes < BLOCK_SIZE {
+            self.write_filled(self.lba(zone, write_pointer), buffer, len)?;
+            return Ok(write_pointer);
+        }
+        let zslba = self.zones[zone as usize].start_lba;
+        let request = self.ns.zone_append(zslba, IoBuffer::range(buffer.into_dma(), 0, len), false, 0)?;
+        let lba = self.run(request, "Zone Append")?.result_u64();
+        let lbas = lba.checked_sub(zslba).filter(|l| l % self.lbas_per_block == 0);
+        match lbas.and_then(|l| u32::try_from(l / self.lbas_per_block).ok()) {
+            Some(offset) => Ok(offset),
+            None => Err(Error::BadDeviceResult { what: format!("Zone Append to zone {zone} returned LBA {lba}") }),
+        }
+    }
+
+    /// [`Device::write_at`] of the first `len` bytes of `buffer` (from
+    /// [`Device::own_fill_buffer`]): one transfer, no copy.
+    pub(crate) fn write_filled(&mut self, lba: u64, buffer: FillBuffer, len: usize) -> Result<()> {
+        debug_assert!(len.is_multiple_of(BLOCK_SIZE) && len > 0 && len <= buffer.len());
+        let request = self.ns.write(lba, IoBuffer::range(buffer.into_dma(), 0, len), false, 0)?;
+        self.run(request, "Write").map(drop)
+    }
+
     /// A buffer for a blocking transfer: the one kept back
     /// ([`Device::reserve_buffer`]) when there is, else the pool's; and
     /// whether it was the one kept back. A rebuild that writes each read's
@@ -559,36 +614,45 @@ impl Device {
         (lba + first_block as u64 * self.lbas_per_block, tags)
     }
 
-    /// Writes `data` (whole blocks) at each of `lbas` in turn, `after`
-    /// called with the index of each once it is written: copied into DMA
-    /// memory once when it is one transfer (the two copies of a metadata
-    /// record on one namespace), else as [`Device::write_at`] each.
-    pub(crate) fn write_at_each(
-        &mut self,
-        lbas: &[u64],
-        data: &[u8],
-        mut after: impl FnMut(&mut Device, usize) -> Result<()>,
-    ) -> Result<()> {
-        debug_assert!(data.len().is_multiple_of(BLOCK_SIZE) && !data.is_empty());
+    /// A buffer holding `data` (one transfer's worth at most), for
+    /// [`Device::write_buffer`] on this device and on any other of the
+    /// same I/O address space ([`Device::dma_domain`]): one copy into DMA
+    /// memory for several writes of the same bytes (the metadata's copies).
+    /// With it, whether it is the one kept back, for
+    /// [`Device::give_back_buffer`]. `None` when `data` takes more than one
+    /// transfer.
+    pub(crate) fn buffer_holding(&mut self, data: &[u8]) -> Result<Option<(DmaBuffer, bool)>> {
         if data.len() > self.max_transfer_bytes {
-            for (index, &lba) in lbas.iter().enumerate() {
-                self.write_at(lba, data)?;
-                after(self, index)?;
-            }
-            return Ok(());
+            return Ok(None);
         }
-        let (mut buffer, kept) = self.blocking_buffer()?;
+        let (buffer, kept) = self.blocking_buffer()?;
         buffer.copy_in(0, data);
-        for (index, &lba) in lbas.iter().enumerate() {
-            let request = self.ns.write(lba, IoBuffer::range(buffer, 0, data.len()), false, 0)?;
-            let mut completion = self.run(request, "Write")?;
-            buffer = completion.buffer.take().expect("a write gives its buffer back").into_buffer();
-            after(self, index)?;
-        }
+        Ok(Some((buffer, kept)))
+    }
+
+    /// The I/O address space its buffers are mapped in: a buffer of a
+    /// device of the same one serves this device's transfers too.
+    pub(crate) fn dma_domain(&self) -> usize {
+        self.pool.dma_domain()
+    }
+
+    /// Writes the first `len` bytes of `buffer` (mapped in this device's
+    /// I/O address space, one transfer at most) at `lba`, and gives the
+    /// buffer back.
+    pub(crate) fn write_buffer(&mut self, lba: u64, buffer: DmaBuffer, len: usize) -> Result<DmaBuffer> {
+        debug_assert!(len.is_multiple_of(BLOCK_SIZE) && len > 0 && len <= self.max_transfer_bytes);
+        debug_assert_eq!(buffer.dma_domain(), self.dma_domain());
+        let request = self.ns.write(lba, IoBuffer::range(buffer, 0, len), false, 0)?;
+        let mut completion = self.run(request, "Write")?;
+        Ok(completion.buffer.take().expect("a write gives its buffer back").into_buffer())
+    }
+
+    /// `buffer` from [`Device::buffer_holding`] back: kept back again when
+    /// it was the one kept back (`kept`), else to its pool.
+    pub(crate) fn give_back_buffer(&mut self, buffer: DmaBuffer, kept: bool) {
         if kept {
             self.reserved = Some(buffer);
         }
-        Ok(())
     }
 
     fn write_range(&mut self, lba: u64, data: &[u8], tags: Option<&[u8]>) -> Result<()> {

@@ -1101,7 +1101,7 @@ fn a_large_commit_at_any_place_in_the_log_of_a_whole_checkpoint_commits() {
             Err(Error::NoSpace(_)) => break,
             Err(error) => panic!("filling: {error}"),
         }
-        if *seed % commit_every == 0 {
+        if (*seed).is_multiple_of(commit_every) {
             volume.commit().expect("commit");
         }
     };

@@ -542,29 +542,35 @@ impl Journal {
     }
 
     /// Writes `data` at `offset` of segment `segment` on every copy in
-    /// use, in order; two copies on one namespace (a volume of one device)
-    /// share one copy into its DMA memory when neither is split.
+    /// use, in order. The copies that one transfer carries, on devices of
+    /// one I/O address space (the two copies of a volume of one device, and
+    /// devices of one controller or one IOMMU container), share one copy
+    /// into DMA memory; the others are written as [`write_segment`] does.
     fn write_copies(&self, devices: &mut [Option<Device>], segment: u32, offset: u64, data: &[u8]) -> Result<()> {
         let copies = self.present(devices)?;
-        let mut at = 0;
-        while at < copies.len() {
-            let copy = copies[at];
-            if let Some(&twin) = copies.get(at + 1).filter(|c| c.device == copy.device) {
-                let device = devices[copy.device].as_mut().expect("a copy in use");
-                let lbas = [copy, twin].map(|c| single_piece(device, c, self.g, segment, offset, data.len()));
-                if let [Some(first), Some(second)] = lbas {
-                    // Each copy's zone closed before the next is written, as
-                    // one at a time would: one metadata zone open at once.
-                    let pair = [copy, twin];
-                    device.write_at_each(&[first, second], data, |device, index| {
-                        self.close_after(device, pair[index], segment, offset, data.len())
-                    })?;
-                    at += 2;
-                    continue;
+        let mut shared = None;
+        for &copy in &copies {
+            let device = devices[copy.device].as_mut().expect("a copy in use");
+            let lba = single_piece(device, copy, self.g, segment, offset, data.len());
+            if shared.is_none() && lba.is_some() {
+                shared = device.buffer_holding(data)?.map(|(buffer, kept)| (copy.device, buffer, kept));
+            }
+            match (lba, shared.take()) {
+                (Some(lba), Some((owner, buffer, kept))) if buffer.dma_domain() == device.dma_domain() => {
+                    let buffer = device.write_buffer(lba, buffer, data.len())?;
+                    shared = Some((owner, buffer, kept));
+                    self.close_after(device, copy, segment, offset, data.len())?;
+                }
+                (_, kept) => {
+                    shared = kept;
+                    self.write_copy(devices, copy, segment, offset, data)?;
                 }
             }
-            self.write_copy(devices, copy, segment, offset, data)?;
-            at += 1;
+        }
+        if let Some((owner, buffer, kept)) = shared {
+            if let Some(device) = devices[owner].as_mut() {
+                device.give_back_buffer(buffer, kept);
+            }
         }
         Ok(())
     }

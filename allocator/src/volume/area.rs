@@ -28,62 +28,87 @@ impl Volume {
         }
         let covered = entry.allocated;
         let len = area_blocks(covered) as usize * BLOCK_SIZE;
-        let mut tags = std::mem::take(&mut self.area_buffer);
-        tags.clear();
-        // The extents noted as landed here, when they are every live block
-        // of the zone: their tags appended in block order, zeroes only in
-        // the gaps. Else (after open, or a note missed) the area is zeroed
-        // and every extent in the map is looked at.
-        let mut landed = self.lanes[lane].take_landed(zone);
-        let noted = landed.as_mut().is_some_and(|ids| {
-            ids.sort_unstable();
-            ids.dedup();
-            ids.sort_by_cached_key(|&id| self.table.get(id).map_or(u32::MAX, |e| e.on(lane).offset));
-            let mut blocks = 0;
-            for &id in ids.iter() {
-                match self.append_area_tags(&mut tags, lane, zone, id) {
-                    Some(appended) => blocks += appended,
-                    None => return false,
-                }
-            }
-            blocks == u64::from(entry.valid) && tags.len() <= len
-        });
-        if !noted {
-            debug_assert!(landed.is_none(), "zone {zone} of lane {lane}: an extent landed there was not noted");
-            tags.clear();
-            tags.resize(len, 0);
-            for &id in self.mapped.keys() {
-                self.fill_area_tags(&mut tags, lane, zone, id);
-            }
-        }
-        tags.resize(len, 0);
-        if let Some(list) = landed {
-            self.lanes[lane].give_back_list(list);
-        }
         let device = self.lanes[lane].device;
         let zoned = self.dev(device).is_zoned();
+        // The area is built in place in a buffer the device only reads,
+        // when one transfer carries it; else in a buffer kept from the
+        // last (as long as the largest so far), copied as it is written.
+        let mut fill = self.dev_mut(device).own_fill_buffer(len, zoned);
+        let mut kept = Vec::new();
+        let tags = match fill.as_mut() {
+            Some(fill) => &mut fill[..len],
+            None => {
+                kept = std::mem::take(&mut self.area_buffer);
+                if kept.len() < len {
+                    kept.resize(len, 0);
+                }
+                &mut kept[..len]
+            }
+        };
+        self.build_area(tags, lane, zone, entry.valid);
         let sealed = if zoned {
             let write_pointer = self.lanes[lane].written[zone as usize];
-            let at = self.dev_mut(device).append_at(zone, write_pointer, &tags)?;
+            let at = match fill {
+                Some(fill) => self.dev_mut(device).append_filled(zone, write_pointer, fill, len)?,
+                None => self.dev_mut(device).append_at(zone, write_pointer, &kept[..len])?,
+            };
             if at > covered {
                 return Err(Error::BadDeviceResult {
                     what: format!("zone {zone}'s checksum area landed at block {at}, past its {covered} allocated"),
                 });
             }
-            self.lanes[lane].written[zone as usize] = at + (tags.len() / BLOCK_SIZE) as u32;
+            self.lanes[lane].written[zone as usize] = at + (len / BLOCK_SIZE) as u32;
             at
         } else {
             let lba = self.dev(device).lba(zone, covered);
-            self.dev_mut(device).write_at(lba, &tags)?;
+            match fill {
+                Some(fill) => self.dev_mut(device).write_filled(lba, fill, len)?,
+                None => self.dev_mut(device).write_at(lba, &kept[..len])?,
+            }
             covered
         };
-        self.area_buffer = tags;
+        if !kept.is_empty() {
+            self.area_buffer = kept;
+        }
         if sealed > 0 {
             self.lanes[lane].sealed[zone as usize] = sealed;
             self.ops.push(Op::Sealed { lane: lane as u8, zone, blocks: sealed });
             self.sealed_since_commit.push((lane, zone));
         }
         Ok(true)
+    }
+
+    /// Builds in `tags` the checksum area of zone `zone` of `lane`, whose
+    /// live blocks are `valid`: from the extents noted as landed there,
+    /// when they are every live block, their tags written in block order,
+    /// zeroes only in the gaps. Else (after open, or a note missed) the
+    /// area is zeroed and every extent in the map is looked at.
+    fn build_area(&mut self, tags: &mut [u8], lane: usize, zone: u32, valid: u32) {
+        let mut landed = self.lanes[lane].take_landed(zone);
+        let noted = landed.as_mut().is_some_and(|ids| {
+            ids.sort_unstable();
+            ids.dedup();
+            ids.sort_by_cached_key(|&id| self.table.get(id).map_or(u32::MAX, |e| e.on(lane).offset));
+            let (mut blocks, mut end) = (0, 0);
+            for &id in ids.iter() {
+                match self.append_area_tags(tags, end, lane, zone, id) {
+                    Some((appended, at)) => (blocks, end) = (blocks + appended, at),
+                    None => return false,
+                }
+            }
+            tags[end..].fill(0);
+            blocks == u64::from(valid)
+        });
+        if !noted {
+            debug_assert!(landed.is_none(), "zone {zone} of lane {lane}: an extent landed there was not noted");
+            tags.fill(0);
+            for &id in self.mapped.keys() {
+                self.fill_area_tags(tags, lane, zone, id);
+            }
+        }
+        if let Some(list) = landed {
+            self.lanes[lane].give_back_list(list);
+        }
     }
 
     /// Where extent `id`'s copy in `lane` lies in zone `zone` (its block
@@ -95,26 +120,28 @@ impl Volume {
         (!at.is_missing() && at.zone == zone).then_some((at.offset, &crcs[..]))
     }
 
-    /// Appends to `tags` (zone `zone`'s area in `lane`, built in block
-    /// order) the tags of extent `id`'s blocks when its copy there lies in
-    /// the zone and its checksums are in the map, zeroes first up to them:
-    /// the blocks appended. `None` when they lie before what `tags` holds.
-    fn append_area_tags(&self, tags: &mut Vec<u8>, lane: usize, zone: u32, id: ExtentId) -> Option<u64> {
-        let Some((offset, crcs)) = self.mapped_copy_in(lane, zone, id) else { return Some(0) };
+    /// Writes into `tags` (zone `zone`'s area in `lane`, built in block
+    /// order, its first `end` bytes done) the tags of extent `id`'s blocks
+    /// when its copy there lies in the zone and its checksums are in the
+    /// map, zeroes first from `end` up to them: the blocks written and the
+    /// new end. `None` when they lie before `end`, or past the area.
+    fn append_area_tags(
+        &self,
+        tags: &mut [u8],
+        end: usize,
+        lane: usize,
+        zone: u32,
+        id: ExtentId,
+    ) -> Option<(u64, usize)> {
+        let Some((offset, crcs)) = self.mapped_copy_in(lane, zone, id) else { return Some((0, end)) };
         let start = offset as usize * TAG_BYTES;
-        if start < tags.len() {
+        let stop = start + crcs.len() * TAG_BYTES;
+        if start < end || stop > tags.len() {
             return None;
         }
-        tags.resize(start, 0);
-        // A few tags at a time on the stack, then one copy each.
-        const AT_ONCE: usize = 64;
-        let mut chunk = [0u8; AT_ONCE * TAG_BYTES];
-        for (index, part) in crcs.chunks(AT_ONCE).enumerate() {
-            let out = &mut chunk[..part.len() * TAG_BYTES];
-            crate::tags::fill(AREA, self.volume_id, id, (index * AT_ONCE) as u32, part, out);
-            tags.extend_from_slice(out);
-        }
-        Some(crcs.len() as u64)
+        tags[end..start].fill(0);
+        crate::tags::fill(AREA, self.volume_id, id, 0, crcs, &mut tags[start..stop]);
+        Some((crcs.len() as u64, stop))
     }
 
     /// Writes into `tags` (zone `zone`'s area in `lane`) the tags of
