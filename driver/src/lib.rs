@@ -124,6 +124,6 @@ pub use controller::{
 pub use error::{Error, IoError, RequestError, Result};
 pub use namespace::{MetadataFormat, Namespace, RangeLimits, ZoneGeometry};
 pub use queue::sgl::SglMode;
-pub use queue::{Finished, IoBuffer, IoCompletion, QueuePair, RawQueue, Request, SubmitError, Submitter};
+pub use queue::{resets_begun, Finished, IoBuffer, IoCompletion, QueuePair, RawQueue, Request, SubmitError, Submitter};
 pub use quirks::{QuirkOverride, Quirks};
 pub use transport::{PciId, Transport};

@@ -170,12 +170,18 @@ impl Volume {
         if self.devices.iter().all(Option::is_none) {
             return Err(Error::NoDevices);
         }
+        // Read before looking: a reset that begins meanwhile moves it again.
+        let resets = nvme_driver::resets_begun();
+        if resets == self.resets_seen {
+            return Ok(());
+        }
         while let Some(device) = self.devices.iter().position(|d| d.as_ref().is_some_and(Device::reset_since_durable)) {
             let why = "its controller was reset: writes since the last commit may be lost".to_string();
             if !self.give_up(device, why) {
                 return Err(Error::ControllerReset { device });
             }
         }
+        self.resets_seen = resets;
         Ok(())
     }
 

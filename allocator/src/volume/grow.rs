@@ -98,6 +98,8 @@ impl Volume {
             Some((z.max_open_zones.unwrap_or(active).min(active), active))
         }));
         self.devices.push(Some(device));
+        // A device new to the volume: look at every device's resets again.
+        self.resets_seen = u64::MAX;
         let lane = self.lanes.len();
         self.lanes.push(Lane { device: place, ..Lane::empty() });
         let table = self.fresh_table(lane);

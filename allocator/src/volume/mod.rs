@@ -347,6 +347,11 @@ pub struct Volume {
     /// The checksum area being built by `seal_zone`, kept for the next
     /// (no allocation per zone sealed).
     area_buffer: Vec<u8>,
+    /// [`nvme_driver::resets_begun`] when `check_resets` last found no
+    /// device reset since its last commit (`u64::MAX`: not yet looked): a
+    /// write looks at every device only when some controller was reset
+    /// since.
+    resets_seen: u64,
     /// Blocks of the live extents, one copy each (kept with `table`).
     live_blocks: u64,
     ops: Vec<Op>,
@@ -565,6 +570,7 @@ impl Volume {
             mapped: IdMap::default(),
             freed_crcs: IdMap::default(),
             area_buffer: Vec::new(),
+            resets_seen: u64::MAX,
             recent_ops_blocks: 0,
             live_blocks: 0,
             ops: Vec::new(),

@@ -28,7 +28,8 @@ impl Volume {
     pub(super) fn choose_lanes(&mut self, blocks: u32, slot: Slot, out: &mut [usize; COPIES_MAX]) -> Result<usize> {
         let copies = self.copies();
         let reserve = self.superblock.reserve_zones as usize;
-        let full = |table: &crate::zones::ZoneTable| table.would_open(slot, blocks) && table.empty_zones() <= reserve;
+        // The count of empty zones first: one load, false while any is left.
+        let full = |table: &crate::zones::ZoneTable| table.empty_zones() <= reserve && table.would_open(slot, blocks);
         if self.lanes.len() == copies {
             if let Some(lane) = self.lanes.iter().find(|l| self.devices[l.device].is_some() && full(&l.table)) {
                 return Err(Error::NoSpace(Full::Data { place: lane.device }));

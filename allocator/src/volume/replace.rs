@@ -80,6 +80,8 @@ impl Volume {
         let mut device = device;
         device.reserve_buffer();
         self.devices[place] = Some(device);
+        // A device new to the volume: look at every device's resets again.
+        self.resets_seen = u64::MAX;
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         let mut actions = Vec::new();
         for lane in 0..self.lanes.len() {
@@ -151,6 +153,8 @@ impl Volume {
         });
         device.reserve_buffer();
         self.devices[place] = Some(device);
+        // A device new to the volume: look at every device's resets again.
+        self.resets_seen = u64::MAX;
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         for &lane in &lanes {
             self.lanes[lane].table = self.fresh_table(lane);

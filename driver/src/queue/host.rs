@@ -43,6 +43,19 @@ pub(crate) struct Epoch {
     stopped_below: AtomicU64,
 }
 
+/// Controller resets begun in this process, every controller's: see
+/// [`resets_begun`].
+static RESETS_BEGUN: AtomicU64 = AtomicU64::new(0);
+
+/// How many controller resets have begun in this process, on any
+/// controller: a user of many queue pairs that saw this count unchanged
+/// since it last looked knows that no pair's reset generation
+/// ([`crate::QueuePair::reset_generation`]) moved meanwhile, without
+/// reading each (one load, however many devices).
+pub fn resets_begun() -> u64 {
+    RESETS_BEGUN.load(Ordering::Acquire)
+}
+
 const LIVE: u8 = 0;
 const GONE: u8 = 1;
 const FAILED: u8 = 2;
@@ -55,7 +68,10 @@ impl Epoch {
 
     /// A reset begins: every queue of the earlier generation is gone.
     pub(crate) fn advance(&self) -> u64 {
-        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        // After the generation: whoever sees the count move sees it too.
+        RESETS_BEGUN.fetch_add(1, Ordering::AcqRel);
+        generation
     }
 
     /// A disable was confirmed: the device's DMA for every queue so far has

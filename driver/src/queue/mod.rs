@@ -42,6 +42,7 @@
 
 mod doorbell;
 mod host;
+pub use host::resets_begun;
 mod pair;
 mod profile;
 pub mod prp;
