@@ -455,7 +455,7 @@ impl Resilver {
             sources_written,
             // What each survivor reads, known from the start: the copies'
             // writes are planned against the whole rebuild's reads.
-            spread: if distributed { Spread::plan(&volume.copy_source_blocks(target)) } else { Spread::none(0) },
+            spread: if distributed { plan_spread(volume, target) } else { Spread::none(0) },
             checker: (options.verify && options.verify_threads > 0)
                 .then(|| Checker::new(options.verify_threads, check)),
         })
@@ -973,6 +973,16 @@ fn submit_copy(
         (Source::Buffer(io), None) => volume.submit_copy_buffer(piece.id, lane, io),
         (Source::Buffer(io), Some(crcs)) => volume.submit_copy_buffer_with_checksums(piece.id, lane, io, crcs),
     }
+}
+
+/// A distributed rebuild's plan of the copies lane `target` lacks: the
+/// blocks each survivor reads, and the journal each metadata device writes
+/// besides (see [`crate::spread`]).
+fn plan_spread(volume: &Volume, target: usize) -> Spread {
+    let reads = volume.copy_source_blocks(target);
+    let journal = volume.relocation_journal_blocks(target);
+    let extra: Vec<u64> = (0..reads.len()).map(|lane| volume.metadata_copies_on(lane) as u64 * journal).collect();
+    Spread::plan(&reads, &extra)
 }
 
 /// The lane a distributed rebuild writes extent `id`'s copy (of lane

@@ -6,6 +6,7 @@
 use super::write::Payload;
 use super::{PendingWrite, Volume, WriteDone};
 use crate::error::{Error, Full, Result};
+use crate::journal::Op;
 use crate::zones::Slot;
 use crate::{ExtentId, BLOCK_SIZE};
 use nvme_driver::IoBuffer;
@@ -44,6 +45,38 @@ impl Volume {
             }
         }
         blocks
+    }
+
+    /// Blocks of journal that a distributed rebuild of the copies lane
+    /// `target` cannot serve writes on each metadata copy, at the least:
+    /// each copy's operations (where it moved, and its checksums, which go
+    /// back into the map while its new zone has no area yet), encoded as
+    /// the journal encodes them. Owner pages and the checkpoint the log
+    /// may move to come on top. For a rebuild that plans its writes
+    /// against the metadata devices' own ([`Volume::metadata_copies_on`]).
+    pub fn relocation_journal_blocks(&self, target: usize) -> u64 {
+        let mut bytes = 0;
+        for (id, entry) in self.table.iter() {
+            if self.copy_source(id, target).is_some() {
+                let ops = [
+                    Op::Relane {
+                        id,
+                        from: target as u8,
+                        lane: target as u8,
+                        to: crate::Location { zone: 0, offset: 0 },
+                    },
+                    Op::Crcs { id, crcs: vec![0; entry.blocks as usize] },
+                ];
+                bytes += crate::journal::encode_ops(&ops).len() as u64;
+            }
+        }
+        bytes.div_ceil(BLOCK_SIZE as u64)
+    }
+
+    /// How many of the journal's copies lie on lane `lane`'s device.
+    pub fn metadata_copies_on(&self, lane: usize) -> usize {
+        let device = self.lanes.get(lane).map(|l| l.device);
+        self.journal.copies.iter().filter(|c| Some(c.device) == device).count()
     }
 
     /// Whether extent `id` has a copy in lane `lane` that is not available:
