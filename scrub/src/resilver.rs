@@ -365,6 +365,8 @@ impl Resilver {
     /// survivors, where placement puts it (dRAID's distributed spare, done
     /// by placement), read from the survivors, so that redundancy comes
     /// back at their combined bandwidth, with no replacement device.
+    /// Refused when the survivors lack room for every copy
+    /// ([`Volume::check_rebuild_room`]), before anything is written.
     pub fn distributed(volume: &Volume, place: usize, options: &ResilverOptions) -> Result<Resilver> {
         Resilver::set_up(volume, place, true, options)
     }
@@ -407,6 +409,11 @@ impl Resilver {
                 sources.len(),
                 volume.copies()
             )));
+        }
+        // Refused before a copy is written when the survivors lack room
+        // for them all: else it would fill them and stop part way.
+        if distributed {
+            volume.check_rebuild_room(target)?;
         }
         let work = if distributed { Target::Elsewhere { from: target } } else { Target::Lane(target) };
         let bytes_total = work.blocks_left(volume) * BLOCK_SIZE as u64;

@@ -149,6 +149,42 @@ fn a_distributed_rebuild_restores_every_copy_on_the_survivors_with_no_new_device
 }
 
 #[test]
+fn a_distributed_rebuild_the_survivors_lack_room_for_is_refused_before_it_writes() {
+    // A mirror over three namespaces, filled to over two thirds: the two
+    // survivors of a lost member cannot hold its copies beside their own.
+    // The rebuild is refused before it writes a copy, naming how much would
+    // find no place; nothing changes, and every extent still reads.
+    let configs = vec![conventional(48); 3];
+    let harness = Harness::new(configs, (0..3).map(|c| (c, 1)).collect());
+    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    let capacity = volume.status().capacity_bytes;
+    let mut seed = 0;
+    while (volume.status().used_bytes as f64) < 0.7 * capacity as f64 {
+        write(&mut volume, &mut model, 50, seed + 1);
+        seed += 50;
+    }
+    volume.fail_device(2, "pulled by the operator").expect("fail");
+    let before = volume.status();
+    let written: Vec<u64> = harness.sims.iter().map(|s| s.stats().lbas_written).collect();
+    let refused = rebuild_distributed(&mut volume, 2, &ResilverOptions::default(), &Control::new(), &mut |_| {})
+        .expect_err("the survivors lack room");
+    let message = refused.to_string();
+    assert!(message.contains("lack room") && message.contains("would find no place"), "{message}");
+    let after: Vec<u64> = harness.sims.iter().map(|s| s.stats().lbas_written).collect();
+    assert_eq!(after, written, "nothing was written");
+    let status = volume.status();
+    assert_eq!(status.redundancy, before.redundancy, "nothing moved");
+    assert_eq!(status.state, VolumeState::Degraded);
+    for (&id, &(seed, blocks)) in &model {
+        let mut back = vec![0u8; blocks * BLOCK_SIZE];
+        volume.read(id, &mut back).unwrap_or_else(|e| panic!("extent {id}: {e}"));
+        assert!(back == pattern(seed, blocks), "extent {id}");
+    }
+}
+
+#[test]
 fn a_distributed_rebuild_cut_by_power_loss_resumes_from_the_metadata() {
     let configs = vec![zns(48, 1024), conventional(48), zns(48, 1024), conventional(48)];
     let mut harness = Harness::new(configs, (0..4).map(|c| (c, 1)).collect());

@@ -319,6 +319,27 @@ impl Volume {
         Ok(())
     }
 
+    /// A distributed rebuild's dry run for lane `lane` (its device away or
+    /// given up): every copy there that is not available
+    /// ([`Volume::lacks_available_copy`]) finds room on the lanes in use
+    /// that hold no copy of its extent, as [`Volume::remove`] checks before
+    /// it moves anything. Else [`Error::Member`] naming how much would find
+    /// no place. Changes nothing.
+    pub fn check_rebuild_room(&self, lane: usize) -> Result<()> {
+        let place = self
+            .lanes
+            .get(lane)
+            .map(|l| l.device)
+            .ok_or_else(|| Error::Member { device: lane, why: format!("the volume has {} lanes", self.lanes.len()) })?;
+        let copies: Vec<(ExtentId, u32)> = self
+            .table
+            .iter()
+            .filter(|&(id, _)| self.lacks_available_copy(id, lane))
+            .map(|(id, e)| (id, e.blocks))
+            .collect();
+        self.check_room_elsewhere(place, lane, &copies)
+    }
+
     /// Placement's dry run: every copy in lane `lane` (`copies`) finds a
     /// lane with room among those in use that hold no copy of its extent,
     /// each taken as placement would (most room first), in tables of their
