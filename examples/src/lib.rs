@@ -9,6 +9,7 @@ pub mod args;
 pub mod checksums;
 pub mod confirm;
 pub mod device;
+pub mod events;
 #[cfg(test)]
 mod fixtures;
 pub mod health;

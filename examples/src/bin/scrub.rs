@@ -292,7 +292,9 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
     if args.crc32c != "auto" {
         std::env::set_var("ZONED_CRC32C", &args.crc32c);
     }
-    let (_controllers, mut volume) = open_volume(args)?;
+    let (controllers, mut volume) = open_volume(args)?;
+    // Each controller's events (a SMART critical warning) said as they come.
+    let mut watch = nvme_examples::events::Watch::of(&controllers);
     if let Some(other) = existing.filter(|c| c.volume_id != volume.id() && !args.resume && !args.new_pass) {
         return Err(Stop::Refused(format!(
             "--state {} holds a checkpoint of volume {:#x}, not of this one ({:#x}): --new-pass replaces it",
@@ -331,6 +333,7 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         &control,
         resume.as_ref(),
         &mut |p| {
+            watch.poll();
             if progress {
                 let percent = p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0;
                 eprint!(

@@ -737,11 +737,12 @@ fn diverged_text(sides: &[DivergedSide]) -> String {
 /// terminal is there.
 fn resilver_place(
     volume: &mut Volume,
+    controllers: &[Named],
     place: usize,
     flags: &ResilverFlags,
     json: bool,
 ) -> Result<ResilverReport, String> {
-    copy_place(volume, place, flags, json, false)
+    copy_place(volume, controllers, place, flags, json, false)
 }
 
 /// Runs a resilver of `place` (or with `distributed`, the rebuild of its
@@ -749,6 +750,7 @@ fn resilver_place(
 /// terminal is there.
 fn copy_place(
     volume: &mut Volume,
+    controllers: &[Named],
     place: usize,
     flags: &ResilverFlags,
     json: bool,
@@ -770,7 +772,13 @@ fn copy_place(
         let control = control.clone();
         move || control.cancel()
     });
+    // Each controller's events (a SMART critical warning) said as they come.
+    let mut watch = nvme_examples::events::Watch::new(
+        controllers.iter().map(|n| (n.name.clone(), &n.controller)),
+        nvme_examples::events::EVERY,
+    );
     let mut show = |p: &ResilverProgress| {
+        watch.poll();
         if progress {
             let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
             let phase = match p.phase {
@@ -813,7 +821,7 @@ fn run_resilver(a: &ResilverArgs) -> Result<Done, String> {
         volume.close().map_err(|e| format!("close: {e}"))?;
         return Ok(Done::Healthy);
     };
-    let report = resilver_place(&mut volume, place, &a.resilver, a.json)?;
+    let report = resilver_place(&mut volume, &controllers, place, &a.resilver, a.json)?;
     let status = volume.status();
     if a.json {
         println!("{}", resilver_json(&volume, &controllers, Some(place), Some(&report)));
@@ -913,7 +921,7 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
     let report = if a.no_resilver {
         None
     } else {
-        let report = resilver_place(&mut volume, a.place, &a.resilver, a.json).map_err(|e| {
+        let report = resilver_place(&mut volume, &controllers, a.place, &a.resilver, a.json).map_err(|e| {
             format!("place {} was replaced, but {e}; `volume resilver` continues from what was copied", a.place)
         })?;
         Some(report)
@@ -1012,7 +1020,7 @@ fn run_rebuild(a: &ResilverArgs) -> Result<Done, String> {
     let Some(place) = a.place.or(away) else {
         return Err("rebuild: no member is failed or missing (name one with --place)".into());
     };
-    let report = copy_place(&mut volume, place, &a.resilver, a.json, true)?;
+    let report = copy_place(&mut volume, &controllers, place, &a.resilver, a.json, true)?;
     let status = volume.status();
     if a.json {
         let health = health_of(&status, &controllers);
@@ -1281,7 +1289,7 @@ fn resolve(a: &ResolveArgs) -> Result<Done, String> {
     if !a.json {
         println!("place {} ({}): rebuilt from place {}; resilvering", lost.place, named(lost), keep.place);
     }
-    let report = resilver_place(&mut volume, lost.place, &a.resilver, a.json).map_err(|e| {
+    let report = resilver_place(&mut volume, &controllers, lost.place, &a.resilver, a.json).map_err(|e| {
         format!("place {} was taken as a replacement, but {e}; `volume resilver` continues", lost.place)
     })?;
     let status = volume.status();

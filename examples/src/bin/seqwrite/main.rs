@@ -414,7 +414,9 @@ fn run(args: &Args) -> Result<(), Failure> {
     let (checksum_before, copied_before) = (volume.stats().checksum_ns, volume.stats().copied_in_bytes);
     let mut feed = Feed::start(args, target / args.bs);
     let mut tally = Tally::new();
-    let failure = write(args, &mut volume, &mut feed, &mut tally, target).err();
+    // Each controller's events (a SMART critical warning) said as they come.
+    let mut watch = nvme_examples::events::Watch::of(&controllers);
+    let failure = write(args, &mut volume, &mut feed, &mut tally, target, &mut watch).err();
     feed.stop();
     let t = Instant::now();
     let committed = volume.commit();
@@ -611,7 +613,14 @@ fn progress_bar(args: &Args) -> bool {
 
 /// Writes `target` bytes (or until --runtime) with --iodepth in flight,
 /// committing every --commit-every bytes.
-fn write(args: &Args, volume: &mut Volume, feed: &mut Feed, tally: &mut Tally, target: u64) -> Result<(), String> {
+fn write(
+    args: &Args,
+    volume: &mut Volume,
+    feed: &mut Feed,
+    tally: &mut Tally,
+    target: u64,
+    watch: &mut nvme_examples::events::Watch,
+) -> Result<(), String> {
     let progress = progress_bar(args);
     let interval = Duration::from_millis(args.log_interval);
     let runtime = args.runtime.map(Duration::from_secs_f64);
@@ -633,6 +642,7 @@ fn write(args: &Args, volume: &mut Volume, feed: &mut Feed, tally: &mut Tally, t
             tally.completed(done, now, args.bs, false)?;
         }
         tally.roll(now, interval);
+        watch.poll();
         if tally.since_commit >= args.commit_every {
             let t = Instant::now();
             volume.commit().map_err(|e| format!("commit: {e}"))?;

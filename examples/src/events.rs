@@ -1,0 +1,116 @@
+//! Asynchronous events during a long run: the tools that run for minutes
+//! (seqwrite, scrub, a resilver or rebuild) ask each controller for its
+//! events about once a second ([`Controller::poll_events`]) and say each
+//! on stderr as it comes, so that a SMART critical warning (spare below
+//! threshold, media read-only, reliability degraded) raised in the middle
+//! of a rebuild is not silent until the next `volume status`. The same
+//! call lets a device the host asks back for go while nothing is in
+//! flight on it.
+
+use nvme_driver::controller::{AsyncEvent, AsyncEventKind};
+use nvme_driver::Controller;
+use std::time::{Duration, Instant};
+
+/// How often [`Watch::poll`] asks, at most.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// The controllers of a run, asked for their events now and then.
+#[derive(Debug)]
+pub struct Watch<'a> {
+    controllers: Vec<(String, &'a Controller)>,
+    every: Duration,
+    last: Option<Instant>,
+    /// Every event seen, with the name of its controller, oldest first.
+    pub seen: Vec<(String, AsyncEvent)>,
+}
+
+impl<'a> Watch<'a> {
+    /// A watch over `controllers`, each with the name the run gives it,
+    /// asking at most once every `every`.
+    pub fn new(controllers: impl IntoIterator<Item = (String, &'a Controller)>, every: Duration) -> Watch<'a> {
+        Watch { controllers: controllers.into_iter().collect(), every, last: None, seen: Vec::new() }
+    }
+
+    /// A watch over `controllers`, named by their transports (a PCI
+    /// address, or `sim`).
+    pub fn of(controllers: &'a [Controller]) -> Watch<'a> {
+        Watch::new(controllers.iter().map(|c| (c.transport().name().to_string(), c)), EVERY)
+    }
+
+    /// Asks every controller for its events when `every` has passed since
+    /// the last time (or never asked): each is written to stderr as a
+    /// warning and kept in [`Watch::seen`]. A controller that cannot be
+    /// asked (it is gone) is said once each time, and the run goes on:
+    /// its I/O fails by itself. Returns the events this call found.
+    pub fn poll(&mut self) -> usize {
+        let now = Instant::now();
+        if self.last.is_some_and(|last| now.duration_since(last) < self.every) {
+            return 0;
+        }
+        self.last = Some(now);
+        let before = self.seen.len();
+        for (name, controller) in &self.controllers {
+            match controller.poll_events() {
+                Ok(events) => {
+                    for event in events {
+                        eprintln!("\nwarning: {name}: {}", describe(&event));
+                        self.seen.push((name.clone(), event));
+                    }
+                }
+                Err(error) => eprintln!("\nwarning: {name}: its events could not be read: {error}"),
+            }
+        }
+        self.seen.len() - before
+    }
+}
+
+/// One event in words.
+pub fn describe(event: &AsyncEvent) -> String {
+    match &event.kind {
+        AsyncEventKind::Smart { critical_warning } => {
+            let names: Vec<String> = critical_warning.iter_names().map(|(name, _)| name.to_lowercase()).collect();
+            match names.is_empty() {
+                true => "a SMART / health event with no critical warning set".to_string(),
+                false => format!("SMART critical warning: {} (see `volume status`)", names.join(", ")),
+            }
+        }
+        AsyncEventKind::ZoneDescriptorChanged => "zone descriptors changed".to_string(),
+        AsyncEventKind::NamespaceAttributeChanged => "a namespace's attributes changed".to_string(),
+        AsyncEventKind::Error => format!("an error event (information {:#04x})", event.information),
+        AsyncEventKind::Other => format!(
+            "an event of type {:#x}, information {:#04x}, log page {:#04x}",
+            event.event_type, event.information, event.log_page
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_driver::sim::{SimConfig, Simulator};
+    use nvme_driver::spec::log::CriticalWarning;
+    use nvme_driver::{ControllerOptions, Transport};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_critical_warning_raised_during_a_run_is_seen_once_and_asking_is_paced() {
+        let sim = Simulator::new(SimConfig::nvm(1 << 16, 512));
+        let transport: Arc<dyn Transport> = sim.clone();
+        let controllers = [Controller::init(transport, ControllerOptions::default()).expect("init")];
+        let named = || controllers.iter().map(|c| ("sim".to_string(), c));
+        let mut watch = Watch::new(named(), Duration::ZERO);
+        assert_eq!(watch.poll(), 0, "nothing yet");
+        sim.set_smart_critical_warning(CriticalWarning::SPARE.bits());
+        assert_eq!(watch.poll(), 1);
+        let (name, event) = &watch.seen[0];
+        let words = describe(event);
+        assert!(words.contains("critical warning: spare"), "{name}: {words}");
+        assert_eq!(watch.poll(), 0, "said once");
+        // Paced: a new warning waits for the next turn.
+        let mut slow = Watch::new(named(), Duration::from_secs(3600));
+        assert_eq!(slow.poll(), 0);
+        sim.set_smart_critical_warning((CriticalWarning::SPARE | CriticalWarning::TEMPERATURE).bits());
+        assert_eq!(slow.poll(), 0, "asked again only after an hour");
+        assert_eq!(watch.poll(), 1, "another watch asks now");
+    }
+}
