@@ -19,7 +19,9 @@ pub const EVERY: Duration = Duration::from_secs(1);
 pub struct Watch<'a> {
     controllers: Vec<(String, &'a Controller)>,
     every: Duration,
-    last: Option<Instant>,
+    /// When to ask next (`None`: at the first call): one comparison per
+    /// call of a loop that runs per write.
+    next: Option<Instant>,
     /// Every event seen, with the name of its controller, oldest first.
     pub seen: Vec<(String, AsyncEvent)>,
 }
@@ -28,7 +30,7 @@ impl<'a> Watch<'a> {
     /// A watch over `controllers`, each with the name the run gives it,
     /// asking at most once every `every`.
     pub fn new(controllers: impl IntoIterator<Item = (String, &'a Controller)>, every: Duration) -> Watch<'a> {
-        Watch { controllers: controllers.into_iter().collect(), every, last: None, seen: Vec::new() }
+        Watch { controllers: controllers.into_iter().collect(), every, next: None, seen: Vec::new() }
     }
 
     /// A watch over `controllers`, named by their transports (a PCI
@@ -38,16 +40,16 @@ impl<'a> Watch<'a> {
     }
 
     /// Asks every controller for its events when `every` has passed since
-    /// the last time (or never asked): each is written to stderr as a
-    /// warning and kept in [`Watch::seen`]. A controller that cannot be
-    /// asked (it is gone) is said once each time, and the run goes on:
-    /// its I/O fails by itself. Returns the events this call found.
-    pub fn poll(&mut self) -> usize {
-        let now = Instant::now();
-        if self.last.is_some_and(|last| now.duration_since(last) < self.every) {
+    /// the last time (or never asked), `now` being the caller's clock:
+    /// each is written to stderr as a warning and kept in [`Watch::seen`].
+    /// A controller that cannot be asked (it is gone) is said each time,
+    /// and the run goes on: its I/O fails by itself. Returns the events
+    /// this call found.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        if self.next.is_some_and(|next| now < next) {
             return 0;
         }
-        self.last = Some(now);
+        self.next = now.checked_add(self.every);
         let before = self.seen.len();
         for (name, controller) in &self.controllers {
             match controller.poll_events() {
@@ -99,18 +101,18 @@ mod tests {
         let controllers = [Controller::init(transport, ControllerOptions::default()).expect("init")];
         let named = || controllers.iter().map(|c| ("sim".to_string(), c));
         let mut watch = Watch::new(named(), Duration::ZERO);
-        assert_eq!(watch.poll(), 0, "nothing yet");
+        assert_eq!(watch.poll(Instant::now()), 0, "nothing yet");
         sim.set_smart_critical_warning(CriticalWarning::SPARE.bits());
-        assert_eq!(watch.poll(), 1);
+        assert_eq!(watch.poll(Instant::now()), 1);
         let (name, event) = &watch.seen[0];
         let words = describe(event);
         assert!(words.contains("critical warning: spare"), "{name}: {words}");
-        assert_eq!(watch.poll(), 0, "said once");
+        assert_eq!(watch.poll(Instant::now()), 0, "said once");
         // Paced: a new warning waits for the next turn.
         let mut slow = Watch::new(named(), Duration::from_secs(3600));
-        assert_eq!(slow.poll(), 0);
+        assert_eq!(slow.poll(Instant::now()), 0);
         sim.set_smart_critical_warning((CriticalWarning::SPARE | CriticalWarning::TEMPERATURE).bits());
-        assert_eq!(slow.poll(), 0, "asked again only after an hour");
-        assert_eq!(watch.poll(), 1, "another watch asks now");
+        assert_eq!(slow.poll(Instant::now()), 0, "asked again only after an hour");
+        assert_eq!(watch.poll(Instant::now()), 1, "another watch asks now");
     }
 }

@@ -333,7 +333,7 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         &control,
         resume.as_ref(),
         &mut |p| {
-            watch.poll();
+            watch.poll(Instant::now());
             if progress {
                 let percent = p.bytes_done as f64 / p.bytes_total.max(1) as f64 * 100.0;
                 eprint!(

@@ -778,7 +778,7 @@ fn copy_place(
         nvme_examples::events::EVERY,
     );
     let mut show = |p: &ResilverProgress| {
-        watch.poll();
+        watch.poll(std::time::Instant::now());
         if progress {
             let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
             let phase = match p.phase {

@@ -642,7 +642,7 @@ fn write(
             tally.completed(done, now, args.bs, false)?;
         }
         tally.roll(now, interval);
-        watch.poll();
+        watch.poll(now);
         if tally.since_commit >= args.commit_every {
             let t = Instant::now();
             volume.commit().map_err(|e| format!("commit: {e}"))?;
