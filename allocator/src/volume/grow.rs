@@ -453,6 +453,7 @@ impl Volume {
         self.superblock.members.swap_remove(place);
         self.members.swap_remove(place);
         self.device_writes.swap_remove(place);
+        self.busy = super::write::busy_mask(&self.device_writes);
         self.copy_supported.swap_remove(place);
         self.zone_limits.swap_remove(place);
         self.lanes.swap_remove(lane);

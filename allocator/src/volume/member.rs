@@ -203,7 +203,7 @@ impl Volume {
                     pending.locations[copy] = Some(Location::MISSING);
                     self.lanes[lane].table.write_completed(pending.zones[copy]);
                     self.chooser.completed(lane, pending.blocks);
-                    self.device_writes[device] -= 1;
+                    super::write::write_ended(&mut self.device_writes, &mut self.busy, device);
                     ended = true;
                 }
             }

@@ -309,6 +309,10 @@ pub struct Volume {
     members: Vec<member::Member>,
     /// Per device: data writes in flight there.
     device_writes: Vec<usize>,
+    /// A bit per device whose `device_writes` is above zero: the devices
+    /// the poll looks at, so that a poll costs the same however many
+    /// devices sit idle (see `poll_devices`).
+    busy: u32,
     /// Resilver copies finished since the last [`Volume::next_copy_done`].
     copies_done: VecDeque<WriteDone>,
     lanes: Vec<Lane>,
@@ -554,6 +558,7 @@ impl Volume {
             gone: Vec::new(),
             members,
             device_writes,
+            busy: 0,
             copies_done: VecDeque::new(),
             lanes,
             journal: Journal::new(label),

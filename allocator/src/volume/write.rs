@@ -264,11 +264,11 @@ impl Volume {
             pending.in_flight[copy] = true;
             copy
         };
-        self.device_writes[device] += 1;
+        self.write_started_on(device);
         self.chooser.submitted(lane, blocks);
         if let Err(error) = self.dev_mut(device).submit(request) {
             self.lanes[lane].table.write_completed(zone);
-            self.device_writes[device] -= 1;
+            self.write_ended_on(device);
             self.chooser.completed(lane, blocks);
             let pending = self.writes[index].as_mut().expect("pending write");
             pending.remaining -= 1;
@@ -343,8 +343,15 @@ impl Volume {
     }
 
     pub(super) fn poll_devices(&mut self) {
+        debug_assert_eq!(self.busy, busy_mask(&self.device_writes), "the devices with writes in flight");
         let mut completions = std::mem::take(&mut self.scratch);
-        for index in 0..self.devices.len() {
+        // Only the devices with writes in flight: an engine's reads on the
+        // others are reaped by the engine (`LaneReads::poll`), and what a
+        // blocking command kept aside on a device is its writes'.
+        let mut busy = self.busy;
+        while busy != 0 {
+            let index = busy.trailing_zeros() as usize;
+            busy &= busy - 1;
             let Some(device) = self.devices[index].as_mut().filter(|d| !d.idle()) else { continue };
             completions.extend(device.held.drain(..));
             device.poll(&mut completions);
@@ -363,6 +370,18 @@ impl Volume {
             }
         }
         self.scratch = completions;
+    }
+
+    /// A data write was submitted to device `device`.
+    pub(super) fn write_started_on(&mut self, device: usize) {
+        self.device_writes[device] += 1;
+        self.busy |= 1 << device;
+    }
+
+    /// A data write on device `device` ended (completed, or never
+    /// submitted, or given up with its device).
+    pub(super) fn write_ended_on(&mut self, device: usize) {
+        write_ended(&mut self.device_writes, &mut self.busy, device);
     }
 
     /// Reaps completions on every namespace and finishes the writes they
@@ -412,7 +431,7 @@ impl Volume {
         let blocks = pending.blocks;
         let device = self.lanes[lane].device;
         self.lanes[lane].table.write_completed(zone);
-        self.device_writes[device] -= 1;
+        write_ended(&mut self.device_writes, &mut self.busy, device);
         self.chooser.completed(lane, blocks);
         let mut abandon = None;
         let mut worn = false;
@@ -672,6 +691,20 @@ fn appended_offset(lba: u64, start: u64, lbas_per_block: u64, blocks: u32, reser
     }
     let offset = u32::try_from(lbas / lbas_per_block).ok()?;
     (u64::from(offset) + u64::from(blocks) <= u64::from(reserved)).then_some(offset)
+}
+
+/// The bit of each device with writes in flight (`Volume::busy`).
+pub(super) fn busy_mask(device_writes: &[usize]) -> u32 {
+    device_writes.iter().enumerate().filter(|&(_, &count)| count > 0).fold(0, |mask, (device, _)| mask | 1 << device)
+}
+
+/// `Volume::write_ended_on`, on the two fields alone (for callers holding
+/// a pending write borrowed).
+pub(super) fn write_ended(device_writes: &mut [usize], busy: &mut u32, device: usize) {
+    device_writes[device] -= 1;
+    if device_writes[device] == 0 {
+        *busy &= !(1 << device);
+    }
 }
 
 #[cfg(test)]
