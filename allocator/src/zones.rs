@@ -16,6 +16,8 @@
 //! one).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Who may allocate from an open zone: a write stream (a lifetime class,
 /// as ZenFS's write-lifetime hints) or reclaim.
@@ -114,6 +116,19 @@ pub struct ZoneTable {
     empty_blocks: u64,
     /// See [`ZoneTable::stamp`].
     stamp: Own,
+    /// See [`ZoneTable::watch`].
+    notify: Notify,
+}
+
+/// Where a table says that it changed ([`ZoneTable::watch`]): a bit in a
+/// mask its volume shares. A copy of the table says nothing.
+#[derive(Debug, Default)]
+struct Notify(Option<(Arc<AtomicU32>, u32)>);
+
+impl Clone for Notify {
+    fn clone(&self) -> Notify {
+        Notify(None)
+    }
 }
 
 /// A table's stamp, fresh in every copy of the table.
@@ -175,6 +190,7 @@ impl ZoneTable {
             active: 0,
             worn: Vec::new(),
             stamp: Own(Stamp::fresh()),
+            notify: Notify::default(),
         }
     }
 
@@ -189,6 +205,18 @@ impl ZoneTable {
     /// What `free_blocks` counts changes.
     fn changed(&mut self) {
         self.stamp.0.changes += 1;
+        if let Some((mask, bit)) = &self.notify.0 {
+            mask.fetch_or(*bit, Ordering::Relaxed);
+        }
+    }
+
+    /// From now on every change of the stamp ([`ZoneTable::stamp`]) also
+    /// sets `bit` in `mask`: so that placement, which keeps each lane's
+    /// free blocks and whether it is down to its reserve, looks again at
+    /// the lanes that changed alone, not at every lane of a pool at every
+    /// write. A copy of the table does not.
+    pub fn watch(&mut self, mask: Arc<AtomicU32>, bit: u32) {
+        self.notify = Notify(Some((mask, bit)));
     }
 
     /// Retire a zone as soon as fewer than `blocks` remain in it.

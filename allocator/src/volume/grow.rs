@@ -105,6 +105,7 @@ impl Volume {
         let table = self.fresh_table(lane);
         let zones = table.zone_count() as usize;
         self.lanes[lane].table = table;
+        self.watch_lanes();
         self.lanes[lane].written = vec![0; zones];
         self.lanes[lane].sealed = vec![0; zones];
         self.area_cache.push(None);
@@ -490,6 +491,8 @@ impl Volume {
         self.chooser
             .set_queue_target(super::QUEUE_TARGET_EXTENTS * u64::from(self.superblock.max_extent_blocks.max(1)));
         self.restore_chooser();
+        // Lanes renumbered: each table tells its new bit.
+        self.watch_lanes();
         self.stats.zones = self.lanes.iter().map(|l| u64::from(l.table.zone_count())).sum();
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         self.journal.label.superblock = self.superblock.clone();

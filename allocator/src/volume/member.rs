@@ -270,6 +270,7 @@ impl Volume {
             }
         }
         let gone = self.devices[device].take().expect("in use");
+        self.lanes_moved();
         let member = &mut self.members[device];
         member.identity = gone.identity.clone();
         self.gone.push(gone);

@@ -395,6 +395,15 @@ pub struct Volume {
     /// Per place, the stamp of the lane's zone table when the chooser was
     /// last told its free blocks ([`Stamp::NONE`]: ask again).
     chooser_seen: [Stamp; MAX_DEVICES],
+    /// A bit per lane whose zone table changed ([`ZoneTable::watch`]), or
+    /// whose device went or came, since placement last looked: it looks
+    /// at those lanes alone (see `choose_lanes`).
+    lanes_changed: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// Placement's view of the lanes, as of their last change: a bit per
+    /// lane whose device is away, and per lane whose empty zones are down
+    /// to the reclaim reserve (only those can be full for a write).
+    lanes_away: u32,
+    lanes_tight: u32,
     /// Replaying the journal at open: zone tables are rebuilt afterwards.
     loading: bool,
     /// No zone can take the metadata: why (see [`Error::ReadOnly`]).
@@ -597,9 +606,13 @@ impl Volume {
             crc_pool: Vec::new(),
             chooser,
             chooser_seen: [Stamp::NONE; MAX_DEVICES],
+            lanes_changed: Default::default(),
+            lanes_away: 0,
+            lanes_tight: 0,
             loading: false,
             read_only: None,
-        })
+        }
+        .watching_lanes())
     }
 
     /// The copy's location.

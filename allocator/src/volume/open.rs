@@ -444,6 +444,7 @@ impl Volume {
     /// unknown capacity.
     fn set_absent(&mut self, slot: usize) {
         self.devices[slot] = None;
+        self.lanes_moved();
         for lane in 0..self.lanes.len() {
             if self.lanes[lane].device == slot {
                 let zones = self.lanes[lane].table.zone_count() as usize;
@@ -460,6 +461,7 @@ impl Volume {
                 self.lanes[lane].appended.clear();
             }
         }
+        self.watch_lanes();
     }
 
     /// Checks that device `slot` (given at `given`), which carries no

@@ -9,6 +9,7 @@ use crate::error::{Error, Full, Result};
 use crate::table::COPIES_MAX;
 use crate::zones::{PlaceError, Retired, Slot, Stamp, ZoneTable, ZoneUse};
 use nvme_driver::cmd::zns::ZoneSendAction;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 impl Volume {
@@ -39,25 +40,51 @@ impl Volume {
             }
             return Ok(copies);
         }
-        let (mut away, mut exclude, mut full_place) = (0 as DeviceMask, 0 as DeviceMask, None);
-        for (index, lane) in self.lanes.iter().enumerate() {
+        // The lanes that changed since the last choice, alone: whether
+        // each one's device is away, its free blocks for the chooser, and
+        // whether its empty zones are down to the reserve. The others
+        // stand as they were.
+        let changed = self.lanes_changed.swap(0, Ordering::Relaxed) & lane_bits(self.lanes.len());
+        let mut pending = changed;
+        while pending != 0 {
+            let index = pending.trailing_zeros() as usize;
+            pending &= pending - 1;
+            let bit = 1u32 << index;
+            let lane = &self.lanes[index];
             if self.devices[lane.device].is_none() {
-                away |= 1 << index;
+                self.lanes_away |= bit;
                 mark_away(&mut self.chooser, &mut self.chooser_seen, index);
-            } else if full(&lane.table) {
-                full_place.get_or_insert(lane.device);
-            } else {
-                refresh_free(&mut self.chooser, &mut self.chooser_seen, index, &lane.table);
                 continue;
             }
-            exclude |= 1 << index;
+            self.lanes_away &= !bit;
+            match lane.table.empty_zones() <= reserve {
+                true => self.lanes_tight |= bit,
+                false => self.lanes_tight &= !bit,
+            }
+            refresh_free(&mut self.chooser, &mut self.chooser_seen, index, &lane.table);
         }
+        // Full for this write: a lane down to its reserve whose open zone
+        // cannot take it (rare: the only lanes asked at every write).
+        let away = self.lanes_away as DeviceMask;
+        let (mut exclude, mut full_place) = (away, None);
+        let mut tight = self.lanes_tight & !self.lanes_away;
+        while tight != 0 {
+            let index = tight.trailing_zeros() as usize;
+            tight &= tight - 1;
+            if self.lanes[index].table.would_open(slot, blocks) {
+                exclude |= 1 << index;
+                full_place.get_or_insert(self.lanes[index].device);
+            }
+        }
+        #[cfg(debug_assertions)]
+        self.check_lane_view(away, exclude, full_place, &full);
         let mut chosen = [0u8; COPIES_MAX];
         let result = self.chooser.choose(blocks, exclude, &mut chosen[..copies]);
         // The chooser charged the lanes it chose: ask their free blocks
         // again next time, whether or not this write takes them.
         for &lane in &chosen[..copies] {
             self.chooser_seen[usize::from(lane)] = Stamp::NONE;
+            self.lanes_changed.fetch_or(1 << lane, Ordering::Relaxed);
         }
         let taken = match result {
             Ok(()) => copies,
@@ -66,6 +93,7 @@ impl Volume {
                 self.chooser.choose(blocks, exclude, &mut chosen[..present]).expect("as many as available");
                 for &lane in &chosen[..present] {
                     self.chooser_seen[usize::from(lane)] = Stamp::NONE;
+                    self.lanes_changed.fetch_or(1 << lane, Ordering::Relaxed);
                 }
                 present
             }
@@ -90,6 +118,57 @@ impl Volume {
             *to = usize::from(from);
         }
         Ok(copies)
+    }
+
+    /// The volume, each lane's table telling placement of its changes
+    /// (see [`Volume::watch_lanes`]).
+    pub(super) fn watching_lanes(mut self) -> Volume {
+        self.watch_lanes();
+        self
+    }
+
+    /// Each lane's table tells `lanes_changed` of its changes from now on
+    /// ([`ZoneTable::watch`]), and placement looks at every lane anew at
+    /// its next choice: after lanes are made, renumbered, or given new
+    /// tables.
+    pub(super) fn watch_lanes(&mut self) {
+        for (index, lane) in self.lanes.iter_mut().enumerate() {
+            lane.table.watch(self.lanes_changed.clone(), 1 << index);
+        }
+        self.lanes_moved();
+    }
+
+    /// Placement looks at every lane anew at its next choice: a device
+    /// went or came, or the chooser's counts were dropped.
+    pub(super) fn lanes_moved(&self) {
+        self.lanes_changed.fetch_or(u32::MAX, Ordering::Relaxed);
+    }
+
+    /// Debug builds: the lanes as `choose_lanes` kept them (`away`,
+    /// `exclude`, `full_place`) are what a pass over every lane finds, and
+    /// the chooser has every lane in use's free blocks as they are now.
+    #[cfg(debug_assertions)]
+    fn check_lane_view(
+        &self,
+        away: DeviceMask,
+        exclude: DeviceMask,
+        full_place: Option<usize>,
+        full: &impl Fn(&ZoneTable) -> bool,
+    ) {
+        let (mut seen_away, mut seen_exclude, mut seen_full) = (0 as DeviceMask, 0 as DeviceMask, None);
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if self.devices[lane.device].is_none() {
+                seen_away |= 1 << index;
+            } else {
+                assert_eq!(self.chooser_seen[index], lane.table.stamp(), "lane {index}'s free blocks are not current");
+                if !full(&lane.table) {
+                    continue;
+                }
+                seen_full.get_or_insert(lane.device);
+            }
+            seen_exclude |= 1 << index;
+        }
+        assert_eq!((away, exclude, full_place), (seen_away, seen_exclude, seen_full), "placement's view of the lanes");
     }
 
     /// One lane in use with room for `blocks` in `slot`, outside
@@ -331,5 +410,14 @@ fn no_room(full_place: Option<usize>) -> Error {
     match full_place {
         Some(place) => Error::NoSpace(Full::Data { place }),
         None => Error::NoDevices,
+    }
+}
+
+/// The bits of lanes `0..lanes`.
+fn lane_bits(lanes: usize) -> u32 {
+    if lanes >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << lanes) - 1
     }
 }

@@ -82,6 +82,7 @@ impl Volume {
         self.devices[place] = Some(device);
         // A device new to the volume: look at every device's resets again.
         self.resets_seen = u64::MAX;
+        self.lanes_moved();
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         let mut actions = Vec::new();
         for lane in 0..self.lanes.len() {
@@ -90,6 +91,7 @@ impl Volume {
                     Ok(lane_actions) => actions.extend(lane_actions),
                     Err(error) => {
                         self.devices[place] = None;
+                        self.lanes_moved();
                         return Err(error);
                     }
                 }
@@ -155,9 +157,11 @@ impl Volume {
         self.devices[place] = Some(device);
         // A device new to the volume: look at every device's resets again.
         self.resets_seen = u64::MAX;
+        self.lanes_moved();
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         for &lane in &lanes {
             self.lanes[lane].table = self.fresh_table(lane);
+            self.lanes[lane].table.watch(self.lanes_changed.clone(), 1 << lane);
             self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];
             self.lanes[lane].appended.clear();
             for zone in 0..self.lanes[lane].sealed.len() as u32 {
