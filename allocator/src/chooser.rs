@@ -154,11 +154,29 @@ const SELECT: [[u8; 8]; 256] = {
 /// in a pool of equal devices, which a branch would mispredict half the
 /// time.
 fn nth_place(mask: DeviceMask, n: u32) -> usize {
-    let below = (mask & 0xff).count_ones();
+    let below = u32::from(ONES[usize::from(mask & 0xff)]);
     let high = n >= below;
     let byte = if high { mask >> 8 } else { mask & 0xff };
     let index = if high { n - below } else { n };
     usize::from(SELECT[usize::from(byte)][(index & 7) as usize]) + if high { 8 } else { 0 }
+}
+
+/// `ONES[byte]`: the bits set in `byte`.
+const ONES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = (byte as u32).count_ones() as u8;
+        byte += 1;
+    }
+    table
+};
+
+/// The places in `mask`: two table lookups, where `count_ones` without
+/// the `popcnt` instruction (the x86-64 baseline the tools build for) is a
+/// dozen and more.
+fn ones(mask: DeviceMask) -> u32 {
+    u32::from(ONES[usize::from(mask & 0xff)]) + u32::from(ONES[usize::from(mask >> 8)])
 }
 
 /// `draw` scaled to `0..count` (multiply-high: no division).
@@ -240,7 +258,7 @@ impl Chooser {
     /// places when it does not.
     pub fn choose(&mut self, blocks: u32, exclude: DeviceMask, out: &mut [u8]) -> Result<(), Short> {
         let available = self.writable & !exclude;
-        if (available.count_ones() as usize) < out.len() {
+        if (ones(available) as usize) < out.len() {
             return Err(Short { wanted: out.len(), available });
         }
         self.sequence = self.sequence.wrapping_add(1);
@@ -258,7 +276,7 @@ impl Chooser {
                     pick = self.within_slack(candidates).0;
                 }
             }
-            let place = nth_place(pick, scaled(draw(self.sequence, copy), pick.count_ones()));
+            let place = nth_place(pick, scaled(draw(self.sequence, copy), ones(pick)));
             open &= !(1 << place);
             *slot = place as u8;
             let member = &mut self.members[place];
@@ -446,6 +464,13 @@ mod tests {
         }
         assert!(placed[3] > 100 * 8 && placed[3] < 400 * 8, "{placed:?}");
         assert!(placed[..3].iter().all(|&p| p > 0), "{placed:?}");
+    }
+
+    #[test]
+    fn ones_counts_every_mask_as_count_ones_does() {
+        for mask in 0..=DeviceMask::MAX {
+            assert_eq!(ones(mask), mask.count_ones(), "mask {mask:#06x}");
+        }
     }
 
     #[test]
