@@ -71,6 +71,17 @@ fn check(volume: &mut Volume, model: &Model) {
     }
 }
 
+/// Drops `volume`, restarts the simulators (what was flushed stays) and
+/// opens the volume again: every extent of `model` reads back with its
+/// own bytes and owner ([`check`]). The reopened volume, for more.
+fn reopen_and_check(harness: &mut Harness, volume: Volume, options: &VolumeOptions, model: &Model) -> Volume {
+    drop(volume);
+    harness.restart();
+    let mut volume = harness.open(options).expect("reopens");
+    check(&mut volume, model);
+    volume
+}
+
 /// Commands that change a namespace, summed over the simulators.
 fn device_writes(harness: &Harness) -> u64 {
     // Write, Write Zeroes, Copy, Zone Management Send, Zone Append.
@@ -314,10 +325,7 @@ fn losing_a_checkpoint_first_record_that_nothing_follows_loses_no_commit() {
     check(&mut volume, &model);
     // And goes on: the next commit begins the checkpoint anew.
     fill(&mut volume, &mut model, 3);
-    drop(volume);
-    harness.restart();
-    let mut volume = harness.open(&options).expect("reopens");
-    check(&mut volume, &model);
+    reopen_and_check(&mut harness, volume, &options, &model);
 }
 
 #[test]
@@ -419,10 +427,7 @@ fn a_failed_ordered_write_or_relocation_leaves_the_next_one_working() {
         volume.rewrite_copy(victim, 0, &pattern(seed, blocks)).unwrap_or_else(|e| panic!("{write_mode:?}: {e}"));
         fill(&mut volume, &mut model, 1);
         volume.check_invariants();
-        drop(volume);
-        harness.restart();
-        let mut volume = harness.open(&options).expect("reopens");
-        check(&mut volume, &model);
+        reopen_and_check(&mut harness, volume, &options, &model);
     }
 }
 
@@ -470,10 +475,7 @@ fn a_data_zone_worn_read_only_stays_readable_and_reclaim_moves_its_data_off() {
         // Reclaim empties the worn zone first.
         while !matches!(volume.reclaim_step(64).unwrap(), zoned_allocator::ReclaimProgress::Idle) {}
         assert!(model.keys().all(|&id| volume.location(id, 0).unwrap().zone != zone), "data moved off zone {zone}");
-        drop(volume);
-        harness.restart();
-        let mut volume = harness.open(&options).expect("reopens");
-        check(&mut volume, &model);
+        reopen_and_check(&mut harness, volume, &options, &model);
     }
 }
 
@@ -549,10 +551,7 @@ fn a_metadata_zone_worn_read_only_moves_its_segment_and_commits_go_on() {
         while volume.stats().checkpoints < rotations + 3 {
             fill(&mut volume, &mut model, 1);
         }
-        drop(volume);
-        harness.restart();
-        let mut volume = harness.open(&options).expect("reopens");
-        check(&mut volume, &model);
+        let mut volume = reopen_and_check(&mut harness, volume, &options, &model);
         let report = volume.scrub_metadata(false).unwrap();
         assert!(report.bad_records.iter().all(|&n| n == 0), "{report:?}");
     }
@@ -1074,10 +1073,7 @@ fn a_failed_metadata_write_at_any_checkpoint_size_is_retried_by_the_next_commit(
         fail_one_commit(&mut volume, &mut model, &harness.sims[0], &format!("filled, round {round}"));
     }
     volume.check_invariants();
-    drop(volume);
-    harness.restart();
-    let mut volume = harness.open(&options).expect("reopens");
-    check(&mut volume, &model);
+    reopen_and_check(&mut harness, volume, &options, &model);
 }
 
 #[test]
@@ -1132,10 +1128,7 @@ fn a_large_commit_at_any_place_in_the_log_of_a_whole_checkpoint_commits() {
             volume.commit().unwrap_or_else(|e| panic!("{context}: commit {round} after: {e}"));
         }
         volume.check_invariants();
-        drop(volume);
-        harness.restart();
-        let mut volume = harness.open(&options).expect("reopens");
-        check(&mut volume, &model);
+        reopen_and_check(&mut harness, volume, &options, &model);
     }
 }
 
@@ -1166,10 +1159,7 @@ fn an_extent_freed_before_the_commit_that_journals_it_reopens() {
             model.remove(&id);
         }
         volume.commit().unwrap();
-        drop(volume);
-        harness.restart();
-        let mut volume = harness.open(&options).expect("reopens");
-        check(&mut volume, &model);
+        reopen_and_check(&mut harness, volume, &options, &model);
     }
 }
 
@@ -1228,10 +1218,7 @@ fn a_failed_metadata_write_under_large_commits_is_retried_by_the_next_commit() {
             .unwrap_or_else(|e| panic!("failure at commit {k} after a checkpoint began: the commit after it: {e}"));
     }
     volume.check_invariants();
-    drop(volume);
-    harness.restart();
-    let mut volume = harness.open(&options).expect("reopens");
-    check(&mut volume, &model);
+    reopen_and_check(&mut harness, volume, &options, &model);
 }
 
 #[test]
