@@ -474,12 +474,7 @@ impl Device {
             let request = self.ns.zone_append(zslba, IoBuffer::range(buffer, 0, chunk.len()), false, 0)?;
             let mut completion = self.run(request, "Zone Append")?;
             self.keep_back(&mut completion, kept);
-            let lba = completion.result_u64();
-            let lbas = lba.checked_sub(zslba).filter(|l| l % self.lbas_per_block == 0);
-            let Some(offset) = lbas.and_then(|l| u32::try_from(l / self.lbas_per_block).ok()) else {
-                return Err(Error::BadDeviceResult { what: format!("Zone Append to zone {zone} returned LBA {lba}") });
-            };
-            first.get_or_insert(offset);
+            first.get_or_insert(self.appended_offset(zone, completion.result_u64())?);
         }
         Ok(first.expect("at least one transfer"))
     }
@@ -517,6 +512,14 @@ impl Device {
         let zslba = self.zones[zone as usize].start_lba;
         let request = self.ns.zone_append(zslba, IoBuffer::range(buffer.into_dma(), 0, len), false, 0)?;
         let lba = self.run(request, "Zone Append")?.result_u64();
+        self.appended_offset(zone, lba)
+    }
+
+    /// The block offset in zone `zone` of LBA `lba`, where a Zone Append
+    /// to it landed: [`Error::BadDeviceResult`] when the device names an
+    /// LBA before the zone, inside a block, or past any zone's reach.
+    fn appended_offset(&self, zone: u32, lba: u64) -> Result<u32> {
+        let zslba = self.zones[zone as usize].start_lba;
         let lbas = lba.checked_sub(zslba).filter(|l| l % self.lbas_per_block == 0);
         match lbas.and_then(|l| u32::try_from(l / self.lbas_per_block).ok()) {
             Some(offset) => Ok(offset),
