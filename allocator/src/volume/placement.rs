@@ -132,9 +132,15 @@ impl Volume {
     /// its next choice: after lanes are made, renumbered, or given new
     /// tables.
     pub(super) fn watch_lanes(&mut self) {
-        for (index, lane) in self.lanes.iter_mut().enumerate() {
-            lane.table.watch(self.lanes_changed.clone(), 1 << index);
+        for lane in 0..self.lanes.len() {
+            self.watch_lane(lane);
         }
+    }
+
+    /// Lane `lane`'s table (new) tells `lanes_changed` of its changes from
+    /// now on, and placement looks at every lane anew at its next choice.
+    pub(super) fn watch_lane(&mut self, lane: usize) {
+        self.lanes[lane].table.watch(self.lanes_changed.clone(), 1 << lane);
         self.lanes_moved();
     }
 

@@ -161,7 +161,7 @@ impl Volume {
         self.tags = super::volume_tags(&self.superblock, &self.devices);
         for &lane in &lanes {
             self.lanes[lane].table = self.fresh_table(lane);
-            self.lanes[lane].table.watch(self.lanes_changed.clone(), 1 << lane);
+            self.watch_lane(lane);
             self.lanes[lane].written = vec![0; self.lanes[lane].table.zone_count() as usize];
             self.lanes[lane].appended.clear();
             for zone in 0..self.lanes[lane].sealed.len() as u32 {

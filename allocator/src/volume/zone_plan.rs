@@ -240,8 +240,7 @@ impl Volume {
             }
         }
         self.lanes[lane_index].table = table;
-        self.lanes[lane_index].table.watch(self.lanes_changed.clone(), 1 << lane_index);
-        self.lanes_moved();
+        self.watch_lane(lane_index);
         self.lanes[lane_index].appended.clear();
         Ok(actions)
     }
