@@ -55,19 +55,24 @@ impl Volume {
     /// may move to come on top. For a rebuild that plans its writes
     /// against the metadata devices' own ([`Volume::metadata_copies_on`]).
     pub fn relocation_journal_blocks(&self, target: usize) -> u64 {
+        // The bytes depend on the extent's length alone: encoded once per
+        // length met, not once per extent.
+        let mut per_length: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
         let mut bytes = 0;
         for (id, entry) in self.table.iter() {
             if self.copy_source(id, target).is_some() {
-                let ops = [
-                    Op::Relane {
-                        id,
-                        from: target as u8,
-                        lane: target as u8,
-                        to: crate::Location { zone: 0, offset: 0 },
-                    },
-                    Op::Crcs { id, crcs: vec![0; entry.blocks as usize] },
-                ];
-                bytes += crate::journal::encode_ops(&ops).len() as u64;
+                bytes += *per_length.entry(entry.blocks).or_insert_with(|| {
+                    let ops = [
+                        Op::Relane {
+                            id,
+                            from: target as u8,
+                            lane: target as u8,
+                            to: crate::Location { zone: 0, offset: 0 },
+                        },
+                        Op::Crcs { id, crcs: vec![0; entry.blocks as usize] },
+                    ];
+                    crate::journal::encode_ops(&ops).len() as u64
+                });
             }
         }
         bytes.div_ceil(BLOCK_SIZE as u64)
