@@ -11,7 +11,7 @@ use nvme_driver::sim::{Fault, Simulator};
 use nvme_testkit::data::pattern;
 use std::collections::BTreeMap;
 use support::{conventional, volume_options, zns, Harness};
-use zoned_allocator::{DeviceState, Error, Profile, Volume, VolumeOptions};
+use zoned_allocator::{DeviceState, Error, MemberState, Profile, Volume, VolumeOptions, VolumeState};
 
 /// 512-byte LBAs per 4 KiB block in these simulators.
 const LPB: u64 = 8;
@@ -1219,6 +1219,42 @@ fn a_failed_metadata_write_under_large_commits_is_retried_by_the_next_commit() {
     }
     volume.check_invariants();
     reopen_and_check(&mut harness, volume, &options, &model);
+}
+
+#[test]
+fn a_record_shared_by_devices_of_one_controller_and_failing_on_one_of_them_is_retried() {
+    // Three namespaces of one controller: one I/O address space, so the
+    // three metadata copies take a record from one copy into DMA memory.
+    // The second device's write of it fails: that member is given up,
+    // named with why, and the commit stands on the other two; every commit
+    // after it too, and every extent reads back after a reopen without it.
+    let namespace = nvme_driver::sim::NamespaceConfig::nvm(64 << 11, 512);
+    let config = (0..3).fold(nvme_driver::sim::SimConfig::empty(), |c, _| c.with_namespace(namespace.clone()));
+    let mut harness = Harness::new(vec![config], (1..=3).map(|nsid| (0, nsid)).collect());
+    let options = VolumeOptions { profile: Profile::Mirror, software_zone_bytes: Some(1 << 20), ..volume_options() };
+    let mut model = Model::new();
+    let mut volume = harness.format(&options);
+    fill(&mut volume, &mut model, 3);
+    free_first(&mut volume, &mut model);
+    harness.sims[0].inject(Fault::WriteFault { nsid: 2, slba: 0, blocks: 64 << 11 });
+    let committed = volume.commit();
+    harness.sims[0].clear_faults();
+    committed.expect("the commit stands on the other two metadata copies");
+    let status = volume.status();
+    assert_eq!((status.state, status.devices[1].state), (VolumeState::Degraded, MemberState::Failed), "{status:?}");
+    let why = status.devices[1].why.as_deref().unwrap_or_default();
+    assert!(why.contains("a commit's write failed") && why.contains("Write Fault"), "{why}");
+    assert_eq!(status.devices[0].state, MemberState::Online);
+    for round in 0..4u64 {
+        free_first(&mut volume, &mut model);
+        volume.commit().unwrap_or_else(|e| panic!("round {round}: a commit after the failed journal write: {e}"));
+    }
+    volume.check_invariants();
+    drop(volume);
+    harness.restart();
+    let degraded = VolumeOptions { degraded: true, ..options.clone() };
+    let mut volume = harness.open(&degraded).expect("reopens");
+    check(&mut volume, &model);
 }
 
 #[test]
