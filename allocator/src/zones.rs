@@ -118,6 +118,9 @@ pub struct ZoneTable {
     stamp: Own,
     /// See [`ZoneTable::watch`].
     notify: Notify,
+    /// Zones kept from taking data ([`ZoneTable::withhold`]): each goes out
+    /// of the lane once empty.
+    withheld: Vec<u32>,
 }
 
 /// Where a table says that it changed ([`ZoneTable::watch`]): a bit in a
@@ -191,6 +194,7 @@ impl ZoneTable {
             worn: Vec::new(),
             stamp: Own(Stamp::fresh()),
             notify: Notify::default(),
+            withheld: Vec::new(),
         }
     }
 
@@ -536,6 +540,58 @@ impl ZoneTable {
         self.forget_empty(zone);
     }
 
+    /// Keeps the lane's zones in `zones` from taking any more data, for
+    /// another use (a metadata copy handed to this device): the empty ones
+    /// leave the lane now, a slot's open zone is retired (returned, for the
+    /// caller to finish once idle), and the full ones leave once emptied
+    /// and reset ([`ZoneTable::reset`]). Worn-out zones and zones not the
+    /// lane's are left alone.
+    pub fn withhold(&mut self, zones: std::ops::Range<u32>) -> Vec<Retired> {
+        let mut retired = Vec::new();
+        for zone in zones.start..zones.end.min(self.zone_count()) {
+            match self.zones[zone as usize].usage {
+                ZoneUse::Empty => {
+                    self.take_out(zone);
+                    self.withheld.push(zone);
+                }
+                ZoneUse::Open(_) => {
+                    retired.push(self.retire(zone));
+                    self.withheld.push(zone);
+                }
+                ZoneUse::Full => self.withheld.push(zone),
+                ZoneUse::Worn | ZoneUse::NotOwned => {}
+            }
+        }
+        retired
+    }
+
+    /// Withheld zones still the lane's (holding data, or not yet reset).
+    pub fn withheld_in_use(&self) -> Vec<u32> {
+        self.withheld.iter().copied().filter(|&z| self.zones[z as usize].usage != ZoneUse::NotOwned).collect()
+    }
+
+    /// Gives the withheld zones that left the lane back to it, empty (the
+    /// use they were kept for did not come).
+    pub fn release_withheld(&mut self) {
+        for zone in std::mem::take(&mut self.withheld) {
+            let entry = &mut self.zones[zone as usize];
+            if entry.usage == ZoneUse::NotOwned {
+                entry.usage = ZoneUse::Empty;
+                entry.allocated = 0;
+                self.empty_blocks += u64::from(entry.capacity);
+                self.empty.push_back(zone);
+                self.changed();
+            }
+        }
+    }
+
+    /// The withheld zones are no longer the lane's for good: they went to
+    /// the use they were kept for.
+    pub fn settle_withheld(&mut self) {
+        debug_assert!(self.withheld_in_use().is_empty(), "settling withheld zones still in use");
+        self.withheld.clear();
+    }
+
     /// A worn-out zone that still holds live blocks, for reclaim to empty.
     pub fn worn_with_data(&self) -> Option<u32> {
         self.worn.iter().copied().find(|&z| {
@@ -557,6 +613,10 @@ impl ZoneTable {
             self.active -= 1;
         }
         entry.allocated = 0;
+        if self.withheld.contains(&zone) {
+            entry.usage = ZoneUse::NotOwned;
+            return;
+        }
         entry.usage = ZoneUse::Empty;
         self.empty_blocks += u64::from(entry.capacity);
         self.empty.push_back(zone);
@@ -588,6 +648,41 @@ mod tests {
 
     fn table(zones: usize, capacity: u32, reserve: usize) -> ZoneTable {
         ZoneTable::new(&vec![capacity; zones], |_| true, 2, reserve)
+    }
+
+    #[test]
+    fn withheld_zones_take_no_data_and_leave_once_emptied_or_come_back_when_released() {
+        let mut t = table(8, 16, 1);
+        // Zone 0 full with live data, zone 1 open, the rest empty.
+        let first = t.allocate(Slot::Stream(0), 16).expect("zone 0");
+        t.add_valid(first.zone, 16);
+        let open = t.allocate(Slot::Stream(0), 4).expect("zone 1");
+        assert_eq!((first.zone, open.zone), (0, 1));
+        t.add_valid(1, 4);
+        let free = t.free_blocks();
+        let retired = t.withhold(0..4);
+        assert_eq!(retired.iter().map(|r| r.zone).collect::<Vec<_>>(), vec![1], "the open zone is retired");
+        assert_eq!(t.withheld_in_use(), vec![0, 1], "the zones holding data are still the lane's");
+        assert_eq!(t.free_blocks(), free - 2 * 16 - 12, "two empty zones and the open one's rest leave");
+        for _ in 0..8 {
+            if let Ok(placed) = t.allocate(Slot::Stream(1), 16) {
+                assert!(placed.zone >= 4, "zone {} was withheld", placed.zone);
+            }
+        }
+        // Emptied and reset, a withheld zone leaves the lane.
+        t.remove_valid(1, 4);
+        t.deactivate(1);
+        t.reset(1);
+        assert_eq!(t.zone(1).usage, ZoneUse::NotOwned);
+        assert_eq!(t.withheld_in_use(), vec![0]);
+        // Released, the zones that left come back empty; zone 0 stays full.
+        t.release_withheld();
+        assert_eq!([1, 2, 3].map(|z| t.zone(z).usage), [ZoneUse::Empty; 3]);
+        assert_eq!(t.zone(0).usage, ZoneUse::Full);
+        t.remove_valid(0, 16);
+        t.deactivate(0);
+        t.reset(0);
+        assert_eq!(t.zone(0).usage, ZoneUse::Empty, "no longer withheld");
     }
 
     #[test]

@@ -766,6 +766,163 @@ fn a_member_removed_from_a_pool_leaves_every_copy_on_the_others_and_the_pool_reo
     }
 }
 
+/// Bytes of metadata each member of `volume` holds, by place.
+fn metadata_bytes(volume: &Volume) -> Vec<u64> {
+    volume.status().devices.iter().map(|d| d.metadata_bytes).collect()
+}
+
+#[test]
+fn a_metadata_member_removed_from_a_pool_hands_its_copy_to_another_and_the_pool_reopens_without_it() {
+    // A pool of five (the last ZNS, or conventional): the member leaving
+    // holds one of the three metadata copies. Its copy goes to the last
+    // member, which takes its place; the others keep theirs.
+    for (profile, place, last_conventional) in [
+        (Profile::Mirror3, 0, false),
+        (Profile::Single, 1, true),
+        (Profile::Mirror, 2, false),
+        (Profile::Mirror3, 1, true),
+    ] {
+        let context = format!("{profile:?} without place {place}, the last conventional {last_conventional}");
+        let mut harness = if last_conventional {
+            pool(vec![zns(32, 1024), conventional(32), zns(32, 1024), zns(32, 1024), conventional(32)])
+        } else {
+            five()
+        };
+        let options = options(profile);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 150, 1);
+        let label_only = metadata_bytes(&volume)[4];
+        assert!(metadata_bytes(&volume)[place] > label_only, "{context}");
+        let report = volume.remove(place, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(report.complete, "{context}: {report:?}");
+        check_in(&mut volume, &model, 4, &context);
+        // Three members hold a copy again: places 0 to 2, the last member
+        // now among them.
+        let held = metadata_bytes(&volume);
+        assert!(held[..3].iter().all(|&b| b > label_only), "{context}: {held:?}");
+        assert_eq!(held[3], label_only, "{context}: {held:?}");
+        let mut fresh = Model::new();
+        write(&mut volume, &mut fresh, 30, 2000);
+        model.extend(fresh);
+        check(&mut volume, &model);
+        drop(volume);
+        harness.restart();
+        harness.layout.swap_remove(place);
+        let mut devices = harness.devices();
+        devices.reverse();
+        let mut volume = Volume::open(devices, &options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check_in(&mut volume, &model, 4, &context);
+        write(&mut volume, &mut model, 10, 3000);
+        drop(volume);
+        // The metadata is whole in any one of its three copies alone (a
+        // 3-copy mirror's promise): checked read-only, for an open of one
+        // copy alone would part it from the others.
+        harness.restart();
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        for keep in 0..3 {
+            let devices: Vec<_> =
+                harness.devices().into_iter().enumerate().filter(|&(i, _)| i == keep).map(|(_, d)| d).collect();
+            let (report, _) =
+                Volume::check(devices, &degraded).unwrap_or_else(|e| panic!("{context}: copy {keep} alone: {e}"));
+            assert_eq!(report.extents, model.len() as u64, "{context}: copy {keep} alone");
+            assert_eq!(report.bad_records.iter().sum::<u64>(), 0, "{context}: copy {keep} alone: {report:?}");
+        }
+        // The removed device holds nothing of the volume.
+        harness.restart();
+        let removed = zoned_allocator::Device::open(&harness.controllers[place], 1, support::device_options()).unwrap();
+        let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: {e}"));
+        let again = volume.add(removed, true).unwrap_or_else(|e| panic!("{context}: added back: {e}"));
+        assert_eq!(again, 4, "{context}");
+        check(&mut volume, &model);
+    }
+}
+
+#[test]
+fn a_metadata_member_removed_from_a_pool_of_three_leaves_two_copies_on_the_two_left() {
+    for (profile, place) in [(Profile::Single, 0), (Profile::Mirror, 1), (Profile::Mirror, 2)] {
+        let context = format!("{profile:?} without place {place}");
+        let mut harness = pool(vec![zns(32, 1024), conventional(32), zns(32, 1024)]);
+        let options = options(profile);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 100, 1);
+        let report = volume.remove(place, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(report.complete, "{context}: {report:?}");
+        check_in(&mut volume, &model, 2, &context);
+        drop(volume);
+        harness.restart();
+        harness.layout.swap_remove(place);
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        for keep in 0..2 {
+            let devices: Vec<_> =
+                harness.devices().into_iter().enumerate().filter(|&(i, _)| i == keep).map(|(_, d)| d).collect();
+            let (report, _) =
+                Volume::check(devices, &degraded).unwrap_or_else(|e| panic!("{context}: copy {keep} alone: {e}"));
+            assert_eq!(report.extents, model.len() as u64, "{context}: copy {keep} alone");
+        }
+        let mut volume = harness.open(&options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check_in(&mut volume, &model, 2, &context);
+    }
+}
+
+#[test]
+fn a_metadata_members_removal_cut_anywhere_loses_nothing_and_goes_on_when_run_again() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    let options = options(Profile::Mirror3);
+    let setup = |harness: &Harness| -> (Model, Volume) {
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 120, 1);
+        (model, volume)
+    };
+    // Cut at sampled commands of the one leaving, of the one taking its
+    // copy, and of another metadata member.
+    for sim in [0, 4, 1] {
+        let uncut = five();
+        let (_, mut volume) = setup(&uncut);
+        let before = io_commands(&uncut, sim);
+        volume.remove(0, &mut |_, _| true).expect("remove");
+        let commands = io_commands(&uncut, sim) - before;
+        drop(volume);
+        let step = (commands / 24).max(1);
+        for cut in (0..=commands).step_by(step as usize).chain(commands.saturating_sub(6)..=commands) {
+            let context = format!("removal cut at sim {sim}'s command {cut} of {commands}");
+            let mut harness = five();
+            let (model, mut volume) = setup(&harness);
+            harness.sims[sim].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+            let _ = volume.remove(0, &mut |_, _| true);
+            drop(volume);
+            harness.sims[sim].clear_faults();
+            harness.power_cut();
+            let mut volume = match harness.open(&options) {
+                Ok(mut volume) => {
+                    check_after_cut(&mut volume, &model, 5, &context);
+                    let report = volume.remove(0, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: again: {e}"));
+                    assert!(report.complete, "{context}");
+                    volume
+                }
+                // The place was dropped: the four others open.
+                Err(Error::InvalidConfig(why)) if why.contains("spans 4") => {
+                    let mut four = harness.devices();
+                    four.swap_remove(0);
+                    Volume::open(four, &options).unwrap_or_else(|e| panic!("{context}: the four: {e}"))
+                }
+                Err(error) => panic!("{context}: {error}"),
+            };
+            check_after_cut(&mut volume, &model, 4, &context);
+            drop(volume);
+            // The last member took the copy: it opens with the two others
+            // without the third.
+            harness.restart();
+            let mut four = harness.devices();
+            four.swap_remove(0);
+            let mut volume = Volume::open(four, &options).unwrap_or_else(|e| panic!("{context}: after: {e}"));
+            check_after_cut(&mut volume, &model, 4, &context);
+        }
+    }
+}
+
 #[test]
 fn removals_that_cannot_be_are_refused_and_move_nothing() {
     let harness = five();
@@ -774,11 +931,16 @@ fn removals_that_cannot_be_are_refused_and_move_nothing() {
     write(&mut volume, &mut model, 40, 1);
     let before = harness.writes();
     let mut go = |_, _| true;
-    // A metadata member.
-    match volume.remove(1, &mut go) {
+    // A member of a pool of two, whose one other member would have to
+    // take both metadata copies.
+    let two = pool(vec![zns(32, 1024); 2]);
+    let mut pair = two.format(&options(Profile::Single));
+    let before_two = two.writes();
+    match pair.remove(1, &mut go) {
         Err(Error::Member { why, .. }) => assert!(why.contains("metadata"), "{why}"),
-        other => panic!("a metadata member removed: {other:?}"),
+        other => panic!("a pool of two made one: {other:?}"),
     }
+    assert_eq!(two.writes(), before_two, "a refused removal wrote");
     assert_eq!(harness.writes(), before, "a refused removal wrote");
     // Fewer devices than copies left.
     let harness = pool(vec![zns(32, 1024); 3]);

@@ -196,10 +196,19 @@ impl Volume {
     /// volume, and running it again moves what is left. New extents avoid
     /// the place while it runs; a zone being reclaimed is finished first.
     /// A member away is removed once it holds no copy (after the
-    /// distributed rebuild of its copies onto the others). Refused, before anything moves, when the
-    /// others lack room (naming how much), when fewer devices than copies
-    /// would be left, when a device is away, and for a member holding a
-    /// metadata copy (moving metadata off a member is not done yet).
+    /// distributed rebuild of its copies onto the others).
+    ///
+    /// A member holding a metadata copy hands it to the last member, which
+    /// takes its place: on a pool of four or more, that member's first
+    /// zones (its label's, and as many after it as the segments take) are
+    /// emptied with the copies leaving, and become the copy's segments in
+    /// the checkpoint that drops the place; on a pool of three, the last
+    /// member already holds the third copy, which takes the number of the
+    /// one leaving. Refused, before anything moves, when the others lack
+    /// room (naming how much), when fewer devices than copies would be
+    /// left, when a device is away, when the last member's first zones
+    /// cannot hold a metadata copy, and for a member of a pool of two (the
+    /// one left would hold both copies).
     ///
     /// One copy at a time for now: the engine's parallel evacuation (and
     /// NVMe Copy within a controller) are not done yet.
@@ -211,11 +220,12 @@ impl Volume {
         if self.superblock.profile == Profile::Dup {
             return Err(Error::InvalidConfig("a dup volume spans one namespace: it cannot lose it".into()));
         }
-        if super::meta_copies_on(count, place) > 0 {
+        let holds_metadata = super::meta_copies_on(count, place) > 0;
+        if holds_metadata && count <= 2 {
             return Err(Error::Member {
                 device: place,
-                why: "it holds a metadata copy, and moving metadata off a member is not done yet: remove a place \
-                      from the fourth on"
+                why: "each of the volume's two members holds a metadata copy, and the one left would have to hold \
+                      both (as a volume of one namespace does), which is not done: add a member first"
                     .into(),
             });
         }
@@ -249,31 +259,64 @@ impl Volume {
         }
         self.wait_idle()?;
         let lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane per place");
-        // Its copies, and those recorded missing there (written while it was
-        // away, not yet resilvered): each goes elsewhere, read from a copy
-        // that is there.
-        let copies: Vec<(ExtentId, u32)> =
-            self.table.iter().filter(|(_, e)| e.has_lane(lane)).map(|(id, e)| (id, e.blocks)).collect();
-        self.check_room_elsewhere(place, lane, &copies)?;
+        // The member that takes over its metadata copy, and the zones it
+        // gives the copy's segments (none when it holds the copy already).
+        let heir = if holds_metadata && count > crate::journal::layout::COPIES_MAX {
+            let heir = count - 1;
+            let heir_lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == heir).expect("a lane per place");
+            Some((heir_lane, self.check_heir(place, heir, heir_lane)?))
+        } else {
+            None
+        };
+        let in_front = |e: &crate::table::Entry, heir: &Option<(usize, std::ops::Range<u32>)>| {
+            heir.as_ref().is_some_and(|(l, front)| !e.on(*l).is_missing() && front.contains(&e.on(*l).zone))
+        };
+        // The heir's copies in the zones it gives up, moved within it; then
+        // the place's copies, and those recorded missing there (written
+        // while it was away, not yet resilvered): each goes elsewhere, read
+        // from a copy that is there.
+        let mut copies: Vec<(ExtentId, u32, usize)> = match heir {
+            Some((heir_lane, _)) => {
+                self.table.iter().filter(|(_, e)| in_front(e, &heir)).map(|(id, e)| (id, e.blocks, heir_lane)).collect()
+            }
+            None => Vec::new(),
+        };
+        copies.extend(self.table.iter().filter(|(_, e)| e.has_lane(lane)).map(|(id, e)| (id, e.blocks, lane)));
+        self.check_room_elsewhere(place, lane, &copies, heir.clone())?;
         self.commit()?;
-        let total: u64 = copies.iter().map(|&(_, blocks)| u64::from(blocks) * BLOCK_SIZE as u64).sum();
+        let total: u64 = copies.iter().map(|&(_, blocks, _)| u64::from(blocks) * BLOCK_SIZE as u64).sum();
         let mut report = Removal { place, ..Removal::default() };
-        // New extents go elsewhere from now on.
+        // New extents go elsewhere from now on, and none to the zones the
+        // heir gives up.
         self.chooser.remove(lane);
+        if let Some((heir_lane, front)) = heir.clone() {
+            let retired = self.lanes[heir_lane].table.withhold(front);
+            self.retiring.extend(retired.into_iter().map(|r| (heir_lane, r.zone)));
+        }
+        let heir_lane = heir.as_ref().map(|&(l, _)| l);
         let mut data = Vec::new();
-        for (id, blocks) in copies {
+        for (id, blocks, from) in copies {
             if !on_progress(report.bytes_moved, total) {
                 self.commit()?;
-                self.restore_chooser();
+                self.stop_removal(heir_lane);
                 return Ok(report);
             }
-            if self.table.get(id).is_none_or(|e| !e.has_lane(lane)) {
+            let still =
+                self.table.get(id).is_some_and(|e| if from == lane { e.has_lane(lane) } else { in_front(&e, &heir) });
+            if !still {
                 continue;
             }
             data.resize(blocks as usize * BLOCK_SIZE, 0);
-            if let Err(error) = self.move_copy_off(id, lane, &mut data) {
+            // The heir's own copies move within it (an extent may have a
+            // copy on every other member), the leaving member's to another.
+            let moved = if from == lane {
+                self.move_copy_off(id, from, &mut data)
+            } else {
+                self.relocate(id, from).map(|_| ())
+            };
+            if let Err(error) = moved {
                 // What moved is committed; the lane takes new extents again.
-                self.restore_chooser();
+                self.stop_removal(heir_lane);
                 self.commit()?;
                 return Err(error);
             }
@@ -284,11 +327,25 @@ impl Volume {
             }
         }
         self.commit()?;
-        let left = self.table.iter().find(|(_, e)| e.has_lane(lane)).map(|(id, _)| id);
+        let left = self.table.iter().find(|(_, e)| e.has_lane(lane) || in_front(e, &heir)).map(|(id, _)| id);
         if let Some(id) = left {
-            self.restore_chooser();
-            log::warn!("device place {place}: extent {id} still has a copy on it after the moves");
+            self.stop_removal(heir_lane);
+            log::warn!("device place {place}: extent {id} still has a copy on it (or on the heir's first zones) after the moves");
             return Err(Error::Member { device: place, why: format!("extent {id} still has a copy on it") });
+        }
+        if let Some((heir_lane, _)) = heir {
+            let in_use = self.lanes[heir_lane].table.withheld_in_use();
+            if !in_use.is_empty() {
+                self.stop_removal(Some(heir_lane));
+                return Err(Error::Member {
+                    device: place,
+                    why: format!(
+                        "zones {in_use:?} of place {}, which take its metadata copy, were not emptied: run the \
+                         removal again",
+                        count - 1
+                    ),
+                });
+            }
         }
         on_progress(report.bytes_moved, total);
         self.drop_place(place, lane)?;
@@ -320,6 +377,72 @@ impl Volume {
         Ok(())
     }
 
+    /// Checks that place `heir` (the last, in lane `heir_lane`) can take
+    /// over the metadata copy of place `place` when it takes that place:
+    /// its first zones make segments of the volume's size, none of them
+    /// worn out, with zones left for its data, and its zone limits take a
+    /// metadata zone beside its streams. Returns the zones it gives up to
+    /// the copy (past its label's).
+    fn check_heir(&self, place: usize, heir: usize, heir_lane: usize) -> Result<std::ops::Range<u32>> {
+        use crate::journal::layout::{segment_capacity, MetaCopy, LABEL_ZONES};
+        let refuse = |why: String| {
+            Err(Error::Member {
+                device: place,
+                why: format!(
+                    "it holds a metadata copy, which goes to the last member (place {heir}) as that member takes its \
+                     place, and {why}"
+                ),
+            })
+        };
+        let g = self.journal.g;
+        let device = self.dev(heir);
+        let streams = u32::from(self.superblock.streams);
+        let needed_zones = (2 * g + self.superblock.reserve_zones + streams + 1) as usize;
+        if device.zones.len() < needed_zones {
+            return refuse(format!(
+                "it has {} zones; two metadata segments of {g}, {streams} stream(s), reclaim and a reserve of {} \
+                 need {needed_zones}",
+                device.zones.len(),
+                self.superblock.reserve_zones
+            ));
+        }
+        let copy = MetaCopy { device: heir, segments: [0, g] };
+        let needed = self.superblock.meta_segment_blocks;
+        for segment in 0..2 {
+            let have = segment_capacity(device, copy, g, segment);
+            if have < needed {
+                return refuse(format!(
+                    "its first zones make metadata segments of {have} blocks, the volume's take {needed}"
+                ));
+            }
+        }
+        let front = LABEL_ZONES..2 * g;
+        let table = &self.lanes[heir_lane].table;
+        if let Some(worn) = front.clone().find(|&z| table.zone(z).usage == crate::zones::ZoneUse::Worn) {
+            return refuse(format!("its zone {worn}, which the copy's segments would take, is worn out"));
+        }
+        if let Some((open, active)) = self.zone_limits[heir] {
+            if streams + 2 > active || streams + 1 > open {
+                return refuse(format!(
+                    "it allows {open} open and {active} active zones; {streams} stream(s), reclaim and a metadata zone \
+                     need {} active",
+                    streams + 2
+                ));
+            }
+        }
+        Ok(front)
+    }
+
+    /// A removal stopped (or failed) part way: every lane in use takes new
+    /// extents again, and the heir's zones kept for the metadata copy go
+    /// back to its data.
+    fn stop_removal(&mut self, heir_lane: Option<usize>) {
+        self.restore_chooser();
+        if let Some(heir_lane) = heir_lane {
+            self.lanes[heir_lane].table.release_withheld();
+        }
+    }
+
     /// A distributed rebuild's dry run for lane `lane` (its device away or
     /// given up): every copy there that is not available
     /// ([`Volume::lacks_available_copy`]) finds room on the lanes in use
@@ -332,25 +455,47 @@ impl Volume {
             .get(lane)
             .map(|l| l.device)
             .ok_or_else(|| Error::Member { device: lane, why: format!("the volume has {} lanes", self.lanes.len()) })?;
-        let copies: Vec<(ExtentId, u32)> = self
+        let copies: Vec<(ExtentId, u32, usize)> = self
             .table
             .iter()
             .filter(|&(id, _)| self.lacks_available_copy(id, lane))
-            .map(|(id, e)| (id, e.blocks))
+            .map(|(id, e)| (id, e.blocks, lane))
             .collect();
-        self.check_room_elsewhere(place, lane, &copies)
+        self.check_room_elsewhere(place, lane, &copies, None)
     }
 
-    /// Placement's dry run: every copy in lane `lane` (`copies`) finds a
-    /// lane with room among those in use that hold no copy of its extent,
-    /// each taken as placement would (most room first), in tables of their
-    /// zones as they are now. Else how much is missing, by name.
-    fn check_room_elsewhere(&self, place: usize, lane: usize, copies: &[(ExtentId, u32)]) -> Result<()> {
+    /// Placement's dry run: every copy (`copies`: extent, blocks, the lane
+    /// it leaves) finds a lane with room among those in use but `lane`
+    /// that hold no copy of its extent, each taken as placement would (most
+    /// room first), in tables of their zones as they are now, less the
+    /// zones `withheld` names (a lane's, kept for metadata). Else how much
+    /// is missing, by name.
+    fn check_room_elsewhere(
+        &self,
+        place: usize,
+        lane: usize,
+        copies: &[(ExtentId, u32, usize)],
+        withheld: Option<(usize, std::ops::Range<u32>)>,
+    ) -> Result<()> {
         let mut tables: Vec<Option<crate::zones::ZoneTable>> = (0..self.lanes.len())
             .map(|l| (l != lane && self.lane_online(l)).then(|| self.lanes[l].table.clone()))
             .collect();
+        if let Some((l, zones)) = withheld {
+            if let Some(table) = tables[l].as_mut() {
+                table.withhold(zones);
+            }
+        }
         let mut missing = 0u64;
-        for &(id, blocks) in copies {
+        for &(id, blocks, from) in copies {
+            if from != lane {
+                // A copy the heir moves within itself, out of the zones it
+                // gives up (reclaim's move).
+                let table = tables[from].as_mut().expect("the heir is in use");
+                if table.allocate(crate::zones::Slot::Reclaim, blocks).is_err() {
+                    missing += u64::from(blocks);
+                }
+                continue;
+            }
             let entry = self.table.get(id).expect("listed live");
             let mut candidates: Vec<usize> =
                 (0..tables.len()).filter(|&l| tables[l].is_some() && !entry.has_lane(l)).collect();
@@ -365,7 +510,7 @@ impl Volume {
         }
         if missing > 0 {
             let block = BLOCK_SIZE as u64;
-            let total: u64 = copies.iter().map(|&(_, b)| u64::from(b)).sum();
+            let total: u64 = copies.iter().map(|&(_, b, _)| u64::from(b)).sum();
             return Err(Error::Member {
                 device: place,
                 why: format!(
@@ -396,9 +541,19 @@ impl Volume {
     /// label blanked. A cut before the checkpoint leaves the place in the
     /// volume, empty; one after leaves it out, and open finds the moved
     /// device by its member ID whatever its label says.
+    ///
+    /// A metadata copy on the place goes with the number to the member
+    /// taking it: into the segments it already holds (the third copy, on a
+    /// pool of three), else into its first zones, which the removal
+    /// emptied. The checkpoint is written on that member too, so that it
+    /// holds the copy once the checkpoint is durable; before, the copies
+    /// on the others (and on the place itself) hold the volume as it was.
     fn drop_place(&mut self, place: usize, lane: usize) -> Result<()> {
-        let last = self.devices.len() - 1;
+        let count = self.devices.len();
+        let last = count - 1;
         let last_lane = self.lanes.len() - 1;
+        let handover = super::meta_copies_on(count, place) > 0;
+        let old_segments = self.superblock.meta_segments.clone();
         debug_assert_eq!(self.lanes[last_lane].device, last);
         // The renumbering goes in a checkpoint that begins a segment, its
         // labels and record written together: a checkpoint still spreading
@@ -484,6 +639,20 @@ impl Volume {
                 bad.lane = lane as u8;
             }
         }
+        if handover {
+            use crate::journal::layout::COPIES_MAX;
+            let g = self.journal.g;
+            let inherited = if count > COPIES_MAX { [0, g] } else { old_segments[last] };
+            let mut copies = super::meta_copies(self.devices.len(), g);
+            for (index, copy) in copies.iter_mut().enumerate() {
+                copy.segments = if index == place { inherited } else { old_segments[index] };
+            }
+            self.superblock.meta_segments = copies.iter().map(|c| c.segments).collect();
+            self.journal.copies = copies;
+            if count > COPIES_MAX && lane < self.lanes.len() {
+                self.lanes[lane].table.settle_withheld();
+            }
+        }
         self.next_reclaim_lane = 0;
         self.table.set_lanes(self.lanes.len());
         self.chooser = crate::chooser::Chooser::new();
@@ -505,7 +674,8 @@ impl Volume {
         // The removed device holds nothing of the volume: its label goes,
         // so that it is not taken for a member.
         if let Some(mut removed) = removed {
-            if let Err(error) = blank_label(&mut removed) {
+            let heads: Vec<u32> = if handover { old_segments[place].to_vec() } else { Vec::new() };
+            if let Err(error) = blank_label(&mut removed, &heads) {
                 log::warn!("the removed device's label could not be blanked: {error}");
             }
         }
@@ -513,15 +683,23 @@ impl Volume {
     }
 }
 
-/// Blanks the label of a device that left the volume: its zones reset on
-/// a zoned namespace, the label blocks zeroed on a conventional one.
-fn blank_label(device: &mut Device) -> Result<()> {
+/// Blanks the labels of a device that left the volume: its zones reset on
+/// a zoned namespace; on a conventional one, the label blocks zeroed at its
+/// start and at the head of each zone in `heads` (its metadata segments,
+/// with their checkpoint slot).
+fn blank_label(device: &mut Device, heads: &[u32]) -> Result<()> {
     if device.is_zoned() {
         let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
         device.run(request, "Zone Reset (all)")?;
     } else {
-        let blocks = crate::journal::layout::LABEL_BLOCKS as usize;
-        device.write_at(0, &vec![0u8; blocks * BLOCK_SIZE])?;
+        let blocks = crate::journal::layout::LABEL_BLOCKS as usize + 1;
+        let zeroes = vec![0u8; blocks * BLOCK_SIZE];
+        device.write_at(0, &zeroes)?;
+        let starts: Vec<u64> =
+            heads.iter().filter_map(|&z| device.zones.get(z as usize).map(|z| z.start_lba)).collect();
+        for lba in starts.into_iter().filter(|&lba| lba > 0) {
+            device.write_at(lba, &zeroes)?;
+        }
         device.flush()?;
     }
     Ok(())

@@ -106,7 +106,9 @@ enum Command {
     #[command(after_help = "Checks first that the others can take every copy (refused, moving nothing, with \
                             the bytes that would find no place). Crash-safe and resumable: interrupted (Ctrl-C, \
                             a crash), it continues when run again. A member holding a metadata copy (places 0 \
-                            to 2) is refused: moving metadata is not done yet.\n\
+                            to 2) hands it to the last member, which takes its place (on a pool of four or \
+                            more, that member's first zones are emptied for it); a member of a pool of two is \
+                            refused.\n\
                             Exit status: 0 removed; 3 stopped before the end (run it again); 1 an error; 2 a \
                             bad argument.")]
     Remove(RemoveArgs),
