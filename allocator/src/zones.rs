@@ -574,15 +574,25 @@ impl ZoneTable {
     /// use they were kept for did not come).
     pub fn release_withheld(&mut self) {
         for zone in std::mem::take(&mut self.withheld) {
-            let entry = &mut self.zones[zone as usize];
-            if entry.usage == ZoneUse::NotOwned {
-                entry.usage = ZoneUse::Empty;
-                entry.allocated = 0;
-                self.empty_blocks += u64::from(entry.capacity);
-                self.empty.push_back(zone);
-                self.changed();
+            if self.zones[zone as usize].usage == ZoneUse::NotOwned {
+                self.take_in(zone);
             }
         }
+    }
+
+    /// Makes `zone`, not the lane's, an empty zone of the lane (its other
+    /// use ended, and the device reset it).
+    pub fn take_in(&mut self, zone: u32) {
+        let entry = &mut self.zones[zone as usize];
+        assert_eq!(entry.usage, ZoneUse::NotOwned, "taking in zone {zone}");
+        if entry.capacity == 0 {
+            return;
+        }
+        entry.usage = ZoneUse::Empty;
+        entry.allocated = 0;
+        self.empty_blocks += u64::from(entry.capacity);
+        self.empty.push_back(zone);
+        self.changed();
     }
 
     /// The withheld zones are no longer the lane's for good: they went to

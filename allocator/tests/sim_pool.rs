@@ -597,19 +597,151 @@ fn a_blank_device_added_to_a_pool_takes_new_extents_at_once_and_reopens_with_it(
     }
 }
 
+/// `count` namespaces for a volume and a blank one after them: ZNS and
+/// conventional by turns.
+fn with_a_spare(count: usize) -> Harness {
+    let configs = (0..=count).map(|i| if i % 2 == 0 { zns(32, 1024) } else { conventional(32) }).collect();
+    Harness::new(configs, (0..count).map(|c| (c, 1)).collect())
+}
+
+#[test]
+fn a_device_added_to_a_volume_of_one_or_two_takes_a_metadata_copy() {
+    for (profile, count) in [(Profile::Mirror, 2), (Profile::Single, 2), (Profile::Single, 1)] {
+        let context = format!("{profile:?} over {count}, one added");
+        let mut harness = with_a_spare(count);
+        let options = options(profile);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 80, 1);
+        let before = metadata_bytes(&volume);
+        let place = volume.add(spare(&harness), false).unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert_eq!(place, count, "{context}");
+        let after = metadata_bytes(&volume);
+        // Each holds one copy now: a volume of one held both on its one.
+        assert_eq!(after[0], if count == 1 { before[0] / 2 } else { before[0] }, "{context}: {after:?}");
+        assert!(after[place] >= after[0] / 2 && after[place] > 1 << 20, "{context}: {after:?}");
+        let mut fresh = Model::new();
+        write(&mut volume, &mut fresh, 60, 1000);
+        let on_new = fresh.keys().filter(|&&id| volume.location(id, place).is_some_and(|at| !at.is_missing())).count();
+        assert!(on_new > 0, "{context}: no new extent on the added device");
+        model.extend(fresh);
+        check(&mut volume, &model);
+        drop(volume);
+        harness.restart();
+        harness.layout.push((count, 1));
+        let mut devices = harness.devices();
+        devices.reverse();
+        let mut volume = Volume::open(devices, &options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check(&mut volume, &model);
+        write(&mut volume, &mut model, 20, 3000);
+        check(&mut volume, &model);
+        drop(volume);
+        // Every copy of the metadata holds the whole volume on its own
+        // (checked read-only).
+        harness.restart();
+        let degraded = VolumeOptions { degraded: true, ..options.clone() };
+        for keep in 0..=count {
+            let devices: Vec<_> =
+                harness.devices().into_iter().enumerate().filter(|&(i, _)| i == keep).map(|(_, d)| d).collect();
+            let (report, _) =
+                Volume::check(devices, &degraded).unwrap_or_else(|e| panic!("{context}: copy {keep} alone: {e}"));
+            assert_eq!(report.extents, model.len() as u64, "{context}: copy {keep} alone");
+            assert_eq!(report.bad_records.iter().sum::<u64>(), 0, "{context}: copy {keep} alone: {report:?}");
+        }
+    }
+}
+
+/// Adds the spare again after an add cut short: as a blank device, or
+/// (when the cut tore its first label, which then reads as data that is
+/// not a volume's) with force, the refusal saying so.
+fn add_again(volume: &mut Volume, harness: &Harness, context: &str) {
+    match volume.add(spare(harness), false) {
+        Ok(_) => {}
+        Err(Error::Member { why, .. }) if why.contains("not blank") && why.contains("force") => {
+            volume.add(spare(harness), true).unwrap_or_else(|e| panic!("{context}: again, forced: {e}"));
+        }
+        Err(error) => panic!("{context}: again: {error}"),
+    }
+}
+
+#[test]
+fn a_power_cut_anywhere_in_an_add_to_a_volume_of_one_or_two_leaves_it_as_it_was_or_with_the_device() {
+    support::set_timeout(support::CRASH_TIMEOUT);
+    for (profile, count) in [(Profile::Mirror, 2), (Profile::Single, 1)] {
+        let options = options(profile);
+        let setup = |harness: &Harness| -> (Model, Volume) {
+            let mut volume = harness.format(&options);
+            let mut model = Model::new();
+            write(&mut volume, &mut model, 60, 1);
+            (model, volume)
+        };
+        // Cut at the new device's commands, and at the first member's.
+        for sim in [count, 0] {
+            let uncut = with_a_spare(count);
+            let (_, mut volume) = setup(&uncut);
+            let before = io_commands(&uncut, sim);
+            volume.add(spare(&uncut), false).expect("add");
+            let commands = io_commands(&uncut, sim) - before;
+            drop(volume);
+            for cut in 0..=commands {
+                let context = format!("{profile:?} over {count}: add cut at sim {sim}'s command {cut} of {commands}");
+                let mut harness = with_a_spare(count);
+                let (model, mut volume) = setup(&harness);
+                harness.sims[sim].inject(nvme_driver::sim::Fault::PowerCutAfter { io_commands: cut });
+                let _ = volume.add(spare(&harness), false);
+                drop(volume);
+                harness.sims[sim].clear_faults();
+                harness.power_cut();
+                let mut all = harness.devices();
+                all.push(spare(&harness));
+                let mut volume = match Volume::open(all, &options) {
+                    Ok(volume) if volume.lanes() == count + 1 => volume,
+                    // Not added: the volume as it was, and the device, which
+                    // holds nothing of it, is added now.
+                    Ok(mut volume) => {
+                        assert_eq!(volume.lanes(), count, "{context}");
+                        add_again(&mut volume, &harness, &context);
+                        volume
+                    }
+                    Err(Error::InvalidConfig(why)) if why.contains(&format!("spans {count}")) => {
+                        let mut volume =
+                            harness.open(&options).unwrap_or_else(|e| panic!("{context}: without it: {e}"));
+                        add_again(&mut volume, &harness, &context);
+                        volume
+                    }
+                    Err(error) => panic!("{context}: {error}"),
+                };
+                let status = volume.status();
+                assert_eq!(status.devices.len(), count + 1, "{context}");
+                assert!(status.devices.iter().all(|d| d.state == MemberState::Online), "{context}: {status:?}");
+                check(&mut volume, &model);
+                let mut more = model.clone();
+                write(&mut volume, &mut more, 30, 500);
+                check(&mut volume, &more);
+            }
+        }
+    }
+}
+
 #[test]
 fn adds_that_cannot_be_are_refused_and_write_nothing() {
-    // A dup, and a mirror of two (whose metadata a third device would
-    // move), take no device.
-    for (profile, count) in [(Profile::Dup, 1), (Profile::Mirror, 2)] {
-        let configs = vec![zns(32, 1024); count + 1];
-        let harness = Harness::new(configs, (0..count).map(|c| (c, 1)).collect());
-        let mut volume = harness.format(&options(profile));
-        let before = harness.writes();
-        let refused = volume.add(spare(&harness), false);
-        assert!(matches!(refused, Err(Error::InvalidConfig(_))), "{profile:?}: {refused:?}");
-        assert_eq!(harness.writes(), before, "{profile:?}: a refused add wrote");
+    // A dup takes no device.
+    let harness = Harness::new(vec![zns(32, 1024); 2], vec![(0, 1)]);
+    let mut volume = harness.format(&options(Profile::Dup));
+    let before = harness.writes();
+    let refused = volume.add(spare(&harness), false);
+    assert!(matches!(refused, Err(Error::InvalidConfig(_))), "dup: {refused:?}");
+    assert_eq!(harness.writes(), before, "dup: a refused add wrote");
+    // A mirror of two takes no device too small for its third metadata
+    // copy, and the checkpoint that would begin for it is not written.
+    let harness = Harness::new(vec![zns(32, 1024), zns(32, 1024), zns(3, 1024)], vec![(0, 1), (1, 1)]);
+    let mut volume = harness.format(&options(Profile::Mirror));
+    let before = harness.writes();
+    match volume.add(spare(&harness), false) {
+        Err(Error::Member { why, .. }) => assert!(why.contains("zones"), "{why}"),
+        other => panic!("a device of three zones added: {other:?}"),
     }
+    assert_eq!(harness.writes(), before, "mirror of two: a refused add wrote");
     // A device that is not blank, unless forced; one of this volume.
     let harness = four_and_a_spare();
     let other = Harness::new(vec![zns(32, 1024)], vec![(0, 1)]);

@@ -433,13 +433,13 @@ fn run(seed: u64) {
     }
 }
 
-/// A spare added to a pool of three or more (the new device's power cut
-/// at a random command, or not), then a member removed, a metadata one or
+/// A spare added (the new device's power cut at a random command, or not;
+/// on a pool of one or two it takes a metadata copy), then a member removed, a metadata one or
 /// not (stopped at a random point and the power cut, then run again),
 /// each checked whole after.
 fn grow_and_shrink(run: &mut Run, mut volume: Volume) -> Volume {
     let copies = run.options.profile.copies();
-    if run.sim_of.len() < 3 || !run.rng.chance(0.6) {
+    if run.options.profile == Profile::Dup || !run.rng.chance(0.6) {
         return volume;
     }
     if let Some(spare) = run.spares.pop() {
@@ -458,20 +458,29 @@ fn grow_and_shrink(run: &mut Run, mut volume: Volume) -> Volume {
                 run.power_cut(volume);
                 let mut with = run.devices_but(&[]);
                 with.push(run.device(spare));
-                volume = match Volume::open(with, &run.options) {
+                let places = run.sim_of.len();
+                let mut reopened = match Volume::open(with, &run.options) {
                     Ok(volume) => volume,
-                    // Not committed: the pool as it was, and the device
-                    // added now.
-                    Err(Error::InvalidConfig(_)) => {
-                        let mut volume = Volume::open(run.devices_but(&[]), &run.options)
-                            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopen: {e}"))));
-                        volume
-                            .add(run.device(spare), false)
-                            .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: again: {e}"))));
-                        volume
-                    }
+                    // Not committed: the pool as it was.
+                    Err(Error::InvalidConfig(_)) => Volume::open(run.devices_but(&[]), &run.options)
+                        .unwrap_or_else(|e| panic!("{}", run.context(&format!("{context}: reopen: {e}")))),
                     Err(e) => panic!("{}", run.context(&format!("{context}: reopen with it: {e}"))),
                 };
+                // Not committed (open left the device out, or it was not
+                // given): added now, with force when the cut tore its first
+                // label (which then reads as data that is not a volume's).
+                if reopened.status().devices.len() == places {
+                    match reopened.add(run.device(spare), false) {
+                        Ok(_) => {}
+                        Err(Error::Member { why, .. }) if why.contains("not blank") => {
+                            reopened.add(run.device(spare), true).unwrap_or_else(|e| {
+                                panic!("{}", run.context(&format!("{context}: again, forced: {e}")))
+                            });
+                        }
+                        Err(e) => panic!("{}", run.context(&format!("{context}: again: {e}"))),
+                    }
+                }
+                volume = reopened;
             }
         }
         run.sim_of.push(spare);

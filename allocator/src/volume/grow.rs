@@ -21,21 +21,23 @@ impl Volume {
     /// A cut before the commit leaves the volume as it was (the device, if
     /// reset, blank again); one after leaves the place the volume's, and
     /// open takes the device into it, labelled or not (it holds nothing
-    /// yet). Growing a volume of fewer than three namespaces would move its
-    /// metadata (each of them holds a copy, and a third device would take
-    /// one): refused, as is a dup (one namespace by definition) and a
-    /// pool of [`crate::chooser::MAX_DEVICES`].
+    /// yet).
+    ///
+    /// On a volume of one or two namespaces the new device takes a
+    /// metadata copy at its head (the second, which a volume of one kept
+    /// on its one namespace, or the third), written by the commit: a cut
+    /// before that checkpoint is durable leaves the copies on the others
+    /// as they were, and the device holding nothing of the volume (open
+    /// leaves it out, and it is added again as if blank). The zones a
+    /// volume of one gave its second copy go to its data. Refused for a
+    /// dup (one namespace by definition) and a pool of
+    /// [`crate::chooser::MAX_DEVICES`].
     pub fn add(&mut self, mut device: Device, force: bool) -> Result<usize> {
+        use crate::journal::layout::COPIES_MAX;
         let place = self.devices.len();
         let refuse = |why: String| Err(Error::Member { device: place, why });
         if self.superblock.profile == Profile::Dup {
             return Err(Error::InvalidConfig("a dup volume spans one namespace: it takes no other".into()));
-        }
-        if place < crate::journal::layout::COPIES_MAX {
-            return Err(Error::InvalidConfig(format!(
-                "the volume spans {place} namespace(s), each holding a metadata copy; adding one would move the \
-                 metadata (a third copy), which is not done yet: pools of three or more grow"
-            )));
         }
         if place >= crate::chooser::MAX_DEVICES {
             return Err(Error::InvalidConfig(format!("the volume spans {place} namespaces, the most a pool takes")));
@@ -49,6 +51,9 @@ impl Volume {
         if !force {
             match probe(&mut device, None) {
                 Probe::Blank => {}
+                // Labelled by an add of this volume cut before its commit
+                // was durable: it holds nothing of the volume.
+                Probe::Label(label) if label.volume_id == self.volume_id && !self.holds_member(&label) => {}
                 Probe::Label(label) if label.volume_id == self.volume_id => {
                     return refuse(format!(
                         "the device is place {} of this volume already (bring it back with rejoin)",
@@ -65,6 +70,27 @@ impl Volume {
         }
         self.commit()?;
         let software_zones = self.check_addition(place, &mut device)?;
+        let takes_metadata = place < COPIES_MAX;
+        if takes_metadata {
+            // The checkpoint that writes the new copy begins segment 1 on
+            // every copy, its labels and record written together (see
+            // `drop_place`): the log is first made whole in segment 0, so
+            // that the new device's first zone keeps the label written
+            // below until that checkpoint is durable.
+            for _ in 0..2 {
+                if self.journal.sealed() && self.journal.segment == 0 {
+                    break;
+                }
+                self.journal.broken = true;
+                self.commit()?;
+            }
+            if !self.journal.sealed() || self.journal.segment != 0 {
+                return refuse(
+                    "the metadata checkpoint could not be made whole before the device takes a copy: add it again"
+                        .into(),
+                );
+            }
+        }
         if device.is_zoned() {
             let request = device.ns.zone_send(0, ZoneSendAction::Reset, true, 0)?;
             device.run(request, "Zone Reset (all)")?;
@@ -114,6 +140,30 @@ impl Volume {
         self.chooser.add(lane, self.lanes[lane].table.free_blocks());
         self.stats.zones += zones as u64;
         self.tags = super::volume_tags(&self.superblock, &self.devices);
+        // The zones a volume of one kept its second copy in, once that copy
+        // is on the new device.
+        let mut given_back = Vec::new();
+        if takes_metadata {
+            let g = self.journal.g;
+            let old = self.journal.copies.clone();
+            let mut copies = super::meta_copies(place + 1, g);
+            for (index, copy) in copies.iter_mut().enumerate() {
+                match old.get(index) {
+                    Some(was) if was.device == copy.device => copy.segments = was.segments,
+                    Some(was) => given_back.extend(was.segments.iter().flat_map(|&first| first..first + g)),
+                    None => {}
+                }
+            }
+            self.superblock.meta_segments = copies.iter().map(|c| c.segments).collect();
+            self.journal.copies = copies;
+            // Labelled first, at the head of its segment 0, as a member of
+            // the volume it joins (under the labels' generation now): a cut
+            // before the checkpoint is durable leaves a device open knows
+            // for an add's (it leaves it out), never one that looks like
+            // someone's data.
+            let device = self.devices[place].as_mut().expect("just added");
+            self.journal.write_member_label(device, place, &self.superblock)?;
+        }
         self.journal.label.superblock = self.superblock.clone();
         self.journal.label.generation += 1;
         self.journal.broken = true;
@@ -121,8 +171,91 @@ impl Volume {
         self.members[place].journaled = record;
         self.commit()?;
         self.label_member(place)?;
+        if !given_back.is_empty() {
+            self.give_zones_to_data(0, &given_back)?;
+        }
         log::info!("device place {place} added");
         Ok(place)
+    }
+
+    /// Checks that `device`, to be place `place`, can hold a metadata copy
+    /// at its head: its first zones make two segments of the volume's
+    /// size, with zones left for its data, and its zone limits take a
+    /// metadata zone beside its streams.
+    fn check_metadata_head(&self, place: usize, device: &Device) -> Result<()> {
+        use crate::journal::layout::{segment_capacity, MetaCopy};
+        let refuse =
+            |why: String| Err(Error::Member { device: place, why: format!("it takes a metadata copy, and {why}") });
+        let g = self.journal.g;
+        let streams = u32::from(self.superblock.streams);
+        let needed_zones = (2 * g + self.superblock.reserve_zones + streams + 1) as usize;
+        if device.zones.len() < needed_zones {
+            return refuse(format!(
+                "it has {} zones; two metadata segments of {g}, {streams} stream(s), reclaim and a reserve of {} \
+                 need {needed_zones}",
+                device.zones.len(),
+                self.superblock.reserve_zones
+            ));
+        }
+        let copy = MetaCopy { device: place, segments: [0, g] };
+        let needed = self.superblock.meta_segment_blocks;
+        for segment in 0..2 {
+            let have = segment_capacity(device, copy, g, segment);
+            if have < needed {
+                return refuse(format!(
+                    "its first zones make metadata segments of {have} blocks, the volume's take {needed} (on a \
+                     conventional namespace, give larger software zones)"
+                ));
+            }
+        }
+        if let Some(z) = device.ns.zones() {
+            let active = z.max_active_zones.unwrap_or(u32::MAX);
+            if streams + 2 > active {
+                return refuse(format!(
+                    "it allows {active} active zones; {streams} stream(s), reclaim and a metadata zone need {}",
+                    streams + 2
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `label` names a member of the volume as it is now.
+    fn holds_member(&self, label: &crate::journal::Label) -> bool {
+        let id = label.superblock.members.get(usize::from(label.device_index)).map(|m| m.id);
+        self.members.iter().any(|m| Some(m.record.id) == id)
+    }
+
+    /// Gives `zones` of place `place`, which held a metadata copy no
+    /// longer there, to its lane's data: reset on a zoned namespace, their
+    /// heads' labels zeroed on a conventional one (so that no old label is
+    /// found there), then empty in its table. Nothing while the device is
+    /// away.
+    fn give_zones_to_data(&mut self, place: usize, zones: &[u32]) -> Result<()> {
+        let lane = (0..self.lanes.len()).find(|&l| self.lanes[l].device == place).expect("a lane per place");
+        if self.devices[place].is_none() {
+            // Given up meanwhile: open plans its zones anew when it is back
+            // (the format's layout gives them to its data, and the zone
+            // plan resets what holds nothing committed).
+            return Ok(());
+        }
+        let blocks = crate::journal::layout::LABEL_BLOCKS as usize + 1;
+        for &zone in zones {
+            let device = self.dev_mut(place);
+            if device.is_zoned() {
+                device.zone_action(zone, ZoneSendAction::Reset)?;
+            } else {
+                let lba = device.zones[zone as usize].start_lba;
+                device.write_at(lba, &vec![0u8; blocks * BLOCK_SIZE])?;
+            }
+        }
+        if !self.dev(place).is_zoned() {
+            self.dev_mut(place).flush()?;
+        }
+        for &zone in zones {
+            self.lanes[lane].table.take_in(zone);
+        }
+        Ok(())
     }
 
     /// Checks that `device` can join as place `place`, and sets up its
@@ -146,6 +279,9 @@ impl Volume {
                 device.zones.len(),
                 self.superblock.reserve_zones
             ));
+        }
+        if place < crate::journal::layout::COPIES_MAX {
+            self.check_metadata_head(place, device)?;
         }
         if let Some(z) = device.ns.zones() {
             let active = z.max_active_zones.unwrap_or(u32::MAX);
@@ -171,6 +307,11 @@ pub struct Removal {
     pub extents_moved: u64,
     /// Their bytes.
     pub bytes_moved: u64,
+    /// Copies the last member moved within itself, out of the zones it
+    /// gave the metadata copy it took over (a member holding one left).
+    pub heir_extents_moved: u64,
+    /// Their bytes.
+    pub heir_bytes_moved: u64,
     /// The place left the volume: every copy moved, and the last place
     /// (if another) took its number. False when stopped early: what moved
     /// is committed, and running it again goes on.
@@ -296,7 +437,7 @@ impl Volume {
         let heir_lane = heir.as_ref().map(|&(l, _)| l);
         let mut data = Vec::new();
         for (id, blocks, from) in copies {
-            if !on_progress(report.bytes_moved, total) {
+            if !on_progress(report.bytes_moved + report.heir_bytes_moved, total) {
                 self.commit()?;
                 self.stop_removal(heir_lane);
                 return Ok(report);
@@ -320,9 +461,14 @@ impl Volume {
                 self.commit()?;
                 return Err(error);
             }
-            report.extents_moved += 1;
-            report.bytes_moved += data.len() as u64;
-            if report.extents_moved.is_multiple_of(REMOVAL_COMMIT_EVERY) {
+            if from == lane {
+                report.extents_moved += 1;
+                report.bytes_moved += data.len() as u64;
+            } else {
+                report.heir_extents_moved += 1;
+                report.heir_bytes_moved += data.len() as u64;
+            }
+            if (report.extents_moved + report.heir_extents_moved).is_multiple_of(REMOVAL_COMMIT_EVERY) {
                 self.commit()?;
             }
         }
@@ -347,7 +493,7 @@ impl Volume {
                 });
             }
         }
-        on_progress(report.bytes_moved, total);
+        on_progress(report.bytes_moved + report.heir_bytes_moved, total);
         self.drop_place(place, lane)?;
         report.complete = true;
         log::info!("device place {place} removed: {} copies moved", report.extents_moved);

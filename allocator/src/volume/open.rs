@@ -310,6 +310,16 @@ impl Volume {
                 let slot = match label_ids[old] {
                     Some(id) => match durable.members.iter().position(|m| m.id == id) {
                         Some(slot) => slot,
+                        // Labelled by an add (its metadata copy's head) whose
+                        // commit is not durable: it holds nothing of the
+                        // volume, and is added again as if blank.
+                        None if superblock.members.len() > count && superblock.members.iter().any(|m| m.id == id) => {
+                            log::warn!(
+                                "device {given}: labelled by an add whose commit is not durable; it holds nothing \
+                                 of the volume and is left out (add it again)"
+                            );
+                            continue;
+                        }
                         None => return Err(Error::Removed { device: given, place: old }),
                     },
                     None if old < count => old,
@@ -471,17 +481,19 @@ impl Volume {
     /// be blank: it is [`Error::Unreadable`], with the first read error, so
     /// that nothing offers to format a dying member.
     ///
-    /// Except a blank device in a place that holds no metadata copy and no
-    /// extent's copy: its label is written after the commit that put it
-    /// there (format, `replace`), so a cut in between leaves it blank, and
-    /// it holds nothing committed that another blank device would not. It
-    /// takes the place, and open labels it.
+    /// Except a blank device in a place that holds no extent's copy: its
+    /// label is written after the commit that put it there (format,
+    /// `replace`), or its metadata copy with that commit (an add to a
+    /// volume of one or two, where the commit may be durable on the others
+    /// and lost on it), so a cut leaves it blank, and it holds nothing
+    /// committed that another blank device would not. It takes the place,
+    /// and open writes its label (and its metadata copy).
     fn verify_member(&mut self, slot: usize, given: usize, is_blank: bool) -> Result<()> {
         let blank = Error::BlankDevice { device: given, volume_id: self.volume_id };
         let Some(lane) = self.lanes.iter().position(|l| l.device == slot) else { return Err(blank) };
         let lanes: Vec<usize> = (0..self.lanes.len()).filter(|&l| self.lanes[l].device == slot).collect();
         let holds_nothing = || self.table.iter().all(|(_, e)| lanes.iter().all(|&l| e.on(l).is_missing()));
-        if is_blank && super::meta_copies_on(self.devices.len(), slot) == 0 && holds_nothing() {
+        if is_blank && holds_nothing() {
             // A new member, as a replace makes one: a device that held the
             // place before, if it comes back, is not taken for it.
             log::warn!("device {given}: blank, in place {slot}, which holds nothing yet: it takes the place");

@@ -95,10 +95,11 @@ enum Command {
                             Exit status: 0 complete; 3 copies still missing or the verify pass not clean; 1 an \
                             error; 2 a bad argument.")]
     Rebuild(ResilverArgs),
-    /// Put a blank device into a pool of three or more as a new member:
+    /// Put a blank device into a volume (not a dup) as a new member:
     /// new extents use it at once. Destroys what it holds (asks first).
-    #[command(after_help = "The device must be blank unless --force. Refused, writing nothing, for a dup, a \
-                            volume of fewer than three devices (its metadata would move) and a pool of sixteen.\n\
+    #[command(after_help = "The device must be blank unless --force. On a volume of one or two devices it \
+                            takes a metadata copy (the second or the third). Refused, writing nothing, for a dup, \
+                            a device too small for what it must hold, and a pool of sixteen.\n\
                             Exit status: 0 added; 1 an error; 2 a bad argument.")]
     Add(AddArgs),
     /// Take a member out of a pool: its copies move to the others, then
@@ -1157,6 +1158,14 @@ fn remove(a: &RemoveArgs) -> Result<Done, String> {
             removal.extents_moved,
             human_bytes(removal.bytes_moved)
         );
+        if removal.heir_extents_moved > 0 {
+            println!(
+                "  its metadata copy went to the member now in its place, which first moved {} of its copies ({}) \
+                 out of the zones the copy takes",
+                removal.heir_extents_moved,
+                human_bytes(removal.heir_bytes_moved)
+            );
+        }
     } else {
         println!(
             "place {}: stopped; {} copies ({}) moved so far, committed: run it again to go on",
