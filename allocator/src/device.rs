@@ -16,6 +16,7 @@ use nvme_driver::spec::zns::{parse_report_zones, ZoneDescriptor, ZoneState, REPO
 use nvme_driver::{Controller, IoBuffer, IoCompletion, Namespace, QueuePair, Request};
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a device is opened for a volume.
@@ -103,6 +104,12 @@ pub struct Device {
     pub(crate) identity: (String, String, String),
     /// A blocking command failed ([`Device::take_failed`]).
     failed: bool,
+    /// Which controller the namespace is on: equal for namespaces of one
+    /// controller (a Copy may run across them), distinct otherwise.
+    pub(crate) controller: usize,
+    /// Copy across namespaces of its controller may write to it (offered
+    /// and enabled; cleared when the device refuses one).
+    pub(crate) copy_across: bool,
 }
 
 impl Device {
@@ -143,6 +150,8 @@ impl Device {
         Ok(Device {
             identity,
             failed: false,
+            controller: Arc::as_ptr(controller.transport()) as *const () as usize,
+            copy_across: ns.cross_namespace_copy() && ns.copy_usable(),
             lbas_per_block: (BLOCK_SIZE / block_size) as u64,
             ns,
             pair,

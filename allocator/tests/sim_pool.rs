@@ -971,6 +971,25 @@ fn a_metadata_member_removed_from_a_pool_hands_its_copy_to_another_and_the_pool_
 }
 
 #[test]
+fn a_heir_whose_namespace_reports_no_copy_length_moves_its_copies_by_read_and_write() {
+    // As QEMU's hot-added controllers do (MSSRL and MCL 0, every Copy failed
+    // with Internal Error): a metadata member's removal moved the heir's
+    // copies out of its first zones by Copy and stopped at the first. The
+    // heir moves them by read and write.
+    let mut last = conventional(32);
+    last.namespaces[0] = last.namespaces[0].clone().copy_limits(0, 0, 0);
+    let harness = pool(vec![zns(32, 1024), conventional(32), zns(32, 1024), conventional(32), last]);
+    let options = options(Profile::Mirror3);
+    let mut volume = harness.format(&options);
+    let mut model = Model::new();
+    write(&mut volume, &mut model, 150, 1);
+    let report = volume.remove(0, &mut |_, _| true).expect("removed");
+    assert!(report.complete && report.heir_extents_moved > 0, "{report:?}");
+    assert_eq!(volume.stats().copy_commands, 0);
+    check_in(&mut volume, &model, 4, "the heir without Copy");
+}
+
+#[test]
 fn a_metadata_member_removed_from_a_pool_of_three_leaves_two_copies_on_the_two_left() {
     for (profile, place) in [(Profile::Single, 0), (Profile::Mirror, 1), (Profile::Mirror, 2)] {
         let context = format!("{profile:?} without place {place}");
@@ -1052,6 +1071,59 @@ fn a_metadata_members_removal_cut_anywhere_loses_nothing_and_goes_on_when_run_ag
             let mut volume = Volume::open(four, &options).unwrap_or_else(|e| panic!("{context}: after: {e}"));
             check_after_cut(&mut volume, &model, 4, &context);
         }
+    }
+}
+
+/// Four namespaces of one simulated controller, ZNS and conventional by
+/// turns: offering Copy across namespaces (descriptor format 2h) when
+/// `across`, else Copy within a namespace only; the last with 8 bytes of
+/// metadata per LBA when `unlike` (and the others without), so that the
+/// controller refuses a Copy between it and the others.
+fn one_controller(across: bool, unlike: bool) -> Harness {
+    let mut config = zns(32, 1024);
+    let (z, c) = (zns(32, 1024).namespaces.remove(0), conventional(32).namespaces.remove(0));
+    let mut last = c.clone();
+    if unlike && last.metadata_bytes == 0 {
+        last.metadata_bytes = 8;
+    }
+    config.namespaces = vec![z.clone(), c, z, last];
+    if !across {
+        config = config.with_copy_formats(nvme_driver::spec::identify::CopyFormats::FORMAT_0);
+    }
+    Harness::new(vec![config], (1..=4).map(|nsid| (0, nsid)).collect())
+}
+
+#[test]
+fn a_member_removed_from_namespaces_of_one_controller_moves_by_copy_across_them() {
+    // The last case: the namespace leaving has metadata the others lack,
+    // the controller refuses the Copy, and each copy moves by a verified
+    // read and a write.
+    for (profile, place, across, unlike) in [
+        (Profile::Mirror, 3, true, false),
+        (Profile::Single, 1, true, false),
+        (Profile::Mirror, 3, false, false),
+        (Profile::Mirror, 3, true, true),
+    ] {
+        let context = format!("{profile:?} without place {place}, Copy across namespaces {across}, unlike {unlike}");
+        let mut harness = one_controller(across, unlike);
+        let options = options(profile);
+        let mut volume = harness.format(&options);
+        let mut model = Model::new();
+        write(&mut volume, &mut model, 120, 1);
+        let before = volume.stats().copied_across_bytes;
+        let report = volume.remove(place, &mut |_, _| true).unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(report.complete && report.extents_moved > 0, "{context}: {report:?}");
+        let copied = volume.stats().copied_across_bytes - before;
+        // Checksums kept in per-block metadata would be copied as they are:
+        // those volumes move by read and write.
+        let by_copy = across && !unlike && volume.checksum_store() != zoned_allocator::ChecksumStore::Tags;
+        assert_eq!(copied, if by_copy { report.bytes_moved } else { 0 }, "{context}: {report:?}");
+        check_in(&mut volume, &model, 3, &context);
+        drop(volume);
+        harness.restart();
+        harness.layout.swap_remove(place);
+        let mut volume = Volume::open(harness.devices(), &options).unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
+        check_in(&mut volume, &model, 3, &context);
     }
 }
 

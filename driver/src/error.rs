@@ -184,6 +184,15 @@ pub enum RequestError {
         /// The namespace.
         nsid: u32,
     },
+    /// A command this driver builds only without end-to-end protection
+    /// information (Copy across namespaces, descriptor format 2h with no
+    /// tags), on a namespace formatted with it.
+    ProtectionInformation {
+        /// The namespace.
+        nsid: u32,
+        /// The command's name.
+        command: &'static str,
+    },
     /// A metadata buffer whose length is not the transfer's blocks times
     /// the format's metadata size.
     MetadataLength {
@@ -237,6 +246,9 @@ impl fmt::Display for RequestError {
             }
             RequestError::NoSeparateMetadata { nsid } => {
                 write!(f, "namespace {nsid} is not formatted with separate per-block metadata")
+            }
+            RequestError::ProtectionInformation { nsid, command } => {
+                write!(f, "namespace {nsid} is formatted with protection information, which {command} does not carry")
             }
             RequestError::MetadataLength { expected, got } => {
                 write!(f, "metadata buffer of {got} bytes, the blocks carry {expected}")

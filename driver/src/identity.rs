@@ -27,6 +27,9 @@ pub(crate) struct ControllerLimits<'a> {
     pub(crate) data_pointer_max_bytes: usize,
     /// The effective quirks.
     pub(crate) quirks: Quirks,
+    /// Bring-up enabled Copy Descriptor Format 2h (Host Behavior Support
+    /// CDFE bit 2): Copy may name a source namespace.
+    pub(crate) cross_namespace_copy: bool,
 }
 
 /// A zoned namespace's geometry and limits.

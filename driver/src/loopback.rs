@@ -274,6 +274,7 @@ pub fn namespace(nsid: u32, capacity_blocks: u64, block_size: u32) -> crate::Nam
         max_transfer_bytes: None,
         data_pointer_max_bytes: crate::queue::prp::MAX_TRANSFER_BYTES,
         quirks: crate::Quirks::empty(),
+        cross_namespace_copy: false,
     };
     let info = NamespaceInfo {
         nsid,

@@ -43,6 +43,25 @@ fn default_controller_resembles_qemu_and_reads_back_as_configured() {
 }
 
 #[test]
+fn a_namespace_reporting_no_copy_length_has_no_usable_copy() {
+    // MSSRL and MCL 0 (as QEMU reports for the namespace of a controller
+    // given a drive directly): Copy is in ONCS, yet moves no block; the
+    // driver says so and refuses a Copy before the device fails it.
+    let config = SimConfig::empty().with_namespace(NamespaceConfig::nvm(1 << 20, 512).copy_limits(0, 0, 0));
+    let sim = Simulator::new(config);
+    let controller = init(&sim);
+    assert!(controller.identify().oncs.contains(Oncs::COPY));
+    let ns = controller.namespace(1).unwrap();
+    assert!(!ns.copy_usable());
+    let pool = nvme_driver::dma::DmaPool::new(controller.transport(), 4096, 1).unwrap();
+    let buffer = pool.get().unwrap();
+    assert!(ns.copy(100, &[(0, 8)], nvme_driver::IoBuffer::new(buffer), 0).is_err());
+    // The default limits take blocks.
+    let sim = Simulator::new(SimConfig::empty().with_namespace(NamespaceConfig::nvm(1 << 20, 512)));
+    assert!(init(&sim).namespace(1).unwrap().copy_usable());
+}
+
+#[test]
 fn every_identify_knob_reads_back() {
     let mut config = SimConfig::empty()
         .with_namespace(NamespaceConfig::nvm(1 << 20, 4096).deallocate_keeps_data().copy_limits(15, 64, 256));

@@ -9,8 +9,9 @@ use nvme_driver::cmd::nvm;
 use nvme_driver::dma::DmaMemory;
 use nvme_driver::sim::{NamespaceConfig, SimConfig, Simulator, IOVA_BASE};
 use nvme_driver::spec::command::Command;
+use nvme_driver::spec::identify::CopyFormats;
 use nvme_driver::spec::status::{CommandSpecificStatus, GenericStatus, MediaStatus, StatusCode};
-use nvme_driver::{IoBuffer, Request};
+use nvme_driver::{IoBuffer, Request, RequestError};
 use sim_support::{code, pattern, Rig};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -129,6 +130,115 @@ fn write_zeroes_deallocate_copy_compare_verify_flush() {
     let request = rig.ns.verify(0, 256, 0).unwrap();
     rig.status(request).unwrap();
     rig.flush();
+}
+
+/// Two namespaces of 512-byte blocks, and a third of `third_block_size`
+/// bytes with `third_metadata_bytes` of metadata per block.
+fn three_namespaces(third_block_size: u32, third_metadata_bytes: u16) -> SimConfig {
+    SimConfig::empty()
+        .with_namespace(NamespaceConfig::nvm(1 << 16, 512))
+        .with_namespace(NamespaceConfig::nvm(1 << 16, 512))
+        .with_namespace(NamespaceConfig::nvm(1 << 16, third_block_size).metadata_bytes(third_metadata_bytes))
+}
+
+#[test]
+fn copy_across_namespaces_reads_back_the_same_bytes() {
+    let mut rig = Rig::new(three_namespaces(512, 0));
+    assert!(rig.controller.identify().copy_formats().contains(CopyFormats::FORMAT_0 | CopyFormats::FORMAT_2));
+    let ns2 = rig.controller.namespace(2).unwrap();
+    assert!(rig.ns.cross_namespace_copy() && ns2.cross_namespace_copy(), "enabled at bring-up");
+    let data = pattern(7, 16 * 512);
+    rig.write(100, &data, false).unwrap();
+    // Namespace 1's 100..104 and 108..112 to namespace 2's 40..48.
+    let request = ns2.copy_from(40, 1, &[(100, 4), (108, 4)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    let copied = rig.read_on(&ns2, 40, 8 * 512).unwrap();
+    assert_eq!(&copied[..4 * 512], &data[..4 * 512]);
+    assert_eq!(&copied[4 * 512..], &data[8 * 512..12 * 512]);
+    assert_eq!(rig.read(100, 16 * 512).unwrap(), data, "the source is left as it was");
+    // Within one namespace in format 2h: a copy that does not overlap.
+    let request = ns2.copy_from(1000, 2, &[(40, 8)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    assert_eq!(rig.read_on(&ns2, 1000, 8 * 512).unwrap(), copied);
+    // Sources that overlap the destination in its own namespace are
+    // refused in format 2h (format 0h copies them).
+    let request = ns2.copy_from(44, 2, &[(40, 8)], rig.buffer(4096), 0).unwrap();
+    assert_eq!(code(rig.status(request)), StatusCode::CommandSpecific(CommandSpecificStatus::OverlappingIoRange));
+    // The same range of another namespace does not overlap.
+    let request = ns2.copy_from(40, 1, &[(40, 8)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    // Source NSIDs the controller has no namespace for.
+    for (snsid, expected) in [
+        (0, GenericStatus::InvalidNamespaceOrFormat),
+        (u32::MAX, GenericStatus::InvalidNamespaceOrFormat),
+        (4, GenericStatus::InvalidFieldInCommand), // below NN, inactive
+    ] {
+        let request = ns2.copy_from(2000, snsid, &[(0, 1)], rig.buffer(4096), 0).unwrap();
+        assert_eq!(code(rig.status(request)), StatusCode::Generic(expected), "SNSID {snsid:#x}");
+    }
+    // A source range past its namespace's end, which the handle of another
+    // namespace cannot know.
+    let request = ns2.copy_from(2000, 1, &[((1 << 16) - 1, 2)], rig.buffer(4096), 0).unwrap();
+    assert_eq!(code(rig.status(request)), StatusCode::Generic(GenericStatus::LbaOutOfRange));
+}
+
+#[test]
+fn copy_across_namespaces_needs_format_2h() {
+    let config = three_namespaces(512, 0).with_copy_formats(CopyFormats::FORMAT_0);
+    let mut rig = Rig::new(config);
+    assert_eq!(rig.controller.identify().copy_formats(), CopyFormats::FORMAT_0);
+    let ns2 = rig.controller.namespace(2).unwrap();
+    assert!(!ns2.cross_namespace_copy());
+    assert_eq!(
+        ns2.copy_from(40, 1, &[(100, 4)], rig.buffer(4096), 0).unwrap_err(),
+        RequestError::Unsupported { command: "Copy across namespaces" }
+    );
+    // Past the driver's check, the controller refuses the format it does
+    // not offer.
+    let descriptors = rig.buffer(4096);
+    descriptors.buffer().copy_in(0, &nvm::CopySourceRangeFormat2::new(1, 100, 4).to_bytes());
+    let command = nvm::copy_with_format(2, 40, 1, nvm::COPY_DESCRIPTOR_FORMAT_2, false);
+    let status = rig.status(Request { command, buffer: Some(descriptors.truncate(32)), metadata: None, token: 0 });
+    assert_eq!(code(status), StatusCode::Generic(GenericStatus::InvalidFieldInCommand));
+    // Copy within a namespace still works.
+    rig.write(100, &pattern(8, 4 * 512), false).unwrap();
+    let request = rig.ns.copy(200, &[(100, 4)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    assert_eq!(rig.read(200, 4 * 512).unwrap(), pattern(8, 4 * 512));
+}
+
+#[test]
+fn copy_across_namespaces_of_other_formats_is_incompatible() {
+    let incompatible = StatusCode::CommandSpecific(CommandSpecificStatus::IncompatibleNamespaceOrFormat);
+    // Another LBA data size, then the same with another metadata size.
+    for (block_size, metadata_bytes) in [(4096, 0), (512, 8)] {
+        let mut rig = Rig::new(three_namespaces(block_size, metadata_bytes));
+        rig.write(0, &pattern(9, 8 * 512), false).unwrap();
+        let ns3 = rig.controller.namespace(3).unwrap();
+        let request = ns3.copy_from(0, 1, &[(0, 8)], rig.buffer(4096), 0).unwrap();
+        assert_eq!(code(rig.status(request)), incompatible, "{block_size}+{metadata_bytes} from 512+0");
+        let request = rig.ns.copy_from(0, 3, &[(0, 1)], rig.buffer(4096), 0).unwrap();
+        assert_eq!(code(rig.status(request)), incompatible, "512+0 from {block_size}+{metadata_bytes}");
+        assert_eq!(rig.read_on(&ns3, 0, block_size as usize).unwrap(), vec![0; block_size as usize], "nothing copied");
+    }
+}
+
+#[test]
+fn copy_across_namespaces_is_enabled_again_after_a_reset() {
+    let mut rig = Rig::new(three_namespaces(512, 0));
+    let ns2 = rig.controller.namespace(2).unwrap();
+    let data = pattern(10, 4 * 512);
+    rig.write(0, &data, false).unwrap();
+    for round in 0..2u64 {
+        // The reset clears Host Behavior Support on the controller; the
+        // bring-up after it sets CDFE again.
+        rig.controller.reset().unwrap();
+        let request = ns2.copy_from(round * 8, 1, &[(0, 4)], rig.buffer(4096), 0).unwrap();
+        rig.status(request).unwrap();
+        assert_eq!(rig.read_on(&ns2, round * 8, 4 * 512).unwrap(), data, "after reset {}", round + 1);
+    }
+    assert_eq!(rig.controller.resets(), 2);
+    assert!(rig.controller.namespace(2).unwrap().cross_namespace_copy());
 }
 
 #[test]

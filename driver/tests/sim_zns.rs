@@ -103,6 +103,34 @@ fn writes_follow_the_write_pointer_up_to_the_zone_capacity() {
 }
 
 #[test]
+fn copy_across_namespaces_follows_the_destination_zones() {
+    // Namespace 1 zoned, namespace 2 conventional, both of 512-byte blocks.
+    let config = SimConfig::empty()
+        .with_namespace(NamespaceConfig::zoned(16 * ZONE, 512, ZONE, ZCAP))
+        .with_namespace(NamespaceConfig::nvm(1 << 16, 512));
+    let mut rig = Rig::new(config);
+    let conventional = rig.controller.namespace(2).unwrap();
+    let data = pattern(11, 8 * 512);
+    rig.write_on(&conventional, 500, &data).unwrap();
+    // Into zone 1 at its write pointer: written and the pointer moves, as
+    // a Copy within the namespace does.
+    let request = rig.ns.copy_from(ZONE, 2, &[(500, 8)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    assert_eq!(state(&rig, 1), (ZoneState::ImplicitlyOpened, ZONE + 8));
+    assert_eq!(rig.read(ZONE, 8 * 512).unwrap(), data);
+    // Anywhere else in the zone: Zone Invalid Write, nothing written.
+    let request = rig.ns.copy_from(ZONE + 100, 2, &[(500, 8)], rig.buffer(4096), 0).unwrap();
+    assert_eq!(code(rig.status(request)), specific(CommandSpecificStatus::ZoneInvalidWrite));
+    assert_eq!(state(&rig, 1), (ZoneState::ImplicitlyOpened, ZONE + 8));
+    // Out of the zoned namespace: its read rules apply to the source.
+    let request = conventional.copy_from(0, 1, &[(ZONE, 8)], rig.buffer(4096), 0).unwrap();
+    rig.status(request).unwrap();
+    assert_eq!(rig.read_on(&conventional, 0, 8 * 512).unwrap(), data);
+    let request = conventional.copy_from(0, 1, &[(ZONE - 4, 8)], rig.buffer(4096), 0).unwrap();
+    assert_eq!(code(rig.status(request)), specific(CommandSpecificStatus::ZoneBoundaryError));
+}
+
+#[test]
 fn reads_may_cross_zones_when_the_namespace_says_so() {
     let mut rig = zoned(NamespaceConfig::zoned(4 * ZONE, 512, ZONE, ZONE).read_across_zone_boundaries());
     for piece in 0..4 {

@@ -1,8 +1,9 @@
 //! Request validation on the host, without a device: each bad request gets
 //! its typed error and nothing reaches a queue.
 
+use nvme_driver::cmd::nvm::CopySourceRangeFormat2;
 use nvme_driver::cmd::zns::{ReportFilter, ZoneSendAction};
-use nvme_driver::dma::DmaPool;
+use nvme_driver::dma::{DmaMemory, DmaPool};
 use nvme_driver::loopback::LoopbackTransport;
 use nvme_driver::spec::identify::Oncs;
 use nvme_driver::{IoBuffer, MetadataFormat, Namespace, RequestError, Transport, ZoneGeometry};
@@ -178,6 +179,83 @@ fn range_limits_the_controller_reports() {
 fn with_metadata(bytes_per_block: u16, extended: bool, protection_type: u8) -> Namespace {
     let format = MetadataFormat { bytes_per_block, extended, protection_type, dma_granule: None };
     conventional(Oncs::all()).with_metadata(Some(format))
+}
+
+#[test]
+fn copy_across_namespaces_is_checked_like_copy() {
+    const COMMAND: &str = "Copy across namespaces";
+    let pool = pool(8192);
+    let plain = conventional(Oncs::all());
+    assert!(!plain.cross_namespace_copy(), "off unless bring-up enabled it");
+    assert_eq!(
+        plain.copy_from(0, 2, &[(0, 8)], buffer(&pool, 0, 64), 0).unwrap_err(),
+        RequestError::Unsupported { command: COMMAND }
+    );
+    let no_copy = conventional(Oncs::DATASET_MANAGEMENT).with_cross_namespace_copy(true);
+    assert_eq!(
+        no_copy.copy_from(0, 2, &[(0, 8)], buffer(&pool, 0, 64), 0).unwrap_err(),
+        RequestError::Unsupported { command: "Copy" }
+    );
+
+    let limits = nvme_driver::RangeLimits {
+        copy_ranges: 2,
+        copy_range_blocks: 64,
+        copy_total_blocks: 100,
+        ..nvme_driver::RangeLimits::default()
+    };
+    let ns = conventional(Oncs::all()).with_limits(limits).with_cross_namespace_copy(true);
+    assert!(ns.cross_namespace_copy());
+    // Another namespace's ranges may lie past this one's end.
+    let request = ns.copy_from(10_000, 7, &[(5, 8), (CAPACITY * 4, 64)], buffer(&pool, 0, 4096), 0).unwrap();
+    assert_eq!((request.command.opcode, request.command.nsid), (0x19, 1));
+    assert_eq!((request.command.cdw10, request.command.cdw11), (10_000, 0));
+    assert_eq!(request.command.cdw12, 0x0000_0201, "Descriptor Format 2h, NR 1");
+    let descriptors = request.buffer.unwrap();
+    assert_eq!(descriptors.len(), 64);
+    let mut bytes = [0u8; 64];
+    descriptors.buffer().copy_out(descriptors.offset(), &mut bytes);
+    assert_eq!(bytes[..32], CopySourceRangeFormat2::new(7, 5, 8).to_bytes());
+    assert_eq!(bytes[32..], CopySourceRangeFormat2::new(7, CAPACITY * 4, 64).to_bytes());
+    assert_eq!(bytes[..4], [7, 0, 0, 0], "SNSID in bytes 03:00");
+
+    let refused = |source_nsid: u32, sdlba: u64, sources: &[(u64, u32)]| {
+        ns.copy_from(sdlba, source_nsid, sources, buffer(&pool, 0, 4096), 0).unwrap_err()
+    };
+    // Only wrapping around the LBA space is known to be wrong elsewhere.
+    assert_eq!(
+        refused(7, 0, &[(u64::MAX - 3, 8)]),
+        RequestError::LbaOutOfRange { slba: u64::MAX - 3, blocks: 8, capacity_blocks: u64::MAX }
+    );
+    // This namespace's own ranges are bounded by it.
+    assert_eq!(
+        refused(1, 0, &[(CAPACITY - 4, 8)]),
+        RequestError::LbaOutOfRange { slba: CAPACITY - 4, blocks: 8, capacity_blocks: CAPACITY }
+    );
+    // Copy's limits, counts and destination bounds.
+    assert_eq!(refused(7, 0, &[(0, 65)]), RequestError::RangeTooLong { blocks: 65, max_blocks: 64 });
+    assert_eq!(refused(7, 0, &[(0, 64), (100, 37)]), RequestError::RangeTooLong { blocks: 101, max_blocks: 100 });
+    assert_eq!(refused(7, 0, &[(0, 1), (2, 1), (4, 1)]), RequestError::TooManyRanges { count: 3, max: 2 });
+    assert_eq!(refused(7, 0, &[]), RequestError::Empty);
+    assert_eq!(refused(7, 0, &[(0, 0)]), RequestError::Empty);
+    assert_eq!(
+        refused(7, CAPACITY - 4, &[(0, 8)]),
+        RequestError::LbaOutOfRange { slba: CAPACITY - 4, blocks: 8, capacity_blocks: CAPACITY }
+    );
+    assert_eq!(
+        ns.copy_from(0, 7, &[(0, 8), (9, 8)], buffer(&pool, 0, 48), 0).unwrap_err(),
+        RequestError::BufferTooSmall { needed: 64, got: 48 }
+    );
+
+    // Protection information is not carried; other metadata is.
+    let protected = with_metadata(8, false, 1).with_cross_namespace_copy(true);
+    assert_eq!(
+        protected.copy_from(0, 2, &[(0, 8)], buffer(&pool, 0, 64), 0).unwrap_err(),
+        RequestError::ProtectionInformation { nsid: 1, command: COMMAND }
+    );
+    with_metadata(16, false, 0)
+        .with_cross_namespace_copy(true)
+        .copy_from(0, 2, &[(0, 8)], buffer(&pool, 0, 64), 0)
+        .unwrap();
 }
 
 #[test]

@@ -76,6 +76,7 @@ fn script() -> String {
     let two = pci(&[ZNS_A, ZNS_C]);
     let three = pci(&[ZNS_A, SPARE_A, ZNS_C]);
     let with_b = pci(&[ZNS_A, SPARE_A, ZNS_C, SPARE_B]);
+    let after = pci(&[SPARE_B, SPARE_A, ZNS_C]);
     let write = "--profile mirror3 --bs 256k --iodepth 8 --checksum-threads 2 --no-progress --json";
     format!(
         r#"step() {{
@@ -121,9 +122,9 @@ step status-three volume status {three} --json
 plug '{PLUG_B}' {SPARE_B}
 step add volume add {three} --new-pci {SPARE_B} --yes --json
 step write-four seqwrite {with_b} {write} --size 5%
-step remove-added volume remove {with_b} --place 3 --yes --no-progress --json
-step scrub scrub {three} --no-progress --json
-step status-final volume status {three} --json
+step remove-first volume remove {with_b} --place 0 --yes --no-progress --json
+step scrub scrub {after} --no-progress --json
+step status-final volume status {after} --json
 "#
     )
 }
@@ -218,26 +219,38 @@ fn a_pool_loses_two_devices_is_rebuilt_grows_and_shrinks_and_loses_nothing() {
     assert_eq!(removed["removal"]["complete"], true, "{removed}");
     assert_eq!(removed["removal"]["extents_moved"], 0, "{removed}");
     let three = owned(&[("online", ZNS_A), ("online", SPARE_A), ("online", ZNS_C)]);
-    assert_eq!(states(step("status-three", 0)), ("online".into(), three.clone()));
+    assert_eq!(states(step("status-three", 0)), ("online".into(), three));
 
-    // A blank controller joins, takes writes, and leaves again.
+    // A blank controller joins and takes writes; then place 0, which holds
+    // a metadata copy, leaves: the added one takes its place and its copy.
     let added = step("add", 0);
     assert_eq!(added["place"], 3, "{added}");
     let four = owned(&[("online", ZNS_A), ("online", SPARE_A), ("online", ZNS_C), ("online", SPARE_B)]);
     assert_eq!(states(&added["status"]), ("online".into(), four));
     let write = step("write-four", 0);
     assert_eq!(write["partial"], false, "{write}");
-    let removed = step("remove-added", 0);
+    let removed = step("remove-first", 0);
     assert_eq!(removed["removal"]["complete"], true, "{removed}");
     assert!(removed["removal"]["extents_moved"].as_u64().is_some_and(|n| n > 0), "it held copies: {removed}");
-    assert_eq!(states(&removed["status"]), ("online".into(), three.clone()));
+    let after = owned(&[("online", SPARE_B), ("online", SPARE_A), ("online", ZNS_C)]);
+    assert_eq!(states(&removed["status"]), ("online".into(), after.clone()));
+    // Three metadata copies again, the added device's among them: it
+    // holds as much as the other conventional spare, which took place 1's
+    // copy by the replace.
+    let metadata: Vec<u64> = removed["status"]["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["metadata_bytes"].as_u64().expect("metadata bytes"))
+        .collect();
+    assert!(metadata[0] > 0 && metadata[0] == metadata[1], "{metadata:?}");
 
     // Every copy of everything, clean.
     let scrub = step("scrub", 0);
     assert_eq!(scrub["report"]["outcome"], "clean", "{scrub}");
     assert_eq!(scrub["report"]["corrected_blocks"], 0, "{scrub}");
     let status = step("status-final", 0);
-    assert_eq!(states(status), ("online".into(), three));
+    assert_eq!(states(status), ("online".into(), after));
     assert_eq!(status["redundancy"]["extents_at_risk"], 0, "{status}");
     assert_eq!(status["redundancy"]["extents_lost"], 0, "{status}");
 }

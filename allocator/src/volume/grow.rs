@@ -9,7 +9,6 @@ use crate::journal::recovery::{probe, Probe};
 use crate::journal::{MemberRecord, Op};
 use crate::{ExtentId, Profile, BLOCK_SIZE};
 use nvme_driver::cmd::zns::ZoneSendAction;
-use nvme_driver::spec::identify::Oncs;
 
 impl Volume {
     /// Puts `device`, a blank namespace (anything, with `force`), into the
@@ -118,7 +117,7 @@ impl Volume {
         self.superblock.members.push(record);
         self.members.push(Member::new(record));
         self.device_writes.push(0);
-        self.copy_supported.push(device.ns.supports(Oncs::COPY));
+        self.copy_supported.push(device.ns.copy_usable());
         self.zone_limits.push(device.ns.zones().and_then(|z| {
             let active = z.max_active_zones?;
             Some((z.max_open_zones.unwrap_or(active).min(active), active))
@@ -505,11 +504,15 @@ impl Volume {
     /// copy itself, or where its checksums fail, from another.
     fn move_copy_off(&mut self, id: ExtentId, lane: usize, data: &mut [u8]) -> Result<()> {
         let here = !self.table.get(id).is_some_and(|e| e.on(lane).is_missing());
+        let target = self.relocation_lane(id, lane)?;
+        // Between namespaces of one controller the device moves it.
+        if here && self.copies_across(lane, target) {
+            return self.copy_across(id, lane, target, data);
+        }
         let good = here && matches!(self.read_copy_checked(id, lane, data), Ok(bad) if bad.is_empty());
         if !good {
             self.read(id, data)?;
         }
-        let target = self.relocation_lane(id, lane)?;
         // The new copy's zone has no checksum area yet: its checksums go to
         // the map until it is sealed (the source's came from its own
         // zone's area, or its tags).
@@ -587,6 +590,124 @@ impl Volume {
         if let Some(heir_lane) = heir_lane {
             self.lanes[heir_lane].table.release_withheld();
         }
+    }
+
+    /// Whether a copy in lane `from` can move to lane `to` by Copy: their
+    /// namespaces are distinct ones of one controller that takes Copy
+    /// across namespaces (descriptor format 2h, enabled at bring-up), of
+    /// one LBA size, and the volume keeps no checksums in per-block
+    /// metadata (which a Copy would carry as they are).
+    fn copies_across(&self, from: usize, to: usize) -> bool {
+        let (a, b) = (self.lanes[from].device, self.lanes[to].device);
+        let (Some(source), Some(target)) = (self.devices[a].as_ref(), self.devices[b].as_ref()) else { return false };
+        a != b
+            && source.controller == target.controller
+            && target.copy_across
+            && source.lbas_per_block == target.lbas_per_block
+            && self.superblock.tag_stride == 0
+    }
+
+    /// Moves extent `id`'s copy in lane `from` to lane `to` with Copy
+    /// commands that read it on one namespace and write it on another of
+    /// the same controller (NVMe 2.1 NVM Command Set, Copy with
+    /// descriptor format 2h): the removal's move with no byte through
+    /// the host, as reclaim moves copies within a namespace. Not verified
+    /// on the way, as reclaim's Copy is not: the copy keeps the checksums
+    /// it claims, and a read of it checks them. A controller that refuses
+    /// the command (its formats, or the namespaces' formats, do not
+    /// match) is not asked again, and this move is a verified read and a
+    /// write into `data` at the place taken.
+    fn copy_across(&mut self, id: ExtentId, from: usize, to: usize, data: &mut [u8]) -> Result<()> {
+        let extent = self.live(id)?;
+        let (blocks, source) = (extent.blocks, extent.on(from));
+        let slot = crate::zones::Slot::Stream(0);
+        let table = &self.lanes[to].table;
+        if table.would_open(slot, blocks) && table.empty_zones() <= self.superblock.reserve_zones as usize {
+            return Err(Error::NoSpace(crate::error::Full::Data { place: self.lanes[to].device }));
+        }
+        // With checksum areas, what the copy claims goes with it, to the map
+        // until its new zone is sealed.
+        let claimed = if self.area { Some(self.claimed_crcs(id, from)) } else { None };
+        let (zone, offset) = self.place(to, slot, blocks)?;
+        let at = crate::Location { zone, offset };
+        let (a, b) = (self.lanes[from].device, self.lanes[to].device);
+        let result = match self.copy_between(a, source, b, at, blocks) {
+            Err(Error::Command { error, .. }) if super::reclaim::copy_refused(&error) => {
+                log::info!("namespace {}: Copy across namespaces refused ({error}); moving by read and write", b);
+                self.dev_mut(b).copy_across = false;
+                self.read(id, data).and_then(|_| {
+                    let lba = self.dev(b).lba(zone, offset);
+                    self.dev_mut(b).write_at(lba, data)
+                })
+            }
+            Ok(()) => {
+                self.stats.copied_across_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
+                Ok(())
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
+            // Nothing, or part, was written in the room taken: the zone
+            // takes no more.
+            self.abandon_zone(to, slot, zone);
+            self.release_held_zone();
+            return Err(error);
+        }
+        self.release_held_zone();
+        self.lanes[to].written[zone as usize] += blocks;
+        match claimed {
+            Some(Ok(crcs)) => self.remap(id, crcs),
+            Some(Err(error)) => {
+                log::warn!("extent {id}: the checksums of copy {from} could not be read ({error}); from a read");
+                self.read(id, data)?;
+                let mut crcs = Vec::with_capacity(blocks as usize);
+                crate::checksum::block_crcs(data, &mut crcs);
+                self.remap(id, crcs);
+            }
+            None => {}
+        }
+        self.relane_extent(id, from, to, at, true);
+        self.stats.relocated_bytes += u64::from(blocks) * BLOCK_SIZE as u64;
+        Ok(())
+    }
+
+    /// Copies `blocks` from `from` on place `source` to `to` on place
+    /// `target`, namespaces of one controller, with Copy commands in
+    /// descriptor format 2h, each within the target's MSSRL/MCL limits.
+    fn copy_between(
+        &mut self,
+        source: usize,
+        from: crate::Location,
+        target: usize,
+        to: crate::Location,
+        blocks: u32,
+    ) -> Result<()> {
+        let (snsid, first) = {
+            let d = self.dev(source);
+            (d.ns.nsid(), d.lba(from.zone, from.offset))
+        };
+        let d = self.dev(target);
+        let limits = *d.ns.range_limits();
+        let per_command = limits.copy_range_blocks.min(limits.copy_total_blocks).min(u64::from(u16::MAX) + 1);
+        let total = u64::from(blocks) * d.lbas_per_block;
+        let destination = d.lba(to.zone, to.offset);
+        let mut done = 0u64;
+        while done < total {
+            let n = per_command.min(total - done);
+            let buffer = self.take_buffer(target)?;
+            let d = self.dev(target);
+            let request = d.ns.copy_from(
+                destination + done,
+                snsid,
+                &[(first + done, n as u32)],
+                nvme_driver::IoBuffer::new(buffer),
+                0,
+            )?;
+            self.dev_mut(target).run(request, "Copy across namespaces")?;
+            self.stats.copy_commands += 1;
+            done += n;
+        }
+        Ok(())
     }
 
     /// A distributed rebuild's dry run for lane `lane` (its device away or

@@ -51,7 +51,6 @@ use crate::tags::TagLayout;
 use crate::zones::{Stamp, ZoneTable, ZoneUse};
 use crate::{ExtentId, Location, Profile, BLOCK_SIZE};
 use nvme_driver::dma::DmaPool;
-use nvme_driver::spec::identify::Oncs;
 use nvme_driver::IoCompletion;
 use std::collections::VecDeque;
 
@@ -532,7 +531,7 @@ impl Volume {
                 check_locations(&superblock, place, device)?;
             }
         }
-        let copy_supported = devices.iter().map(|d| d.as_ref().is_some_and(|d| d.ns.supports(Oncs::COPY))).collect();
+        let copy_supported = devices.iter().map(|d| d.as_ref().is_some_and(|d| d.ns.copy_usable())).collect();
         let mut members: Vec<member::Member> =
             superblock.members.iter().map(|&record| member::Member::new(record)).collect();
         members.resize_with(devices.len(), || member::Member::new(MemberRecord::default()));

@@ -204,12 +204,7 @@ impl Volume {
             match self.copy_blocks(device, from, to, blocks) {
                 Ok(()) => copied = true,
                 Err(Error::Command { error, .. })
-                    if matches!(
-                        error.device_status().map(|status| status.code()),
-                        Some(StatusCode::Generic(
-                            GenericStatus::InvalidCommandOpcode | GenericStatus::InvalidFieldInCommand
-                        ))
-                    ) && self.lanes[lane].table.zone(zone).allocated == offset + blocks =>
+                    if copy_refused(&error) && self.lanes[lane].table.zone(zone).allocated == offset + blocks =>
                 {
                     log::info!("namespace {}: Copy refused ({error}); relocating by read and write", device);
                     self.copy_supported[device] = false;
@@ -270,4 +265,21 @@ impl Volume {
         }
         Ok(())
     }
+}
+
+/// Whether a Copy failed because the controller does not take it as sent
+/// (the opcode, a field, or the namespaces' formats), not for the data:
+/// the same move then goes by read and write.
+pub(super) fn copy_refused(error: &nvme_driver::IoError) -> bool {
+    use nvme_driver::spec::status::CommandSpecificStatus;
+    matches!(
+        error.device_status().map(|status| status.code()),
+        Some(
+            StatusCode::Generic(
+                GenericStatus::InvalidCommandOpcode
+                    | GenericStatus::InvalidFieldInCommand
+                    | GenericStatus::InvalidNamespaceOrFormat
+            ) | StatusCode::CommandSpecific(CommandSpecificStatus::IncompatibleNamespaceOrFormat)
+        )
+    )
 }

@@ -148,7 +148,7 @@ impl Volume {
         }
         self.superblock.devices[place] =
             (device.ns.nsid(), device.ns.block_size(), device.ns.capacity_blocks(), device.is_zoned());
-        self.copy_supported[place] = device.ns.supports(nvme_driver::spec::identify::Oncs::COPY);
+        self.copy_supported[place] = device.ns.copy_usable();
         self.zone_limits[place] = device.ns.zones().and_then(|z| {
             let active = z.max_active_zones?;
             Some((z.max_open_zones.unwrap_or(active).min(active), active))

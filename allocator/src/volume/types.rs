@@ -283,6 +283,9 @@ pub struct VolumeStats {
     pub relocated_bytes: u64,
     /// Copy commands issued by relocation (NVM Command Set 1.0 §3.2.2).
     pub copy_commands: u64,
+    /// Bytes a removal moved between namespaces of one controller by Copy
+    /// (descriptor format 2h), no byte passing through the host.
+    pub copied_across_bytes: u64,
     /// Blocks repaired by reads from another copy.
     pub repaired_blocks: u64,
     /// Time spent computing crc32c on the write path, in nanoseconds (zero

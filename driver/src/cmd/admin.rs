@@ -27,8 +27,10 @@ pub const FID_INTERRUPT_COALESCING: u8 = 0x08;
 pub const FID_ASYNC_EVENT_CONFIG: u8 = 0x0B;
 /// Feature: Timestamp.
 pub const FID_TIMESTAMP: u8 = 0x0E;
-/// Feature: Host Behavior Support.
-pub const FID_HOST_BEHAVIOR: u8 = 0x16;
+/// Feature: Host Behavior Support (NVMe Base 2.1 §5.1.25.1.14), a
+/// 512-byte structure in the data buffer (see
+/// [`crate::spec::features::HostBehaviorSupport`]).
+pub const FID_HOST_BEHAVIOR_SUPPORT: u8 = 0x16;
 /// Feature: I/O Command Set Profile.
 pub const FID_IO_COMMAND_SET_PROFILE: u8 = 0x19;
 
@@ -155,6 +157,24 @@ pub fn set_features(fid: u8, cdw11: u32, save: bool) -> Command {
 pub fn get_features(fid: u8, sel: u8, cdw11: u32) -> Command {
     debug_assert!(sel <= 0b111, "SEL is 3 bits");
     Command { cdw10: (u32::from(sel) & 0b111) << 8 | u32::from(fid), cdw11, ..Command::new(op::GET_FEATURES) }
+}
+
+/// Get Features – Host Behavior Support, the current value: the
+/// controller writes the 512-byte structure
+/// ([`crate::spec::features::HOST_BEHAVIOR_SUPPORT_SIZE`]) to the buffer
+/// at `prp1`, which must not cross a memory page boundary (no PRP2); DW0
+/// carries nothing.
+pub fn get_host_behavior_support(prp1: u64) -> Command {
+    Command { prp1, ..get_features(FID_HOST_BEHAVIOR_SUPPORT, SEL_CURRENT, 0) }
+}
+
+/// Set Features – Host Behavior Support, not saved (the feature is not
+/// saveable): the controller reads the 512-byte structure from the buffer
+/// at `prp1`, which must not cross a memory page boundary (no PRP2).
+/// CDW11 is reserved for this feature. Read the current value first and
+/// write it back changed: the structure replaces every field at once.
+pub fn set_host_behavior_support(prp1: u64) -> Command {
+    Command { prp1, ..set_features(FID_HOST_BEHAVIOR_SUPPORT, 0, false) }
 }
 
 /// Set Features – Number of Queues: ask for `sq_count` I/O submission and
@@ -408,6 +428,24 @@ mod tests {
     }
 
     #[test]
+    fn host_behavior_support_bytes() {
+        let get = sqe(&[
+            (0, &[0x0A]),
+            (24, &PRP1_BYTES),
+            (40, &[0x16, 0x00, 0x00, 0x00]), // FID 16h, SEL 000b (current)
+        ]);
+        assert_eq!(get_host_behavior_support(PRP1).to_bytes(), get);
+        let set = sqe(&[
+            (0, &[0x09]),
+            (24, &PRP1_BYTES),
+            (40, &[0x16, 0x00, 0x00, 0x00]), // FID 16h, SV clear
+        ]);
+        assert_eq!(set_host_behavior_support(PRP1).to_bytes(), set);
+        // The queue fills PRP1 in when a builder got 0.
+        assert_eq!(set_host_behavior_support(0).to_bytes(), sqe(&[(0, &[0x09]), (40, &[0x16])]));
+    }
+
+    #[test]
     fn feature_identifiers() {
         assert_eq!(
             [
@@ -419,7 +457,7 @@ mod tests {
                 FID_INTERRUPT_COALESCING,
                 FID_ASYNC_EVENT_CONFIG,
                 FID_TIMESTAMP,
-                FID_HOST_BEHAVIOR,
+                FID_HOST_BEHAVIOR_SUPPORT,
                 FID_IO_COMMAND_SET_PROFILE,
             ],
             [0x01, 0x02, 0x04, 0x06, 0x07, 0x08, 0x0B, 0x0E, 0x16, 0x19]

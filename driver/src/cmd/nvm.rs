@@ -240,6 +240,13 @@ pub const COPY_SOURCE_RANGE_SIZE: usize = 32;
 /// Copy CDW12 bits 11:8 – Descriptor Format 0h: 32-byte source range
 /// entries with 16-bit NLB and 32-bit reference tags.
 pub const COPY_DESCRIPTOR_FORMAT_0: u8 = 0x0;
+/// Copy CDW12 bits 11:8 – Descriptor Format 2h: format 0h's entries with a
+/// Source Namespace Identifier in bytes 03:00 (NVM Command Set 1.1
+/// §3.3.2, Figure 39). The host enables it first (Host Behavior Support
+/// CDFE bit 2).
+pub const COPY_DESCRIPTOR_FORMAT_2: u8 = 0x2;
+/// Descriptor Format is a 4-bit field.
+const COPY_DESFMT_MAX: u8 = 0xF;
 /// Shift of the Descriptor Format field in Copy CDW12.
 const COPY_CDW12_DESFMT_SHIFT: u32 = 8;
 
@@ -330,6 +337,122 @@ impl CopySourceRange {
     }
 }
 
+/// One Copy source range entry in descriptor format 2h (NVM Command Set
+/// 1.1 §3.3.2, "Copy – Source Range Entries Copy Descriptor Format 0h and
+/// Format 2h"): format 0h's entry whose bytes 03:00 name the source
+/// namespace, which may differ from the destination (the command's NSID).
+///
+/// `nlb` is 0-based, as in [`CopySourceRange`]. The protection
+/// information fields (ELBT, ELBAT, ELBATM) are ignored for a source
+/// namespace without protection information, the only kind this driver
+/// copies from.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopySourceRangeFormat2 {
+    /// Bytes 03:00 – Source Namespace Identifier (SNSID).
+    pub snsid: u32,
+    /// Bytes 07:04 – reserved.
+    rsvd4: u32,
+    /// Bytes 15:08 – Starting LBA.
+    pub slba: u64,
+    /// Bytes 17:16 – Number of Logical Blocks, 0-based (RPARS bits 15:0).
+    pub nlb: u16,
+    /// Byte 18 – Command Extension Type in bits 3:0 (RPARS bits 19:16);
+    /// bits 7:4 reserved. 0: no command extension (Key Per I/O).
+    pub cetype: u8,
+    /// Byte 19 – reserved (RPARS bits 31:24).
+    rsvd19: u8,
+    /// Bytes 21:20 – Command Extension Value, used with CETYPE.
+    pub cev: u16,
+    /// Bytes 23:22 – Source Options: bit 15 Fast Copy Only (FCO), bits
+    /// 14:0 reserved.
+    pub sopt: u16,
+    /// Bytes 27:24 – Expected Logical Block Tags (ELBT).
+    pub elbt: u32,
+    /// Bytes 29:28 – Expected Logical Block Application Tag.
+    pub elbat: u16,
+    /// Bytes 31:30 – Expected Logical Block Application Tag Mask.
+    pub elbatm: u16,
+}
+
+const _: () = assert!(size_of::<CopySourceRangeFormat2>() == COPY_SOURCE_RANGE_SIZE);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, snsid) == 0);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, rsvd4) == 4);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, slba) == 8);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, nlb) == 16);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, cetype) == 18);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, rsvd19) == 19);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, cev) == 20);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, sopt) == 22);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, elbt) == 24);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, elbat) == 28);
+const _: () = assert!(offset_of!(CopySourceRangeFormat2, elbatm) == 30);
+
+/// CETYPE: bits 3:0 of byte 18 of a format 2h entry.
+const CETYPE_MASK: u8 = 0xF;
+/// SOPT bit 15: Fast Copy Only.
+pub const COPY_SOPT_FAST_COPY_ONLY: u16 = 1 << 15;
+
+impl CopySourceRangeFormat2 {
+    /// A source range of `blocks` logical blocks (1-based,
+    /// `1..=`[`MAX_BLOCKS`]) from `slba` of namespace `snsid`, without
+    /// protection information, command extension or source options.
+    pub fn new(snsid: u32, slba: u64, blocks: u32) -> Self {
+        Self { snsid, slba, nlb: cdw12_nlb(blocks) as u16, ..Self::default() }
+    }
+
+    /// The entry as it appears on the wire (little-endian).
+    pub fn to_bytes(&self) -> [u8; COPY_SOURCE_RANGE_SIZE] {
+        let mut out = [0u8; COPY_SOURCE_RANGE_SIZE];
+        out[0..4].copy_from_slice(&self.snsid.to_le_bytes());
+        out[4..8].copy_from_slice(&self.rsvd4.to_le_bytes());
+        out[8..16].copy_from_slice(&self.slba.to_le_bytes());
+        out[16..18].copy_from_slice(&self.nlb.to_le_bytes());
+        out[18] = self.cetype;
+        out[19] = self.rsvd19;
+        out[20..22].copy_from_slice(&self.cev.to_le_bytes());
+        out[22..24].copy_from_slice(&self.sopt.to_le_bytes());
+        out[24..28].copy_from_slice(&self.elbt.to_le_bytes());
+        out[28..30].copy_from_slice(&self.elbat.to_le_bytes());
+        out[30..32].copy_from_slice(&self.elbatm.to_le_bytes());
+        out
+    }
+
+    /// Decodes a wire image, the inverse of
+    /// [`CopySourceRangeFormat2::to_bytes`]. Reserved bits are kept, so a
+    /// simulated controller can check them.
+    pub fn from_bytes(bytes: &[u8; COPY_SOURCE_RANGE_SIZE]) -> Self {
+        use crate::spec::le::{u16_at, u32_at, u64_at, u8_at};
+        Self {
+            snsid: u32_at(bytes, 0),
+            rsvd4: u32_at(bytes, 4),
+            slba: u64_at(bytes, 8),
+            nlb: u16_at(bytes, 16),
+            cetype: u8_at(bytes, 18),
+            rsvd19: u8_at(bytes, 19),
+            cev: u16_at(bytes, 20),
+            sopt: u16_at(bytes, 22),
+            elbt: u32_at(bytes, 24),
+            elbat: u16_at(bytes, 28),
+            elbatm: u16_at(bytes, 30),
+        }
+    }
+
+    /// Whether the reserved bits (bytes 07:04, byte 18 bits 7:4, byte 19,
+    /// SOPT bits 14:0) are all zero, as the spec requires.
+    pub fn reserved_is_zero(&self) -> bool {
+        self.rsvd4 == 0
+            && self.cetype & !CETYPE_MASK == 0
+            && self.rsvd19 == 0
+            && self.sopt & !COPY_SOPT_FAST_COPY_ONLY == 0
+    }
+
+    /// The number of logical blocks, 1-based.
+    pub const fn blocks(&self) -> u32 {
+        self.nlb as u32 + 1
+    }
+}
+
 /// Copy (opcode 19h, NVM Command Set 1.0 §3.2.2): copy the blocks of
 /// `ranges` [`CopySourceRange`]s (1-based, `1..=`[`COPY_MAX_RANGES`]) in
 /// the data buffer to consecutive blocks from `sdlba` in the same namespace.
@@ -339,13 +462,27 @@ impl CopySourceRange {
 /// `ranges * 32` bytes, which span two pages beyond 128 ranges. The
 /// controller must support Copy (ONCS bit 8) and format 0h (OCFS bit 0).
 pub fn copy(nsid: u32, sdlba: u64, ranges: u16, fua: bool) -> Command {
+    copy_with_format(nsid, sdlba, ranges, COPY_DESCRIPTOR_FORMAT_0, fua)
+}
+
+/// Copy (opcode 19h, NVM Command Set 1.1 §3.3.2) with source range entries
+/// in Descriptor Format `format` (CDW12 bits 11:8, `COPY_DESCRIPTOR_FORMAT_*`)
+/// to consecutive blocks from `sdlba` in namespace `nsid`. With
+/// [`COPY_DESCRIPTOR_FORMAT_2`] the entries are
+/// [`CopySourceRangeFormat2`]s and each names its source namespace; the
+/// controller must support the format (CDFS, see
+/// [`crate::spec::identify::IdentifyController::copy_formats`]) and the
+/// host must have enabled it (Host Behavior Support CDFE). Otherwise as
+/// [`copy`].
+pub fn copy_with_format(nsid: u32, sdlba: u64, ranges: u16, format: u8, fua: bool) -> Command {
+    debug_assert!(format <= COPY_DESFMT_MAX, "Descriptor Format {format:#x} is 4 bits");
     let (cdw10, cdw11) = lba_dwords(sdlba);
     Command {
         nsid,
         cdw10,
         cdw11,
         cdw12: cdw12_fua(fua)
-            | u32::from(COPY_DESCRIPTOR_FORMAT_0) << COPY_CDW12_DESFMT_SHIFT
+            | u32::from(format & COPY_DESFMT_MAX) << COPY_CDW12_DESFMT_SHIFT
             | number_of_ranges(ranges, COPY_MAX_RANGES),
         ..Command::new(op::COPY)
     }
@@ -576,6 +713,74 @@ mod tests {
             (48, &[0xFF, 0x00, 0x00, 0x00]), // 256 ranges: NR FFh
         ]);
         assert_eq!(copy(1, 0, 256, false).to_bytes(), max);
+    }
+
+    #[test]
+    fn copy_format_2_bytes() {
+        let expected = sqe(&[
+            (0, &[0x19]),
+            (4, &[0x02, 0x00, 0x00, 0x00]), // destination NSID 2
+            (40, &SLBA_LOW),                // SDLBA
+            (44, &SLBA_HIGH),               //
+            // 3 ranges: NR 2; Descriptor Format 2h in bits 11:8.
+            (48, &[0x02, 0x02, 0x00, 0x00]),
+        ]);
+        assert_eq!(copy_with_format(2, SLBA, 3, COPY_DESCRIPTOR_FORMAT_2, false).to_bytes(), expected);
+        assert_eq!(copy_with_format(1, SLBA, 2, COPY_DESCRIPTOR_FORMAT_0, true), copy(1, SLBA, 2, true));
+        let fua = copy_with_format(1, 0, 256, COPY_DESCRIPTOR_FORMAT_2, true);
+        assert_eq!(fua.cdw12, 0x4000_02FF);
+    }
+
+    #[test]
+    fn copy_source_range_format_2_layout() {
+        assert_eq!(size_of::<CopySourceRangeFormat2>(), 32);
+        // Namespace 7, 8 blocks from SLBA: SNSID in bytes 03:00, NLB 0-based.
+        let range = CopySourceRangeFormat2::new(7, SLBA, 8);
+        let mut expected = [0u8; 32];
+        expected[0..4].copy_from_slice(&[0x07, 0x00, 0x00, 0x00]);
+        expected[8..16].copy_from_slice(&[0x9A, 0x78, 0x56, 0x34, 0x12, 0x00, 0x00, 0x00]);
+        expected[16..18].copy_from_slice(&[0x07, 0x00]);
+        assert_eq!(range.to_bytes(), expected);
+        assert_eq!(range.blocks(), 8);
+        assert!(range.reserved_is_zero());
+        assert_eq!(CopySourceRangeFormat2::from_bytes(&expected), range);
+        // The same range in format 0h differs only in bytes 03:00.
+        let format_0 = CopySourceRange::new(SLBA, 8).to_bytes();
+        assert_eq!(format_0[4..], expected[4..]);
+        assert_eq!(format_0[..4], [0; 4]);
+
+        let full = CopySourceRangeFormat2 {
+            cetype: 0x1,
+            cev: 0xBEEF,
+            sopt: COPY_SOPT_FAST_COPY_ONLY,
+            elbt: 0x1122_3344,
+            elbat: 0x5566,
+            elbatm: 0xFFFF,
+            ..CopySourceRangeFormat2::new(0xFFFF_FFFE, 0, MAX_BLOCKS)
+        };
+        let expected: [u8; 32] = [
+            0xFE, 0xFF, 0xFF, 0xFF, // SNSID
+            0, 0, 0, 0, // reserved
+            0, 0, 0, 0, 0, 0, 0, 0, // SLBA
+            0xFF, 0xFF, // NLB: 65536 blocks
+            0x01, 0x00, // CETYPE 1h, reserved
+            0xEF, 0xBE, // CEV
+            0x00, 0x80, // SOPT: FCO
+            0x44, 0x33, 0x22, 0x11, // ELBT
+            0x66, 0x55, // ELBAT
+            0xFF, 0xFF, // ELBATM
+        ];
+        assert_eq!(full.to_bytes(), expected);
+        assert!(full.reserved_is_zero());
+        for dirty_byte in [5, 19] {
+            let mut dirty = expected;
+            dirty[dirty_byte] = 1;
+            assert!(!CopySourceRangeFormat2::from_bytes(&dirty).reserved_is_zero(), "byte {dirty_byte}");
+            assert_eq!(CopySourceRangeFormat2::from_bytes(&dirty).to_bytes(), dirty);
+        }
+        let mut dirty = expected;
+        dirty[22] = 0x01; // SOPT bit 0
+        assert!(!CopySourceRangeFormat2::from_bytes(&dirty).reserved_is_zero());
     }
 
     #[test]

@@ -23,18 +23,72 @@ impl Admin {
         len: usize,
         timeout: Duration,
     ) -> Result<(IoCompletion, Vec<u8>)> {
+        let result = self.scratch_from_device(command, len, timeout);
+        self.settle(&result);
+        result
+    }
+
+    /// [`Admin::run_with_scratch`] without settling: no reset after a
+    /// timeout, no event request armed; for bring-up, which settles once
+    /// it is done.
+    fn scratch_from_device(
+        &mut self,
+        command: Command,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<(IoCompletion, Vec<u8>)> {
         assert!(len <= SCRATCH_LEN);
         self.scratch.fill(0, len, 0);
         let iova = self.scratch.iova();
         // SAFETY: the scratch region is mapped for this controller, owned by
         // this struct (behind the admin lock) and not touched by the host
         // until the completion has been reaped (or a reset ended it).
-        let result = unsafe { self.run_raw(command, iova, len, timeout) };
-        self.settle(&result);
-        let completion = result?;
+        let completion = unsafe { self.run_raw(command, iova, len, timeout) }?;
         let mut data = vec![0u8; len];
         self.scratch.copy_out(0, &mut data);
         Ok((completion, data))
+    }
+
+    /// Runs an admin command that transfers `data` to the controller
+    /// through the scratch buffer, written first (Set Features with a data
+    /// structure, say). Does not settle, as
+    /// [`Admin::scratch_from_device`].
+    fn scratch_to_device(&mut self, command: Command, data: &[u8], timeout: Duration) -> Result<IoCompletion> {
+        assert!(data.len() <= SCRATCH_LEN);
+        // Written before the command is submitted: the queue pair's Release
+        // fence before the doorbell publishes these bytes to the device.
+        self.scratch.copy_in(0, data);
+        let iova = self.scratch.iova();
+        // SAFETY: the scratch region is mapped for this controller, owned by
+        // this struct (behind the admin lock); the host wrote it above and
+        // does not touch it again until the completion has been reaped (or
+        // a reset ended it), and the device only reads it.
+        unsafe { self.run_raw(command, iova, data.len(), timeout) }
+    }
+
+    /// Enables Copy Descriptor Format 2h (NVM Command Set 1.1 §3.3.2):
+    /// reads Host Behavior Support (NVMe Base 2.1 §5.1.25.1.14), sets CDFE
+    /// bit 2 and writes the structure back with every other field as the
+    /// controller reported it. `Ok(false)` when the controller refuses
+    /// either command (a status); other errors as any admin command's.
+    /// Does not settle (see [`Admin::scratch_from_device`]).
+    pub(super) fn enable_copy_format_2(&mut self) -> Result<bool> {
+        let timeout = self.setup.admin_timeout;
+        let name = self.setup.transport.name().to_owned();
+        let command = admin::get_host_behavior_support(0);
+        let enabled = self.scratch_from_device(command, HOST_BEHAVIOR_SUPPORT_SIZE, timeout).and_then(|(_, data)| {
+            let current = HostBehaviorSupport::parse(&data)?;
+            let wanted = current.with_cdfe(current.cdfe() | CopyFormats::FORMAT_2);
+            self.scratch_to_device(admin::set_host_behavior_support(0), &wanted.to_bytes(), timeout)
+        });
+        match enabled {
+            Ok(_) => Ok(true),
+            Err(error @ Error::Command { .. }) => {
+                ::log::info!("{name}: Host Behavior Support refused ({error}); Copy across namespaces stays off");
+                Ok(false)
+            }
+            Err(other) => Err(other),
+        }
     }
 
     /// Runs one command; completions of Asynchronous Event Requests that
@@ -193,9 +247,11 @@ impl Admin {
     /// every queue pair learns of the reset through the epoch, and the
     /// controller is brought up again with the admin queue, Number of
     /// Queues, shadow doorbells, event configuration and an Asynchronous
-    /// Event Request. I/O queue pairs re-create their own queues at their
-    /// next poll. The disable comes before the epoch advances, so no pair
-    /// hands back a buffer while the disable is still in progress.
+    /// Event Request, and Copy Descriptor Format 2h enabled again where it
+    /// was (the reset cleared Host Behavior Support). I/O queue pairs
+    /// re-create their own queues at their next poll. The disable comes
+    /// before the epoch advances, so no pair hands back a buffer while the
+    /// disable is still in progress.
     pub(super) fn reset(&mut self) -> Result<()> {
         if self.epoch.condition() == Condition::Gone {
             return Err(Error::DeviceGone);
@@ -234,6 +290,12 @@ impl Admin {
             // live with the controller).
             unsafe { self.run_raw(admin::doorbell_buffer_config(values, event_idx), 0, 0, timeout) }?;
             self.queue.use_shadow(pages, ShadowPolicy::Always);
+        }
+        if self.setup.cross_namespace_copy && !self.enable_copy_format_2()? {
+            // Handles made before the reset still build such commands; the
+            // controller refuses them (Invalid Field in Command).
+            ::log::warn!("{}: Copy across namespaces not enabled again after the reset", transport.name());
+            self.setup.cross_namespace_copy = false;
         }
         if let Some(config) = self.setup.async_event_config {
             let command = admin::set_features(admin::FID_ASYNC_EVENT_CONFIG, config, false);

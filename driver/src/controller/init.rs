@@ -1,12 +1,14 @@
 //! Bring-up (NVMe Base 2.0 §3.5.1): the CC/CSTS handshakes, Identify,
-//! the number of I/O queues and shadow doorbells.
+//! the number of I/O queues, shadow doorbells and the Copy descriptor
+//! formats the host must enable.
 
 use super::*;
 
 impl Controller {
     /// Resets and enables the controller, identifies it and its active
-    /// namespaces, asks for I/O queues and turns on shadow doorbells where
-    /// offered.
+    /// namespaces, asks for I/O queues, turns on shadow doorbells where
+    /// offered, and enables Copy across namespaces (descriptor format 2h)
+    /// where the controller supports it.
     pub fn init(transport: Arc<dyn Transport>, options: ControllerOptions) -> Result<Self> {
         let cap = Cap(transport.read64(registers::CAP));
         if cap.0 == u64::MAX {
@@ -47,6 +49,7 @@ impl Controller {
             admin_entries: entries,
             io_queues_requested: options.io_queue_pairs.max(1),
             async_event_config: None,
+            cross_namespace_copy: false,
         };
         let admin = Admin {
             queue,
@@ -109,6 +112,12 @@ impl Controller {
                 admin.queue.use_shadow(shadow.pages, ShadowPolicy::Always);
             }
             admin.shadow = shadow;
+        }
+        if identify.copy_formats().contains(CopyFormats::FORMAT_2) && identify.oncs.contains(Oncs::COPY) {
+            let mut admin = shared.admin();
+            let enabled = admin.enable_copy_format_2();
+            admin.settle(&enabled);
+            admin.setup.cross_namespace_copy = enabled?;
         }
         configure_events(&shared, &identify, &namespaces)?;
 

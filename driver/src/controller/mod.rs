@@ -42,8 +42,10 @@ use crate::queue::{
 };
 use crate::quirks::{QuirkOverride, Quirks};
 use crate::spec::command::Command;
+use crate::spec::features::{HostBehaviorSupport, HOST_BEHAVIOR_SUPPORT_SIZE};
 use crate::spec::identify::{
-    self, IdentifyController, IdentifyControllerNvm, IdentifyNamespace, Oacs, CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE,
+    self, CopyFormats, IdentifyController, IdentifyControllerNvm, IdentifyNamespace, Oacs, Oncs, CSI_NVM, CSI_ZONED,
+    IDENTIFY_DATA_SIZE,
 };
 use crate::spec::log::{self, ErrorLogEntry, SmartHealthLog};
 use crate::spec::registers::{self, Aqa, Cap, CapCss, Cc, Csts, Shn, ShutdownStatus, Vs};
@@ -122,6 +124,9 @@ struct Setup {
     /// The Asynchronous Event Configuration value set at bring-up, if the
     /// controller took one.
     async_event_config: Option<u32>,
+    /// Copy Descriptor Format 2h was enabled at bring-up (Host Behavior
+    /// Support CDFE bit 2), so Copy may name a source namespace.
+    cross_namespace_copy: bool,
 }
 
 /// Asynchronous Event Request completions kept until
@@ -428,6 +433,7 @@ impl Controller {
             max_transfer_bytes: self.max_transfer_bytes(),
             data_pointer_max_bytes: self.data_pointer_max_bytes(),
             quirks: self.quirks,
+            cross_namespace_copy: self.shared.admin().setup.cross_namespace_copy,
         }
     }
 

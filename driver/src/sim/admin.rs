@@ -7,14 +7,15 @@
 use super::controller::{ErrorEntry, Outcome, State, AER_MAX, ERROR_LOG_ENTRIES};
 use super::dma::{resolve_prps, Transfer, PAGE_SIZE};
 use crate::cmd::admin::{
-    FID_ARBITRATION, FID_ASYNC_EVENT_CONFIG, FID_INTERRUPT_COALESCING, FID_NUMBER_OF_QUEUES, FID_POWER_MANAGEMENT,
-    FID_TEMPERATURE_THRESHOLD, FID_VOLATILE_WRITE_CACHE, SEL_SUPPORTED_CAPABILITIES,
+    FID_ARBITRATION, FID_ASYNC_EVENT_CONFIG, FID_HOST_BEHAVIOR_SUPPORT, FID_INTERRUPT_COALESCING, FID_NUMBER_OF_QUEUES,
+    FID_POWER_MANAGEMENT, FID_TEMPERATURE_THRESHOLD, FID_VOLATILE_WRITE_CACHE, SEL_CURRENT, SEL_SUPPORTED_CAPABILITIES,
 };
 use crate::spec::command::opcode::admin as op;
 use crate::spec::command::{Command, SQE_SIZE};
 use crate::spec::completion::CQE_SIZE;
+use crate::spec::features::{HostBehaviorSupport, HOST_BEHAVIOR_SUPPORT_SIZE};
 use crate::spec::identify::{
-    controller_offsets as ctrl, namespace_offsets as ns_off, nvm_controller_offsets as nvm_off, Oncs,
+    controller_offsets as ctrl, namespace_offsets as ns_off, nvm_controller_offsets as nvm_off, CopyFormats,
     CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_CSI_NAMESPACE, CNS_NAMESPACE, CNS_NS_ID_DESCRIPTORS,
     CSI_NVM, CSI_ZONED, IDENTIFY_DATA_SIZE, LBA_FORMAT_SIZE, NIDL_CSI, NIDT_CSI, NSID_BROADCAST, VWC_PRESENT,
 };
@@ -148,6 +149,21 @@ impl State {
         resolved
     }
 
+    /// Copies `len` bytes from the host through PRP1/PRP2 into
+    /// `self.buffer`.
+    fn receive_buffer(&mut self, command: &Command, len: usize) -> Result<(), Status> {
+        self.clear_buffer(len);
+        let mut segments = std::mem::take(&mut self.segments);
+        let resolved = resolve_prps(&mut self.dma, command.prp1, command.prp2, len, &mut segments);
+        if resolved.is_ok() {
+            Transfer::new(&segments).take(&mut self.buffer[..len]);
+        } else {
+            self.stats.dma_errors += 1;
+        }
+        self.segments = segments;
+        resolved
+    }
+
     fn clear_buffer(&mut self, len: usize) {
         super::zeroed(&mut self.buffer, len);
     }
@@ -238,8 +254,7 @@ impl State {
         put(page, ctrl::NN, &config.nn.to_le_bytes());
         put(page, ctrl::ONCS, &config.oncs.bits().to_le_bytes());
         page[ctrl::VWC] = if config.volatile_write_cache { VWC_PRESENT | VWC_FLUSH_BROADCAST } else { 0 };
-        let ocfs: u16 = if config.oncs.contains(Oncs::COPY) { 1 } else { 0 };
-        put(page, ctrl::OCFS, &ocfs.to_le_bytes());
+        put(page, ctrl::OCFS, &config.ocfs().bits().to_le_bytes());
         let subnqn = format!("nqn.2019-08.org.qemu:{}", config.serial);
         put(page, ctrl::SUBNQN, subnqn.as_bytes());
     }
@@ -404,6 +419,7 @@ impl State {
                 | FID_NUMBER_OF_QUEUES
                 | FID_INTERRUPT_COALESCING
                 | FID_ASYNC_EVENT_CONFIG
+                | FID_HOST_BEHAVIOR_SUPPORT
         );
         if !known {
             return Err(invalid_field());
@@ -418,6 +434,7 @@ impl State {
             FID_TEMPERATURE_THRESHOLD => features.temperature_threshold = value,
             FID_INTERRUPT_COALESCING => features.interrupt_coalescing = value,
             FID_ASYNC_EVENT_CONFIG => features.async_event_config = value,
+            FID_HOST_BEHAVIOR_SUPPORT => return self.set_host_behavior(command),
             FID_VOLATILE_WRITE_CACHE => {
                 if !self.config.volatile_write_cache {
                     return Err(invalid_field());
@@ -447,6 +464,37 @@ impl State {
         Ok((0, 0))
     }
 
+    /// Set Features – Host Behavior Support (NVMe Base 2.1
+    /// §5.1.25.1.14): the 512-byte structure from the host replaces the
+    /// one kept. CDFE may enable only the formats that need an enable
+    /// (2h, 3h) and that OCFS offers; any other bit is Invalid Field in
+    /// Command, and nothing changes. The other fields are kept as sent:
+    /// nothing in the simulator depends on them.
+    fn set_host_behavior(&mut self, command: &Command) -> Result<(u32, u32), Status> {
+        self.receive_buffer(command, HOST_BEHAVIOR_SUPPORT_SIZE)?;
+        let wanted = HostBehaviorSupport::parse(&self.buffer[..HOST_BEHAVIOR_SUPPORT_SIZE]).expect("sized");
+        let enabled_here = self.config.ocfs() & (CopyFormats::FORMAT_2 | CopyFormats::FORMAT_3);
+        if !enabled_here.contains(wanted.cdfe()) {
+            return Err(invalid_field());
+        }
+        self.features.host_behavior = wanted;
+        Ok((0, 0))
+    }
+
+    /// Whether a Copy may use Descriptor Format `format`: OCFS offers it
+    /// and, for 2h and 3h, Host Behavior Support enabled it (NVM Command
+    /// Set 1.1 §3.3.2: a format not enabled is processed as one not
+    /// supported).
+    pub(crate) fn copy_format_enabled(&self, format: u8) -> bool {
+        let Some(bit) = 1u16.checked_shl(u32::from(format)) else {
+            return false;
+        };
+        let format = CopyFormats::from_bits_retain(bit);
+        let needs_enable = CopyFormats::FORMAT_2 | CopyFormats::FORMAT_3;
+        self.config.ocfs().contains(format)
+            && (!needs_enable.contains(format) || self.features.host_behavior.cdfe().contains(format))
+    }
+
     fn number_of_queues(&self) -> u32 {
         u32::from(self.features.cq_count - 1) << 16 | u32::from(self.features.sq_count - 1)
     }
@@ -455,7 +503,15 @@ impl State {
         let fid = command.cdw10 as u8;
         let select = (command.cdw10 >> 8) as u8 & 0b111;
         let defaults = super::controller::Features::new(&self.config);
-        let current = if select == 0 { self.features } else { defaults };
+        let current = if select == SEL_CURRENT { self.features } else { defaults };
+        if fid == FID_HOST_BEHAVIOR_SUPPORT && select < SEL_SUPPORTED_CAPABILITIES {
+            // The structure goes to the host's buffer; DW0 carries nothing.
+            // Not saveable: the saved value is the default, all zeroes.
+            self.clear_buffer(HOST_BEHAVIOR_SUPPORT_SIZE);
+            put(&mut self.buffer, 0, &current.host_behavior.to_bytes());
+            self.send_buffer(command, HOST_BEHAVIOR_SUPPORT_SIZE)?;
+            return Ok((0, 0));
+        }
         let value = match fid {
             FID_ARBITRATION => current.arbitration,
             FID_POWER_MANAGEMENT => current.power_management,
@@ -464,6 +520,7 @@ impl State {
             FID_ASYNC_EVENT_CONFIG => current.async_event_config,
             FID_VOLATILE_WRITE_CACHE if self.config.volatile_write_cache => u32::from(current.volatile_write_cache),
             FID_NUMBER_OF_QUEUES => u32::from(current.cq_count - 1) << 16 | u32::from(current.sq_count - 1),
+            FID_HOST_BEHAVIOR_SUPPORT => 0,
             _ => return Err(invalid_field()),
         };
         if select == SEL_SUPPORTED_CAPABILITIES {

@@ -1,8 +1,9 @@
 //! What a simulated controller is: identity, limits, namespaces, timing and
 //! fault probabilities. [`SimConfig::default`] resembles QEMU 7.2's emulated
-//! controller (hw/nvme/ctrl.c) with one 1 GiB namespace of 512-byte blocks.
+//! controller (hw/nvme/ctrl.c) with one 1 GiB namespace of 512-byte blocks,
+//! and offers Copy across namespaces as QEMU 9.1 does.
 
-use crate::spec::identify::Oncs;
+use crate::spec::identify::{CopyFormats, Oncs};
 use crate::spec::registers::Vs;
 use crate::transport::PciId;
 
@@ -19,6 +20,9 @@ pub const COMPLETION_DELAY_TICKS_MAX: u32 = 1_000_000;
 /// Largest Copy (MCL blocks): the sim reads every source before it writes
 /// the destination, through one buffer of at most this size.
 pub const COPY_BYTES_MAX: u64 = 64 << 20;
+/// The Copy Descriptor Formats the simulator carries out: the ones without
+/// protection information.
+pub const COPY_FORMATS_IMPLEMENTED: CopyFormats = CopyFormats::FORMAT_0.union(CopyFormats::FORMAT_2);
 /// Metadata sizes (MS, bytes per logical block) a namespace may have: those
 /// of QEMU 7.2's eight LBA formats (hw/nvme/ns.c, `nvme_ns_init`). QEMU
 /// adds a ninth, non-standard format for any other size; the simulator
@@ -271,6 +275,15 @@ pub struct SimConfig {
     pub sgls: u32,
     /// ONCS.
     pub oncs: Oncs,
+    /// The Copy Descriptor Formats offered (OCFS, named CDFS since NVMe
+    /// Base 2.1) while ONCS offers Copy: 0h, 2h or both. Format 2h (a
+    /// source namespace per range, NVM Command Set 1.1 §3.3.2.4) works only
+    /// once the host enables it through Host Behavior Support. Both by
+    /// default, as QEMU 9.1 and later offer 2h (and 3h, which needs
+    /// protection information the simulator does not model); QEMU 7.2
+    /// offers 0h (and 1h) only: [`SimConfig::with_copy_formats`] with
+    /// [`CopyFormats::FORMAT_0`].
+    pub copy_formats: CopyFormats,
     /// VWC bit 0: a volatile write cache, enabled at start.
     pub volatile_write_cache: bool,
     /// NN: the largest NSID.
@@ -349,6 +362,7 @@ impl Default for SimConfig {
             // QEMU 7.2's 0x15D (Compare, DSM, Write Zeroes, Save/Select,
             // Timestamp, Copy) plus Verify, which the simulator implements.
             oncs: Oncs::from_bits_retain(0x15D) | Oncs::VERIFY,
+            copy_formats: COPY_FORMATS_IMPLEMENTED,
             volatile_write_cache: true,
             nn: 256,
             max_io_queue_pairs: 64,
@@ -441,6 +455,24 @@ impl SimConfig {
     }
 
     #[must_use]
+    /// Offers the Copy Descriptor Formats `formats` (see
+    /// [`SimConfig::copy_formats`]).
+    pub fn with_copy_formats(mut self, formats: CopyFormats) -> Self {
+        self.copy_formats = formats;
+        self
+    }
+
+    /// OCFS as Identify Controller reports it: the formats offered, none
+    /// without Copy.
+    pub(crate) fn ocfs(&self) -> CopyFormats {
+        if self.oncs.contains(Oncs::COPY) {
+            self.copy_formats
+        } else {
+            CopyFormats::empty()
+        }
+    }
+
+    #[must_use]
     /// Sets the fault probabilities.
     pub fn with_faults(mut self, faults: FaultConfig) -> Self {
         self.faults = faults;
@@ -463,6 +495,11 @@ impl SimConfig {
             "size limits up to 2^16 pages"
         );
         assert!(self.sgls & !0b11 == 0 && self.sgls != 0b11, "SGLS {:#x}: 00b, 01b or 10b in bits 1:0", self.sgls);
+        assert!(
+            COPY_FORMATS_IMPLEMENTED.contains(self.copy_formats),
+            "Copy Descriptor Formats {:#x}: the simulator carries out 0h and 2h only",
+            self.copy_formats.bits()
+        );
         let (min, max) = self.completion_delay_ticks;
         assert!(min <= max && max <= COMPLETION_DELAY_TICKS_MAX, "completion delay {min}..={max} ticks");
         let faults = &self.faults;
@@ -494,7 +531,9 @@ impl SimConfig {
                 u128::from(ns.capacity_blocks) * u128::from(ns.block_size) <= NAMESPACE_BYTES_MAX,
                 "namespace {nsid}: larger than 1 PiB"
             );
-            assert!(ns.mssrl >= 1 && ns.mcl >= 1, "namespace {nsid}: MSSRL and MCL of at least 1 block");
+            // MSSRL or MCL 0 is allowed: QEMU reports it for the namespace
+            // of a controller given a drive directly, and every Copy then
+            // exceeds it.
             assert!(
                 u64::from(ns.mcl) * u64::from(ns.block_size) <= COPY_BYTES_MAX,
                 "namespace {nsid}: MCL over {COPY_BYTES_MAX} bytes"
@@ -540,6 +579,17 @@ mod tests {
         assert!(config.volatile_write_cache);
         assert_eq!(config.namespaces, vec![NamespaceConfig::nvm(2 * 1024 * 1024, 512)]);
         assert_eq!(config.max_transfer_bytes(), Some(512 * 1024));
+        // Copy formats 0h and 2h, as QEMU 9.1 offers (without 1h and 3h).
+        assert_eq!(config.ocfs().bits(), 0b101);
+        assert_eq!(config.clone().with_copy_formats(CopyFormats::FORMAT_0).ocfs().bits(), 0b001);
+        let no_copy = SimConfig { oncs: config.oncs - Oncs::COPY, ..config };
+        assert_eq!(no_copy.ocfs(), CopyFormats::empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "0h and 2h only")]
+    fn copy_formats_with_protection_information_are_refused() {
+        SimConfig::default().with_copy_formats(CopyFormats::FORMAT_0 | CopyFormats::FORMAT_1).validate();
     }
 
     #[test]

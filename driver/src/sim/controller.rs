@@ -12,6 +12,7 @@ use super::namespace::Namespace;
 use crate::prng::{mix, Prng};
 use crate::spec::command::{Command, SQE_SIZE};
 use crate::spec::completion::{Completion, CQE_SIZE, STATUS_WORD_OFFSET};
+use crate::spec::features::HostBehaviorSupport;
 use crate::spec::registers::{self as reg, Aqa, Cc, Shn, CC_CSS_ALL_IO, CC_CSS_NVM};
 use crate::spec::status::Status;
 use std::cmp::Ordering as CmpOrdering;
@@ -166,6 +167,9 @@ pub(crate) struct Features {
     pub(crate) temperature_threshold: u32,
     pub(crate) interrupt_coalescing: u32,
     pub(crate) async_event_config: u32,
+    /// Host Behavior Support as the host last set it (all zeroes at
+    /// start and after a reset, NVMe Base 2.1 §5.1.25.1.14).
+    pub(crate) host_behavior: HostBehaviorSupport,
 }
 
 impl Features {
@@ -180,6 +184,7 @@ impl Features {
             temperature_threshold: 343,
             interrupt_coalescing: 0,
             async_event_config: 0,
+            host_behavior: HostBehaviorSupport::default(),
         }
     }
 }

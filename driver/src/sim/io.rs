@@ -1,7 +1,7 @@
 //! I/O commands: the NVM Command Set 1.0 (Read, Write, Flush, Write
-//! Zeroes, Dataset Management, Compare, Verify, Copy) and the Zoned
-//! Namespace Command Set 1.1 (Zone Append, Zone Management Send and
-//! Receive).
+//! Zeroes, Dataset Management, Compare, Verify; Copy as in 1.1, across
+//! namespaces too: see `io/copy.rs`) and the Zoned Namespace Command Set
+//! 1.1 (Zone Append, Zone Management Send and Receive).
 //!
 //! Each command checks everything it can before it changes anything: the
 //! namespace, the opcode against ONCS, sizes against MDTS and the other
@@ -27,8 +27,9 @@
 //! transfers the metadata after the data, the simulator checks MPTR before
 //! anything moves, so a bad MPTR writes no data either.
 //!
-//! Copy copies each source block's metadata with its data (QEMU's
-//! `nvme_copy_in_cb` and `nvme_copy_out_cb`). Write Zeroes, a Dataset
+//! Copy copies each source block's metadata with its data, within one
+//! namespace or across two of the same format (QEMU's `nvme_copy_in_cb`
+//! and `nvme_copy_out_cb`). Write Zeroes, a Dataset
 //! Management deallocate whose blocks then read zeroes, and Zone Reset
 //! zero the metadata (QEMU's `nvme_rw_cb`, `nvme_dsm_md_cb`,
 //! `nvme_zone_reset_epilogue_cb`). Compare compares the data only and
@@ -161,12 +162,6 @@ pub(super) fn metadata_buffer(
         Some((buffer, _)) => Ok(Some(buffer)),
         None => Err(Status::from(GenericStatus::DataTransferError)),
     }
-}
-
-/// Copy source range `index` of the descriptors (format 0h).
-fn source_range(descriptors: &[u8], index: usize) -> CopySourceRange {
-    let bytes = &descriptors[index * COPY_SOURCE_RANGE_SIZE..(index + 1) * COPY_SOURCE_RANGE_SIZE];
-    CopySourceRange::from_bytes(bytes.try_into().expect("a whole descriptor"))
 }
 
 fn size_limit_exceeded() -> Status {

@@ -203,6 +203,30 @@ bitflags::bitflags! {
     }
 }
 
+bitflags::bitflags! {
+    /// Copy Descriptor Formats: bit n stands for Source Range Entries Copy
+    /// Descriptor Format nh (NVM Command Set 1.1 §3.3.2, Figure 38). The
+    /// layout of CDFS in Identify Controller (bytes 535:534; OCFS before
+    /// NVMe Base 2.1) and of CDFE in the Host Behavior Support feature
+    /// ([`crate::spec::features::HostBehaviorSupport`]), where only bits 2
+    /// and 3 are defined.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+    pub struct CopyFormats: u16 {
+        /// Format 0h: 16b Guard protection information, the destination's
+        /// own namespace as the source.
+        const FORMAT_0 = 1 << 0;
+        /// Format 1h: 32b or 64b Guard protection information, the
+        /// destination's own namespace as the source.
+        const FORMAT_1 = 1 << 1;
+        /// Format 2h: as 0h, with a Source Namespace Identifier per range.
+        /// Enabled through Host Behavior Support (CDFE bit 2).
+        const FORMAT_2 = 1 << 2;
+        /// Format 3h: as 1h, with a Source Namespace Identifier per range.
+        /// Enabled through Host Behavior Support (CDFE bit 3).
+        const FORMAT_3 = 1 << 3;
+    }
+}
+
 /// VWC bit 0: a volatile write cache is present.
 pub const VWC_PRESENT: u8 = 1 << 0;
 /// SGLS bits 1:0: SGL support (00b: none).
@@ -290,7 +314,8 @@ pub struct IdentifyController {
     pub awupf: u16,
     /// Atomic Compare & Write Unit, logical blocks, 0-based.
     pub acwu: u16,
-    /// Optional Copy Formats Supported.
+    /// Optional Copy Formats Supported (CDFS since NVMe Base 2.1); see
+    /// [`IdentifyController::copy_formats`].
     pub ocfs: u16,
     /// SGL Support.
     pub sgls: u32,
@@ -376,6 +401,13 @@ impl IdentifyController {
     /// to be durable.
     pub fn volatile_write_cache_present(&self) -> bool {
         self.vwc & VWC_PRESENT != 0
+    }
+
+    /// The Copy Descriptor Formats the controller supports (OCFS, named
+    /// CDFS since NVMe Base 2.1). Formats 2h and 3h also need the host's
+    /// enable in Host Behavior Support before a Copy may use them.
+    pub fn copy_formats(&self) -> CopyFormats {
+        CopyFormats::from_bits_retain(self.ocfs)
     }
 
     /// SGLS bits 1:0 non-zero: the NVM command set accepts SGLs.
@@ -739,6 +771,29 @@ mod tests {
         assert_eq!(id.ocfs, 1);
         assert!(id.sgl_supported());
         assert_eq!(id.subnqn, "nqn.2019-08.org.qemu:deadbeef");
+    }
+
+    #[test]
+    fn copy_formats_are_ocfs_bits() {
+        assert_eq!(
+            [CopyFormats::FORMAT_0, CopyFormats::FORMAT_1, CopyFormats::FORMAT_2, CopyFormats::FORMAT_3]
+                .map(|f| f.bits()),
+            [0b0001, 0b0010, 0b0100, 0b1000]
+        );
+        let mut buf = qemu_controller_page();
+        let id = IdentifyController::parse(&buf).unwrap();
+        assert_eq!(id.copy_formats(), CopyFormats::FORMAT_0);
+        // QEMU 9.1 and later: formats 0h to 3h (bytes 535:534 = 000Fh).
+        put(&mut buf, 534, &[0x0F, 0x00]);
+        let id = IdentifyController::parse(&buf).unwrap();
+        assert!(id.copy_formats().contains(CopyFormats::FORMAT_0 | CopyFormats::FORMAT_2));
+        assert_eq!(id.copy_formats(), CopyFormats::all());
+        // Format 2h alone, and bits this driver has no name for, are kept.
+        put(&mut buf, 534, &[0x04, 0x80]);
+        let id = IdentifyController::parse(&buf).unwrap();
+        assert!(id.copy_formats().contains(CopyFormats::FORMAT_2));
+        assert!(!id.copy_formats().contains(CopyFormats::FORMAT_0));
+        assert_eq!(id.copy_formats().bits(), 0x8004);
     }
 
     #[test]

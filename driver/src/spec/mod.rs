@@ -1,13 +1,15 @@
-//! NVMe wire formats (NVMe Base 2.0, NVM Command Set 1.0, ZNS Command Set 1.1).
+//! NVMe wire formats (NVMe Base 2.0 and 2.1, NVM Command Set 1.0 and 1.1, ZNS
+//! Command Set 1.1).
 //!
 //! Everything here is pure data: register layouts, the 64-byte submission
 //! queue entry, the 16-byte completion queue entry, status codes, identify
-//! data structures and log pages. Nothing does I/O, nothing needs `unsafe`,
-//! and every parser is total: malformed input yields a [`ParseError`], never a
-//! panic.
+//! data structures, feature data and log pages. Nothing does I/O, nothing
+//! needs `unsafe`, and every parser is total: malformed input yields a
+//! [`ParseError`], never a panic.
 
 pub mod command;
 pub mod completion;
+pub mod features;
 pub mod identify;
 pub mod log;
 pub mod registers;

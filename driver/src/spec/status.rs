@@ -209,7 +209,7 @@ status_codes! {
 
 status_codes! {
     /// SCT 1h – Command Specific Status (Base 2.0 admin codes 00h–2Dh, NVM
-    /// Command Set 80h–83h, ZNS Command Set B6h–BFh).
+    /// Command Set 1.1 80h–89h, ZNS Command Set B6h–BFh).
     CommandSpecificStatus {
         /// 00h.
         CompletionQueueInvalid = 0x00 => "Completion Queue Invalid",
@@ -307,6 +307,22 @@ status_codes! {
         AttemptedWriteToReadOnlyRange = 0x82 => "Attempted Write to Read Only Range",
         /// 83h (NVM).
         CommandSizeLimitExceeded = 0x83 => "Command Size Limit Exceeded",
+        /// 84h (Base 2.1, Cancel).
+        InvalidCommandId = 0x84 => "Invalid Command ID",
+        /// 85h (NVM Command Set 1.1 §3.3.2.4, Copy): a source namespace and
+        /// the destination namespace do not have matching formats.
+        IncompatibleNamespaceOrFormat = 0x85 => "Incompatible Namespace or Format",
+        /// 86h (NVM Command Set 1.1 §3.3.2.1, Copy): Fast Copy Only was set
+        /// and no fast copy was possible.
+        FastCopyNotPossible = 0x86 => "Fast Copy Not Possible",
+        /// 87h (NVM Command Set 1.1 §3.3.2, Copy): with descriptor format 2h
+        /// or 3h, a source range in the destination namespace overlaps the
+        /// destination range.
+        OverlappingIoRange = 0x87 => "Overlapping I/O Range",
+        /// 88h (NVM Command Set 1.1 §3.3.2, Copy).
+        NamespaceNotReachable = 0x88 => "Namespace Not Reachable",
+        /// 89h (NVM Command Set 1.1 §3.3.2, Copy).
+        InsufficientResources = 0x89 => "Insufficient Resources",
         /// B6h (ZNS).
         InvalidZoneOperationRequest = 0xB6 => "Invalid Zone Operation Request",
         /// B7h (ZNS).
@@ -607,7 +623,7 @@ mod tests {
 
     #[test]
     fn names_from_spec() {
-        let cases: [(u8, u8, &str); 27] = [
+        let cases: [(u8, u8, &str); 29] = [
             (0, 0x00, "Successful Completion"),
             (0, 0x01, "Invalid Command Opcode"),
             (0, 0x02, "Invalid Field in Command"),
@@ -627,6 +643,8 @@ mod tests {
             (1, 0x0D, "Feature Identifier Not Saveable"),
             (1, 0x80, "Conflicting Attributes"),
             (1, 0x82, "Attempted Write to Read Only Range"),
+            (1, 0x85, "Incompatible Namespace or Format"),
+            (1, 0x87, "Overlapping I/O Range"),
             (1, 0xB8, "Zone Boundary Error"),
             (1, 0xBC, "Zone Invalid Write"),
             (1, 0xBF, "Invalid Zone State Transition"),

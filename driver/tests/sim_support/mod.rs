@@ -114,6 +114,23 @@ impl Rig {
         Ok(data)
     }
 
+    /// [`Rig::write`] on another namespace of the controller.
+    pub fn write_on(&mut self, ns: &Namespace, lba: u64, data: &[u8]) -> Result<(), Status> {
+        let request = ns.write(lba, self.buffer_with(data), false, 0).unwrap();
+        self.status(request)
+    }
+
+    /// [`Rig::read`] on another namespace of the controller.
+    pub fn read_on(&mut self, ns: &Namespace, lba: u64, len: usize) -> Result<Vec<u8>, Status> {
+        let request = ns.read(lba, self.buffer(len), 0).unwrap();
+        let completion = self.run(request);
+        device(completion.status)?;
+        let buffer = completion.buffer.unwrap();
+        let mut data = vec![0u8; len];
+        buffer.buffer().copy_out(buffer.offset(), &mut data);
+        Ok(data)
+    }
+
     pub fn flush(&mut self) {
         let request = self.ns.flush(0);
         self.status(request).unwrap();

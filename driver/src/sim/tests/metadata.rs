@@ -3,8 +3,10 @@
 //! command moves, keeps or clears a block's metadata.
 
 use super::*;
-use crate::cmd::nvm::{CopySourceRange, DsmAttributes, DsmRange};
+use crate::cmd::nvm::{CopySourceRange, CopySourceRangeFormat2, DsmAttributes, DsmRange, COPY_DESCRIPTOR_FORMAT_2};
 use crate::cmd::zns::{self, ZoneSendAction};
+use crate::spec::features::{HostBehaviorSupport, HOST_BEHAVIOR_SUPPORT_SIZE};
+use crate::spec::identify::CopyFormats;
 
 /// Pages of host memory: the admin queues (0, 1), the I/O CQ (2) and SQ
 /// (3), then buffers.
@@ -303,6 +305,74 @@ fn copy_moves_metadata_with_the_data() {
     // A source never written copies zeroes over the metadata too.
     copy(&mut io, 50, &[(200, 1)]);
     assert_eq!(io.sim().read_metadata(1, 50), vec![0; 16]);
+}
+
+#[test]
+fn copy_across_namespaces_needs_the_host_enable_and_moves_metadata() {
+    let config = SimConfig::empty()
+        .with_namespace(NamespaceConfig::nvm(256, 512).metadata_bytes(16))
+        .with_namespace(NamespaceConfig::nvm(256, 512).metadata_bytes(16))
+        .with_namespace(NamespaceConfig::nvm(256, 512).metadata_bytes(8));
+    let mut io = IoHost::new(config);
+    let (data, metadata) = (pattern(6, 4 * 512), pattern(7, 4 * 16));
+    io.write(1, 0, 4, &data, &metadata);
+    let copy = |io: &mut IoHost, nsid: u32, sdlba: u64, ranges: &[(u32, u64, u32)]| {
+        for (index, &(snsid, slba, blocks)) in ranges.iter().enumerate() {
+            io.put(at(DESCRIPTOR_PAGE) + index * 32, &CopySourceRangeFormat2::new(snsid, slba, blocks).to_bytes());
+        }
+        let command = nvm::copy_with_format(nsid, sdlba, ranges.len() as u16, COPY_DESCRIPTOR_FORMAT_2, false);
+        io.status(Command { prp1: io.host.page(DESCRIPTOR_PAGE), ..command })
+    };
+    // Host Behavior Support as the controller holds it: all zeroes.
+    let read_back = |io: &mut IoHost| {
+        io.put(at(READ_PAGE), &[0xFF; HOST_BEHAVIOR_SUPPORT_SIZE]);
+        io.host.admin_status(admin::get_host_behavior_support(io.host.page(READ_PAGE))).unwrap();
+        HostBehaviorSupport::parse(&io.take(at(READ_PAGE), HOST_BEHAVIOR_SUPPORT_SIZE)).unwrap()
+    };
+    let set = |io: &mut IoHost, value: HostBehaviorSupport| {
+        io.put(at(DATA_PAGE), &value.to_bytes());
+        io.host.admin_status(admin::set_host_behavior_support(io.host.page(DATA_PAGE)))
+    };
+    assert_eq!(read_back(&mut io), HostBehaviorSupport::default());
+    // Offered (OCFS 0b101) but not enabled: as if not supported.
+    assert_eq!(copy(&mut io, 2, 10, &[(1, 0, 4)]).unwrap_err().code(), generic(GenericStatus::InvalidFieldInCommand));
+    // CDFE enables formats 2h and 3h only, and only those offered.
+    for refused in [CopyFormats::FORMAT_0, CopyFormats::FORMAT_3] {
+        let status = set(&mut io, HostBehaviorSupport::default().with_cdfe(refused)).unwrap_err();
+        assert_eq!(status.code(), generic(GenericStatus::InvalidFieldInCommand), "{refused:?}");
+    }
+    let enabled = HostBehaviorSupport::default().with_cdfe(CopyFormats::FORMAT_2);
+    set(&mut io, enabled).unwrap();
+    assert_eq!(read_back(&mut io), enabled);
+    let saved = Command { cdw10: 1 << 31 | u32::from(admin::FID_HOST_BEHAVIOR_SUPPORT), ..Command::new(0) };
+    let saved = Command { opcode: opcode::admin::SET_FEATURES, prp1: io.host.page(DATA_PAGE), ..saved };
+    let status = io.host.admin_status(saved).unwrap_err();
+    assert_eq!(status.code(), specific(CommandSpecificStatus::FeatureIdentifierNotSaveable));
+
+    // Namespace 1 to namespace 2, metadata with the data.
+    copy(&mut io, 2, 10, &[(1, 0, 4)]).unwrap();
+    assert_eq!(io.metadata(2, 10, 4), metadata);
+    assert_eq!(io.sim().read_block(2, 13), data[3 * 512..]);
+    // Another metadata size: Incompatible Namespace or Format, nothing
+    // written.
+    let status = copy(&mut io, 3, 10, &[(1, 0, 4)]).unwrap_err();
+    assert_eq!(status.code(), specific(CommandSpecificStatus::IncompatibleNamespaceOrFormat));
+    assert_eq!(io.metadata(3, 10, 1), vec![0; 8]);
+    // One bad range fails the command: nothing of the good one lands.
+    let status = copy(&mut io, 2, 100, &[(1, 0, 2), (0, 0, 2)]).unwrap_err();
+    assert_eq!(status.code(), generic(GenericStatus::InvalidNamespaceOrFormat));
+    assert_eq!(io.metadata(2, 100, 1), vec![0; 16]);
+    // A source range of the destination namespace over the destination.
+    let status = copy(&mut io, 2, 12, &[(1, 0, 1), (2, 10, 4)]).unwrap_err();
+    assert_eq!(status.code(), specific(CommandSpecificStatus::OverlappingIoRange));
+
+    // A controller reset clears the feature (NVMe Base 2.1 §5.1.25.1.14).
+    io.host.sim.write32(reg::CC, 0);
+    // The admin queues start again empty, their old entries gone.
+    io.put(at(1), &[0; PAGE_SIZE]);
+    (io.host.admin_sq.tail, io.host.admin_cq.head, io.host.admin_cq.phase) = (0, 0, true);
+    io.host.sim.write32(reg::CC, io.host.cc().0);
+    assert_eq!(read_back(&mut io), HostBehaviorSupport::default());
 }
 
 #[test]
