@@ -350,8 +350,10 @@ impl Volume {
     /// cannot hold a metadata copy, and for a member of a pool of two (the
     /// one left would hold both copies).
     ///
-    /// One copy at a time for now: the engine's parallel evacuation (and
-    /// NVMe Copy within a controller) are not done yet.
+    /// Between namespaces of one controller that takes Copy across them,
+    /// each copy moves by Copy (no byte through the host); else by a
+    /// verified read and a write. One copy at a time: the engine's
+    /// parallel evacuation is not done yet.
     pub fn remove(&mut self, place: usize, on_progress: &mut dyn FnMut(u64, u64) -> bool) -> Result<Removal> {
         let count = self.devices.len();
         if place >= count {
