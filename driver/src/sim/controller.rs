@@ -379,6 +379,9 @@ pub(crate) struct State {
     // Queues lent to lanes (`sim/lane.rs`).
     /// The submission queues lent out now.
     pub(crate) lent: Vec<u16>,
+    /// Per queue ID, whether it is lent out now (`lent`, looked up in
+    /// constant work at every doorbell whatever the number of queues).
+    pub(crate) is_lent: Vec<bool>,
     /// What lanes need of the namespaces, taken when first lent to and
     /// dropped by every admin command and fault injection.
     pub(crate) lane_namespaces: Option<Arc<[Padded<LaneNamespace>]>>,
@@ -469,6 +472,7 @@ impl State {
             stats: SimStats::default(),
             traces: vec![0; queues],
             lent: Vec::with_capacity(queues),
+            is_lent: vec![false; queues],
             lane_namespaces: None,
             defer_reads: false,
             deferred: Deferred::default(),
@@ -775,6 +779,7 @@ impl State {
             metadata_dma_truncation: self.config.metadata_dma_truncation,
         };
         self.lent.push(qid);
+        self.is_lent[index] = true;
         let queues = LaneQueues {
             sqid: qid,
             sq: self.sqs[index].take().expect("checked"),
@@ -793,6 +798,7 @@ impl State {
         let index = usize::from(queues.sqid);
         let at = self.lent.iter().position(|&qid| qid == queues.sqid).expect("a queue lent out");
         self.lent.swap_remove(at);
+        self.is_lent[index] = false;
         debug_assert!(self.sqs[index].is_none() && self.cqs[index].is_none());
         self.sqs[index] = Some(queues.sq);
         self.cqs[index] = Some(queues.cq);

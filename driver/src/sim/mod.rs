@@ -198,8 +198,9 @@ impl Simulator {
 
     /// Calls I/O queue `qid` back if it is lent.
     fn call_back_if_lent(&self, state: &mut State, qid: usize) {
-        if let Some(&lent) = state.lent.iter().find(|&&lent| usize::from(lent) == qid) {
-            self.call_back(state, lent);
+        if state.is_lent.get(qid).copied().unwrap_or(false) {
+            debug_assert!(state.lent.iter().any(|&lent| usize::from(lent) == qid));
+            self.call_back(state, qid as u16);
         }
     }
 
