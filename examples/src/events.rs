@@ -9,7 +9,19 @@
 
 use nvme_driver::controller::{AsyncEvent, AsyncEventKind};
 use nvme_driver::Controller;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Every event the run's watches saw, with its controller's name and in
+/// words, oldest first: for the tool's `--json` ([`seen_json`]).
+static SEEN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// The events this run saw so far, as a JSON array of `{"controller",
+/// "event"}`: empty when none came.
+pub fn seen_json() -> serde_json::Value {
+    let seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    seen.iter().map(|(controller, event)| serde_json::json!({ "controller": controller, "event": event })).collect()
+}
 
 /// How often [`Watch::poll`] asks, at most.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -55,7 +67,9 @@ impl<'a> Watch<'a> {
             match controller.poll_events() {
                 Ok(events) => {
                     for event in events {
-                        eprintln!("\nwarning: {name}: {}", describe(&event));
+                        let words = describe(&event);
+                        eprintln!("\nwarning: {name}: {words}");
+                        SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((name.clone(), words));
                         self.seen.push((name.clone(), event));
                     }
                 }
@@ -114,5 +128,11 @@ mod tests {
         sim.set_smart_critical_warning((CriticalWarning::SPARE | CriticalWarning::TEMPERATURE).bits());
         assert_eq!(slow.poll(Instant::now()), 0, "asked again only after an hour");
         assert_eq!(watch.poll(Instant::now()), 1, "another watch asks now");
+        // The run's JSON lists each event seen, by its controller.
+        let seen = seen_json();
+        let seen = seen.as_array().expect("an array");
+        assert!(seen.len() >= 2, "{seen:?}");
+        assert!(seen.iter().all(|e| e["controller"] == "sim"), "{seen:?}");
+        assert!(seen.iter().any(|e| e["event"].as_str().is_some_and(|w| w.contains("temperature"))), "{seen:?}");
     }
 }

@@ -371,6 +371,7 @@ fn run(args: &Args) -> Result<Outcome, Stop> {
         let json = serde_json::json!({
             "tool": "scrub",
             "report": report,
+            "events": nvme_examples::events::seen_json(),
             "crc32c": checksum::implementation().name(),
             "qd": args.qd,
             "verify_threads": args.verify_threads,

@@ -859,6 +859,7 @@ fn resilver_json(
     json!({
         "tool": "volume",
         "command": "resilver",
+        "events": nvme_examples::events::seen_json(),
         "place": place,
         "report": report,
         "complete": report.is_none_or(ResilverReport::complete),
@@ -935,6 +936,7 @@ fn replace(a: &ReplaceArgs) -> Result<Done, String> {
         let value = json!({
             "tool": "volume",
             "command": "replace",
+            "events": nvme_examples::events::seen_json(),
             "place": a.place,
             "new_device": { "pci": new_name, "nsid": a.new_ns },
             "bytes_to_resilver": left,
@@ -1030,6 +1032,7 @@ fn run_rebuild(a: &ResilverArgs) -> Result<Done, String> {
         let value = json!({
             "tool": "volume",
             "command": "rebuild",
+            "events": nvme_examples::events::seen_json(),
             "place": place,
             "rebuild": report,
             "complete": report.complete(),
@@ -1309,6 +1312,7 @@ fn resolve(a: &ResolveArgs) -> Result<Done, String> {
         let value = json!({
             "tool": "volume",
             "command": "resolve",
+            "events": nvme_examples::events::seen_json(),
             "kept": keep,
             "lost": lost,
             "resilver": report,

@@ -265,6 +265,7 @@ fn print_json(args: &Args, run: &Run, summary: &Summary) {
     let json = serde_json::json!({
         "tool": "seqwrite",
         "created": created,
+        "events": nvme_examples::events::seen_json(),
         "bs": args.bs,
         "iodepth": args.iodepth,
         "bytes": written,
