@@ -168,15 +168,22 @@ fn a_pool_grows_by_a_blank_device_and_shrinks_by_a_member() {
     assert!(removed["removal"]["extents_moved"].as_u64().is_some_and(|n| n > 0), "{removed}");
     assert_eq!(removed["status"]["devices"].as_array().map(Vec::len), Some(3));
     assert_eq!(removed["status"]["state"], "online");
-    // A member holding a metadata copy stays; a mirror of two takes no
-    // third device; nothing destroys without --yes and no terminal.
+    // A member holding a metadata copy hands it to the last member, which
+    // takes its place: three members hold a copy each after.
     let line = pool(&["remove", "--yes", "--place", "0"]);
-    let (code, _, stderr) = run(&line.iter().map(String::as_str).collect::<Vec<_>>());
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("metadata"), "{stderr}");
-    let (code, _, stderr) = run(&["add", "--yes"]);
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("would move the"), "{stderr}");
+    let removed = json(&line.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+    assert_eq!(removed["removal"]["complete"], true, "{removed}");
+    let devices = removed["status"]["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 3, "{removed}");
+    assert!(devices.iter().all(|d| d["metadata_bytes"] == devices[0]["metadata_bytes"]), "{removed}");
+    // A mirror of two takes a third device, which takes the third
+    // metadata copy.
+    let added = json(&["add", "--yes"], 0);
+    assert_eq!(added["place"], 2, "{added}");
+    let devices = added["status"]["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 3, "{added}");
+    assert!(devices.iter().all(|d| d["state"] == "online"), "{added}");
+    // Nothing destroys without --yes and no terminal.
     let line = pool(&["remove", "--place", "3"]);
     let (code, _, stderr) = run(&line.iter().map(String::as_str).collect::<Vec<_>>());
     assert_ne!(code, Some(0), "{stderr}");
