@@ -177,19 +177,17 @@ impl Volume {
         Ok(place)
     }
 
-    /// Checks that `device`, to be place `place`, can hold a metadata copy
-    /// at its head: its first zones make two segments of the volume's
-    /// size, with zones left for its data, and its zone limits take a
-    /// metadata zone beside its streams.
-    fn check_metadata_head(&self, place: usize, device: &Device) -> Result<()> {
+    /// Why `device`, at place `place`, cannot hold a metadata copy at its
+    /// head, if it cannot: its first zones make two segments of the
+    /// volume's size, with zones left for its data. (The add's and the
+    /// removal's heir's check.)
+    fn metadata_head_shortfall(&self, device: &Device, place: usize) -> Option<String> {
         use crate::journal::layout::{segment_capacity, MetaCopy};
-        let refuse =
-            |why: String| Err(Error::Member { device: place, why: format!("it takes a metadata copy, and {why}") });
         let g = self.journal.g;
         let streams = u32::from(self.superblock.streams);
         let needed_zones = (2 * g + self.superblock.reserve_zones + streams + 1) as usize;
         if device.zones.len() < needed_zones {
-            return refuse(format!(
+            return Some(format!(
                 "it has {} zones; two metadata segments of {g}, {streams} stream(s), reclaim and a reserve of {} \
                  need {needed_zones}",
                 device.zones.len(),
@@ -198,15 +196,25 @@ impl Volume {
         }
         let copy = MetaCopy { device: place, segments: [0, g] };
         let needed = self.superblock.meta_segment_blocks;
-        for segment in 0..2 {
-            let have = segment_capacity(device, copy, g, segment);
-            if have < needed {
-                return refuse(format!(
-                    "its first zones make metadata segments of {have} blocks, the volume's take {needed} (on a \
-                     conventional namespace, give larger software zones)"
-                ));
-            }
+        (0..2).map(|segment| segment_capacity(device, copy, g, segment)).find(|&have| have < needed).map(|have| {
+            format!(
+                "its first zones make metadata segments of {have} blocks, the volume's take {needed} (on a \
+                 conventional namespace, give larger software zones)"
+            )
+        })
+    }
+
+    /// Checks that `device`, to be place `place`, can hold a metadata copy
+    /// at its head: its first zones make two segments of the volume's
+    /// size, with zones left for its data, and its zone limits take a
+    /// metadata zone beside its streams.
+    fn check_metadata_head(&self, place: usize, device: &Device) -> Result<()> {
+        let refuse =
+            |why: String| Err(Error::Member { device: place, why: format!("it takes a metadata copy, and {why}") });
+        if let Some(why) = self.metadata_head_shortfall(device, place) {
+            return refuse(why);
         }
+        let streams = u32::from(self.superblock.streams);
         if let Some(z) = device.ns.zones() {
             let active = z.max_active_zones.unwrap_or(u32::MAX);
             if streams + 2 > active {
@@ -535,7 +543,7 @@ impl Volume {
     /// metadata zone beside its streams. Returns the zones it gives up to
     /// the copy (past its label's).
     fn check_heir(&self, place: usize, heir: usize, heir_lane: usize) -> Result<std::ops::Range<u32>> {
-        use crate::journal::layout::{segment_capacity, MetaCopy, LABEL_ZONES};
+        use crate::journal::layout::LABEL_ZONES;
         let refuse = |why: String| {
             Err(Error::Member {
                 device: place,
@@ -546,26 +554,9 @@ impl Volume {
             })
         };
         let g = self.journal.g;
-        let device = self.dev(heir);
         let streams = u32::from(self.superblock.streams);
-        let needed_zones = (2 * g + self.superblock.reserve_zones + streams + 1) as usize;
-        if device.zones.len() < needed_zones {
-            return refuse(format!(
-                "it has {} zones; two metadata segments of {g}, {streams} stream(s), reclaim and a reserve of {} \
-                 need {needed_zones}",
-                device.zones.len(),
-                self.superblock.reserve_zones
-            ));
-        }
-        let copy = MetaCopy { device: heir, segments: [0, g] };
-        let needed = self.superblock.meta_segment_blocks;
-        for segment in 0..2 {
-            let have = segment_capacity(device, copy, g, segment);
-            if have < needed {
-                return refuse(format!(
-                    "its first zones make metadata segments of {have} blocks, the volume's take {needed}"
-                ));
-            }
+        if let Some(why) = self.metadata_head_shortfall(self.dev(heir), heir) {
+            return refuse(why);
         }
         let front = LABEL_ZONES..2 * g;
         let table = &self.lanes[heir_lane].table;
